@@ -1,0 +1,218 @@
+"""The one place that knows about bert4keras and TensorFlow quirks.
+
+Everything else in the package imports ``keras`` and ``tf`` from here and reads as plain
+Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
+
+* bert4keras needs Keras 2: ``TF_USE_LEGACY_KERAS=1`` makes ``tf.keras`` the tf-keras
+  package and ``TF_KERAS=1`` makes bert4keras use it. Both must be set before TensorFlow
+  resolves ``tf.keras``, so this module sets them at import time.
+* Since Keras 2.10 an unseeded initializer instance repeats its values on every call,
+  and bert4keras hands one instance to the query, key, value and output kernels of an
+  attention block, so a model built from scratch starts with Q = K = V = O. The
+  transformer classes built here draw fresh values on every call instead.
+* ``Transformer.save_weights_as_checkpoint`` uses TF1 sessions and fails on TF2; Google
+  format checkpoints are written here with the ``SaveV2`` op directly.
+"""
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+if os.environ["TF_USE_LEGACY_KERAS"] != "1" or tf.keras.__name__.split(".")[0] != "tf_keras":
+    raise ImportError(
+        "cosent_tf needs Keras 2 (tf-keras): set TF_USE_LEGACY_KERAS=1 before TensorFlow "
+        "is first imported, or import cosent_tf first."
+    )
+
+from bert4keras import models as _b4k_models  # noqa: E402
+from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402,F401
+
+from .errors import CheckpointError, ConfigError  # noqa: E402
+
+# Names accepted for ``model``: the bert4keras class, and whether its vocabulary is
+# word-level (jieba pre-tokenisation, as WoBERT and the original RoFormer).
+TRANSFORMERS = {
+    "bert": (_b4k_models.BERT, False),
+    "roberta": (_b4k_models.BERT, False),
+    "wobert": (_b4k_models.BERT, True),
+    "nezha": (_b4k_models.NEZHA, False),
+    "albert": (_b4k_models.ALBERT, False),
+    "roformer": (_b4k_models.RoFormer, True),
+}
+
+
+@keras.utils.register_keras_serializable(package="cosent_tf")
+class IndependentTruncatedNormal(keras.initializers.Initializer):
+    """BERT's truncated normal initializer, drawing new values on every call.
+
+    Values come from TensorFlow's stateful generator, so ``keras.utils.set_random_seed``
+    makes a whole model reproducible while every kernel still differs from the others.
+    """
+
+    def __init__(self, stddev=0.02):
+        self.stddev = stddev
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        dtype = tf.as_dtype(dtype or keras.backend.floatx())
+        return tf.random.truncated_normal(shape, stddev=self.stddev, dtype=dtype)
+
+    def get_config(self):
+        return {"stddev": self.stddev}
+
+
+class _IndependentInitializer:
+    @property
+    def initializer(self):
+        return IndependentTruncatedNormal(stddev=0.02)
+
+
+def transformer_class(model):
+    """The bert4keras transformer class for ``model``, with a working initializer."""
+    if model not in TRANSFORMERS:
+        raise ConfigError(f"unknown model {model!r}; choose one of {sorted(TRANSFORMERS)}")
+    base = TRANSFORMERS[model][0]
+    return type(base.__name__, (_IndependentInitializer, base), {})
+
+
+def is_word_level(model):
+    if model not in TRANSFORMERS:
+        raise ConfigError(f"unknown model {model!r}; choose one of {sorted(TRANSFORMERS)}")
+    return TRANSFORMERS[model][1]
+
+
+def read_config(config_path):
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except OSError as e:
+        raise ConfigError(f"{config_path}: cannot read the model config ({e.strerror})") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{config_path}, line {e.lineno}: not valid JSON ({e.msg})") from e
+    required = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "hidden_act"]
+    missing = [k for k in required if k not in config]
+    if missing:
+        raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
+    return config
+
+
+def resolve_checkpoint(checkpoint_path):
+    """Accept a checkpoint prefix (``.../bert_model.ckpt``) or the directory holding it."""
+    path = os.fspath(checkpoint_path)
+    if os.path.isdir(path):
+        prefix = tf.train.latest_checkpoint(path)
+        if prefix is None:
+            candidates = sorted(f[: -len(".index")] for f in os.listdir(path) if f.endswith(".index"))
+            if len(candidates) != 1:
+                raise CheckpointError(f"{path}: no TensorFlow checkpoint (*.index) in this directory")
+            prefix = os.path.join(path, candidates[0])
+        return prefix
+    if not os.path.exists(path + ".index"):
+        raise CheckpointError(f"{path}: checkpoint not found (no {os.path.basename(path)}.index)")
+    return path
+
+
+def _layer_variables(transformer, layer_name, checkpoint_names):
+    layer = transformer.layers[layer_name]
+    return list(zip(checkpoint_names, layer.trainable_weights))
+
+
+def _mapped_variables(transformer):
+    """(checkpoint name, Keras variable) for every variable the built model has."""
+    mapping = {transformer.prefixed(k): v for k, v in transformer.variable_mapping().items()}
+    pairs = []
+    for layer_name, names in mapping.items():
+        if layer_name in transformer.layers:
+            pairs.extend(_layer_variables(transformer, layer_name, names))
+    return pairs
+
+
+def check_checkpoint(transformer, checkpoint_prefix):
+    """Raise CheckpointError listing every variable the model needs that is absent or misshapen."""
+    available = dict(tf.train.list_variables(checkpoint_prefix))
+    missing, wrong_shape = [], []
+    for name, variable in _mapped_variables(transformer):
+        if name not in available:
+            missing.append(name)
+        elif tuple(available[name]) != tuple(variable.shape):
+            wrong_shape.append(f"{name} {tuple(available[name])} != {tuple(variable.shape)}")
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)} variable(s): {', '.join(missing[:10])}"
+                        + (" ..." if len(missing) > 10 else ""))
+    if wrong_shape:
+        problems.append("shape (checkpoint != config) differs for " + "; ".join(wrong_shape[:10]))
+    if problems:
+        raise CheckpointError(f"{checkpoint_prefix}: does not fit the model config: " + ". ".join(problems))
+
+
+def build_transformer(config_path, checkpoint_path=None, model="bert", **overrides):
+    """Build (and optionally load) a bert4keras transformer; returns the Transformer object."""
+    config = read_config(config_path)
+    config.update(overrides)
+    config.setdefault("max_position", config.get("max_position_embeddings", 512))
+    config.setdefault("dropout_rate", config.get("hidden_dropout_prob"))
+    config.setdefault("attention_dropout_rate", config.get("attention_probs_dropout_prob"))
+    config.setdefault("segment_vocab_size", config.get("type_vocab_size", 2))
+    transformer = transformer_class(model)(**config)
+    transformer.build(**config)
+    if checkpoint_path is not None:
+        prefix = resolve_checkpoint(checkpoint_path)
+        check_checkpoint(transformer, prefix)
+        transformer.load_weights_from_checkpoint(prefix)
+    return transformer
+
+
+def write_checkpoint_variables(keras_model, config, model, prefix):
+    """Write ``keras_model``'s transformer weights under Google checkpoint names to ``prefix``.
+
+    ``keras_model`` is any Keras model containing the transformer's layers (an encoder
+    or an interaction model built by this package).
+    """
+    transformer = transformer_class(model)(**_constructor_config(config))
+    mapping = transformer.variable_mapping()
+    names, values = [], []
+    layer_names = {layer.name for layer in keras_model.layers}
+    for layer_name, checkpoint_names in mapping.items():
+        if layer_name not in layer_names:
+            continue
+        weights = keras_model.get_layer(layer_name).trainable_weights
+        for name, weight in zip(checkpoint_names, weights):
+            value = weight.numpy()
+            if name == "cls/seq_relationship/output_weights":
+                value = value.T
+            names.append(name)
+            values.append(tf.constant(value))
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
+                      shape_and_slices=[""] * len(names), tensors=values)
+    return names
+
+
+def _constructor_config(config):
+    config = dict(config)
+    config.setdefault("max_position", config.get("max_position_embeddings", 512))
+    return config
+
+
+def first_layer_output(transformer):
+    """Output of the first transformer block (for first-last-avg pooling)."""
+    layers = transformer.layers
+    if "Transformer-0-FeedForward-Norm" in layers:
+        return layers["Transformer-0-FeedForward-Norm"].output
+    # ALBERT shares one block across depths: take the block's first application.
+    return layers["Transformer-FeedForward-Norm"].get_output_at(0)
+
+
+def set_precision(policy):
+    """Set the global Keras dtype policy ('float32' or 'mixed_bfloat16')."""
+    keras.mixed_precision.set_global_policy(policy)
+
+
+__all__ = ["tf", "keras", "np"]

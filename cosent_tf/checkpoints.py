@@ -1,0 +1,45 @@
+"""Google-format TF checkpoints (``bert_config.json``, ``bert_model.ckpt.*``, ``vocab.txt``)."""
+import json
+import os
+import shutil
+
+from . import backend
+from .io import atomic_directory
+
+CONFIG_FILE = "bert_config.json"
+CHECKPOINT_PREFIX = "bert_model.ckpt"
+VOCAB_FILE = "vocab.txt"
+
+
+def save_checkpoint(model, directory, config, model_type="bert", vocab_path=None):
+    """Write ``model``'s transformer weights as a Google-format checkpoint folder.
+
+    Args:
+        model: a Keras model holding the transformer's layers (from :func:`build_encoder`
+            or :func:`build_interaction_model`); heads outside the transformer are not saved.
+        directory: the folder to (re)create, atomically: it is complete or untouched.
+        config: the BERT config dict, or the path of its json file.
+        model_type: the ``model`` the transformer was built as (it fixes the variable names).
+        vocab_path: copied in as ``vocab.txt`` when given.
+
+    Returns the list of checkpoint variable names written. The folder loads back with
+    ``build_encoder(dir/bert_config.json, dir/bert_model.ckpt)`` and with bert4keras.
+    """
+    if not isinstance(config, dict):
+        config = backend.read_config(config)
+    with atomic_directory(directory) as tmp:
+        names = backend.write_checkpoint_variables(model, config, model_type, os.path.join(tmp, CHECKPOINT_PREFIX))
+        with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:
+            f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\n'
+                    f'all_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
+        with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2, ensure_ascii=False)
+        if vocab_path is not None:
+            shutil.copyfile(vocab_path, os.path.join(tmp, VOCAB_FILE))
+    return names
+
+
+def checkpoint_files(directory):
+    """(config, checkpoint prefix, vocab) paths of a Google-format checkpoint folder."""
+    return (os.path.join(directory, CONFIG_FILE), os.path.join(directory, CHECKPOINT_PREFIX),
+            os.path.join(directory, VOCAB_FILE))

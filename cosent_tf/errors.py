@@ -1,0 +1,24 @@
+"""Error types raised for bad input. Every message names the file (and line) at fault."""
+
+
+class CosentError(Exception):
+    """Base class of the errors this package raises on purpose."""
+
+
+class DataError(CosentError, ValueError):
+    """A data file is missing, unreadable or has a line that cannot be used."""
+
+    def __init__(self, path, message, line=None):
+        self.path = str(path)
+        self.line = line
+        self.reason = message
+        where = self.path if line is None else f"{self.path}, line {line}"
+        super().__init__(f"{where}: {message}")
+
+
+class ConfigError(CosentError, ValueError):
+    """A model config, vocabulary or option does not fit with the others."""
+
+
+class CheckpointError(CosentError, ValueError):
+    """A checkpoint is missing or does not match the model config."""

@@ -1,0 +1,77 @@
+"""Pooling of transformer outputs into sentence vectors."""
+from .backend import keras, tf
+from .errors import ConfigError
+
+POOLING_MODES = ("cls", "last-avg", "first-last-avg", "max", "pooler")
+
+
+def _masked_mean(hidden, mask):
+    weights = mask[:, :, None]
+    return tf.reduce_sum(hidden * weights, axis=1) / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
+
+
+@keras.utils.register_keras_serializable(package="cosent_tf")
+class Pooling(keras.layers.Layer):
+    """Turn transformer outputs into one vector per sentence.
+
+    Modes and the inputs they take (``mask`` is 1 for real tokens, 0 for padding, (B, T)):
+
+    * ``cls``: the last layer's first token; input (B, T, H).
+    * ``last-avg``: mean of the last layer over real tokens; input (B, T, H).
+    * ``max``: element-wise max of the last layer over real tokens; input (B, T, H).
+    * ``first-last-avg``: mean of the first and last transformer layers' token means
+      (as in BERT-whitening); input [first (B, T, H), last (B, T, H)].
+    * ``pooler``: BERT's pooler output (tanh(W h_cls + b)); input (B, H).
+
+    Padding never enters a mean or a max. Computed and returned in float32, so the layer
+    is safe under mixed_bfloat16.
+    """
+
+    def __init__(self, mode="cls", **kwargs):
+        if mode not in POOLING_MODES:
+            raise ConfigError(f"unknown pooling {mode!r}; choose one of {', '.join(POOLING_MODES)}")
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.mode = mode
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if self.mode == "pooler":
+            return tf.cast(inputs, tf.float32)
+        if self.mode == "first-last-avg":
+            first, last = (tf.cast(x, tf.float32) for x in inputs)
+        else:
+            last = tf.cast(inputs, tf.float32)
+        if self.mode == "cls":
+            return last[:, 0]
+        if mask is None:
+            mask = tf.ones(tf.shape(last)[:2], tf.float32)
+        mask = tf.cast(mask, tf.float32)
+        if self.mode == "last-avg":
+            return _masked_mean(last, mask)
+        if self.mode == "first-last-avg":
+            return (_masked_mean(first, mask) + _masked_mean(last, mask)) / 2.0
+        lowest = tf.constant(tf.float32.min, tf.float32)
+        return tf.reduce_max(tf.where(mask[:, :, None] > 0, last, lowest), axis=1)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode}
+
+
+@keras.utils.register_keras_serializable(package="cosent_tf")
+class PaddingMask(keras.layers.Layer):
+    """1.0 where a token id is not the padding id, else 0.0."""
+
+    def __init__(self, padding_id=0, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.padding_id = padding_id
+
+    def call(self, token_ids):
+        return tf.cast(tf.not_equal(tf.cast(token_ids, tf.int32), self.padding_id), tf.float32)
+
+    def get_config(self):
+        return {**super().get_config(), "padding_id": self.padding_id}

@@ -1,0 +1,36 @@
+"""Helpers shared by the losses that read interleaved sentence-pair batches."""
+from ..backend import tf
+
+
+def compute_dtype(y_pred):
+    """float64 stays float64 (for gradient checks); everything else is computed in float32."""
+    return tf.float64 if y_pred.dtype == tf.float64 else tf.float32
+
+
+def check_interleaved(y_pred):
+    """Raise if the batch cannot hold whole pairs (rows 2k and 2k+1 are one pair)."""
+    rows = y_pred.shape[0]
+    if rows is not None:
+        if rows % 2:
+            raise ValueError(
+                f"an interleaved pair batch needs an even number of rows, got {rows}: "
+                "rows 2k and 2k+1 must be the two sentences of pair k")
+        return []
+    return [tf.debugging.assert_equal(
+        tf.shape(y_pred)[0] % 2, 0,
+        message="an interleaved pair batch needs an even number of rows")]
+
+
+def pair_labels(y_true, dtype):
+    """One label per pair, read from the pair's first row."""
+    return tf.cast(tf.reshape(y_true, [-1])[::2], dtype)
+
+
+def pair_cosines(y_pred):
+    """Cosine of rows 2k and 2k+1 for every pair k, in float32 (or float64)."""
+    checks = check_interleaved(y_pred)
+    with tf.control_dependencies(checks):
+        vectors = tf.cast(y_pred, compute_dtype(y_pred))
+    first = tf.math.l2_normalize(vectors[::2], axis=1)
+    second = tf.math.l2_normalize(vectors[1::2], axis=1)
+    return tf.reduce_sum(first * second, axis=1)

@@ -1,0 +1,63 @@
+"""CoSENT: a ranking loss on the cosine of sentence vectors (Su, 2022)."""
+import numpy as np
+
+from ..backend import keras, tf
+from ._pairs import pair_cosines, pair_labels
+
+
+def ranking_loss(scores, labels):
+    """log(1 + sum over label_i > label_j of exp(score_j - score_i)), computed stably.
+
+    ``scores`` and ``labels`` are vectors of one value per pair. Pairs whose labels are
+    not ordered contribute exp(-inf) = 0; the leading 0 is the "1 +" term, so the
+    log-sum-exp never overflows however large the score differences get.
+    """
+    differences = scores[None, :] - scores[:, None]  # [i, j] = score_j - score_i
+    ordered = labels[:, None] > labels[None, :]
+    masked = tf.where(ordered, differences, tf.constant(-np.inf, dtype=scores.dtype))
+    terms = tf.concat([tf.zeros([1], dtype=scores.dtype), tf.reshape(masked, [-1])], axis=0)
+    return tf.reduce_logsumexp(terms)
+
+
+def cosent_loss(y_true, y_pred, scale=20.0):
+    """CoSENT loss of an interleaved batch; usable as ``compile(loss=cosent_loss)``.
+
+    See :class:`CoSENTLoss` for the formula and the expected inputs.
+    """
+    cosines = pair_cosines(y_pred)
+    labels = pair_labels(y_true, cosines.dtype)
+    return ranking_loss(tf.cast(scale, cosines.dtype) * cosines, labels)
+
+
+@keras.utils.register_keras_serializable(package="cosent_tf")
+class CoSENTLoss(keras.losses.Loss):
+    """CoSENT loss for a feature-based (siamese) model.
+
+    For every two pairs in the batch whose labels are ordered, the pair with the larger
+    label should have the larger cosine::
+
+        loss = log(1 + sum_{label(i,j) > label(k,l)} exp(scale * (cos(u_k, u_l) - cos(u_i, u_j))))
+
+    Inputs:
+        y_pred: sentence vectors of shape (2B, d), interleaved: rows 2k and 2k+1 are the
+            two sentences of pair k. Any float dtype; computed in float32.
+        y_true: each pair's label on both of its rows, shape (2B,) or (2B, 1). Labels only
+            need an order: 0/1, NLI ranks 0/1/2, or float scores. Equal labels add nothing,
+            so a batch whose labels are all equal has loss 0.
+
+    Returns one scalar for the batch (it is a ranking over pairs of pairs, not a mean of
+    per-sample terms).
+
+    Reference: Su Jianlin, "CoSENT (1)", https://kexue.fm/archives/8847 (2022); Huang et
+    al., "CoSENT: Consistent Sentence Embedding via Similarity Ranking", IEEE/ACM TASLP 2024.
+    """
+
+    def __init__(self, scale=20.0, name="cosent", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.scale = float(scale)
+
+    def call(self, y_true, y_pred):
+        return cosent_loss(y_true, y_pred, self.scale)
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale}

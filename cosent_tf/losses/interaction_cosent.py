@@ -1,0 +1,38 @@
+"""CoSENT on the scalar score of an interaction (cross-encoder) model."""
+from ..backend import keras, tf
+from .cosent import ranking_loss
+
+# The original clips scores so that a diverging model cannot produce inf - inf.
+SCORE_LIMIT = 1e6
+
+
+def interaction_cosent_loss(y_true, y_pred):
+    """CoSENT over the scores of a cross-encoder; see :class:`InteractionCoSENTLoss`."""
+    dtype = tf.float64 if y_pred.dtype == tf.float64 else tf.float32
+    scores = tf.clip_by_value(tf.reshape(tf.cast(y_pred, dtype), [-1]), -SCORE_LIMIT, SCORE_LIMIT)
+    labels = tf.cast(tf.reshape(y_true, [-1]), dtype)
+    return ranking_loss(scores, labels)
+
+
+@keras.utils.register_keras_serializable(package="cosent_tf")
+class InteractionCoSENTLoss(keras.losses.Loss):
+    """CoSENT ranking loss for an interaction model's scalar scores f(i, j)::
+
+        loss = log(1 + sum_{label(i,j) > label(k,l)} exp(f(k, l) - f(i, j)))
+
+    No scale: the score is unbounded and learns its own. Scores are clipped to ±1e6 as
+    in the original.
+
+    Inputs:
+        y_pred: one score per pair, shape (B, 1) or (B,) (a Dense(1) on the [CLS] vector
+            of the concatenated pair, no activation).
+        y_true: labels, shape (B,) or (B, 1), in any order-carrying form (0/1, ranks, scores).
+
+    Reference: Su Jianlin, "CoSENT (2)", https://kexue.fm/archives/9341 (2022).
+    """
+
+    def __init__(self, name="interaction_cosent", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        return interaction_cosent_loss(y_true, y_pred)

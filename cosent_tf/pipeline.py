@@ -1,0 +1,133 @@
+"""tf.data input pipelines: interleaved pair batches, concatenated-pair batches, sentences.
+
+Token ids are produced once up front; each batch is padded only to its own longest
+sequence. Batch order is a seeded shuffle that changes every epoch; with
+``group_by_length`` the examples of a pool of batches are sorted by length before being
+cut into batches (and the batches shuffled again), so little padding is computed.
+"""
+import numpy as np
+
+from .backend import tf
+
+# How many batches' worth of examples are sorted together when grouping by length:
+# large enough to find similar lengths, small enough to keep batches random.
+LENGTH_POOL_BATCHES = 50
+
+
+def pad_batch(sequences, padding_id=0):
+    """Stack token id sequences into an int32 matrix padded to the longest of them."""
+    longest = max(len(s) for s in sequences)
+    batch = np.full((len(sequences), longest), padding_id, dtype=np.int32)
+    for row, sequence in enumerate(sequences):
+        batch[row, : len(sequence)] = sequence
+    return batch
+
+
+def batch_indices(lengths, batch_size, epoch, shuffle=True, group_by_length=False, seed=0):
+    """Index arrays of the batches of one epoch (every example exactly once)."""
+    lengths = np.asarray(lengths)
+    count = len(lengths)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(count) if shuffle else np.arange(count)
+    if group_by_length:
+        pool = batch_size * LENGTH_POOL_BATCHES
+        order = np.concatenate([
+            chunk[np.argsort(lengths[chunk], kind="stable")]
+            for chunk in np.array_split(order, range(pool, count, pool))])
+    batches = np.array_split(order, range(batch_size, count, batch_size))
+    if group_by_length and shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+class _EpochCounter:
+    """Numbers the passes Keras makes over a dataset, so each epoch reshuffles."""
+
+    def __init__(self, first_epoch=0):
+        self.next_epoch = first_epoch
+
+    def take(self):
+        epoch = self.next_epoch
+        self.next_epoch += 1
+        return epoch
+
+
+def _dataset(make_batches, num_batches, output_signature):
+    dataset = tf.data.Dataset.from_generator(make_batches, output_signature=output_signature)
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+_IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
+_LABELS = tf.TensorSpec(shape=(None,), dtype=tf.float32)
+
+
+def pair_dataset(ids_a, ids_b, labels, batch_size=32, shuffle=True, group_by_length=True,
+                 seed=0, first_epoch=0):
+    """Interleaved sentence-pair batches for a feature model.
+
+    Each element is ``((token_ids, segment_ids), labels)`` with token ids of shape
+    (2B, T): rows 2k and 2k+1 are the two sentences of pair k, and each pair's label is
+    repeated on both of its rows. ``batch_size`` counts pairs.
+    """
+    if not len(ids_a) == len(ids_b) == len(labels):
+        raise ValueError(f"pair columns differ in length: {len(ids_a)}, {len(ids_b)}, {len(labels)}")
+    labels = np.asarray(labels, dtype=np.float32)
+    lengths = [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
+    counter = _EpochCounter(first_epoch)
+
+    def make_batches():
+        epoch = counter.take()
+        for index in batch_indices(lengths, batch_size, epoch, shuffle, group_by_length, seed):
+            token_ids = pad_batch([s for i in index for s in (ids_a[i], ids_b[i])])
+            yield (token_ids, np.zeros_like(token_ids)), np.repeat(labels[index], 2)
+
+    num_batches = -(-len(labels) // batch_size)
+    return _dataset(make_batches, num_batches, ((_IDS, _IDS), _LABELS))
+
+
+def interaction_dataset(pair_ids, labels, batch_size=32, shuffle=True, group_by_length=True,
+                        seed=0, first_epoch=0):
+    """Concatenated-pair batches for an interaction model: ``((token_ids, segment_ids), labels)``.
+
+    Segment ids are all 0, as in the original interaction experiments.
+    """
+    if len(pair_ids) != len(labels):
+        raise ValueError(f"{len(pair_ids)} token sequences but {len(labels)} labels")
+    labels = np.asarray(labels, dtype=np.float32)
+    lengths = [len(s) for s in pair_ids]
+    counter = _EpochCounter(first_epoch)
+
+    def make_batches():
+        epoch = counter.take()
+        for index in batch_indices(lengths, batch_size, epoch, shuffle, group_by_length, seed):
+            token_ids = pad_batch([pair_ids[i] for i in index])
+            yield (token_ids, np.zeros_like(token_ids)), labels[index]
+
+    num_batches = -(-len(labels) // batch_size)
+    return _dataset(make_batches, num_batches, ((_IDS, _IDS), _LABELS))
+
+
+def sentence_dataset(token_ids, batch_size=64):
+    """Batches for inference, sorted by length; returns ``(dataset, order)``.
+
+    Row r of the concatenated predictions belongs to input ``order[r]``; use
+    :func:`restore_order` to put predictions back in input order.
+    """
+    order = np.argsort([len(s) for s in token_ids], kind="stable")
+    batches = np.array_split(order, range(batch_size, len(order), batch_size))
+
+    def make_batches():
+        for index in batches:
+            ids = pad_batch([token_ids[i] for i in index])
+            yield (ids, np.zeros_like(ids)),
+
+    return _dataset(make_batches, len(batches), ((_IDS, _IDS),)), order
+
+
+def restore_order(predictions, order):
+    restored = np.empty_like(predictions)
+    restored[order] = predictions
+    return restored

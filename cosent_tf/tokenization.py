@@ -1,0 +1,89 @@
+"""Tokenisation: bert4keras's WordPiece Tokenizer, with jieba pre-tokenisation for word models."""
+import logging
+
+import numpy as np
+
+from .backend import Bert4kerasTokenizer, read_config
+from .errors import ConfigError, DataError
+
+
+def load_vocab(vocab_path):
+    """Token list of a BERT vocab file (one token per line); errors name the file and line."""
+    try:
+        with open(vocab_path, "rb") as f:
+            raw_lines = f.read().splitlines()
+    except OSError as e:
+        raise DataError(vocab_path, f"cannot read the vocabulary ({e.strerror})") from e
+    tokens = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            tokens.append(raw.decode("utf-8").strip())
+        except UnicodeDecodeError as e:
+            raise DataError(vocab_path, f"not valid UTF-8 ({e.reason})", line=number) from e
+    if not tokens:
+        raise DataError(vocab_path, "the vocabulary is empty")
+    return tokens
+
+
+def check_vocab_size(config_path, vocab_path):
+    """Raise ConfigError unless the config's vocab_size equals the vocab file's line count."""
+    expected = read_config(config_path)["vocab_size"]
+    actual = len(load_vocab(vocab_path))
+    if expected != actual:
+        raise ConfigError(
+            f"{config_path}: vocab_size is {expected} but {vocab_path} has {actual} tokens; "
+            "the config and the vocabulary must come from the same checkpoint")
+
+
+def _jieba_cut(text):
+    import jieba
+
+    return jieba.cut(text, HMM=False)
+
+
+class SentenceTokenizer:
+    """Text to token ids for sentence encoders and cross-encoders.
+
+    Character-level by default (bert4keras ``Tokenizer(vocab, do_lower_case=True)``, as the
+    original experiments); ``word_level=True`` first cuts text with jieba (HMM off), as
+    WoBERT and RoFormer expect. Sequences include [CLS] and [SEP] and are truncated to
+    ``maxlen`` tokens.
+    """
+
+    def __init__(self, vocab_path, maxlen=64, word_level=False, do_lower_case=True):
+        self.vocab_path = str(vocab_path)
+        self.maxlen = int(maxlen)
+        self.word_level = bool(word_level)
+        self.do_lower_case = bool(do_lower_case)
+        if self.maxlen < 3:
+            raise ConfigError(f"maxlen must leave room for [CLS], [SEP] and a token, got {maxlen}")
+        token_dict = {token: i for i, token in enumerate(load_vocab(vocab_path))}
+        if word_level:
+            import jieba
+
+            jieba.setLogLevel(logging.WARNING)
+        self._tokenizer = Bert4kerasTokenizer(
+            token_dict, do_lower_case=do_lower_case,
+            pre_tokenize=_jieba_cut if word_level else None)
+        self.vocab_size = len(token_dict)
+
+    def encode(self, text):
+        """Token ids of one sentence, [CLS] ... [SEP]."""
+        return self._tokenizer.encode(text, maxlen=self.maxlen)[0]
+
+    def encode_pair(self, first, second):
+        """Token ids of a concatenated pair, [CLS] a [SEP] b [SEP] (longer side truncated first)."""
+        return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
+
+    def encode_all(self, texts):
+        return [np.asarray(self.encode(t), dtype=np.int32) for t in texts]
+
+    def encode_pairs(self, firsts, seconds):
+        return [np.asarray(self.encode_pair(a, b), dtype=np.int32) for a, b in zip(firsts, seconds)]
+
+    def tokenize(self, text):
+        return self._tokenizer.tokenize(text, maxlen=self.maxlen)
+
+    def get_config(self):
+        return {"vocab_path": self.vocab_path, "maxlen": self.maxlen,
+                "word_level": self.word_level, "do_lower_case": self.do_lower_case}
