@@ -16,8 +16,9 @@ def atomic_path(path):
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    # Keep the extension: Keras picks the weights format from it.
-    suffix = "".join(os.path.splitext(os.path.basename(path))[1:])
+    # Keep the whole extension (".weights.h5"): Keras picks the weights format from it.
+    name = os.path.basename(path)
+    suffix = "." + name.split(".", 1)[1] if "." in name else ""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
     os.close(fd)
     try:

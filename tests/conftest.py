@@ -1,0 +1,38 @@
+import json
+import os
+
+import pytest
+
+import cosent_tf  # noqa: F401  (sets up Keras 2 before TensorFlow is imported anywhere)
+from cosent_tf.backend import keras
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.environ.get("COSENT_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+SHARED_VOCAB = os.path.join(SHARED_DATA, "vocab", "bert-base-chinese-vocab.txt")
+
+requires_shared_data = pytest.mark.skipif(
+    not os.path.isdir(SHARED_DATA), reason=f"shared data not found at {SHARED_DATA}")
+
+
+def write_config(path, vocab_size=21128, hidden=16, layers=2, heads=2, intermediate=32, max_position=64,
+                 **extra):
+    config = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                  num_attention_heads=heads, intermediate_size=intermediate, hidden_act="gelu",
+                  max_position_embeddings=max_position, type_vocab_size=2, **extra)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return str(path)
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    return write_config(tmp_path / "tiny_config.json")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    keras.backend.clear_session()
+    keras.mixed_precision.set_global_policy("float32")
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.mixed_precision.set_global_policy("float32")

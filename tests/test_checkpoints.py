@@ -1,0 +1,95 @@
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cosent_tf import (CheckpointError, build_encoder, build_interaction_model, checkpoint_files,
+                       save_checkpoint)
+from cosent_tf import backend
+
+from conftest import write_config
+
+TOKENS = np.array([[101, 872, 1962, 102, 0], [101, 2769, 3221, 6821, 102]], np.int32)
+INPUTS = [TOKENS, np.zeros_like(TOKENS)]
+
+
+@pytest.mark.parametrize("model", ["bert", "nezha", "albert", "roformer"])
+def test_round_trip_gives_identical_outputs(model, tiny_config, tmp_path):
+    encoder = build_encoder(tiny_config, model=model, pooling="pooler")
+    save_checkpoint(encoder, tmp_path / "ckpt", tiny_config, model_type=model)
+    config, prefix, _ = checkpoint_files(tmp_path / "ckpt")
+    loaded = build_encoder(config, prefix, model=model, pooling="pooler")
+    np.testing.assert_array_equal(loaded.predict(INPUTS, verbose=0), encoder.predict(INPUTS, verbose=0))
+    # Without a pooler the same checkpoint gives the same transformer: compare mean pooling.
+    mean_loaded = build_encoder(config, prefix, model=model, pooling="last-avg")
+    mean_reference = build_encoder(tiny_config, model=model, pooling="last-avg")
+    mean_reference.set_weights(encoder.get_weights()[:-2])  # all but the pooler kernel and bias
+    np.testing.assert_array_equal(mean_loaded.predict(INPUTS, verbose=0),
+                                  mean_reference.predict(INPUTS, verbose=0))
+
+
+def test_bert_checkpoint_uses_google_names_and_loads_by_folder(tiny_config, tmp_path):
+    encoder = build_encoder(tiny_config, pooling="pooler")
+    save_checkpoint(encoder, tmp_path / "ckpt", tiny_config)
+    variables = dict(tf.train.list_variables(str(tmp_path / "ckpt" / "bert_model.ckpt")))
+    assert variables["bert/embeddings/word_embeddings"] == [21128, 16]
+    assert variables["bert/encoder/layer_1/attention/self/query/kernel"] == [16, 16]
+    assert variables["bert/encoder/layer_0/output/LayerNorm/gamma"] == [16]
+    assert variables["bert/pooler/dense/kernel"] == [16, 16]
+    kernel = tf.train.load_variable(str(tmp_path / "ckpt"), "bert/encoder/layer_0/attention/self/key/kernel")
+    np.testing.assert_array_equal(kernel, encoder.get_layer("Transformer-0-MultiHeadSelfAttention").get_weights()[2])
+    # A folder is accepted as well as a prefix, and a [CLS] encoder needs no pooler.
+    loaded = build_encoder(tiny_config, str(tmp_path / "ckpt"), pooling="cls")
+    reference = build_encoder(tiny_config, pooling="cls")
+    reference.set_weights(encoder.get_weights()[:-2])  # everything but the pooler's kernel and bias
+    np.testing.assert_array_equal(loaded.predict(INPUTS, verbose=0), reference.predict(INPUTS, verbose=0))
+
+
+def test_interaction_model_shares_the_transformer_weights(tiny_config, tmp_path):
+    model = build_interaction_model(tiny_config, head="score")
+    save_checkpoint(model, tmp_path / "ckpt", tiny_config)
+    loaded = build_interaction_model(tiny_config, str(tmp_path / "ckpt"), head="score")
+    for name in ("Embedding-Token", "Transformer-1-FeedForward"):
+        for a, b in zip(loaded.get_layer(name).get_weights(), model.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_missing_variables_are_listed(tiny_config, tmp_path):
+    save_checkpoint(build_encoder(tiny_config, pooling="cls"), tmp_path / "ckpt", tiny_config)
+    with pytest.raises(CheckpointError, match=r"missing 2 variable\(s\): bert/pooler/dense/kernel, bert/pooler/dense/bias"):
+        build_encoder(tiny_config, str(tmp_path / "ckpt"), pooling="pooler")
+    deeper = write_config(tmp_path / "deeper.json", layers=3)
+    with pytest.raises(CheckpointError, match="bert/encoder/layer_2/attention/self/query/kernel"):
+        build_encoder(deeper, str(tmp_path / "ckpt"))
+
+
+def test_wrong_shapes_are_listed(tiny_config, tmp_path):
+    save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config)
+    wider = write_config(tmp_path / "wider.json", intermediate=48)
+    with pytest.raises(CheckpointError, match=r"layer_0/intermediate/dense/kernel \(16, 32\) != \(16, 48\)"):
+        build_encoder(wider, str(tmp_path / "ckpt"))
+
+
+def test_missing_checkpoint_is_named(tiny_config, tmp_path):
+    with pytest.raises(CheckpointError, match=r"nowhere/bert_model.ckpt: checkpoint not found"):
+        build_encoder(tiny_config, str(tmp_path / "nowhere" / "bert_model.ckpt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="no TensorFlow checkpoint"):
+        build_encoder(tiny_config, str(tmp_path / "empty"))
+
+
+def test_failed_save_leaves_previous_checkpoint_intact(tiny_config, tmp_path, monkeypatch):
+    encoder = build_encoder(tiny_config)
+    save_checkpoint(encoder, tmp_path / "ckpt", tiny_config)
+    before = {f: (tmp_path / "ckpt" / f).read_bytes() for f in os.listdir(tmp_path / "ckpt")}
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(backend, "write_checkpoint_variables", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config)
+    after = {f: (tmp_path / "ckpt" / f).read_bytes() for f in os.listdir(tmp_path / "ckpt")}
+    assert after == before
+    assert sorted(os.listdir(tmp_path)) == ["ckpt", "tiny_config.json"]  # no temporary left behind

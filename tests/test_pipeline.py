@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+from cosent_tf import interaction_dataset, pair_dataset, sentence_dataset
+from cosent_tf.pipeline import batch_indices, pad_batch, restore_order
+
+
+def make_pairs(count, seed=0):
+    rng = np.random.default_rng(seed)
+    # Token ids encode (pair index, side) so every row can be traced back to its pair.
+    ids_a = [np.array([101] + [1000 + k] * int(rng.integers(1, 30)) + [102], np.int32) for k in range(count)]
+    ids_b = [np.array([101] + [5000 + k] * int(rng.integers(1, 30)) + [102], np.int32) for k in range(count)]
+    return ids_a, ids_b, np.arange(count, dtype=np.float32)
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_pair_batches_are_interleaved_and_complete(group):
+    ids_a, ids_b, labels = make_pairs(103)
+    dataset = pair_dataset(ids_a, ids_b, labels, batch_size=8, group_by_length=group, seed=3)
+    seen = []
+    for (token_ids, segment_ids), batch_labels in dataset.as_numpy_iterator():
+        assert token_ids.shape[0] % 2 == 0 and not segment_ids.any()
+        for row in range(0, len(token_ids), 2):
+            k = int(batch_labels[row])
+            assert batch_labels[row + 1] == k
+            np.testing.assert_array_equal(token_ids[row][: len(ids_a[k])], ids_a[k])
+            np.testing.assert_array_equal(token_ids[row + 1][: len(ids_b[k])], ids_b[k])
+            assert not token_ids[row][len(ids_a[k]):].any() and not token_ids[row + 1][len(ids_b[k]):].any()
+            seen.append(k)
+        # Padded only to this batch's own longest sequence.
+        longest = max(max(len(ids_a[int(k)]), len(ids_b[int(k)])) for k in batch_labels[::2])
+        assert token_ids.shape[1] == longest
+    assert sorted(seen) == list(range(103))
+
+
+def test_shuffle_is_seeded_and_changes_per_epoch():
+    ids_a, ids_b, labels = make_pairs(64)
+
+    def epoch_orders(seed):
+        dataset = pair_dataset(ids_a, ids_b, labels, batch_size=8, seed=seed)
+        return [[int(x) for _, y in dataset.as_numpy_iterator() for x in y[::2]] for _ in range(2)]
+
+    first, again, other = epoch_orders(1), epoch_orders(1), epoch_orders(2)
+    assert first == again
+    assert first[0] != first[1]
+    assert first != other
+
+
+def test_grouping_by_length_cuts_padding():
+    lengths = np.random.default_rng(0).integers(3, 60, 3200)
+    def padded_tokens(group):
+        return sum(len(b) * lengths[b].max() for b in batch_indices(lengths, 32, 0, True, group, seed=0))
+    assert padded_tokens(True) < 0.7 * padded_tokens(False)
+    batches = batch_indices(lengths, 32, 0, True, True, seed=0)
+    assert sorted(np.concatenate(batches)) == list(range(3200))
+
+
+def test_interaction_batches():
+    pair_ids = [np.arange(1, n + 1, dtype=np.int32) for n in (3, 7, 5, 2, 9)]
+    dataset = interaction_dataset(pair_ids, np.arange(5), batch_size=2, shuffle=False, group_by_length=False)
+    batches = list(dataset.as_numpy_iterator())
+    assert [b[0][0].shape for b in batches] == [(2, 7), (2, 5), (1, 9)]
+    assert [list(b[1]) for b in batches] == [[0, 1], [2, 3], [4]]
+
+
+def test_sentence_batches_sorted_and_restorable():
+    token_ids = [np.arange(1, n + 1, dtype=np.int32) for n in (5, 2, 9, 3, 7)]
+    dataset, order = sentence_dataset(token_ids, batch_size=2)
+    widths = [x[0].shape[1] for (x,) in dataset.as_numpy_iterator()]
+    assert widths == [3, 7, 9]
+    lengths_in_batch_order = np.array([len(token_ids[i]) for i in order], dtype=np.float32)
+    np.testing.assert_array_equal(restore_order(lengths_in_batch_order, order), [5, 2, 9, 3, 7])
+
+
+def test_element_spec_has_free_dimensions_so_keras_traces_once():
+    ids_a, ids_b, labels = make_pairs(4)
+    (token_spec, _), _ = pair_dataset(ids_a, ids_b, labels).element_spec
+    assert token_spec.shape.as_list() == [None, None]
+
+
+def test_pad_batch_and_bad_input():
+    np.testing.assert_array_equal(pad_batch([[1, 2], [3]]), [[1, 2], [3, 0]])
+    with pytest.raises(ValueError, match="differ in length"):
+        pair_dataset([[1]], [[1], [2]], [0.0])
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        batch_indices([1, 2], 0, 0)
