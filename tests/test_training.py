@@ -82,3 +82,10 @@ def test_script_runs_as_a_command(tiny_setup):
     last = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(last) == {"valid", "test", "best_epoch", "wall_seconds"}
     assert json.loads((tmp_path / "cli" / "metrics.json").read_text())["train_pairs"] == 16
+
+
+def test_mixed_bfloat16_training_runs(tiny_setup):
+    tmp_path, options = tiny_setup
+    metrics = main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
+    assert np.isfinite(metrics["test"]["spearman"])
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["precision"] == "bf16"
