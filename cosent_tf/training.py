@@ -53,8 +53,10 @@ class RunConfig:
     def resolved(self):
         """Fill in config/vocab from a checkpoint folder or the shared data, and the output dir."""
         values = dataclasses.asdict(self)
-        if self.checkpoint and os.path.isdir(self.checkpoint):
-            config, _, vocab = checkpoint_files(self.checkpoint)
+        if self.checkpoint:
+            # A checkpoint folder, or a prefix inside one, brings its config and vocab along.
+            folder = self.checkpoint if os.path.isdir(self.checkpoint) else os.path.dirname(self.checkpoint)
+            config, _, vocab = checkpoint_files(folder)
             values["config"] = self.config or config
             values["vocab"] = self.vocab or vocab
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG

@@ -89,3 +89,18 @@ def test_mixed_bfloat16_training_runs(tiny_setup):
     metrics = main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
     assert np.isfinite(metrics["test"]["spearman"])
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["precision"] == "bf16"
+
+
+@pytest.mark.parametrize("as_prefix", [False, True], ids=["folder", "prefix"])
+def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefix):
+    from cosent_tf import build_encoder, save_checkpoint
+
+    tmp_path, _ = tiny_setup
+    config, vocab = str(tmp_path / "config.json"), str(tmp_path / "vocab.txt")
+    save_checkpoint(build_encoder(config), tmp_path / "ckpt", config, vocab_path=vocab)
+    checkpoint = str(tmp_path / "ckpt" / "bert_model.ckpt") if as_prefix else str(tmp_path / "ckpt")
+    main(["BQ", "--epochs", "1", "--data-dir", str(tmp_path / "data"), "--checkpoint", checkpoint,
+          "--batch-size", "8", "--output-dir", str(tmp_path / "from-ckpt")])
+    used = json.loads((tmp_path / "from-ckpt" / "config.json").read_text())
+    assert used["config"] == str(tmp_path / "ckpt" / "bert_config.json")
+    assert used["vocab"] == str(tmp_path / "ckpt" / "vocab.txt")
