@@ -1,6 +1,8 @@
 """Metrics as the original experiments report them, and the validate-and-keep-best callback."""
+import csv
 import logging
 import math
+import os
 
 import numpy as np
 from scipy import stats
@@ -78,28 +80,57 @@ def correlation_metrics(scores, labels):
 
 
 class ValidationCheckpoint(keras.callbacks.Callback):
-    """Evaluate after each epoch, log ``val_<metric>``, and keep the best weights.
+    """Evaluate on valid after each epoch (and every ``every_steps`` steps), keep the best.
 
-    ``evaluate(model) -> dict`` computes the metrics; the weights of the best epoch by
-    ``monitor`` (higher is better) are written atomically to ``weights_path``, so a crash
-    leaves the previous best file intact. With ``restore_best`` the model ends training
-    holding the best weights.
+    ``evaluate(model) -> dict`` computes the metrics. Epoch-end results are logged as
+    ``val_<metric>``; the weights of the best epoch by ``monitor`` (higher is better) are
+    written atomically to ``weights_path``, so a crash leaves the previous best intact.
+    Every evaluation becomes a row (epoch, step, end_of_epoch, metrics...) of ``csv_path``,
+    rewritten atomically; a resumed run reloads the rows up to the restored step and
+    carries on. With ``restore_best`` the model ends training holding the best weights.
+    Best weights are chosen at epoch ends only, as in the original experiments.
     """
 
-    def __init__(self, evaluate, weights_path=None, monitor="spearman", restore_best=True):
+    def __init__(self, evaluate, weights_path=None, monitor="spearman", restore_best=True,
+                 every_steps=0, csv_path=None):
         super().__init__()
         self.evaluate = evaluate
         self.weights_path = weights_path
         self.monitor = monitor
         self.restore_best = restore_best
+        self.every_steps = int(every_steps or 0)
+        self.csv_path = csv_path
         self.best = -math.inf
         self.best_epoch = None
         self.history = []
         self._best_weights = None
 
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_begin(self, logs=None):
+        step = self._step()
+        if step and self.csv_path and os.path.exists(self.csv_path):
+            self.history = [row for row in _read_history(self.csv_path) if row["step"] <= step]
+            for row in self.history:
+                if row["end_of_epoch"] and row[self.monitor] > self.best:
+                    self.best, self.best_epoch = row[self.monitor], row["epoch"]
+            print(f"resumed at step {step}: best valid {self.monitor} so far "
+                  f"{self.best:.4f} (epoch {self.best_epoch})", flush=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.every_steps or batch + 1 == self.params.get("steps"):
+            return
+        step = self._step()
+        if step % self.every_steps == 0:
+            metrics = self._record(self._epoch + 1, step, False)
+            print(f"step {step} valid: " + _format(metrics), flush=True)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
     def on_epoch_end(self, epoch, logs=None):
-        metrics = self.evaluate(self.model)
-        self.history.append({"epoch": epoch + 1, **metrics})
+        metrics = self._record(epoch + 1, self._step(), True)
         if logs is not None:
             logs.update({f"val_{k}": v for k, v in metrics.items()})
         value = metrics[self.monitor]
@@ -110,10 +141,45 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             if self.weights_path:
                 with atomic_path(self.weights_path) as tmp:
                     self.model.save_weights(tmp)
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        print(f"epoch {epoch + 1} valid: {shown}" + ("  (best so far)" if improved else
+        print(f"epoch {epoch + 1} valid: {_format(metrics)}" + ("  (best so far)" if improved else
               f"  (best {self.best:.4f} at epoch {self.best_epoch})"), flush=True)
 
+    def _record(self, epoch, step, end_of_epoch):
+        metrics = self.evaluate(self.model)
+        self.history.append({"epoch": epoch, "step": step, "end_of_epoch": end_of_epoch, **metrics})
+        if self.csv_path:
+            _write_history(self.csv_path, self.history)
+        return metrics
+
     def on_train_end(self, logs=None):
-        if self.restore_best and self._best_weights is not None:
+        if not self.restore_best:
+            return
+        if self._best_weights is not None:
             self.model.set_weights(self._best_weights)
+        elif self.best_epoch is not None and self.weights_path and os.path.exists(self.weights_path):
+            self.model.load_weights(self.weights_path)  # best epoch came before a resume
+
+
+def _format(metrics):
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+def _write_history(path, rows):
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def _read_history(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return [{key: (int(value) if key in ("epoch", "step") else value == "True" if key == "end_of_epoch"
+                   else float(value)) for key, value in row.items()} for row in rows]
+
+
+def read_history(path):
+    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`."""
+    return _read_history(path)

@@ -42,21 +42,38 @@ def batch_indices(lengths, batch_size, epoch, shuffle=True, group_by_length=Fals
     return batches
 
 
-class _EpochCounter:
-    """Numbers the passes Keras makes over a dataset, so each epoch reshuffles."""
+class _BatchStream:
+    """Yields the batches of successive epochs, one pass per iteration or endlessly.
 
-    def __init__(self, first_epoch=0):
-        self.next_epoch = first_epoch
+    ``start_step`` (an int, or a callable read when iteration starts, such as the
+    optimizer's step counter) says which global batch to begin at, so a resumed run picks
+    up the same shuffle where it stopped.
+    """
 
-    def take(self):
-        epoch = self.next_epoch
-        self.next_epoch += 1
-        return epoch
+    def __init__(self, lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat):
+        self.plan = (lengths, batch_size, shuffle, group_by_length, seed)
+        self.batches_per_epoch = -(-len(lengths) // batch_size)
+        self.start_step = start_step
+        self.repeat = repeat
+        self.passes = 0
+
+    def __call__(self):
+        start = self.start_step() if callable(self.start_step) else self.start_step
+        if not self.repeat:  # Keras re-iterates a finite dataset once per epoch
+            start += self.passes * self.batches_per_epoch
+            self.passes += 1
+        epoch, offset = divmod(int(start), self.batches_per_epoch)
+        while True:
+            yield from batch_indices(*self.plan[:2], epoch, *self.plan[2:])[offset:]
+            if not self.repeat:
+                return
+            epoch, offset = epoch + 1, 0
 
 
 def _dataset(make_batches, num_batches, output_signature):
     dataset = tf.data.Dataset.from_generator(make_batches, output_signature=output_signature)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+    if num_batches is not None:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -65,49 +82,48 @@ _LABELS = tf.TensorSpec(shape=(None,), dtype=tf.float32)
 
 
 def pair_dataset(ids_a, ids_b, labels, batch_size=32, shuffle=True, group_by_length=True,
-                 seed=0, first_epoch=0):
+                 seed=0, start_step=0, repeat=False):
     """Interleaved sentence-pair batches for a feature model.
 
     Each element is ``((token_ids, segment_ids), labels)`` with token ids of shape
     (2B, T): rows 2k and 2k+1 are the two sentences of pair k, and each pair's label is
-    repeated on both of its rows. ``batch_size`` counts pairs.
+    repeated on both of its rows. ``batch_size`` counts pairs. Without ``repeat`` each
+    iteration is one epoch (reshuffled every time); with it the stream is endless and
+    starts at global batch ``start_step`` (see :class:`_BatchStream`).
     """
     if not len(ids_a) == len(ids_b) == len(labels):
         raise ValueError(f"pair columns differ in length: {len(ids_a)}, {len(ids_b)}, {len(labels)}")
     labels = np.asarray(labels, dtype=np.float32)
     lengths = [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
-    counter = _EpochCounter(first_epoch)
+    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat)
 
     def make_batches():
-        epoch = counter.take()
-        for index in batch_indices(lengths, batch_size, epoch, shuffle, group_by_length, seed):
+        for index in stream():
             token_ids = pad_batch([s for i in index for s in (ids_a[i], ids_b[i])])
             yield (token_ids, np.zeros_like(token_ids)), np.repeat(labels[index], 2)
 
-    num_batches = -(-len(labels) // batch_size)
-    return _dataset(make_batches, num_batches, ((_IDS, _IDS), _LABELS))
+    return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
 
 def interaction_dataset(pair_ids, labels, batch_size=32, shuffle=True, group_by_length=True,
-                        seed=0, first_epoch=0):
+                        seed=0, start_step=0, repeat=False):
     """Concatenated-pair batches for an interaction model: ``((token_ids, segment_ids), labels)``.
 
-    Segment ids are all 0, as in the original interaction experiments.
+    Segment ids are all 0, as in the original interaction experiments. Batching options
+    as for :func:`pair_dataset`.
     """
     if len(pair_ids) != len(labels):
         raise ValueError(f"{len(pair_ids)} token sequences but {len(labels)} labels")
     labels = np.asarray(labels, dtype=np.float32)
-    lengths = [len(s) for s in pair_ids]
-    counter = _EpochCounter(first_epoch)
+    stream = _BatchStream([len(s) for s in pair_ids], batch_size, shuffle, group_by_length, seed,
+                          start_step, repeat)
 
     def make_batches():
-        epoch = counter.take()
-        for index in batch_indices(lengths, batch_size, epoch, shuffle, group_by_length, seed):
+        for index in stream():
             token_ids = pad_batch([pair_ids[i] for i in index])
             yield (token_ids, np.zeros_like(token_ids)), labels[index]
 
-    num_batches = -(-len(labels) // batch_size)
-    return _dataset(make_batches, num_batches, ((_IDS, _IDS), _LABELS))
+    return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
 
 def sentence_dataset(token_ids, batch_size=64):

@@ -1,11 +1,23 @@
-"""The training engine: one function trains and evaluates a feature-based matcher.
+"""The training engine: one function trains, validates and tests every kind of matcher.
 
-Per-dataset scripts are thin wrappers over :func:`train_feature_model` and :func:`main`.
+Per-dataset scripts are a few lines over :func:`main`. A run writes to its output folder:
+
+* ``config.json``       the full, resolved configuration;
+* ``best.weights.h5``   weights of the epoch with the best valid Spearman;
+* ``valid_metrics.csv`` every validation (each epoch end, and every ``--eval-every`` steps);
+* ``valid_curve.png``   valid Spearman against training steps;
+* ``test_scores.npz``   test scores and labels per task (for similarity-distribution plots);
+* ``metrics.json``      final metrics: ``test.spearman`` (and ``test.accuracy`` with the
+  threshold tuned on valid, for binary tasks), per task under ``tasks``;
+* ``backup/``           Keras BackupAndRestore state while the run is unfinished: the same
+  command resumes an interrupted run from its last completed epoch.
 """
 import argparse
 import dataclasses
+import glob
 import json
 import os
+import shutil
 import time
 
 import numpy as np
@@ -13,24 +25,28 @@ import numpy as np
 from . import backend
 from .backend import keras
 from .checkpoints import checkpoint_files
-from .data import TASKS, load_task
-from .evaluation import ValidationCheckpoint, correlation_metrics, pair_cosines
-from .io import write_json
-from .losses import (CoSENTLoss, CosineMSELoss, SentenceBertHead, SentenceBertSoftmaxLoss,
-                     ThresholdContrastiveLoss)
-from .models import build_encoder
-from .pipeline import pair_dataset
+from .data import TASKS, DataError, PairData, load_task, read_nli, task_file
+from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, interaction_scores,
+                         pair_cosines, pearson, spearman)
+from .io import atomic_path, write_json
+from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceBertHead,
+                     SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
+from .models import build_encoder, build_interaction_model
+from .pipeline import interaction_dataset, pair_dataset
 from .tokenization import SentenceTokenizer
 
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "bert-small-random.json")
-FEATURE_LOSSES = ("cosent", "sbert", "mse", "contrastive")
-# STS-B scores run 0-5; the original binarises them at 2.5 where a loss needs classes.
-SCORE_TASK_MAX = {"STS-B": 5.0}
+NLI = "NLI"
+LOSSES = {"feature": ("cosent", "sbert", "mse", "contrastive"), "interaction": ("ce", "cosent")}
+BINARY_TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX")
+# Label ranges: STS-B scores 0-5 and NLI ranks 0-2; the original binarises STS-B at 2.5.
+LABEL_MAX = {"STS-B": 5.0, NLI: 2.0}
 
 
 @dataclasses.dataclass
 class RunConfig:
     task: str = "STS-B"
+    kind: str = "feature"
     loss: str = "cosent"
     data_dir: str = "../shared/data"
     config: str = None
@@ -38,21 +54,35 @@ class RunConfig:
     vocab: str = None
     model: str = "bert"
     pooling: str = "cls"
-    maxlen: int = 64
-    batch_size: int = 32
-    epochs: int = 5
+    maxlen: int = None
+    batch_size: int = None
+    epochs: int = None
+    steps_per_epoch: int = None
     lr: float = 2e-5
     scale: float = 20.0
     epsilon: float = 0.5
     seed: int = 42
     max_train_pairs: int = None
+    max_eval_pairs: int = None
+    train_from_valid: float = None
+    eval_every: int = 0
     group_by_length: bool = True
     precision: str = "float32"
     output_dir: str = None
 
     def resolved(self):
-        """Fill in config/vocab from a checkpoint folder or the shared data, and the output dir."""
+        """Fill in the original experiments' defaults, and config/vocab/output paths."""
         values = dataclasses.asdict(self)
+        long_texts = self.task == "PAWSX"
+        if self.kind == "interaction":
+            values["maxlen"] = self.maxlen or (256 if long_texts else 128)
+            values["batch_size"] = self.batch_size or (64 if self.loss == "cosent" else 32)
+        else:
+            values["maxlen"] = self.maxlen or (128 if long_texts else 64)
+            values["batch_size"] = self.batch_size or (64 if self.task == NLI else 32)
+        values["epochs"] = self.epochs or (10 if self.task == NLI else 5)
+        if self.task == NLI and self.steps_per_epoch is None:
+            values["steps_per_epoch"] = 5000
         if self.checkpoint:
             # A checkpoint folder, or a prefix inside one, brings its config and vocab along.
             folder = self.checkpoint if os.path.isdir(self.checkpoint) else os.path.dirname(self.checkpoint)
@@ -61,7 +91,8 @@ class RunConfig:
             values["vocab"] = self.vocab or vocab
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG
         values["vocab"] = values["vocab"] or os.path.join(self.data_dir, "vocab", "bert-base-chinese-vocab.txt")
-        values["output_dir"] = self.output_dir or os.path.join("runs", f"{self.loss}-{self.task}")
+        prefix = "interact-" if self.kind == "interaction" else ""
+        values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
         return RunConfig(**values)
 
 
@@ -71,28 +102,143 @@ def senteval_dir(data_dir):
     return nested if os.path.isdir(nested) else data_dir
 
 
-def _training_setup(cfg, encoder, train_labels):
-    """The Keras model to fit, its loss, and the labels it trains on."""
-    score_max = SCORE_TASK_MAX.get(cfg.task, 1.0)
-    if cfg.loss == "cosent":
-        return encoder, CoSENTLoss(cfg.scale), train_labels
-    if cfg.loss == "mse":
-        return encoder, CosineMSELoss(max_label=score_max), train_labels
-    if cfg.loss == "contrastive":
-        return encoder, ThresholdContrastiveLoss(cfg.epsilon, positive_above=score_max / 2), train_labels
-    if cfg.loss == "sbert":
-        classes = (train_labels > score_max / 2).astype(np.float32) if cfg.task in SCORE_TASK_MAX else train_labels
-        head = SentenceBertHead(int(classes.max()) + 1, name="SentenceBert-Head")
-        return keras.Model(encoder.inputs, head(encoder.output)), SentenceBertSoftmaxLoss(), classes
-    raise ValueError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(FEATURE_LOSSES)}")
+def load_run_data(cfg):
+    """(train pairs, {task: (valid, test)}, notes) for a configuration."""
+    folder, notes = senteval_dir(cfg.data_dir), []
+    if cfg.task == NLI:
+        paths = sorted(glob.glob(os.path.join(cfg.data_dir, "**", "cnsd-*", "*.jsonl"), recursive=True))
+        if not paths:
+            raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
+        train = PairData.concat([read_nli(p) for p in paths])
+        tasks = TASKS
+    else:
+        tasks = (cfg.task,)
+    evaluation = {t: (load_task(folder, t, "valid"), load_task(folder, t, "test")) for t in tasks}
+    if cfg.task != NLI:
+        train_path = task_file(folder, cfg.task, "train")
+        if os.path.exists(train_path):
+            train = load_task(folder, cfg.task, "train")
+        elif cfg.train_from_valid:
+            valid, test = evaluation[cfg.task]
+            order = np.random.default_rng(cfg.seed).permutation(len(valid))
+            cut = int(round(len(valid) * cfg.train_from_valid))
+            train, valid = valid.subset(np.sort(order[:cut])), valid.subset(np.sort(order[cut:]))
+            evaluation[cfg.task] = (valid, test)
+            notes.append(f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
+                         f"of valid ({len(train)} pairs) and validated on the rest; NOT comparable "
+                         "with published numbers")
+        else:
+            raise DataError(train_path, f"the {cfg.task} train split is not here (file does not exist); "
+                            "pass --train-from-valid FRACTION to train on a seeded part of valid instead")
+    train = train.sample(cfg.max_train_pairs, cfg.seed)
+    evaluation = {t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
+                  for t, (v, s) in evaluation.items()}
+    return train, evaluation, notes
 
 
-def train_feature_model(cfg):
-    """Train an encoder on ``cfg.task``, keep the best epoch on valid, evaluate it on test.
+class FeatureMatcher:
+    """A siamese encoder scored by cosine."""
 
-    Writes ``config.json``, ``best.weights.h5``, ``history.json`` and ``metrics.json`` to
-    ``cfg.output_dir`` and returns the metrics dict.
-    """
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
+        self.encoder = build_encoder(cfg.config, cfg.checkpoint, cfg.model, cfg.pooling, vocab_path=cfg.vocab)
+
+    def prepare(self, pairs):
+        return self.tokenizer.encode_all(pairs.texts_a), self.tokenizer.encode_all(pairs.texts_b)
+
+    def scores(self, prepared):
+        return pair_cosines(self.encoder, *prepared)
+
+    def training_model(self, labels):
+        cfg, label_max = self.cfg, LABEL_MAX.get(self.cfg.task, 1.0)
+        if cfg.loss == "cosent":
+            return self.encoder, CoSENTLoss(cfg.scale), labels
+        if cfg.loss == "mse":
+            return self.encoder, CosineMSELoss(max_label=label_max), labels
+        if cfg.loss == "contrastive":
+            return self.encoder, ThresholdContrastiveLoss(cfg.epsilon, positive_above=label_max / 2), labels
+        if cfg.loss == "sbert":
+            classes = (labels > 2.5).astype(np.float32) if cfg.task == "STS-B" else labels
+            head = SentenceBertHead(int(classes.max()) + 1, name="SentenceBert-Head")
+            return keras.Model(self.encoder.inputs, head(self.encoder.output)), SentenceBertSoftmaxLoss(), classes
+        raise ValueError(f"unknown feature loss {cfg.loss!r}; choose one of {', '.join(LOSSES['feature'])}")
+
+    def dataset(self, prepared, labels, start_step):
+        return pair_dataset(*prepared, labels, self.cfg.batch_size, group_by_length=self.cfg.group_by_length,
+                            seed=self.cfg.seed, start_step=start_step, repeat=True)
+
+
+class InteractionMatcher:
+    """A cross-encoder over the concatenated pair: a score (CoSENT) or P(similar) (cross-entropy)."""
+
+    def __init__(self, cfg):
+        if cfg.task == NLI:
+            raise ValueError("interaction models are trained on one matching task, not on NLI")
+        if cfg.loss not in LOSSES["interaction"]:
+            raise ValueError(f"unknown interaction loss {cfg.loss!r}; choose one of {', '.join(LOSSES['interaction'])}")
+        self.cfg = cfg
+        self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
+        head = "score" if cfg.loss == "cosent" else "softmax"
+        self.model = build_interaction_model(cfg.config, cfg.checkpoint, cfg.model, head, vocab_path=cfg.vocab)
+
+    def prepare(self, pairs):
+        return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b)
+
+    def scores(self, prepared):
+        return interaction_scores(self.model, prepared)
+
+    def training_model(self, labels):
+        if self.cfg.loss == "cosent":
+            return self.model, InteractionCoSENTLoss(), labels
+        classes = (labels > 2.5).astype(np.float32) if self.cfg.task == "STS-B" else labels
+        return self.model, keras.losses.SparseCategoricalCrossentropy(), classes
+
+    def dataset(self, prepared, labels, start_step):
+        return interaction_dataset(prepared, labels, self.cfg.batch_size, group_by_length=self.cfg.group_by_length,
+                                   seed=self.cfg.seed, start_step=start_step, repeat=True)
+
+
+def task_metrics(scores, labels, valid_scores=None, valid_labels=None, task=None):
+    """Spearman and Pearson; for binary tasks also accuracy at the threshold tuned on valid."""
+    metrics = {"spearman": spearman(scores, labels), "pearson": pearson(scores, labels)}
+    if task in BINARY_TASKS and valid_scores is not None:
+        threshold, _ = best_threshold(valid_scores, valid_labels)
+        metrics.update(accuracy=accuracy_at(scores, labels, threshold), threshold=threshold)
+    return metrics
+
+
+def _with_mean(per_task):
+    """Flatten per-task metrics; with several tasks the headline is their mean Spearman."""
+    if len(per_task) == 1:
+        return dict(next(iter(per_task.values())))
+    flat = {"spearman": float(np.mean([m["spearman"] for m in per_task.values()]))}
+    for task, metrics in per_task.items():
+        flat.update({f"{task}.{k}": v for k, v in metrics.items()})
+    return flat
+
+
+def plot_valid_curve(history, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot([r["step"] for r in history], [r["spearman"] for r in history], marker=".")
+    ends = [r for r in history if r["end_of_epoch"]]
+    axes.scatter([r["step"] for r in ends], [r["spearman"] for r in ends], color="C3", zorder=3, label="epoch end")
+    axes.set(xlabel="training step", ylabel="valid Spearman", title=title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=120)
+    plt.close(figure)
+
+
+def train(cfg):
+    """Train, validate after every epoch, keep the best, test it; returns the metrics dict."""
     cfg = cfg.resolved()
     started = time.time()
     keras.utils.set_random_seed(cfg.seed)
@@ -100,70 +246,99 @@ def train_feature_model(cfg):
     os.makedirs(cfg.output_dir, exist_ok=True)
     write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
 
-    tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
-    folder = senteval_dir(cfg.data_dir)
-    train = load_task(folder, cfg.task, "train").sample(cfg.max_train_pairs, cfg.seed)
-    valid, test = load_task(folder, cfg.task, "valid"), load_task(folder, cfg.task, "test")
-    print(f"{cfg.task}: {len(train)} train, {len(valid)} valid, {len(test)} test pairs", flush=True)
-    train_a, train_b = tokenizer.encode_all(train.texts_a), tokenizer.encode_all(train.texts_b)
-    valid_ids = tokenizer.encode_all(valid.texts_a), tokenizer.encode_all(valid.texts_b)
-    test_ids = tokenizer.encode_all(test.texts_a), tokenizer.encode_all(test.texts_b)
+    train_pairs, evaluation, notes = load_run_data(cfg)
+    for note in notes:
+        print("NOTE: " + note, flush=True)
+    sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
+    print(f"{cfg.task}: {len(train_pairs)} train pairs; valid/test pairs: {sizes}", flush=True)
 
-    encoder = build_encoder(cfg.config, cfg.checkpoint, cfg.model, cfg.pooling, vocab_path=cfg.vocab)
-    model, loss, train_labels = _training_setup(cfg, encoder, train.labels)
+    matcher = (InteractionMatcher if cfg.kind == "interaction" else FeatureMatcher)(cfg)
+    train_inputs = matcher.prepare(train_pairs)
+    prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
+    model, loss, labels = matcher.training_model(train_pairs.labels)
     model.compile(optimizer=keras.optimizers.Adam(cfg.lr), loss=loss)
-    dataset = pair_dataset(train_a, train_b, train_labels, cfg.batch_size,
-                           group_by_length=cfg.group_by_length, seed=cfg.seed)
+
+    def optimizer_step():
+        return int(model.optimizer.iterations.numpy())
 
     def evaluate_valid(_):
-        return correlation_metrics(pair_cosines(encoder, *valid_ids), valid.labels)
+        return _with_mean({t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
+                           for t in evaluation})
 
-    validation = ValidationCheckpoint(evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"))
-    model.fit(dataset, epochs=cfg.epochs, callbacks=[validation], verbose=2)
+    batches_per_pass = -(-len(train_pairs) // cfg.batch_size)
+    steps_per_epoch = cfg.steps_per_epoch or batches_per_pass
+    validation = ValidationCheckpoint(
+        evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"), every_steps=cfg.eval_every,
+        csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
+    backup_dir = os.path.join(cfg.output_dir, "backup")
+    backup = keras.callbacks.BackupAndRestore(backup_dir)
+    model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
+              steps_per_epoch=steps_per_epoch, callbacks=[backup, validation],
+              verbose=1 if os.isatty(1) else 2)
+    shutil.rmtree(backup_dir, ignore_errors=True)  # Keras empties it on success but leaves the folder
 
-    test_metrics = correlation_metrics(pair_cosines(encoder, *test_ids), test.labels)
+    per_task, saved_scores = {}, {}
+    for task, (valid_inputs, test_inputs) in prepared.items():
+        valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
+        valid, test = evaluation[task]
+        per_task[task] = {"valid": task_metrics(valid_scores, valid.labels, task=task),
+                          "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, task)}
+        saved_scores[f"{task}.scores"], saved_scores[f"{task}.labels"] = test_scores, test.labels
+    with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **saved_scores)
+    plot_valid_curve(validation.history, os.path.join(cfg.output_dir, "valid_curve.png"),
+                     f"{cfg.kind} {cfg.loss} on {cfg.task}")
     metrics = {
-        "task": cfg.task, "loss": cfg.loss, "best_epoch": validation.best_epoch,
-        "valid": dict(validation.history[validation.best_epoch - 1]),
-        "test": test_metrics, "train_pairs": len(train),
-        "wall_seconds": round(time.time() - started, 1),
+        "task": cfg.task, "kind": cfg.kind, "loss": cfg.loss, "model": cfg.model,
+        "best_epoch": validation.best_epoch, "steps": optimizer_step(),
+        "train_pairs": len(train_pairs), "comparable": not notes, "notes": notes,
+        "valid": _with_mean({t: m["valid"] for t, m in per_task.items()}),
+        "test": _with_mean({t: m["test"] for t, m in per_task.items()}),
+        "tasks": per_task, "wall_seconds": round(time.time() - started, 1),
     }
-    metrics["valid"].pop("epoch")
-    write_json(os.path.join(cfg.output_dir, "history.json"), validation.history)
     write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
     return metrics
 
 
-def argument_parser(loss="cosent"):
-    defaults = RunConfig()
-    parser = argparse.ArgumentParser(description="Train a feature-based matcher and report Spearman.")
-    parser.add_argument("task", choices=TASKS)
-    parser.add_argument("--loss", default=loss, choices=FEATURE_LOSSES)
-    parser.add_argument("--data-dir", default=defaults.data_dir,
-                        help="shared data root (with senteval_cn/ and vocab/) or a senteval_cn folder")
-    parser.add_argument("--config", help="BERT config json (default: a small random L4/H312 BERT)")
-    parser.add_argument("--checkpoint", help="Google-format checkpoint prefix or folder")
+def argument_parser(kind="feature", loss="cosent", task=None):
+    parser = argparse.ArgumentParser(
+        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test.")
+    if task is None:
+        parser.add_argument("task", choices=TASKS)
+    parser.add_argument("--loss", default=loss, choices=LOSSES[kind])
+    parser.add_argument("--data-dir", default=RunConfig.data_dir,
+                        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder")
+    parser.add_argument("--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)")
+    parser.add_argument("--checkpoint", help="Google-format checkpoint folder or prefix")
     parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
-    parser.add_argument("--model", default=defaults.model, choices=sorted(backend.TRANSFORMERS))
-    parser.add_argument("--pooling", default=defaults.pooling,
-                        choices=["cls", "last-avg", "first-last-avg", "max", "pooler"])
-    parser.add_argument("--maxlen", type=int, default=defaults.maxlen)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="pairs per batch")
-    parser.add_argument("--epochs", type=int, default=defaults.epochs)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--scale", type=float, default=defaults.scale, help="CoSENT's lambda")
-    parser.add_argument("--epsilon", type=float, default=defaults.epsilon, help="contrastive threshold")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--model", default="bert", choices=sorted(backend.TRANSFORMERS))
+    parser.add_argument("--pooling", default="cls", choices=["cls", "last-avg", "first-last-avg", "max", "pooler"])
+    parser.add_argument("--maxlen", type=int, help="default 64 (PAWSX 128); interaction 128 (PAWSX 256)")
+    parser.add_argument("--batch-size", type=int, help="pairs per batch (default as the original script)")
+    parser.add_argument("--epochs", type=int, help="default 5 (NLI 10)")
+    parser.add_argument("--steps-per-epoch", type=int, help="default one pass over train (NLI 5000)")
+    parser.add_argument("--lr", type=float, default=RunConfig.lr)
+    parser.add_argument("--scale", type=float, default=RunConfig.scale, help="CoSENT's lambda")
+    parser.add_argument("--epsilon", type=float, default=RunConfig.epsilon, help="contrastive threshold")
+    parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--max-train-pairs", type=int, help="train on a seeded subsample")
+    parser.add_argument("--max-eval-pairs", type=int, help="validate and test on seeded subsamples")
+    parser.add_argument("--train-from-valid", type=float, metavar="FRACTION",
+                        help="when the task has no train split, train on this seeded part of valid "
+                             "(results are then not comparable with published numbers)")
+    parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
+                        help="also validate every STEPS steps (for convergence curves)")
     parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
-    parser.add_argument("--precision", default=defaults.precision, choices=["float32", "bf16"])
+    parser.add_argument("--precision", default="float32", choices=["float32", "bf16"])
     parser.add_argument("--output-dir")
     return parser
 
 
-def main(argv=None, loss="cosent"):
-    args = argument_parser(loss).parse_args(argv)
-    metrics = train_feature_model(RunConfig(**vars(args)))
-    print(json.dumps({"valid": metrics["valid"], "test": metrics["test"],
-                      "best_epoch": metrics["best_epoch"], "wall_seconds": metrics["wall_seconds"]}))
+def main(argv=None, kind="feature", loss="cosent", task=None):
+    args = vars(argument_parser(kind, loss, task).parse_args(argv))
+    if task is not None:
+        args["task"] = task
+    metrics = train(RunConfig(kind=kind, **args))
+    print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
     return metrics

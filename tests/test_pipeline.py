@@ -84,3 +84,18 @@ def test_pad_batch_and_bad_input():
         pair_dataset([[1]], [[1], [2]], [0.0])
     with pytest.raises(ValueError, match="batch_size must be positive"):
         batch_indices([1, 2], 0, 0)
+
+
+def test_repeated_stream_resumes_where_it_stopped():
+    ids_a, ids_b, labels = make_pairs(20)
+
+    def order(dataset, count):
+        return [int(y[0]) for _, y in dataset.take(count).as_numpy_iterator()]
+
+    full = order(pair_dataset(ids_a, ids_b, labels, batch_size=4, seed=5, repeat=True), 12)
+    # 5 batches an epoch: starting at global batch 7 is epoch 1, third batch.
+    resumed = order(pair_dataset(ids_a, ids_b, labels, batch_size=4, seed=5, repeat=True, start_step=lambda: 7), 5)
+    assert resumed == full[7:12]
+    # The endless stream runs through epochs in the same order as one pass per iteration.
+    single = pair_dataset(ids_a, ids_b, labels, batch_size=4, seed=5)
+    assert order(single, 5) + order(single, 5) == full[:10]

@@ -1,32 +1,47 @@
+import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from cosent_tf import DataError
-from cosent_tf.training import RunConfig, main, train_feature_model
+from cosent_tf import DataError, build_encoder, save_checkpoint
+from cosent_tf.training import RunConfig, main, train
 
 from conftest import ROOT, write_config
 
 CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
+RUN_FILES = ["best.weights.h5", "config.json", "metrics.json", "test_scores.npz", "valid_curve.png",
+             "valid_metrics.csv"]
 
 
-def write_tiny_task(folder, task, seed=0, pairs=(48, 24, 24), scores=False):
-    """A task whose label is how many characters the two sentences share (learnable)."""
+def tiny_pairs(rng, count, scores):
+    """Pairs whose label is how many characters the two sentences share (learnable)."""
+    rows = []
+    for _ in range(count):
+        first = "".join(rng.choice(list(CHARACTERS), 6))
+        shared = int(rng.integers(0, 6))
+        second = first[:shared] + "".join(rng.choice(list(CHARACTERS), 6 - shared))
+        rows.append((first, second, shared if scores else int(shared >= 3)))
+    return rows
+
+
+def write_tiny_data(root, seed=0, counts=(48, 24, 24)):
     rng = np.random.default_rng(seed)
-    os.makedirs(folder / task, exist_ok=True)
-    for split, count in zip(("train", "valid", "test"), pairs):
-        lines = []
-        for _ in range(count):
-            first = "".join(rng.choice(list(CHARACTERS), 6))
-            shared = int(rng.integers(0, 6))
-            second = first[:shared] + "".join(rng.choice(list(CHARACTERS), 6 - shared))
-            label = shared if scores else int(shared >= 3)
-            lines.append(f"{first}\t{second}\t{label}")
-        (folder / task / f"{task}.{split}.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for task in ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"):
+        os.makedirs(root / "senteval_cn" / task, exist_ok=True)
+        for split, count in zip(("train", "valid", "test"), counts):
+            lines = [f"{a}\t{b}\t{label}" for a, b, label in tiny_pairs(rng, count, task == "STS-B")]
+            (root / "senteval_cn" / task / f"{task}.{split}.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.makedirs(root / "cnsd" / "cnsd-snli", exist_ok=True)
+    names = ["contradiction", "contradiction", "neutral", "neutral", "entailment", "entailment"]
+    rows = [{"sentence1": a, "sentence2": b, "gold_label": names[shared]}
+            for a, b, shared in tiny_pairs(rng, 40, True)]
+    (root / "cnsd" / "cnsd-snli" / "dev.jsonl").write_text(
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
 
 
 @pytest.fixture
@@ -34,67 +49,81 @@ def tiny_setup(tmp_path):
     vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(CHARACTERS)
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     config = write_config(tmp_path / "config.json", vocab_size=len(vocab), hidden=16, layers=1)
-    write_tiny_task(tmp_path / "data", "BQ")
-    write_tiny_task(tmp_path / "data", "STS-B", seed=1, scores=True)
+    write_tiny_data(tmp_path / "data")
     return tmp_path, ["--data-dir", str(tmp_path / "data"), "--config", config,
                       "--vocab", str(tmp_path / "vocab.txt"), "--batch-size", "8", "--lr", "1e-3"]
 
 
-@pytest.mark.parametrize("loss,task", [("cosent", "BQ"), ("sbert", "STS-B"), ("mse", "STS-B"),
-                                       ("contrastive", "BQ")])
-def test_every_feature_loss_trains_end_to_end(loss, task, tiny_setup):
-    tmp_path, options = tiny_setup
-    out = tmp_path / f"run-{loss}"
-    metrics = main([task, "--loss", loss, "--epochs", "2", "--output-dir", str(out)] + options)
-    assert sorted(os.listdir(out)) == ["best.weights.h5", "config.json", "history.json", "metrics.json"]
-    saved = json.loads((out / "metrics.json").read_text())
-    assert saved["test"]["spearman"] == pytest.approx(metrics["test"]["spearman"])
-    assert -1 <= saved["test"]["spearman"] <= 1 and saved["best_epoch"] in (1, 2)
-    history = json.loads((out / "history.json").read_text())
-    assert [h["epoch"] for h in history] == [1, 2]
-    assert saved["valid"]["spearman"] == max(h["spearman"] for h in history)
-    assert json.loads((out / "config.json").read_text())["loss"] == loss
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
-def test_same_seed_same_result(tiny_setup):
+SCRIPTS = [("cosent.py", "BQ"), ("cosent.py", "STS-B", "--loss", "mse"),
+           ("cosent.py", "BQ", "--loss", "contrastive", "--epsilon", "0.2"), ("sbert.py", "STS-B"),
+           ("cosent_nli.py",), ("sbert_nli.py",), ("interact.py", "BQ"), ("interact_cosent.py", "PAWSX")]
+
+
+@pytest.mark.parametrize("command", SCRIPTS, ids=[" ".join(c) for c in SCRIPTS])
+def test_every_script_runs_end_to_end(command, tiny_setup):
     tmp_path, options = tiny_setup
-    first = main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "a")] + options)
+    out = tmp_path / "run"
+    extra = ["--steps-per-epoch", "3", "--max-eval-pairs", "12"] if command[0].endswith("_nli.py") else []
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", command[0]), *command[1:], "--epochs", "2",
+         "--output-dir", str(out), *options, *extra],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(os.listdir(out)) == RUN_FILES  # the backup is gone once the run has finished
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert -1 <= metrics["test"]["spearman"] <= 1 and metrics["best_epoch"] in (1, 2)
+    assert metrics["comparable"] is True
+    task = metrics["task"]
+    if task == "NLI":
+        assert sorted(metrics["tasks"]) == ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"]
+        expected = np.mean([m["test"]["spearman"] for m in metrics["tasks"].values()])
+        assert metrics["test"]["spearman"] == pytest.approx(expected)
+        assert metrics["train_pairs"] == 40
+    if task in ("BQ", "PAWSX"):
+        assert 0 <= metrics["test"]["accuracy"] <= 1 and "threshold" in metrics["test"]
+    if task == "STS-B":
+        assert "accuracy" not in metrics["test"]
+    rows = read_csv(out / "valid_metrics.csv")
+    assert [(r["epoch"], r["end_of_epoch"]) for r in rows] == [("1", "True"), ("2", "True")]
+    best_row = rows[metrics["best_epoch"] - 1]
+    assert float(best_row["spearman"]) == pytest.approx(max(float(r["spearman"]) for r in rows))
+    with open(out / "valid_curve.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    scores = np.load(out / "test_scores.npz")
+    assert len(scores[f"{'BQ' if task == 'NLI' else task}.scores"]) > 0
+    assert json.loads(result.stdout.strip().splitlines()[-1])["test"] == metrics["test"]
+
+
+def test_same_seed_same_result_and_periodic_validation(tiny_setup):
+    tmp_path, options = tiny_setup
+    first = main(["BQ", "--epochs", "1", "--eval-every", "2", "--output-dir", str(tmp_path / "a")] + options)
     second = main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "b")] + options)
     assert first["test"] == second["test"]
+    rows = read_csv(tmp_path / "a" / "valid_metrics.csv")
+    # 48 pairs / 8 = 6 steps: in-epoch validations at steps 2 and 4, then the epoch end at 6.
+    assert [(r["step"], r["end_of_epoch"]) for r in rows] == [("2", "False"), ("4", "False"), ("6", "True")]
 
 
-def test_missing_train_split_is_named(tiny_setup):
-    tmp_path, _ = tiny_setup
-    (tmp_path / "data" / "BQ" / "BQ.train.data").unlink()
-    cfg = RunConfig(task="BQ", data_dir=str(tmp_path / "data"), config=str(tmp_path / "config.json"),
+def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
+    tmp_path, options = tiny_setup
+    (tmp_path / "data" / "senteval_cn" / "LCQMC" / "LCQMC.train.data").unlink()
+    cfg = RunConfig(task="LCQMC", data_dir=str(tmp_path / "data"), config=str(tmp_path / "config.json"),
                     vocab=str(tmp_path / "vocab.txt"), output_dir=str(tmp_path / "run"))
-    with pytest.raises(DataError, match=r"BQ/BQ.train.data: the BQ train split is not here"):
-        train_feature_model(cfg)
-
-
-def test_script_runs_as_a_command(tiny_setup):
-    tmp_path, options = tiny_setup
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "1",
-         "--max-train-pairs", "16", "--output-dir", str(tmp_path / "cli")] + options,
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    last = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(last) == {"valid", "test", "best_epoch", "wall_seconds"}
-    assert json.loads((tmp_path / "cli" / "metrics.json").read_text())["train_pairs"] == 16
-
-
-def test_mixed_bfloat16_training_runs(tiny_setup):
-    tmp_path, options = tiny_setup
-    metrics = main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
-    assert np.isfinite(metrics["test"]["spearman"])
-    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["precision"] == "bf16"
+    with pytest.raises(DataError, match=r"LCQMC/LCQMC.train.data: the LCQMC train split is not here"):
+        train(cfg)
+    metrics = main(["LCQMC", "--epochs", "1", "--train-from-valid", "0.5",
+                    "--output-dir", str(tmp_path / "carved")] + options)
+    assert metrics["comparable"] is False and "NOT comparable" in metrics["notes"][0]
+    assert metrics["train_pairs"] == 12
 
 
 @pytest.mark.parametrize("as_prefix", [False, True], ids=["folder", "prefix"])
 def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefix):
-    from cosent_tf import build_encoder, save_checkpoint
-
     tmp_path, _ = tiny_setup
     config, vocab = str(tmp_path / "config.json"), str(tmp_path / "vocab.txt")
     save_checkpoint(build_encoder(config), tmp_path / "ckpt", config, vocab_path=vocab)
@@ -104,3 +133,40 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
     used = json.loads((tmp_path / "from-ckpt" / "config.json").read_text())
     assert used["config"] == str(tmp_path / "ckpt" / "bert_config.json")
     assert used["vocab"] == str(tmp_path / "ckpt" / "vocab.txt")
+
+
+def test_mixed_bfloat16_training_runs(tiny_setup):
+    tmp_path, options = tiny_setup
+    metrics = main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
+    assert np.isfinite(metrics["test"]["spearman"])
+
+
+def test_killed_run_resumes_with_the_same_command(tiny_setup):
+    tmp_path, options = tiny_setup
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "3", *options]
+    reference = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")],
+                               capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    out = tmp_path / "killed"
+    process = subprocess.Popen(command + ["--output-dir", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    # BackupAndRestore runs before the validation callback, so once epoch 1's validation
+    # is printed its state is on disk: kill right away, in the middle of epoch 2.
+    for line in process.stdout:
+        if line.startswith("epoch 1 valid"):
+            process.send_signal(signal.SIGKILL)
+            break
+    process.wait(timeout=60)
+    assert os.path.isdir(out / "backup") and not (out / "metrics.json").exists()
+
+    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at step 6" in resumed.stdout
+    assert "epoch 1 valid" not in resumed.stdout
+    rows = read_csv(out / "valid_metrics.csv")
+    assert [r["epoch"] for r in rows] == ["1", "2", "3"]
+    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    again = json.loads((out / "metrics.json").read_text())
+    assert again["best_epoch"] == whole["best_epoch"]
+    assert again["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)

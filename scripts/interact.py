@@ -1,0 +1,6 @@
+#!/usr/bin/env python
+"""Interaction model with a 2-way softmax and cross-entropy; Spearman and accuracy: ``python scripts/interact.py TASK [options]``."""
+from cosent_tf.training import main
+
+if __name__ == "__main__":
+    main(kind="interaction", loss="ce")

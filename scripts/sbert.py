@@ -1,0 +1,6 @@
+#!/usr/bin/env python
+"""Feature model trained with the Sentence-BERT softmax head, evaluated by cosine: ``python scripts/sbert.py TASK [options]``."""
+from cosent_tf.training import main
+
+if __name__ == "__main__":
+    main(kind="feature", loss="sbert")
