@@ -1,0 +1,6 @@
+#!/usr/bin/env python
+"""Tables and plots over finished runs: ``python scripts/report.py runs/* --output-dir docs/results``."""
+from cosent_tf.report import main
+
+if __name__ == "__main__":
+    main()
