@@ -1,7 +1,8 @@
 """cosent-tf: CoSENT and its baselines for Chinese text matching on TensorFlow/Keras 2."""
 from . import backend  # noqa: F401  (sets up Keras 2 before anything imports TensorFlow)
 from .checkpoints import checkpoint_files, save_checkpoint
-from .data import NLI_LABELS, TASKS, PairData, load_task, read_nli, read_senteval, task_file
+from .data import (BINARY_TASKS, NLI_LABELS, TASKS, PairData, binarised, load_task, read_nli,
+                   read_senteval, task_file)
 from .errors import CheckpointError, ConfigError, CosentError, DataError
 from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, encode,
                          interaction_scores, pair_cosines, pearson, spearman)

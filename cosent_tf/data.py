@@ -12,6 +12,9 @@ from .errors import DataError
 logger = logging.getLogger(__name__)
 
 TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B")
+BINARY_TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX")
+# STS-B scores (0-5) are split into similar / dissimilar above this, as the original does.
+STS_B_POSITIVE_ABOVE = 2.5
 SPLITS = ("train", "valid", "test")
 # Ordinal NLI labels: contradiction < neutral < entailment.
 NLI_LABELS = {"contradiction": 0, "neutral": 1, "entailment": 2}
@@ -132,6 +135,12 @@ def read_nli(path):
     if not labels:
         raise DataError(path, "no usable pairs in this file")
     return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, skipped)
+
+
+def binarised(labels, task):
+    """0/1 classes for a loss that needs them: STS-B scores split at 2.5, others unchanged."""
+    labels = np.asarray(labels, dtype=np.float32)
+    return (labels > STS_B_POSITIVE_ABOVE).astype(np.float32) if task == "STS-B" else labels
 
 
 def task_file(data_dir, task, split):

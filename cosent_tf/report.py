@@ -14,14 +14,13 @@ import os
 
 import numpy as np
 
-from .data import TASKS
+from .data import BINARY_TASKS, STS_B_POSITIVE_ABOVE, TASKS
 from .evaluation import read_history
 from .io import atomic_path, write_text
 
 LOSS_NAMES = {("feature", "cosent"): "CoSENT", ("feature", "sbert"): "Sentence-BERT",
               ("feature", "mse"): "MSE", ("feature", "contrastive"): "Contrastive",
               ("interaction", "ce"): "CE", ("interaction", "cosent"): "CoSENT"}
-BINARY_TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX")
 
 
 def load_runs(run_dirs):
@@ -144,7 +143,7 @@ def plot_cosine_density(runs, path):
         task = run["config"]["task"]
         saved = np.load(os.path.join(run["dir"], "test_scores.npz"))
         scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]
-        positive = labels > (2.5 if task == "STS-B" else 0.5)
+        positive = labels > (STS_B_POSITIVE_ABOVE if task == "STS-B" else 0.5)
         bins = np.linspace(-1, 1, 81)
         axis.hist(scores[positive], bins=bins, density=True, histtype="step", label="positive")
         axis.hist(scores[~positive], bins=bins, density=True, histtype="step", label="negative")

@@ -25,7 +25,7 @@ import numpy as np
 from . import backend
 from .backend import keras
 from .checkpoints import checkpoint_files
-from .data import TASKS, DataError, PairData, load_task, read_nli, task_file
+from .data import BINARY_TASKS, TASKS, DataError, PairData, binarised, load_task, read_nli, task_file
 from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, interaction_scores,
                          pair_cosines, pearson, spearman)
 from .io import atomic_path, write_json
@@ -38,8 +38,7 @@ from .tokenization import SentenceTokenizer
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "bert-small-random.json")
 NLI = "NLI"
 LOSSES = {"feature": ("cosent", "sbert", "mse", "contrastive"), "interaction": ("ce", "cosent")}
-BINARY_TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX")
-# Label ranges: STS-B scores 0-5 and NLI ranks 0-2; the original binarises STS-B at 2.5.
+# Label ranges: STS-B scores 0-5 and NLI ranks 0-2 (others 0/1).
 LABEL_MAX = {"STS-B": 5.0, NLI: 2.0}
 
 
@@ -159,7 +158,7 @@ class FeatureMatcher:
         if cfg.loss == "contrastive":
             return self.encoder, ThresholdContrastiveLoss(cfg.epsilon, positive_above=label_max / 2), labels
         if cfg.loss == "sbert":
-            classes = (labels > 2.5).astype(np.float32) if cfg.task == "STS-B" else labels
+            classes = binarised(labels, cfg.task)
             head = SentenceBertHead(int(classes.max()) + 1, name="SentenceBert-Head")
             return keras.Model(self.encoder.inputs, head(self.encoder.output)), SentenceBertSoftmaxLoss(), classes
         raise ValueError(f"unknown feature loss {cfg.loss!r}; choose one of {', '.join(LOSSES['feature'])}")
@@ -191,8 +190,7 @@ class InteractionMatcher:
     def training_model(self, labels):
         if self.cfg.loss == "cosent":
             return self.model, InteractionCoSENTLoss(), labels
-        classes = (labels > 2.5).astype(np.float32) if self.cfg.task == "STS-B" else labels
-        return self.model, keras.losses.SparseCategoricalCrossentropy(), classes
+        return self.model, keras.losses.SparseCategoricalCrossentropy(), binarised(labels, self.cfg.task)
 
     def dataset(self, prepared, labels, start_step):
         return interaction_dataset(prepared, labels, self.cfg.batch_size, group_by_length=self.cfg.group_by_length,

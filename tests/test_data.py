@@ -105,3 +105,10 @@ def test_sample_is_seeded_and_concat_keeps_everything():
     assert all(int(x) == -int(y) == int(label) for x, y, label in zip(a.texts_a, a.texts_b, a.labels))
     assert data.sample(500, seed=1) is data
     assert len(PairData.concat([a, c])) == 20
+
+
+def test_binarised_splits_only_sts_b_scores():
+    from cosent_tf import binarised
+
+    np.testing.assert_array_equal(binarised([0, 2.5, 3, 5], "STS-B"), [0, 0, 1, 1])
+    np.testing.assert_array_equal(binarised([0, 1, 1], "BQ"), [0, 1, 1])
