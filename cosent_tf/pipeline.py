@@ -51,7 +51,8 @@ class _BatchStream:
     """
 
     def __init__(self, lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat):
-        self.plan = (lengths, batch_size, shuffle, group_by_length, seed)
+        self.lengths, self.batch_size = lengths, batch_size
+        self.order = {"shuffle": shuffle, "group_by_length": group_by_length, "seed": seed}
         self.batches_per_epoch = -(-len(lengths) // batch_size)
         self.start_step = start_step
         self.repeat = repeat
@@ -64,7 +65,7 @@ class _BatchStream:
             self.passes += 1
         epoch, offset = divmod(int(start), self.batches_per_epoch)
         while True:
-            yield from batch_indices(*self.plan[:2], epoch, *self.plan[2:])[offset:]
+            yield from batch_indices(self.lengths, self.batch_size, epoch, **self.order)[offset:]
             if not self.repeat:
                 return
             epoch, offset = epoch + 1, 0
