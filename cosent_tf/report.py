@@ -137,14 +137,16 @@ def plot_cosine_density(runs, path):
     if not feature:
         return False
     figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)),
-                                squeeze=False, sharex=True)
+                                squeeze=False)
     for run in feature:
         axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]
         task = run["config"]["task"]
         saved = np.load(os.path.join(run["dir"], "test_scores.npz"))
         scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]
         positive = labels > (STS_B_POSITIVE_ABOVE if task == "STS-B" else 0.5)
-        bins = np.linspace(-1, 1, 81)
+        # Bin over the scores' own range: a weak model's cosines can sit in a narrow band.
+        low, high = np.percentile(scores, [0.5, 99.5])
+        bins = np.linspace(low, high, 61) if high > low else np.linspace(low - 1e-3, high + 1e-3, 3)
         axis.hist(scores[positive], bins=bins, density=True, histtype="step", label="positive")
         axis.hist(scores[~positive], bins=bins, density=True, histtype="step", label="negative")
         axis.set_title(f"{run['method']} · {task}", fontsize=9)

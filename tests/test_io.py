@@ -29,3 +29,12 @@ def test_atomic_directory_replaces_whole_folder(tmp_path):
             open(os.path.join(tmp, "three"), "w").close()
             raise RuntimeError
     assert os.listdir(target) == ["two"] and os.listdir(tmp_path) == ["out"]
+
+
+def test_atomic_files_get_the_usual_mode(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        write_json(tmp_path / "m.json", {})
+    finally:
+        os.umask(mask)
+    assert (os.stat(tmp_path / "m.json").st_mode & 0o777) == 0o644
