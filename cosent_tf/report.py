@@ -106,6 +106,21 @@ def _save(figure, path):
         figure.savefig(tmp, format="png", dpi=110)
 
 
+def plot_valid_curve(history, path, title):
+    """One run's valid Spearman against steps, epoch ends marked."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot([r["step"] for r in history], [r["spearman"] for r in history], marker=".")
+    ends = [r for r in history if r["end_of_epoch"]]
+    axes.scatter([r["step"] for r in ends], [r["spearman"] for r in ends], color="C3", zorder=3, label="epoch end")
+    axes.set(xlabel="training step", ylabel="valid Spearman", title=title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+
+
 def plot_convergence(runs, path):
     """Valid Spearman against steps, a panel per task, a line per method (NLI runs left out)."""
     plt = _pyplot()

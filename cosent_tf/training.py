@@ -33,6 +33,7 @@ from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceB
                      SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
 from .models import build_encoder, build_interaction_model
 from .pipeline import interaction_dataset, pair_dataset
+from .report import plot_valid_curve
 from .tokenization import SentenceTokenizer
 
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "bert-small-random.json")
@@ -214,25 +215,6 @@ def _with_mean(per_task):
     for task, metrics in per_task.items():
         flat.update({f"{task}.{k}": v for k, v in metrics.items()})
     return flat
-
-
-def plot_valid_curve(history, path, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 4))
-    axes.plot([r["step"] for r in history], [r["spearman"] for r in history], marker=".")
-    ends = [r for r in history if r["end_of_epoch"]]
-    axes.scatter([r["step"] for r in ends], [r["spearman"] for r in ends], color="C3", zorder=3, label="epoch end")
-    axes.set(xlabel="training step", ylabel="valid Spearman", title=title)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120)
-    plt.close(figure)
 
 
 def train(cfg):
