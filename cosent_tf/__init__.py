@@ -3,7 +3,7 @@ from . import backend  # noqa: F401  (sets up Keras 2 before anything imports Te
 from .checkpoints import checkpoint_files, save_checkpoint
 from .data import (BINARY_TASKS, NLI_LABELS, TASKS, PairData, binarised, load_task, read_nli,
                    read_senteval, task_file)
-from .errors import CheckpointError, ConfigError, CosentError, DataError
+from .errors import CheckpointError, ConfigError, CosentError, DataError, NonFiniteLossError
 from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, encode,
                          interaction_scores, pair_cosines, pearson, spearman)
 from .layers import POOLING_MODES, PaddingMask, Pooling

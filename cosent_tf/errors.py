@@ -22,3 +22,7 @@ class ConfigError(CosentError, ValueError):
 
 class CheckpointError(CosentError, ValueError):
     """A checkpoint is missing or does not match the model config."""
+
+
+class NonFiniteLossError(CosentError, FloatingPointError):
+    """Training produced a NaN or infinite loss."""

@@ -25,7 +25,8 @@ import numpy as np
 from . import backend
 from .backend import keras
 from .checkpoints import checkpoint_files
-from .data import BINARY_TASKS, TASKS, DataError, PairData, binarised, load_task, read_nli, task_file
+from .data import BINARY_TASKS, TASKS, PairData, binarised, load_task, read_nli, task_file
+from .errors import CosentError, DataError, NonFiniteLossError
 from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, interaction_scores,
                          pair_cosines, pearson, spearman)
 from .io import atomic_path, write_json
@@ -198,6 +199,30 @@ class InteractionMatcher:
                                    seed=self.cfg.seed, start_step=start_step, repeat=True)
 
 
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Raise NonFiniteLossError, naming the step, as soon as the loss is NaN or infinite.
+
+    Raising (rather than Keras's TerminateOnNaN, which ends ``fit`` normally) aborts
+    ``fit`` before BackupAndRestore's end-of-training clean-up, so the state of the last
+    completed epoch and the best weights so far stay on disk.
+    """
+
+    def __init__(self, kept=(), advice=""):
+        super().__init__()
+        self.kept = kept  # (what, path) pairs worth pointing the user at, if they exist by then
+        self.advice = advice
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy())
+            kept = [f"{what} is in {path}" for what, path in self.kept if os.path.exists(path)]
+            raise NonFiniteLossError(
+                f"the training loss became {loss} at step {step} (batch {batch + 1} of the epoch); "
+                "training stopped. " + ("; ".join(kept) + "." if kept else "Nothing was saved yet.")
+                + (" " + self.advice if self.advice else ""))
+
+
 def task_metrics(scores, labels, valid_scores=None, valid_labels=None, task=None):
     """Spearman and Pearson; for binary tasks also accuracy at the threshold tuned on valid."""
     metrics = {"spearman": spearman(scores, labels), "pearson": pearson(scores, labels)}
@@ -252,8 +277,12 @@ def train(cfg):
         csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
     backup_dir = os.path.join(cfg.output_dir, "backup")
     backup = keras.callbacks.BackupAndRestore(backup_dir)
+    guard = StopOnNonFiniteLoss(
+        kept=[("the best weights so far", validation.weights_path),
+              ("the last completed epoch's state", backup_dir)],
+        advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.")
     model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
-              steps_per_epoch=steps_per_epoch, callbacks=[backup, validation],
+              steps_per_epoch=steps_per_epoch, callbacks=[backup, guard, validation],
               verbose=1 if os.isatty(1) else 2)
     shutil.rmtree(backup_dir, ignore_errors=True)  # Keras empties it on success but leaves the folder
 
@@ -319,6 +348,9 @@ def main(argv=None, kind="feature", loss="cosent", task=None):
     args = vars(argument_parser(kind, loss, task).parse_args(argv))
     if task is not None:
         args["task"] = task
-    metrics = train(RunConfig(kind=kind, **args))
+    try:
+        metrics = train(RunConfig(kind=kind, **args))
+    except CosentError as error:  # bad input or a diverged run: the message says it all
+        raise SystemExit(f"error: {error}") from None
     print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
     return metrics

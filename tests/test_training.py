@@ -170,3 +170,45 @@ def test_killed_run_resumes_with_the_same_command(tiny_setup):
     again = json.loads((out / "metrics.json").read_text())
     assert again["best_epoch"] == whole["best_epoch"]
     assert again["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
+
+
+def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
+    import tensorflow as tf
+
+    from cosent_tf import NonFiniteLossError
+    from cosent_tf.backend import keras
+    from cosent_tf.training import StopOnNonFiniteLoss
+
+    def batches():  # four good batches, then NaN targets: the loss breaks at step 5 (epoch 2)
+        for step in range(1, 100):
+            x = np.ones((4, 2), np.float32)
+            yield x, np.full((4, 1), np.nan if step >= 5 else 1.0, np.float32)
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=(
+        tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
+    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), loss="mse")
+    backup = tmp_path / "backup"
+    epoch_ends = []
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epoch_ends.append(model.get_weights()))
+    with pytest.raises(NonFiniteLossError, match=r"became nan at step 5 \(batch 2 of the epoch\); training stopped. the state is in .*backup. lower --lr"):
+        model.fit(dataset, epochs=3, steps_per_epoch=3, verbose=0,
+                  callbacks=[keras.callbacks.BackupAndRestore(str(backup)), StopOnNonFiniteLoss([("the state", str(backup))], "lower --lr"), record])
+    assert len(epoch_ends) == 1  # stopped inside epoch 2
+    # The backup still holds epoch 1's state: a fresh model restored from it has exactly those weights.
+    restored = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
+    restored.compile(keras.optimizers.SGD(0.01), loss="mse")
+    restored.fit(dataset.take(0), epochs=1, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(backup))])
+    for got, expected in zip(restored.get_weights(), epoch_ends[0]):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_script_reports_a_diverged_run_without_a_traceback(tiny_setup):
+    tmp_path, options = tiny_setup
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--loss", "mse", "--epochs", "2",
+         "--output-dir", str(tmp_path / "nan"), *options, "--lr", "1e30"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "error: the training loss became nan at step" in result.stderr
+    assert "Nothing was saved yet" in result.stderr and "Traceback" not in result.stderr
