@@ -111,7 +111,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         step = self._step()
         if step and self.csv_path and os.path.exists(self.csv_path):
-            self.history = [row for row in _read_history(self.csv_path) if row["step"] <= step]
+            self.history = [row for row in read_history(self.csv_path) if row["step"] <= step]
             for row in self.history:
                 if row["end_of_epoch"] and row[self.monitor] > self.best:
                     self.best, self.best_epoch = row[self.monitor], row["epoch"]
@@ -173,13 +173,9 @@ def _write_history(path, rows):
             writer.writerows(rows)
 
 
-def _read_history(path):
+def read_history(path):
+    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`."""
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return [{key: (int(value) if key in ("epoch", "step") else value == "True" if key == "end_of_epoch"
                    else float(value)) for key, value in row.items()} for row in rows]
-
-
-def read_history(path):
-    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`."""
-    return _read_history(path)

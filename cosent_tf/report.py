@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from .data import BINARY_TASKS, STS_B_POSITIVE_ABOVE, TASKS
+from .data import BINARY_TASKS, TASKS, binarised
 from .evaluation import read_history
 from .io import atomic_path, write_text
 
@@ -158,7 +158,7 @@ def plot_cosine_density(runs, path):
         task = run["config"]["task"]
         saved = np.load(os.path.join(run["dir"], "test_scores.npz"))
         scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]
-        positive = labels > (STS_B_POSITIVE_ABOVE if task == "STS-B" else 0.5)
+        positive = binarised(labels, task) > 0.5
         # Bin over the scores' own range: a weak model's cosines can sit in a narrow band.
         low, high = np.percentile(scores, [0.5, 99.5])
         bins = np.linspace(low, high, 61) if high > low else np.linspace(low - 1e-3, high + 1e-3, 3)

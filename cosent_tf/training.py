@@ -27,8 +27,8 @@ from .backend import keras
 from .checkpoints import checkpoint_files
 from .data import BINARY_TASKS, TASKS, PairData, binarised, load_task, read_nli, task_file
 from .errors import CosentError, DataError, NonFiniteLossError
-from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, interaction_scores,
-                         pair_cosines, pearson, spearman)
+from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, correlation_metrics,
+                         interaction_scores, pair_cosines)
 from .io import atomic_path, write_json
 from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceBertHead,
                      SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
@@ -225,7 +225,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
 
 def task_metrics(scores, labels, valid_scores=None, valid_labels=None, task=None):
     """Spearman and Pearson; for binary tasks also accuracy at the threshold tuned on valid."""
-    metrics = {"spearman": spearman(scores, labels), "pearson": pearson(scores, labels)}
+    metrics = correlation_metrics(scores, labels)
     if task in BINARY_TASKS and valid_scores is not None:
         threshold, _ = best_threshold(valid_scores, valid_labels)
         metrics.update(accuracy=accuracy_at(scores, labels, threshold), threshold=threshold)
