@@ -14,6 +14,7 @@ setup(
     install_requires=[
         "tensorflow==2.21.0",
         "tf-keras==2.21.0",
+        "tensorflow-text==2.21.1",
         "numpy>=1.24",
         "scipy>=1.10",
         "jieba==0.42.1",
@@ -21,4 +22,5 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:main"]},
 )

@@ -12,7 +12,7 @@ from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceB
                      cosine_mse_loss, interaction_cosent_loss, sentence_bert_softmax_loss,
                      threshold_contrastive_loss)
 from .models import build_encoder, build_interaction_model
-from .pipeline import interaction_dataset, pair_dataset, sentence_dataset
+from .pipeline import interaction_dataset, length_sorted_batches, pair_dataset
 from .tokenization import SentenceTokenizer, check_vocab_size, load_vocab
 
 __version__ = "0.1.0"

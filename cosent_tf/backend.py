@@ -12,6 +12,8 @@ Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
   transformer classes built here draw fresh values on every call instead.
 * ``Transformer.save_weights_as_checkpoint`` uses TF1 sessions and fails on TF2; Google
   format checkpoints are written here with the ``SaveV2`` op directly.
+* tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
+  it registers ops at import and is not needed for training.
 """
 import os
 
@@ -79,6 +81,15 @@ def transformer_class(model):
         raise ConfigError(f"unknown model {model!r}; choose one of {sorted(TRANSFORMERS)}")
     base = TRANSFORMERS[model][0]
     return type(base.__name__, (_IndependentInitializer, base), {})
+
+
+def import_tensorflow_text():
+    try:
+        import tensorflow_text
+    except ImportError as e:
+        raise ConfigError("in-graph tokenisation (export) needs tensorflow-text: "
+                          f"pip install tensorflow-text=={tf.__version__.rsplit('.', 1)[0]}.*") from e
+    return tensorflow_text
 
 
 def is_word_level(model):
@@ -153,6 +164,18 @@ def check_checkpoint(transformer, checkpoint_prefix):
         raise CheckpointError(f"{checkpoint_prefix}: does not fit the model config: " + ". ".join(problems))
 
 
+# Models whose position embeddings are a learned table of max_position_embeddings rows.
+ABSOLUTE_POSITIONS = ("bert", "roberta", "wobert", "albert")
+
+
+def check_maxlen(config_path, model, maxlen):
+    """Raise ConfigError if ``maxlen`` tokens do not fit the model's position embeddings."""
+    limit = read_config(config_path).get("max_position_embeddings", 512)
+    if model in ABSOLUTE_POSITIONS and maxlen > limit:
+        raise ConfigError(f"{config_path}: maxlen {maxlen} is longer than the model's "
+                          f"{limit} position embeddings (max_position_embeddings); use --maxlen {limit} or less")
+
+
 def build_transformer(config_path, checkpoint_path=None, model="bert", **overrides):
     """Build (and optionally load) a bert4keras transformer; returns the Transformer object."""
     config = read_config(config_path)
@@ -170,11 +193,12 @@ def build_transformer(config_path, checkpoint_path=None, model="bert", **overrid
     return transformer
 
 
-def write_checkpoint_variables(keras_model, config, model, prefix):
+def write_checkpoint_variables(keras_model, config, model, prefix, extra=None):
     """Write ``keras_model``'s transformer weights under Google checkpoint names to ``prefix``.
 
     ``keras_model`` is any Keras model containing the transformer's layers (an encoder
-    or an interaction model built by this package).
+    or an interaction model built by this package). ``extra`` ({name: array}) adds
+    variables of layers outside the transformer; loaders that do not know them ignore them.
     """
     transformer = transformer_class(model)(**_constructor_config(config))
     mapping = transformer.variable_mapping()
@@ -190,6 +214,9 @@ def write_checkpoint_variables(keras_model, config, model, prefix):
                 value = value.T
             names.append(name)
             values.append(tf.constant(value))
+    for name, value in (extra or {}).items():
+        names.append(name)
+        values.append(tf.constant(value))
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names,
                       shape_and_slices=[""] * len(names), tensors=values)
     return names

@@ -25,17 +25,23 @@ def save_checkpoint(model, directory, config, model_type="bert", vocab_path=None
     Returns the list of checkpoint variable names written. The folder loads back with
     ``build_encoder(dir/bert_config.json, dir/bert_model.ckpt)`` and with bert4keras.
     """
+    with atomic_directory(directory) as tmp:
+        return write_checkpoint_folder(model, tmp, config, model_type, vocab_path)
+
+
+def write_checkpoint_folder(model, directory, config, model_type="bert", vocab_path=None, extra=None):
+    """:func:`save_checkpoint` into an existing (temporary) folder, not atomically."""
     if not isinstance(config, dict):
         config = backend.read_config(config)
-    with atomic_directory(directory) as tmp:
-        names = backend.write_checkpoint_variables(model, config, model_type, os.path.join(tmp, CHECKPOINT_PREFIX))
-        with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:
-            f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\n'
-                    f'all_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
-        with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2, ensure_ascii=False)
-        if vocab_path is not None:
-            shutil.copyfile(vocab_path, os.path.join(tmp, VOCAB_FILE))
+    names = backend.write_checkpoint_variables(
+        model, config, model_type, os.path.join(directory, CHECKPOINT_PREFIX), extra)
+    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\n'
+                f'all_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
     return names
 
 

@@ -3,13 +3,15 @@ import csv
 import logging
 import math
 import os
+import weakref
 
 import numpy as np
 from scipy import stats
+from tqdm.auto import tqdm
 
-from .backend import keras
+from .backend import keras, tf
 from .io import atomic_path
-from .pipeline import restore_order, sentence_dataset
+from .pipeline import length_sorted_batches, restore_order
 
 logger = logging.getLogger(__name__)
 
@@ -55,23 +57,52 @@ def accuracy_at(scores, labels, threshold):
     return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
 
 
-def encode(encoder, token_ids, batch_size=64):
-    """Sentence vectors (float32 numpy) in input order, computed in length-sorted batches."""
-    dataset, order = sentence_dataset(token_ids, batch_size)
-    return restore_order(np.asarray(encoder.predict(dataset, verbose=0), dtype=np.float32), order)
+_INFERENCE_FUNCTIONS = weakref.WeakKeyDictionary()
+_IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 
 
-def pair_cosines(encoder, ids_a, ids_b, batch_size=64):
+def inference_function(model):
+    """``model`` in inference mode as a tf.function traced once for every batch shape."""
+    function = _INFERENCE_FUNCTIONS.get(model)
+    if function is None:
+        @tf.function(input_signature=[_IDS, _IDS])
+        def function(token_ids, segment_ids):
+            return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
+
+        _INFERENCE_FUNCTIONS[model] = function
+    return function
+
+
+def encode(model, token_ids, batch_size=64, show_progress=False):
+    """A model's outputs (float32 numpy) in input order, computed in length-sorted batches.
+
+    Each batch is padded only to its own longest sequence; segment ids are all 0.
+    """
+    function = inference_function(model)
+    order, batches = length_sorted_batches(token_ids, batch_size)
+    outputs = [function(ids, np.zeros_like(ids)).numpy()
+               for _, ids in tqdm(batches, total=-(-len(order) // batch_size), unit="batch",
+                                  desc="encoding", disable=not show_progress)]
+    if not outputs:
+        return np.zeros((0,) + tuple(model.output_shape[1:]), dtype=np.float32)
+    return restore_order(np.concatenate(outputs), order)
+
+
+def l2_normalize(vectors):
+    """Rows scaled to unit length (a zero row stays zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
     """Cosine of each pair's two sentence vectors (both sides encoded in one pass)."""
-    vectors = encode(encoder, list(ids_a) + list(ids_b), batch_size)
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = l2_normalize(encode(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
     first, second = vectors[: len(ids_a)], vectors[len(ids_a):]
     return np.sum(first * second, axis=1)
 
 
-def interaction_scores(model, pair_ids, batch_size=64):
+def interaction_scores(model, pair_ids, batch_size=64, show_progress=False):
     """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax."""
-    outputs = encode(model, pair_ids, batch_size)
+    outputs = encode(model, pair_ids, batch_size, show_progress)
     return outputs[:, -1]
 
 

@@ -127,21 +127,23 @@ def interaction_dataset(pair_ids, labels, batch_size=32, shuffle=True, group_by_
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
 
-def sentence_dataset(token_ids, batch_size=64):
-    """Batches for inference, sorted by length; returns ``(dataset, order)``.
+def length_sorted_batches(token_ids, batch_size=64):
+    """Inference batches sorted by length: ``(order, batches)``.
 
-    Row r of the concatenated predictions belongs to input ``order[r]``; use
-    :func:`restore_order` to put predictions back in input order.
+    ``batches`` yields ``(index, padded_ids)`` with each batch padded only to its own
+    longest sequence; concatenated outputs are in ``order`` (row r belongs to input
+    ``order[r]``): :func:`restore_order` puts them back in input order.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
     order = np.argsort([len(s) for s in token_ids], kind="stable")
-    batches = np.array_split(order, range(batch_size, len(order), batch_size))
 
-    def make_batches():
-        for index in batches:
-            ids = pad_batch([token_ids[i] for i in index])
-            yield (ids, np.zeros_like(ids)),
+    def batches():
+        for start in range(0, len(order), batch_size):
+            index = order[start: start + batch_size]
+            yield index, pad_batch([token_ids[i] for i in index])
 
-    return _dataset(make_batches, len(batches), ((_IDS, _IDS),)), order
+    return order, batches()
 
 
 def restore_order(predictions, order):

@@ -65,6 +65,7 @@ class SentenceTokenizer:
         self._tokenizer = Bert4kerasTokenizer(
             token_dict, do_lower_case=do_lower_case,
             pre_tokenize=_jieba_cut if word_level else None)
+        self.token_dict = token_dict
         self.vocab_size = len(token_dict)
 
     def encode(self, text):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from cosent_tf import interaction_dataset, pair_dataset, sentence_dataset
+from cosent_tf import interaction_dataset, length_sorted_batches, pair_dataset
 from cosent_tf.pipeline import batch_indices, pad_batch, restore_order
 
 
@@ -65,9 +65,11 @@ def test_interaction_batches():
 
 def test_sentence_batches_sorted_and_restorable():
     token_ids = [np.arange(1, n + 1, dtype=np.int32) for n in (5, 2, 9, 3, 7)]
-    dataset, order = sentence_dataset(token_ids, batch_size=2)
-    widths = [x[0].shape[1] for (x,) in dataset.as_numpy_iterator()]
-    assert widths == [3, 7, 9]
+    order, batches = length_sorted_batches(token_ids, batch_size=2)
+    batches = list(batches)
+    assert [ids.shape[1] for _, ids in batches] == [3, 7, 9]
+    assert [list(index) for index, _ in batches] == [[1, 3], [0, 4], [2]]
+    np.testing.assert_array_equal(batches[0][1], [[1, 2, 0], [1, 2, 3]])
     lengths_in_batch_order = np.array([len(token_ids[i]) for i in order], dtype=np.float32)
     np.testing.assert_array_equal(restore_order(lengths_in_batch_order, order), [5, 2, 9, 3, 7])
 

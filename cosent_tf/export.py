@@ -1,0 +1,81 @@
+"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings.
+
+Serving needs TensorFlow and tensorflow-text only (tensorflow-text's WordPiece op is in
+the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signatures:
+
+* feature model: ``serving_default(sentences: string[batch]) -> {"embeddings": float32[batch, dim]}``
+  (L2-normalised), and ``encode_ids(token_ids, segment_ids)`` for pre-tokenised input;
+* interaction model: ``serving_default(first: string[batch], second: string[batch])
+  -> {"scores": float32[batch]}``, and ``score_ids(token_ids, segment_ids)``.
+
+Word-level (jieba) models cannot tokenise inside a graph and are refused.
+"""
+import json
+import os
+
+from .backend import tf
+from .errors import ConfigError
+from .graph_tokenization import GraphTokenizer
+from .io import atomic_directory
+from .model_dir import load_model_dir
+
+_TEXTS = tf.TensorSpec(shape=[None], dtype=tf.string)
+_IDS = tf.TensorSpec(shape=[None, None], dtype=tf.int32)
+
+
+class _Served(tf.Module):
+    def __init__(self, model, tokenizer, kind):
+        super().__init__(name="cosent_tf")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.kind = kind
+
+    def _vectors(self, token_ids, segment_ids):
+        vectors = tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)
+        return tf.math.l2_normalize(vectors, axis=1, epsilon=1e-24)
+
+    def _scores(self, token_ids, segment_ids):
+        return tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)[:, -1]
+
+    @tf.function(input_signature=[_TEXTS])
+    def embed(self, sentences):
+        token_ids = self.tokenizer.encode(sentences)
+        return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids))}
+
+    @tf.function(input_signature=[_IDS, _IDS])
+    def embed_ids(self, token_ids, segment_ids):
+        return {"embeddings": self._vectors(token_ids, segment_ids)}
+
+    @tf.function(input_signature=[_TEXTS, _TEXTS])
+    def score(self, first, second):
+        token_ids = self.tokenizer.encode_pairs(first, second)
+        return {"scores": self._scores(token_ids, tf.zeros_like(token_ids))}
+
+    @tf.function(input_signature=[_IDS, _IDS])
+    def score_ids(self, token_ids, segment_ids):
+        return {"scores": self._scores(token_ids, segment_ids)}
+
+
+def export_saved_model(model_dir, out_dir):
+    """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
+
+    Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
+    model's description, with the tuned threshold) for the serving side.
+    """
+    spec, model, sentence_tokenizer = load_model_dir(model_dir)
+    if spec.word_level:
+        raise ConfigError(f"{model_dir}: a word-level ({spec.model}) model pre-tokenises with jieba, which "
+                          "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder")
+    token_dict = sentence_tokenizer.token_dict
+    served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.kind)
+    if spec.kind == "feature":
+        signatures = {"serving_default": served.embed, "encode_ids": served.embed_ids}
+    else:
+        signatures = {"serving_default": served.score, "score_ids": served.score_ids}
+    with atomic_directory(out_dir) as tmp:
+        tf.saved_model.save(served, tmp, signatures=signatures)
+        os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
+        with open(os.path.join(tmp, "assets.extra", "cosent_model.json"), "w", encoding="utf-8") as f:
+            json.dump({"signatures": sorted(signatures), "kind": spec.kind, "maxlen": spec.maxlen,
+                       "threshold": spec.threshold, "source": spec.source}, f, indent=2, ensure_ascii=False)
+    return sorted(signatures)

@@ -1,0 +1,233 @@
+"""Using a trained matcher: sentence vectors, pair scores, and exact cosine search.
+
+``SentenceEncoder`` wraps a feature model (a model folder's ``kind: feature``) and
+``PairScorer`` an interaction model. Texts are tokenised exactly as in training
+(truncated to the model's maxlen; an empty text is ``[CLS] [SEP]``) and run in batches
+of similar length; results come back in input order.
+"""
+import collections
+import json
+import os
+
+import numpy as np
+
+from .backend import keras, set_precision
+from .errors import ConfigError, DataError
+from .evaluation import encode, interaction_scores, l2_normalize
+from .io import atomic_directory
+from .model_dir import load_model_dir
+
+# Auto progress bars appear from this many texts on.
+PROGRESS_FROM = 5000
+Hit = collections.namedtuple("Hit", "index score text")
+
+
+def check_texts(texts, name="texts"):
+    """``texts`` as a list of str; a clear TypeError for anything else."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of strings, not a single {type(texts).__name__}; "
+                        "wrap it in a list")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}") from None
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{i}] is a {type(text).__name__} ({text!r:.40}), not a str")
+    return texts
+
+
+def check_pairs(texts_a, texts_b):
+    texts_a, texts_b = check_texts(texts_a, "texts_a"), check_texts(texts_b, "texts_b")
+    if len(texts_a) != len(texts_b):
+        raise ValueError(f"texts_a has {len(texts_a)} texts but texts_b has {len(texts_b)}; pairs must align")
+    return texts_a, texts_b
+
+
+def _show(show_progress, count):
+    return count >= PROGRESS_FROM if show_progress is None else bool(show_progress)
+
+
+class _Matcher:
+    KIND = None
+
+    def __init__(self, model, tokenizer, spec=None, path=None):
+        self.model, self.tokenizer, self.spec, self.path = model, tokenizer, spec, path
+
+    @classmethod
+    def load(cls, path, precision="float32"):
+        """Load a model folder; ``precision='bf16'`` computes in mixed bfloat16."""
+        previous = keras.mixed_precision.global_policy()
+        set_precision("mixed_bfloat16" if precision == "bf16" else precision)
+        try:
+            spec, model, tokenizer = load_model_dir(path)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+        if spec.kind != cls.KIND:
+            other = PairScorer if spec.kind == "interaction" else SentenceEncoder
+            raise ConfigError(f"{path}: holds a {spec.kind} model; load it with {other.__name__}")
+        return cls(model, tokenizer, spec, os.fspath(path))
+
+    @property
+    def threshold(self):
+        return None if self.spec is None else self.spec.threshold
+
+    def predict(self, texts_a, texts_b, threshold=None, **kwargs):
+        """1 where a pair's score is above the threshold (the tuned one by default), else 0."""
+        threshold = self.threshold if threshold is None else threshold
+        if threshold is None:
+            raise ConfigError(f"{self.path or 'this model'}: no tuned threshold (its training task had no "
+                              "binary labels); pass threshold=")
+        return (self.similarity(texts_a, texts_b, **kwargs) > threshold).astype(np.int32)
+
+
+class SentenceEncoder(_Matcher):
+    """Sentence vectors from a feature model; cosine similarity and search over them."""
+
+    KIND = "feature"
+
+    def encode(self, texts, batch_size=64, normalize=True, show_progress=None):
+        """Vectors of ``texts`` (float32, shape (len(texts), dim)), L2-normalised by default."""
+        texts = check_texts(texts)
+        vectors = encode(self.model, self.tokenizer.encode_all(texts), batch_size,
+                         _show(show_progress, len(texts)))
+        return l2_normalize(vectors) if normalize else vectors
+
+    def similarity(self, texts_a, texts_b, batch_size=64, show_progress=None):
+        """Cosine of each aligned pair (texts_a[i], texts_b[i])."""
+        texts_a, texts_b = check_pairs(texts_a, texts_b)
+        vectors = self.encode(texts_a + texts_b, batch_size, True, show_progress)
+        return np.sum(vectors[: len(texts_a)] * vectors[len(texts_a):], axis=1)
+
+    def build_index(self, corpus, batch_size=64, show_progress=None):
+        corpus = check_texts(corpus, "corpus")
+        return VectorIndex(self.encode(corpus, batch_size, True, show_progress), corpus, model=self.path)
+
+    def search(self, queries, corpus_or_index, top_k=10, batch_size=64, show_progress=None):
+        """The ``top_k`` most similar corpus texts of each query, by exact cosine.
+
+        ``corpus_or_index`` is a list of texts (encoded now) or a :class:`VectorIndex`.
+        Returns one list of :class:`Hit` (index, score, text) per query, best first;
+        ties go to the lower corpus index.
+        """
+        index = (corpus_or_index if isinstance(corpus_or_index, VectorIndex)
+                 else self.build_index(corpus_or_index, batch_size, show_progress))
+        queries = self.encode(queries, batch_size, True, show_progress)
+        scores, indices = index.search(queries, top_k)
+        return [[Hit(int(i), float(s), index.texts[i]) for s, i in zip(row_scores, row_indices)]
+                for row_scores, row_indices in zip(scores, indices)]
+
+
+class PairScorer(_Matcher):
+    """Scores of sentence pairs from an interaction (cross-encoder) model.
+
+    The score is the head's output: an unbounded value for a CoSENT-trained model, and
+    P(similar) for a cross-entropy one. Higher means more similar in both cases.
+    """
+
+    KIND = "interaction"
+
+    def similarity(self, texts_a, texts_b, batch_size=64, show_progress=None):
+        texts_a, texts_b = check_pairs(texts_a, texts_b)
+        return interaction_scores(self.model, self.tokenizer.encode_pairs(texts_a, texts_b), batch_size,
+                                  _show(show_progress, len(texts_a)))
+
+    score = similarity
+
+
+class VectorIndex:
+    """Unit-length vectors with their texts, searched by exact cosine in bounded memory.
+
+    Saved as a folder: ``vectors.npy`` (float32), ``texts.jsonl`` (one JSON string per
+    line) and ``index.json`` (count, dimension, the model folder that made it). Loading
+    memory-maps the vectors, so a million of them need not fit in memory at once.
+    """
+
+    VECTORS, TEXTS, INFO = "vectors.npy", "texts.jsonl", "index.json"
+
+    def __init__(self, vectors, texts, model=None):
+        if vectors.ndim != 2 or len(vectors) != len(texts):
+            raise ValueError(f"vectors of shape {vectors.shape} do not match {len(texts)} texts")
+        self.vectors, self.texts, self.model = vectors, list(texts), model
+
+    def __len__(self):
+        return len(self.texts)
+
+    def search(self, query_vectors, top_k=10):
+        """(scores, indices), each (queries, min(top_k, len(self))), best first."""
+        query_vectors = np.asarray(query_vectors, dtype=np.float32)
+        if query_vectors.ndim != 2 or query_vectors.shape[1] != self.vectors.shape[1]:
+            raise ValueError(f"query vectors of shape {query_vectors.shape} do not fit this index's "
+                             f"dimension {self.vectors.shape[1]}; encode them with the index's model ({self.model})")
+        return top_k_cosine(query_vectors, self.vectors, top_k)
+
+    def save(self, directory):
+        with atomic_directory(directory) as tmp:
+            np.save(os.path.join(tmp, self.VECTORS), np.asarray(self.vectors, dtype=np.float32))
+            with open(os.path.join(tmp, self.TEXTS), "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(text, ensure_ascii=False) + "\n" for text in self.texts)
+            with open(os.path.join(tmp, self.INFO), "w", encoding="utf-8") as f:
+                json.dump({"format": "cosent-tf-index", "count": len(self), "dimension": int(self.vectors.shape[1]),
+                           "model": self.model}, f, indent=2)
+
+    @classmethod
+    def load(cls, directory, mmap=True):
+        paths = {name: os.path.join(directory, name) for name in (cls.VECTORS, cls.TEXTS, cls.INFO)}
+        missing = [name for name, path in paths.items() if not os.path.exists(path)]
+        if missing:
+            raise ConfigError(f"{directory}: not a complete cosent-tf index (missing {', '.join(missing)})")
+        with open(paths[cls.INFO], encoding="utf-8") as f:
+            info = json.load(f)
+        vectors = np.load(paths[cls.VECTORS], mmap_mode="r" if mmap else None)
+        texts = []
+        with open(paths[cls.TEXTS], encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                try:
+                    texts.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(paths[cls.TEXTS], f"not a JSON string ({e.msg})", line=number) from e
+        if len(texts) != len(vectors) or info.get("count") != len(vectors):
+            raise ConfigError(f"{directory}: {len(vectors)} vectors, {len(texts)} texts and a count of "
+                              f"{info.get('count')} do not agree; rebuild the index")
+        return cls(vectors, texts, model=info.get("model"))
+
+
+def top_k_cosine(queries, corpus, top_k, query_chunk=256, corpus_chunk=16384):
+    """Exact top-k by dot product of unit vectors: ``(scores, indices)``, best first.
+
+    Works through ``query_chunk`` x ``corpus_chunk`` blocks, so memory stays bounded by
+    the block size whatever the corpus size (``corpus`` may be a memory map). Ties are
+    broken by the lower corpus index, as a stable sort of all scores would.
+    """
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    count = len(corpus)
+    k = min(int(top_k), count)
+    all_scores = np.zeros((len(queries), k), dtype=np.float32)
+    all_indices = np.zeros((len(queries), k), dtype=np.int64)
+    for q in range(0, len(queries), query_chunk):
+        block = queries[q: q + query_chunk]
+        best_scores = np.zeros((len(block), 0), dtype=np.float32)
+        best_indices = np.zeros((len(block), 0), dtype=np.int64)
+        for c in range(0, count, corpus_chunk):
+            scores = block @ np.asarray(corpus[c: c + corpus_chunk], dtype=np.float32).T
+            indices = np.broadcast_to(np.arange(c, c + scores.shape[1]), scores.shape)
+            scores, indices = _best(scores, indices, min(k, scores.shape[1]))
+            best_scores, best_indices = _best(np.concatenate([best_scores, scores], axis=1),
+                                              np.concatenate([best_indices, indices], axis=1), k)
+        all_scores[q: q + query_chunk], all_indices[q: q + query_chunk] = best_scores, best_indices
+    return all_scores, all_indices
+
+
+def _best(scores, indices, k):
+    """The k best columns of each row by (score descending, index ascending)."""
+    if scores.shape[1] <= k:
+        k = scores.shape[1]
+    kth = np.partition(scores, scores.shape[1] - k, axis=1)[:, scores.shape[1] - k]
+    rows, columns = np.nonzero(scores >= kth[:, None])  # at least k per row, more on ties
+    values, positions = scores[rows, columns], indices[rows, columns]
+    order = np.lexsort((positions, -values, rows))
+    rows, values, positions = rows[order], values[order], positions[order]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows)
+    keep = rank < k
+    return values[keep].reshape(-1, k), positions[keep].reshape(-1, k)
