@@ -157,3 +157,42 @@ def load_task(data_dir, task, split):
     if not os.path.exists(path):
         raise DataError(path, f"the {task} {split} split is not here (file does not exist)")
     return read_senteval(path)
+
+
+def _without_newline(line):
+    return line.rstrip("\r\n")
+
+
+def read_lines(path):
+    """The lines of a UTF-8 text file, one text each (for encode, index and search input).
+
+    Line i of the file is text i: empty lines are kept as empty texts so outputs stay
+    aligned with the input, and reported in a warning. Carriage returns are dropped.
+    """
+    path = os.fspath(path)
+    texts = [_without_newline(line) for _, line in _decoded_lines(path)]
+    empty = [n for n, t in enumerate(texts, start=1) if not t.strip()]
+    if empty:
+        logger.warning("%s: %d empty line(s) kept as empty texts (lines %s)", path, len(empty),
+                       ", ".join(str(n) for n in empty[:5]) + (" ..." if len(empty) > 5 else ""))
+    return texts
+
+
+def read_pair_lines(path):
+    """``text_a<TAB>text_b[<TAB>anything else]`` lines: (texts_a, texts_b, the raw lines).
+
+    Extra fields (a label, say) are carried through untouched in the raw lines; a line
+    with fewer than two fields is an error naming the file and line.
+    """
+    path = os.fspath(path)
+    texts_a, texts_b, lines = [], [], []
+    for number, line in _decoded_lines(path):
+        line = _without_newline(line)
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise DataError(path, "expected two tab-separated texts (text_a<TAB>text_b), "
+                                  f"found {'an empty line' if not line else 'no tab'}", line=number)
+        texts_a.append(fields[0])
+        texts_b.append(fields[1])
+        lines.append(line)
+    return texts_a, texts_b, lines

@@ -65,8 +65,8 @@ class _Matcher:
             keras.mixed_precision.set_global_policy(previous)
         if spec.kind != cls.KIND:
             other = PairScorer if spec.kind == "interaction" else SentenceEncoder
-            raise ConfigError(f"{path}: holds a {spec.kind} model; load it with {other.__name__}")
-        return cls(model, tokenizer, spec, os.fspath(path))
+            raise ConfigError(f"{path}: holds a model of kind {spec.kind!r}; load it with {other.__name__}")
+        return cls(model, tokenizer, spec, os.path.abspath(path))
 
     @property
     def threshold(self):

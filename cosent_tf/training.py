@@ -7,6 +7,9 @@ Per-dataset scripts are a few lines over :func:`main`. A run writes to its outpu
 * ``valid_metrics.csv`` every validation (each epoch end, and every ``--eval-every`` steps);
 * ``valid_curve.png``   valid Spearman against training steps;
 * ``test_scores.npz``   test scores and labels per task (for similarity-distribution plots);
+* ``model/``            the best model as a model folder (see :mod:`cosent_tf.model_dir`),
+  with the tuned threshold: ``SentenceEncoder.load`` / ``PairScorer.load`` and the
+  ``cosent-tf`` command use it;
 * ``metrics.json``      final metrics: ``test.spearman`` (and ``test.accuracy`` with the
   threshold tuned on valid, for binary tasks), per task under ``tasks``;
 * ``backup/``           Keras BackupAndRestore state while the run is unfinished: the same
@@ -32,6 +35,7 @@ from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, corr
 from .io import atomic_path, write_json
 from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceBertHead,
                      SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
+from .model_dir import ModelSpec, save_model_dir
 from .models import build_encoder, build_interaction_model
 from .pipeline import interaction_dataset, pair_dataset
 from .report import plot_valid_curve
@@ -142,8 +146,12 @@ class FeatureMatcher:
 
     def __init__(self, cfg):
         self.cfg = cfg
+        backend.check_maxlen(cfg.config, cfg.model, cfg.maxlen)
         self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
         self.encoder = build_encoder(cfg.config, cfg.checkpoint, cfg.model, cfg.pooling, vocab_path=cfg.vocab)
+        self.spec = ModelSpec("feature", cfg.model, pooling=cfg.pooling, maxlen=cfg.maxlen,
+                              word_level=self.tokenizer.word_level)
+        self.inference_model = self.encoder
 
     def prepare(self, pairs):
         return self.tokenizer.encode_all(pairs.texts_a), self.tokenizer.encode_all(pairs.texts_b)
@@ -179,9 +187,13 @@ class InteractionMatcher:
         if cfg.loss not in LOSSES["interaction"]:
             raise ValueError(f"unknown interaction loss {cfg.loss!r}; choose one of {', '.join(LOSSES['interaction'])}")
         self.cfg = cfg
+        backend.check_maxlen(cfg.config, cfg.model, cfg.maxlen)
         self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
         head = "score" if cfg.loss == "cosent" else "softmax"
         self.model = build_interaction_model(cfg.config, cfg.checkpoint, cfg.model, head, vocab_path=cfg.vocab)
+        self.spec = ModelSpec("interaction", cfg.model, pooling=None, head=head, maxlen=cfg.maxlen,
+                              word_level=self.tokenizer.word_level)
+        self.inference_model = self.model
 
     def prepare(self, pairs):
         return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b)
@@ -306,6 +318,11 @@ def train(cfg):
         "test": _with_mean({t: m["test"] for t, m in per_task.items()}),
         "tasks": per_task, "wall_seconds": round(time.time() - started, 1),
     }
+    tuned = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
+    matcher.spec.threshold = tuned
+    matcher.spec.source = {"task": cfg.task, "loss": cfg.loss, "run": os.path.abspath(cfg.output_dir),
+                           "best_epoch": validation.best_epoch, "test": metrics["test"]}
+    save_model_dir(os.path.join(cfg.output_dir, "model"), matcher.inference_model, matcher.spec, cfg.config, cfg.vocab)
     write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
     return metrics
 

@@ -36,3 +36,17 @@ def _fresh_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.mixed_precision.set_global_policy("float32")
+
+
+def make_model_dir(directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None,
+                   vocab=SHARED_VOCAB):
+    """A model folder holding a random tiny model; returns the Keras model it holds."""
+    from cosent_tf import ModelSpec, build_encoder, build_interaction_model, save_model_dir
+
+    if kind == "feature":
+        model, spec = build_encoder(config, pooling=pooling), ModelSpec("feature", pooling=pooling, maxlen=maxlen)
+    else:
+        model, spec = build_interaction_model(config, head=head), ModelSpec("interaction", head=head, maxlen=maxlen)
+    spec.threshold = threshold
+    save_model_dir(directory, model, spec, config, vocab)
+    return model

@@ -8,13 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from cosent_tf import DataError, build_encoder, save_checkpoint
+from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint
 from cosent_tf.training import RunConfig, main, train
 
 from conftest import ROOT, write_config
 
 CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
-RUN_FILES = ["best.weights.h5", "config.json", "metrics.json", "test_scores.npz", "valid_curve.png",
+RUN_FILES = ["best.weights.h5", "config.json", "metrics.json", "model", "test_scores.npz", "valid_curve.png",
              "valid_metrics.csv"]
 
 
@@ -97,6 +97,11 @@ def test_every_script_runs_end_to_end(command, tiny_setup):
     scores = np.load(out / "test_scores.npz")
     assert len(scores[f"{'BQ' if task == 'NLI' else task}.scores"]) > 0
     assert json.loads(result.stdout.strip().splitlines()[-1])["test"] == metrics["test"]
+    if task != "NLI":  # the model folder reproduces the run's test scores and carries its threshold
+        matcher = (PairScorer if metrics["kind"] == "interaction" else SentenceEncoder).load(out / "model")
+        test = read_senteval(tmp_path / "data" / "senteval_cn" / task / f"{task}.test.data")
+        np.testing.assert_allclose(matcher.similarity(test.texts_a, test.texts_b), scores[f"{task}.scores"], atol=1e-5)
+        assert matcher.threshold == metrics["test"].get("threshold")
 
 
 def test_same_seed_same_result_and_periodic_validation(tiny_setup):

@@ -1,0 +1,144 @@
+import json
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, top_k_cosine
+
+from conftest import make_model_dir, requires_shared_data
+
+pytestmark = requires_shared_data
+TEXTS = ["今天天气怎么样", "", "ＱＱ号码是多少？", "iPhone 6s 多少钱", "今天天气怎么样", "好"]
+
+
+@pytest.fixture
+def encoder_and_model(tiny_config, tmp_path):
+    model = make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=12, threshold=0.9)
+    return SentenceEncoder.load(tmp_path / "model"), model
+
+
+def one_by_one(model, tokenizer, texts):
+    rows = []
+    for text in texts:
+        ids = np.asarray([tokenizer.encode(text)], dtype=np.int32)
+        rows.append(model.predict([ids, np.zeros_like(ids)], verbose=0)[0])
+    return np.asarray(rows)
+
+
+def unit(vectors):
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_encode_is_in_input_order_and_matches_single_sentences(encoder_and_model):
+    encoder, model = encoder_and_model
+    raw = encoder.encode(TEXTS, batch_size=4, normalize=False)
+    np.testing.assert_allclose(raw, one_by_one(model, encoder.tokenizer, TEXTS), atol=1e-5)
+    normalised = encoder.encode(TEXTS, batch_size=4)
+    assert normalised.dtype == np.float32
+    np.testing.assert_allclose(normalised, unit(raw), atol=1e-6)
+    np.testing.assert_array_equal(normalised[0], normalised[4])  # same text, same vector
+    assert encoder.encode([]).shape == (0, 16)
+
+
+def test_long_texts_are_truncated_as_in_training(encoder_and_model):
+    encoder, _ = encoder_and_model
+    long_text = "一二三四五六七八九十" * 5
+    assert len(encoder.tokenizer.encode(long_text)) == 12  # maxlen: [CLS] + 10 characters + [SEP]
+    np.testing.assert_allclose(encoder.encode([long_text]), encoder.encode([long_text[:10]]), atol=1e-6)
+
+
+def test_non_strings_are_refused_with_their_position(encoder_and_model):
+    encoder, _ = encoder_and_model
+    with pytest.raises(TypeError, match=r"texts\[1\] is a int \(3\), not a str"):
+        encoder.encode(["好", 3])
+    with pytest.raises(TypeError, match="not a single str; wrap it in a list"):
+        encoder.encode("好")
+    with pytest.raises(TypeError, match=r"texts\[0\] is a bytes"):
+        encoder.encode([b"abc"])
+    with pytest.raises(ValueError, match="texts_a has 2 texts but texts_b has 1"):
+        encoder.similarity(["a", "b"], ["c"])
+
+
+def test_similarity_and_predict_use_cosine_and_the_tuned_threshold(encoder_and_model):
+    encoder, _ = encoder_and_model
+    vectors = encoder.encode(TEXTS)
+    cosines = encoder.similarity(TEXTS[:3], TEXTS[3:])
+    np.testing.assert_allclose(cosines, np.sum(vectors[:3] * vectors[3:], axis=1), atol=1e-6)
+    assert encoder.threshold == 0.9
+    np.testing.assert_array_equal(encoder.predict(TEXTS[:3], TEXTS[3:]), (cosines > 0.9).astype(int))
+    np.testing.assert_array_equal(encoder.predict(TEXTS[:3], TEXTS[3:], threshold=-2), [1, 1, 1])
+
+
+def test_predict_without_a_threshold_says_so(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head="softmax")
+    scorer = PairScorer.load(tmp_path / "model")
+    scores = scorer.score(TEXTS[:3], TEXTS[3:])
+    assert scores.shape == (3,) and np.all((scores > 0) & (scores < 1))  # P(similar)
+    pair_ids = [np.asarray([scorer.tokenizer.encode_pair(a, b)], np.int32) for a, b in zip(TEXTS[:3], TEXTS[3:])]
+    expected = [scorer.model.predict([ids, np.zeros_like(ids)], verbose=0)[0, 1] for ids in pair_ids]
+    np.testing.assert_allclose(scores, expected, atol=1e-6)
+    with pytest.raises(ConfigError, match="no tuned threshold"):
+        scorer.predict(TEXTS[:3], TEXTS[3:])
+
+
+def test_loading_the_wrong_kind_names_the_right_class(encoder_and_model, tmp_path):
+    with pytest.raises(ConfigError, match="holds a model of kind 'feature'; load it with SentenceEncoder"):
+        PairScorer.load(tmp_path / "model")
+
+
+def test_search_finds_the_text_itself_first(encoder_and_model, tmp_path):
+    encoder, _ = encoder_and_model
+    corpus = ["今天天气怎么样", "明天会下雨吗", "ＱＱ号码是多少？", "我想换手机"]
+    hits = encoder.search(["ＱＱ号码是多少？", "我想换手机"], corpus, top_k=2)
+    assert [[h.index for h in row][0] for row in hits] == [2, 3]
+    assert hits[0][0].text == "ＱＱ号码是多少？" and hits[0][0].score == pytest.approx(1.0, abs=1e-5)
+    index = encoder.build_index(corpus)
+    index.save(tmp_path / "index")
+    loaded = VectorIndex.load(tmp_path / "index")
+    assert loaded.texts == corpus and loaded.model == str(tmp_path / "model")
+    assert isinstance(loaded.vectors, np.memmap)
+    assert encoder.search(["我想换手机"], loaded, top_k=10)[0] == encoder.search(["我想换手机"], index, top_k=10)[0]
+    assert len(encoder.search(["我想换手机"], loaded, top_k=10)[0]) == 4  # top_k beyond the corpus size
+
+
+def random_units(rng, count, dim):
+    vectors = rng.normal(size=(count, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_top_k_equals_brute_force_on_120k_vectors_in_bounded_memory():
+    rng = np.random.default_rng(0)
+    corpus, queries = random_units(rng, 120_000, 48), random_units(rng, 300, 48)
+    corpus[[5000, 90000]] = corpus[7]  # exact ties: the lower index must come first
+    queries[0] = corpus[7]
+    tracemalloc.start()
+    scores, indices = top_k_cosine(queries, corpus, top_k=10, query_chunk=128, corpus_chunk=8192)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    full = queries @ corpus.T
+    expected = np.argsort(-full, axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(indices, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(full, expected, axis=1), atol=1e-5)
+    assert list(indices[0, :3]) == [7, 5000, 90000]
+    # Blocks of 128 x 8192 scores, not the 300 x 120000 matrix (144 MB).
+    assert peak < full.nbytes / 8, f"peak {peak / 1e6:.1f} MB"
+
+
+def test_index_problems_are_explained(encoder_and_model, tmp_path):
+    encoder, _ = encoder_and_model
+    index = encoder.build_index(["a", "b"])
+    with pytest.raises(ValueError, match=r"query vectors of shape \(1, 3\) do not fit this index's dimension 16"):
+        index.search(np.ones((1, 3), np.float32))
+    with pytest.raises(ValueError, match="top_k must be at least 1"):
+        index.search(encoder.encode(["a"]), top_k=0)
+    index.save(tmp_path / "index")
+    (tmp_path / "index" / "texts.jsonl").write_text('"a"\nb\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"texts.jsonl, line 2: not a JSON string"):
+        VectorIndex.load(tmp_path / "index")
+    (tmp_path / "index" / "texts.jsonl").write_text(json.dumps("a") + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="2 vectors, 1 texts and a count of 2 do not agree"):
+        VectorIndex.load(tmp_path / "index")
+    (tmp_path / "index" / "vectors.npy").unlink()
+    with pytest.raises(ConfigError, match=r"not a complete cosent-tf index \(missing vectors.npy\)"):
+        VectorIndex.load(tmp_path / "index")
