@@ -1,0 +1,85 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosent_tf import ConfigError, PairScorer, SentenceEncoder
+from cosent_tf.export import export_saved_model
+
+from conftest import make_model_dir, requires_shared_data, write_config
+from test_graph_tokenization import EDGE_CASES, shared_test_sentences
+
+pytestmark = requires_shared_data
+
+# Runs in a fresh interpreter that imports TensorFlow and tensorflow-text only.
+SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # registers the WordPiece op
+saved_model, inputs, output = sys.argv[1:4]
+served = tf.saved_model.load(saved_model).signatures["serving_default"]
+columns = json.load(open(inputs, encoding="utf-8"))
+result = served(**{name: tf.constant(texts) for name, texts in columns.items()})
+np.save(output, next(iter(result.values())).numpy())
+extra = {"cosent_tf", "bert4keras", "tf_keras"} & set(sys.modules)
+assert not extra, f"serving imported {extra}"
+"""
+
+
+def serve(saved_model, columns, tmp_path):
+    (tmp_path / "inputs.json").write_text(json.dumps(columns, ensure_ascii=False), encoding="utf-8")
+    # A server's environment: none of the Keras 2 switches cosent_tf sets for itself.
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
+    result = subprocess.run([sys.executable, "-c", SERVE, str(saved_model), str(tmp_path / "inputs.json"),
+                             str(tmp_path / "served.npy")], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return np.load(tmp_path / "served.npy")
+
+
+def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=64)
+    assert export_saved_model(tmp_path / "model", tmp_path / "exported") == ["encode_ids", "serving_default"]
+    sentences = shared_test_sentences()[0] + EDGE_CASES
+    served = serve(tmp_path / "exported", {"sentences": sentences}, tmp_path)
+    expected = SentenceEncoder.load(tmp_path / "model").encode(sentences)
+    assert served.shape == expected.shape == (len(sentences), 16)
+    assert np.abs(served - expected).max() < 1e-5
+    info = json.loads((tmp_path / "exported" / "assets.extra" / "cosent_model.json").read_text())
+    assert info["kind"] == "feature" and info["maxlen"] == 64
+
+
+def test_saved_model_scores_pairs_like_pair_scorer(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head="score", maxlen=24)
+    export_saved_model(tmp_path / "model", tmp_path / "exported")
+    _, pairs = shared_test_sentences()
+    firsts, seconds = pairs[0].texts_a[:500] + EDGE_CASES, pairs[0].texts_b[:500] + EDGE_CASES[::-1]
+    served = serve(tmp_path / "exported", {"first": firsts, "second": seconds}, tmp_path)
+    expected = PairScorer.load(tmp_path / "model").score(firsts, seconds)
+    assert np.abs(served - expected).max() < 1e-5
+
+
+def test_saved_model_cli_lists_the_string_signature(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config)
+    export_saved_model(tmp_path / "model", tmp_path / "exported")
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    result = subprocess.run([cli, "show", "--all", "--dir", str(tmp_path / "exported")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    serving = result.stdout.split("signature_def['serving_default']")[1]
+    assert "inputs['sentences']" in serving and "DT_STRING" in serving and "outputs['embeddings']" in serving
+
+
+def test_word_level_models_are_refused_and_nothing_is_written(tmp_path):
+    config = write_config(tmp_path / "config.json")
+    make_model_dir(tmp_path / "model", config)
+    spec_path = tmp_path / "model" / "cosent_model.json"
+    spec = json.loads(spec_path.read_text())
+    spec.update(model="wobert", word_level=True)
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(ConfigError, match="pre-tokenises with jieba, which cannot run inside a TensorFlow graph"):
+        export_saved_model(tmp_path / "model", tmp_path / "exported")
+    assert not (tmp_path / "exported").exists()
