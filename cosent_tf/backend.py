@@ -12,6 +12,13 @@ Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
   transformer classes built here draw fresh values on every call instead.
 * ``Transformer.save_weights_as_checkpoint`` uses TF1 sessions and fails on TF2; Google
   format checkpoints are written here with the ``SaveV2`` op directly.
+* bert4keras creates a Dropout layer inside the attention's ``call``, so it takes the
+  global dtype policy of the moment the model is traced: a mixed-bfloat16 model traced
+  under a float32 policy fails. ``model_precision`` restores the model's own policy.
+* ``BackupAndRestore`` either backs up at epoch ends (and then resumes at the next
+  epoch even from a mid-epoch save) or every N batches (and then never after the
+  epoch-end callbacks, such as validation, have run). ``StepBackup`` uses its
+  private hooks to do both, and to save on SIGTERM/SIGINT.
 * tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
   it registers ops at import and is not needed for training.
 """
@@ -21,7 +28,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -36,7 +45,7 @@ if os.environ["TF_USE_LEGACY_KERAS"] != "1" or tf.keras.__name__.split(".")[0] !
 from bert4keras import models as _b4k_models  # noqa: E402
 from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402,F401
 
-from .errors import CheckpointError, ConfigError  # noqa: E402
+from .errors import CheckpointError, ConfigError, TrainingInterrupted  # noqa: E402
 
 # Names accepted for ``model``: the bert4keras class, and whether its vocabulary is
 # word-level (jieba pre-tokenisation, as WoBERT and the original RoFormer).
@@ -155,6 +164,10 @@ def check_checkpoint(transformer, checkpoint_prefix):
         elif tuple(available[name]) != tuple(variable.shape):
             wrong_shape.append(f"{name} {tuple(available[name])} != {tuple(variable.shape)}")
     problems = []
+    if missing and all("pooler" in name for name in missing):
+        raise CheckpointError(
+            f"{checkpoint_prefix}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
+            "'pooler' cannot be used with it; choose cls, last-avg, first-last-avg or max")
     if missing:
         problems.append(f"missing {len(missing)} variable(s): {', '.join(missing[:10])}"
                         + (" ..." if len(missing) > 10 else ""))
@@ -242,4 +255,83 @@ def set_precision(policy):
     keras.mixed_precision.set_global_policy(policy)
 
 
+@contextlib.contextmanager
+def model_precision(model):
+    """Within the block the global dtype policy is the one ``model`` was built under.
+
+    Trace a model's call inside this block (see the module docstring).
+    """
+    mixed = any(layer.dtype_policy.name == "mixed_bfloat16" for layer in model.layers)
+    previous = keras.mixed_precision.global_policy()
+    set_precision("mixed_bfloat16" if mixed else "float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
 __all__ = ["tf", "keras", "np"]
+
+
+class StepBackup(keras.callbacks.BackupAndRestore):
+    """Keras BackupAndRestore that saves at the right moments for an exact resume.
+
+    The training state (weights, optimizer, epoch and batch counters) is saved
+
+    * at the end of every epoch, after the callbacks listed before this one have run
+      their ``on_epoch_end`` (list it last, after validation);
+    * every ``every_steps`` optimizer steps, if given (a crash then loses at most that many);
+    * after the current step when SIGTERM or SIGINT arrives; training then stops with
+      :class:`TrainingInterrupted`.
+
+    The same ``fit`` call resumes from the last save, mid-epoch included. Callbacks that
+    read the restored step must do so from ``on_epoch_begin`` on, since this one restores
+    in ``on_train_begin`` after them.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, backup_dir, every_steps=0):
+        # An integer save_freq makes the restore resume at the saved batch, not the next epoch.
+        super().__init__(backup_dir, save_freq=1 << 62)
+        self.every_steps = int(every_steps or 0)
+        self.received = None
+        self._handlers = {}
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.received = None
+        self._handlers = {number: signal.signal(number, self._receive) for number in self.SIGNALS}
+
+    def _receive(self, number, frame):
+        self.received = number
+
+    def restore_signal_handlers(self):
+        for number, handler in self._handlers.items():
+            signal.signal(number, handler)
+        self._handlers = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.params.get("steps"):
+            return  # the epoch's end saves, once its validation has run
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.received is not None or (self.every_steps and step % self.every_steps == 0):
+            self._backup(epoch=self._current_epoch, batch=batch)
+        self._stop_if_signalled()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._backup(epoch=epoch, batch=self.params.get("steps", 1) - 1)
+        self._stop_if_signalled()
+
+    def _stop_if_signalled(self):
+        if self.received is None:
+            return
+        self.restore_signal_handlers()
+        name = signal.Signals(self.received).name
+        step = int(self.model.optimizer.iterations.numpy())
+        raise TrainingInterrupted(self.received, f"{name} received: training state saved after step {step} in "
+                                  f"{self.backup_dir}; run the same command again to resume from there")
+
+    def on_train_end(self, logs=None):
+        self.restore_signal_handlers()
+        super().on_train_end(logs)

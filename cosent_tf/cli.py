@@ -18,7 +18,7 @@ def _encode(args):
     from .inference import SentenceEncoder
 
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
-    vectors = encoder.encode(read_lines(args.texts), args.batch_size, normalize=not args.no_normalize)
+    vectors = encoder.encode(read_lines(args.texts, args.strict), args.batch_size, normalize=not args.no_normalize)
     with atomic_path(args.output) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, vectors)
@@ -31,7 +31,7 @@ def _similarity(args):
 
     cls = PairScorer if read_spec(args.model_dir).kind == "interaction" else SentenceEncoder
     matcher = cls.load(args.model_dir, args.precision)
-    texts_a, texts_b, lines = read_pair_lines(args.pairs)
+    texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict)
     scores = matcher.similarity(texts_a, texts_b, args.batch_size)
     columns = [[f"{s:.6f}" for s in scores]]
     if matcher.threshold is not None:
@@ -45,7 +45,7 @@ def _search_build(args):
     from .inference import SentenceEncoder
 
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
-    index = encoder.build_index(read_lines(args.corpus), args.batch_size)
+    index = encoder.build_index(read_lines(args.corpus, args.strict), args.batch_size)
     index.save(args.index_dir)
     print(f"{args.index_dir}: {len(index)} vectors")
 
@@ -58,7 +58,7 @@ def _search_query(args):
     if not model_dir:
         raise CosentError(f"{args.index_dir}: the index does not record its model; pass --model MODEL_DIR")
     encoder = SentenceEncoder.load(model_dir, args.precision)
-    queries = read_lines(args.queries)
+    queries = read_lines(args.queries, args.strict)
     hits = encoder.search(queries, index, args.top_k, args.batch_size)
     write_text(args.output, "".join(
         json.dumps({"query": query, "hits": [hit._asdict() for hit in row]}, ensure_ascii=False) + "\n"
@@ -86,6 +86,7 @@ def argument_parser():
     def inference_options(sub):
         sub.add_argument("--batch-size", type=int, default=64)
         sub.add_argument("--precision", default="float32", choices=["float32", "bf16"])
+        sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
 
     sub = command("encode", _encode, "Embed a text file (one sentence a line) into an .npy matrix.")
     sub.add_argument("model_dir")

@@ -67,53 +67,98 @@ def _decoded_lines(path):
                 raise DataError(path, f"not valid UTF-8 at byte {e.start} ({e.reason})", line=number) from e
 
 
-def _report_skipped(path, skipped, why):
-    if skipped:
-        shown = ", ".join(str(n) for n in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
-        logger.warning("%s: skipped %d line(s) %s (lines %s)", path, len(skipped), why, shown)
+# Label ranges per task (checked when a task's files are loaded): STS-B scores 0-5,
+# the others 0/1.
+LABEL_RANGES = {"STS-B": (0.0, 5.0)}
+BINARY_LABELS = (0.0, 1.0)
 
 
-def read_senteval(path):
+class _LineProblems:
+    """Lines a reader skips or flags: warned about per kind at the end, or, with
+    ``strict``, an error naming the file and line at the first one."""
+
+    def __init__(self, path, strict):
+        self.path, self.strict = path, strict
+        self.by_kind = {}
+        self.skipped = []
+
+    def add(self, number, kind, detail="", skipped=False):
+        if self.strict:
+            raise DataError(self.path, f"{kind}{detail} (an error under --strict)", line=number)
+        self.by_kind.setdefault(kind, []).append(number)
+        if skipped:
+            self.skipped.append(number)
+
+    def report(self):
+        for kind, numbers in self.by_kind.items():
+            shown = ", ".join(str(n) for n in numbers[:5]) + (" ..." if len(numbers) > 5 else "")
+            logger.warning("%s: %d line(s) %s (lines %s)", self.path, len(numbers), kind, shown)
+
+
+def _check_texts(problems, number, texts, seen):
+    if not all(t.strip() for t in texts):
+        problems.add(number, "with an empty text, kept")
+    first = seen.setdefault(tuple(texts), number)
+    if first != number:
+        problems.add(number, "repeating an earlier pair, kept", f": the pair of line {first}")
+
+
+def read_senteval(path, strict=False, label_range=None):
     """Read ``text1<TAB>text2<TAB>label`` lines, as the original experiments do.
 
     Lines that do not split into exactly 3 fields after stripping are skipped, counted in
-    ``skipped_lines`` and reported in a warning. A label that is not a finite number is an
-    error naming the file and line.
+    ``skipped_lines`` and reported in a warning; empty texts and repeated pairs are kept
+    and reported. With ``strict`` each of these is an error naming the file and line.
+    A label that is not a finite number, or outside ``label_range`` ((low, high);
+    (0, 1) means 0 or 1), is always an error.
     """
     path = os.fspath(path)
-    texts_a, texts_b, labels, skipped = [], [], [], []
+    texts_a, texts_b, labels, seen = [], [], [], {}
+    problems = _LineProblems(path, strict)
     for number, line in _decoded_lines(path):
         fields = line.strip().split("\t")
         if len(fields) != 3:
-            skipped.append(number)
+            problems.add(number, "without exactly 3 tab-separated fields, skipped",
+                         f": found {len(fields)}", skipped=True)
             continue
-        try:
-            label = float(fields[2])
-        except ValueError:
-            raise DataError(path, f"label {fields[2]!r} is not a number", line=number) from None
-        if not math.isfinite(label):
-            raise DataError(path, f"label {fields[2]!r} is not finite", line=number)
+        labels.append(_label(path, number, fields[2], label_range))
+        _check_texts(problems, number, fields[:2], seen)
         texts_a.append(fields[0])
         texts_b.append(fields[1])
-        labels.append(label)
-    _report_skipped(path, skipped, "without exactly 3 tab-separated fields")
+    problems.report()
     if not labels:
         raise DataError(path, "no usable pairs in this file")
-    return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, skipped)
+    return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped)
 
 
-def read_nli(path):
+def _label(path, number, text, label_range):
+    try:
+        label = float(text)
+    except ValueError:
+        raise DataError(path, f"label {text!r} is not a number", line=number) from None
+    if not math.isfinite(label):
+        raise DataError(path, f"label {text!r} is not finite", line=number)
+    if label_range == BINARY_LABELS and label not in BINARY_LABELS:
+        raise DataError(path, f"label {text!r} is not 0 or 1", line=number)
+    if label_range is not None and not label_range[0] <= label <= label_range[1]:
+        raise DataError(path, f"label {text!r} is outside {label_range[0]:g}-{label_range[1]:g}", line=number)
+    return label
+
+
+def read_nli(path, strict=False):
     """Read CNSD jsonl (``sentence1``, ``sentence2``, ``gold_label``) with ordinal labels.
 
     Lines whose gold label is not one of the three classes (e.g. ``-``) and blank lines
-    are skipped and reported, as in the original; malformed JSON or a missing field is an
-    error naming the file and line.
+    are skipped and reported, as in the original; empty texts and repeated pairs are kept
+    and reported; with ``strict`` all of these are errors. Malformed JSON, a missing
+    field or a sentence that is not a string is always an error naming the file and line.
     """
     path = os.fspath(path)
-    texts_a, texts_b, labels, skipped = [], [], [], []
+    texts_a, texts_b, labels, seen = [], [], [], {}
+    problems = _LineProblems(path, strict)
     for number, line in _decoded_lines(path):
         if not line.strip():
-            skipped.append(number)
+            problems.add(number, "blank, skipped", skipped=True)
             continue
         try:
             record = json.loads(line)
@@ -124,17 +169,22 @@ def read_nli(path):
         missing = [k for k in ("sentence1", "sentence2", "gold_label") if k not in record]
         if missing:
             raise DataError(path, f"missing field(s) {', '.join(missing)}", line=number)
-        if record["gold_label"] not in NLI_LABELS:
-            skipped.append(number)
+        texts = [record["sentence1"], record["sentence2"]]
+        wrong = [k for k, t in zip(("sentence1", "sentence2"), texts) if not isinstance(t, str)]
+        if wrong:
+            raise DataError(path, f"{' and '.join(wrong)} must be a string", line=number)
+        if not isinstance(record["gold_label"], str) or record["gold_label"] not in NLI_LABELS:
+            problems.add(number, "with a gold_label outside " + "/".join(NLI_LABELS) + ", skipped",
+                         f": {record['gold_label']!r}", skipped=True)
             continue
-        texts_a.append(str(record["sentence1"]))
-        texts_b.append(str(record["sentence2"]))
+        _check_texts(problems, number, texts, seen)
+        texts_a.append(texts[0])
+        texts_b.append(texts[1])
         labels.append(NLI_LABELS[record["gold_label"]])
-    _report_skipped(path, skipped, "that are blank or have a gold_label outside "
-                    + "/".join(NLI_LABELS))
+    problems.report()
     if not labels:
         raise DataError(path, "no usable pairs in this file")
-    return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, skipped)
+    return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped)
 
 
 def binarised(labels, task):
@@ -152,47 +202,56 @@ def task_file(data_dir, task, split):
     return os.path.join(os.fspath(data_dir), task, f"{task}.{split}.data")
 
 
-def load_task(data_dir, task, split):
+def load_task(data_dir, task, split, strict=False):
+    """A task's split, with its labels checked against the task's range."""
     path = task_file(data_dir, task, split)
     if not os.path.exists(path):
         raise DataError(path, f"the {task} {split} split is not here (file does not exist)")
-    return read_senteval(path)
+    return read_senteval(path, strict, LABEL_RANGES.get(task, BINARY_LABELS))
 
 
 def _without_newline(line):
     return line.rstrip("\r\n")
 
 
-def read_lines(path):
+def read_lines(path, strict=False):
     """The lines of a UTF-8 text file, one text each (for encode, index and search input).
 
     Line i of the file is text i: empty lines are kept as empty texts so outputs stay
-    aligned with the input, and reported in a warning. Carriage returns are dropped.
+    aligned with the input, and reported in a warning (an error with ``strict``).
+    Carriage returns are dropped.
     """
     path = os.fspath(path)
-    texts = [_without_newline(line) for _, line in _decoded_lines(path)]
-    empty = [n for n, t in enumerate(texts, start=1) if not t.strip()]
-    if empty:
-        logger.warning("%s: %d empty line(s) kept as empty texts (lines %s)", path, len(empty),
-                       ", ".join(str(n) for n in empty[:5]) + (" ..." if len(empty) > 5 else ""))
+    problems = _LineProblems(path, strict)
+    texts = []
+    for number, line in _decoded_lines(path):
+        texts.append(_without_newline(line))
+        if not texts[-1].strip():
+            problems.add(number, "empty, kept as empty texts")
+    problems.report()
     return texts
 
 
-def read_pair_lines(path):
+def read_pair_lines(path, strict=False):
     """``text_a<TAB>text_b[<TAB>anything else]`` lines: (texts_a, texts_b, the raw lines).
 
     Extra fields (a label, say) are carried through untouched in the raw lines; a line
-    with fewer than two fields is an error naming the file and line.
+    with fewer than two fields is an error naming the file and line. Empty texts are
+    kept and reported (an error with ``strict``).
     """
     path = os.fspath(path)
     texts_a, texts_b, lines = [], [], []
+    problems = _LineProblems(path, strict)
     for number, line in _decoded_lines(path):
         line = _without_newline(line)
         fields = line.split("\t")
         if len(fields) < 2:
             raise DataError(path, "expected two tab-separated texts (text_a<TAB>text_b), "
                                   f"found {'an empty line' if not line else 'no tab'}", line=number)
+        if not (fields[0].strip() and fields[1].strip()):
+            problems.add(number, "with an empty text, kept")
         texts_a.append(fields[0])
         texts_b.append(fields[1])
         lines.append(line)
+    problems.report()
     return texts_a, texts_b, lines

@@ -26,3 +26,11 @@ class CheckpointError(CosentError, ValueError):
 
 class NonFiniteLossError(CosentError, FloatingPointError):
     """Training produced a NaN or infinite loss."""
+
+
+class TrainingInterrupted(CosentError):
+    """Training stopped on SIGTERM or SIGINT after saving its state."""
+
+    def __init__(self, signal_number, message):
+        self.signal_number = signal_number
+        super().__init__(message)

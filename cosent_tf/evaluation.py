@@ -9,7 +9,7 @@ import numpy as np
 from scipy import stats
 from tqdm.auto import tqdm
 
-from .backend import keras, tf
+from .backend import keras, model_precision, tf
 from .io import atomic_path
 from .pipeline import length_sorted_batches, restore_order
 
@@ -67,7 +67,8 @@ def inference_function(model):
     if function is None:
         @tf.function(input_signature=[_IDS, _IDS])
         def function(token_ids, segment_ids):
-            return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
+            with model_precision(model):  # runs while tracing
+                return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
 
         _INFERENCE_FUNCTIONS[model] = function
     return function
@@ -135,11 +136,17 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         self.best_epoch = None
         self.history = []
         self._best_weights = None
+        self._resume_checked = False
 
     def _step(self):
         return int(self.model.optimizer.iterations.numpy())
 
     def on_train_begin(self, logs=None):
+        self._resume_checked = False
+
+    def _resume(self):
+        """Reload the history up to the restored step (a backup callback restores it in on_train_begin)."""
+        self._resume_checked = True
         step = self._step()
         if step and self.csv_path and os.path.exists(self.csv_path):
             self.history = [row for row in read_history(self.csv_path) if row["step"] <= step]
@@ -158,6 +165,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             print(f"step {step} valid: " + _format(metrics), flush=True)
 
     def on_epoch_begin(self, epoch, logs=None):
+        if not self._resume_checked:
+            self._resume()
         self._epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):

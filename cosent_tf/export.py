@@ -13,7 +13,7 @@ Word-level (jieba) models cannot tokenise inside a graph and are refused.
 import json
 import os
 
-from .backend import tf
+from .backend import model_precision, tf
 from .errors import ConfigError
 from .graph_tokenization import GraphTokenizer
 from .io import atomic_directory
@@ -30,12 +30,15 @@ class _Served(tf.Module):
         self.tokenizer = tokenizer
         self.kind = kind
 
+    def _outputs(self, token_ids, segment_ids):
+        with model_precision(self.model):
+            return tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)
+
     def _vectors(self, token_ids, segment_ids):
-        vectors = tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)
-        return tf.math.l2_normalize(vectors, axis=1, epsilon=1e-24)
+        return tf.math.l2_normalize(self._outputs(token_ids, segment_ids), axis=1, epsilon=1e-24)
 
     def _scores(self, token_ids, segment_ids):
-        return tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)[:, -1]
+        return self._outputs(token_ids, segment_ids)[:, -1]
 
     @tf.function(input_signature=[_TEXTS])
     def embed(self, sentences):

@@ -12,8 +12,9 @@ Per-dataset scripts are a few lines over :func:`main`. A run writes to its outpu
   ``cosent-tf`` command use it;
 * ``metrics.json``      final metrics: ``test.spearman`` (and ``test.accuracy`` with the
   threshold tuned on valid, for binary tasks), per task under ``tasks``;
-* ``backup/``           Keras BackupAndRestore state while the run is unfinished: the same
-  command resumes an interrupted run from its last completed epoch.
+* ``backup/``           the training state while the run is unfinished, saved at every
+  epoch end, every ``--backup-every`` steps, and on SIGTERM/SIGINT: the same command
+  resumes an interrupted run from there, mid-epoch included.
 """
 import argparse
 import dataclasses
@@ -21,6 +22,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -29,7 +31,7 @@ from . import backend
 from .backend import keras
 from .checkpoints import checkpoint_files
 from .data import BINARY_TASKS, TASKS, PairData, binarised, load_task, read_nli, task_file
-from .errors import CosentError, DataError, NonFiniteLossError
+from .errors import CosentError, DataError, NonFiniteLossError, TrainingInterrupted
 from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, correlation_metrics,
                          interaction_scores, pair_cosines)
 from .io import atomic_path, write_json
@@ -72,6 +74,8 @@ class RunConfig:
     train_from_valid: float = None
     eval_every: int = 0
     group_by_length: bool = True
+    strict: bool = False
+    backup_every: int = 0
     precision: str = "float32"
     output_dir: str = None
 
@@ -114,15 +118,16 @@ def load_run_data(cfg):
         paths = sorted(glob.glob(os.path.join(cfg.data_dir, "**", "cnsd-*", "*.jsonl"), recursive=True))
         if not paths:
             raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
-        train = PairData.concat([read_nli(p) for p in paths])
+        train = PairData.concat([read_nli(p, cfg.strict) for p in paths])
         tasks = TASKS
     else:
         tasks = (cfg.task,)
-    evaluation = {t: (load_task(folder, t, "valid"), load_task(folder, t, "test")) for t in tasks}
+    evaluation = {t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict))
+                  for t in tasks}
     if cfg.task != NLI:
         train_path = task_file(folder, cfg.task, "train")
         if os.path.exists(train_path):
-            train = load_task(folder, cfg.task, "train")
+            train = load_task(folder, cfg.task, "train", cfg.strict)
         elif cfg.train_from_valid:
             valid, test = evaluation[cfg.task]
             order = np.random.default_rng(cfg.seed).permutation(len(valid))
@@ -288,14 +293,17 @@ def train(cfg):
         evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"), every_steps=cfg.eval_every,
         csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
     backup_dir = os.path.join(cfg.output_dir, "backup")
-    backup = keras.callbacks.BackupAndRestore(backup_dir)
+    backup = backend.StepBackup(backup_dir, cfg.backup_every)
     guard = StopOnNonFiniteLoss(
         kept=[("the best weights so far", validation.weights_path),
-              ("the last completed epoch's state", backup_dir)],
+              ("the last saved training state", backup_dir)],
         advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.")
-    model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
-              steps_per_epoch=steps_per_epoch, callbacks=[backup, guard, validation],
-              verbose=1 if os.isatty(1) else 2)
+    try:  # the backup goes last: an epoch's state is saved after its validation
+        model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
+                  steps_per_epoch=steps_per_epoch, callbacks=[guard, validation, backup],
+                  verbose=1 if os.isatty(1) else 2)
+    finally:
+        backup.restore_signal_handlers()
     shutil.rmtree(backup_dir, ignore_errors=True)  # Keras empties it on success but leaves the folder
 
     per_task, saved_scores = {}, {}
@@ -356,6 +364,12 @@ def argument_parser(kind="feature", loss="cosent", task=None):
     parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
                         help="also validate every STEPS steps (for convergence curves)")
     parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
+    parser.add_argument("--backup-every", type=int, default=0, metavar="STEPS",
+                        help="also save the training state every STEPS steps (it is always saved at epoch ends "
+                             "and on SIGTERM/SIGINT)")
+    parser.add_argument("--strict", action="store_true",
+                        help="any line the readers would skip or flag (wrong field count, empty text, repeated "
+                             "pair, NLI label '-') is an error naming file and line, instead of a warning")
     parser.add_argument("--precision", default="float32", choices=["float32", "bf16"])
     parser.add_argument("--output-dir")
     return parser
@@ -367,6 +381,9 @@ def main(argv=None, kind="feature", loss="cosent", task=None):
         args["task"] = task
     try:
         metrics = train(RunConfig(kind=kind, **args))
+    except TrainingInterrupted as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + stopped.signal_number) from None
     except CosentError as error:  # bad input or a diverged run: the message says it all
         raise SystemExit(f"error: {error}") from None
     print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))

@@ -112,3 +112,23 @@ def test_binarised_splits_only_sts_b_scores():
 
     np.testing.assert_array_equal(binarised([0, 2.5, 3, 5], "STS-B"), [0, 0, 1, 1])
     np.testing.assert_array_equal(binarised([0, 1, 1], "BQ"), [0, 1, 1])
+
+
+def test_read_lines_keeps_line_numbers_aligned(tmp_path, caplog):
+    from cosent_tf.data import read_lines
+
+    path = tmp_path / "texts.txt"
+    path.write_bytes("一\r\n\n三\t3\n".encode())
+    assert read_lines(path) == ["一", "", "三\t3"]
+    assert "1 empty line(s) kept as empty texts (lines 2)" in caplog.text
+
+
+def test_read_pair_lines_carries_extra_fields(tmp_path):
+    from cosent_tf.data import read_pair_lines
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text("甲\t乙\t1\n丙\t\n", encoding="utf-8")
+    assert read_pair_lines(path) == (["甲", "丙"], ["乙", ""], ["甲\t乙\t1", "丙\t"])
+    path.write_text("甲\t乙\n\n", encoding="utf-8")
+    with pytest.raises(DataError, match="pairs.tsv, line 2: expected two tab-separated texts .* found an empty line"):
+        read_pair_lines(path)

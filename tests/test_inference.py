@@ -142,3 +142,12 @@ def test_index_problems_are_explained(encoder_and_model, tmp_path):
     (tmp_path / "index" / "vectors.npy").unlink()
     with pytest.raises(ConfigError, match=r"not a complete cosent-tf index \(missing vectors.npy\)"):
         VectorIndex.load(tmp_path / "index")
+
+
+def test_bf16_encoder_traces_under_its_own_policy_and_stays_close(encoder_and_model, tmp_path):
+    encoder, _ = encoder_and_model
+    bf16 = SentenceEncoder.load(tmp_path / "model", precision="bf16")
+    assert bf16.model.get_layer("Embedding-Token").dtype_policy.name == "mixed_bfloat16"
+    vectors = bf16.encode(TEXTS)  # traced while the global policy is float32 again
+    assert vectors.dtype == np.float32
+    assert np.min(np.sum(vectors * encoder.encode(TEXTS), axis=1)) > 0.99

@@ -1,6 +1,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -146,35 +147,53 @@ def test_mixed_bfloat16_training_runs(tiny_setup):
     assert np.isfinite(metrics["test"]["spearman"])
 
 
-def test_killed_run_resumes_with_the_same_command(tiny_setup):
+
+def run_until(command, line_start, send):
+    """Start ``command``, send a signal once it prints a line starting with ``line_start``."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:
+        if line.startswith(line_start):
+            process.send_signal(send)
+            break
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr
+
+
+@pytest.mark.parametrize("send", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, tiny_setup):
     tmp_path, options = tiny_setup
-    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "3", *options]
+    # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM).
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2",
+               "--steps-per-epoch", "12", "--eval-every", "3", "--backup-every", "3", *options]
     reference = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")],
                                capture_output=True, text=True, timeout=600)
     assert reference.returncode == 0, reference.stderr[-3000:]
 
-    out = tmp_path / "killed"
-    process = subprocess.Popen(command + ["--output-dir", str(out)], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-    # BackupAndRestore runs before the validation callback, so once epoch 1's validation
-    # is printed its state is on disk: kill right away, in the middle of epoch 2.
-    for line in process.stdout:
-        if line.startswith("epoch 1 valid"):
-            process.send_signal(signal.SIGKILL)
-            break
-    process.wait(timeout=60)
-    assert os.path.isdir(out / "backup") and not (out / "metrics.json").exists()
+    out = tmp_path / "interrupted"
+    # By the time step 6's validation is printed, step 3's state is on disk.
+    code, stderr = run_until(command + ["--output-dir", str(out)], "step 6 valid", send)
+    assert not (out / "metrics.json").exists()
+    if send == signal.SIGTERM:
+        assert code == 128 + signal.SIGTERM and "Traceback" not in stderr
+        saved_at = int(re.search(r"SIGTERM received: training state saved after step (\d+)", stderr).group(1))
+    else:
+        assert code == -signal.SIGKILL
+        saved_at = None
 
     resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed at step 6" in resumed.stdout
-    assert "epoch 1 valid" not in resumed.stdout
-    rows = read_csv(out / "valid_metrics.csv")
-    assert [r["epoch"] for r in rows] == ["1", "2", "3"]
+    step = int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1))
+    assert 3 <= step < 24 and step % 12 != 0 or send == signal.SIGTERM
+    assert saved_at in (None, step)
+    whole_rows, rows = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
+    assert [(r["epoch"], r["step"]) for r in rows] == [(r["epoch"], r["step"]) for r in whole_rows]
+    for got, expected in zip(rows, whole_rows):
+        assert float(got["spearman"]) == pytest.approx(float(expected["spearman"]), abs=1e-6)
     whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     again = json.loads((out / "metrics.json").read_text())
     assert again["best_epoch"] == whole["best_epoch"]
     assert again["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
+    assert not (out / "backup").exists()
 
 
 def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):

@@ -1,0 +1,82 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosent_tf import SentenceEncoder, VectorIndex
+from cosent_tf.cli import main
+
+from conftest import make_model_dir, requires_shared_data
+
+pytestmark = requires_shared_data
+SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
+
+
+@pytest.fixture
+def model_dir(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, threshold=0.5)
+    (tmp_path / "texts.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    return tmp_path / "model"
+
+
+def test_encode_writes_one_row_per_line(model_dir, tmp_path, capsys):
+    main(["encode", str(model_dir), str(tmp_path / "texts.txt"), str(tmp_path / "vectors.npy")])
+    vectors = np.load(tmp_path / "vectors.npy")
+    np.testing.assert_allclose(vectors, SentenceEncoder.load(model_dir).encode(SENTENCES), atol=1e-6)
+    assert "5 vectors of dimension 16" in capsys.readouterr().out
+    main(["encode", str(model_dir), str(tmp_path / "texts.txt"), str(tmp_path / "raw.npy"), "--no-normalize"])
+    assert not np.allclose(np.linalg.norm(np.load(tmp_path / "raw.npy"), axis=1), 1.0)
+
+
+def test_similarity_keeps_each_line_and_appends_score_and_prediction(model_dir, tmp_path):
+    (tmp_path / "pairs.tsv").write_text("你好\t你好呀\t1\n天气\t下雨\t0\n", encoding="utf-8")
+    main(["similarity", str(model_dir), str(tmp_path / "pairs.tsv"), str(tmp_path / "scores.tsv")])
+    lines = (tmp_path / "scores.tsv").read_text(encoding="utf-8").splitlines()
+    cosines = SentenceEncoder.load(model_dir).similarity(["你好", "天气"], ["你好呀", "下雨"])
+    for line, original, cosine in zip(lines, ["你好\t你好呀\t1", "天气\t下雨\t0"], cosines):
+        prefix, score, prediction = line.rsplit("\t", 2)
+        assert prefix == original and float(score) == pytest.approx(cosine, abs=1e-6)
+        assert prediction == str(int(cosine > 0.5))
+
+
+def test_search_build_then_query(model_dir, tmp_path):
+    main(["search", "build", str(model_dir), str(tmp_path / "texts.txt"), str(tmp_path / "index")])
+    assert len(VectorIndex.load(tmp_path / "index")) == 5
+    (tmp_path / "queries.txt").write_text("我想换手机\nＱＱ号码是多少？\n", encoding="utf-8")
+    main(["search", "query", str(tmp_path / "index"), str(tmp_path / "queries.txt"), str(tmp_path / "hits.jsonl"),
+          "--top-k", "3"])
+    results = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["query"] for r in results] == ["我想换手机", "ＱＱ号码是多少？"]
+    assert [r["hits"][0]["index"] for r in results] == [3, 2] and len(results[0]["hits"]) == 3
+    assert results[0]["hits"][0]["text"] == "我想换手机"
+
+
+def test_export_writes_a_saved_model(model_dir, tmp_path):
+    main(["export", str(model_dir), str(tmp_path / "exported")])
+    assert (tmp_path / "exported" / "saved_model.pb").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["encode", "{tmp}/missing", "{tmp}/texts.txt", "{tmp}/out.npy"], "missing: model folder not found"),
+    (["encode", "{model}", "{tmp}/nothere.txt", "{tmp}/out.npy"], "nothere.txt: cannot open"),
+    (["encode", "{model}", "{tmp}/latin1.txt", "{tmp}/out.npy"], "latin1.txt, line 2: not valid UTF-8"),
+    (["similarity", "{model}", "{tmp}/texts.txt", "{tmp}/out.tsv"],
+     r"texts.txt, line 1: expected two tab-separated texts \(text_a<TAB>text_b\), found no tab"),
+    (["search", "query", "{tmp}/noindex", "{tmp}/texts.txt", "{tmp}/out.jsonl"], "not a complete cosent-tf index"),
+])
+def test_bad_input_is_named_and_nothing_is_written(arguments, message, model_dir, tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("好\n".encode() + "café\n".encode("latin-1"))
+    arguments = [a.format(tmp=tmp_path, model=model_dir) for a in arguments]
+    with pytest.raises(SystemExit, match=message) as raised:
+        main(arguments)
+    assert str(raised.value).startswith("error: ")
+    assert not os.path.exists(arguments[-1])
+
+
+def test_console_script_is_installed_with_help():
+    script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
+    result = subprocess.run([script, "search", "query", "--help"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "--top-k" in result.stdout
