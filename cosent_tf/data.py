@@ -106,7 +106,7 @@ def _check_texts(problems, number, texts, seen):
 def read_senteval(path, strict=False, label_range=None):
     """Read ``text1<TAB>text2<TAB>label`` lines, as the original experiments do.
 
-    Lines that do not split into exactly 3 fields after stripping are skipped, counted in
+    Lines that do not split into exactly 3 fields are skipped, counted in
     ``skipped_lines`` and reported in a warning; empty texts and repeated pairs are kept
     and reported. With ``strict`` each of these is an error naming the file and line.
     A label that is not a finite number, or outside ``label_range`` ((low, high);
@@ -116,7 +116,7 @@ def read_senteval(path, strict=False, label_range=None):
     texts_a, texts_b, labels, seen = [], [], [], {}
     problems = _LineProblems(path, strict)
     for number, line in _decoded_lines(path):
-        fields = line.strip().split("\t")
+        fields = line.rstrip("\r\n").split("\t")
         if len(fields) != 3:
             problems.add(number, "without exactly 3 tab-separated fields, skipped",
                          f": found {len(fields)}", skipped=True)

@@ -46,16 +46,13 @@ def test_wrong_field_counts_are_skipped_counted_and_reported(tmp_path, caplog):
         data = read_senteval(path)
     assert data.texts_a == ["a", '"q""x"'] and list(data.labels) == [1.0, 0.0]
     assert data.skipped_lines == [2, 3, 4]
-    assert "skipped 3 line(s)" in caplog.text and "lines 2, 3, 4" in caplog.text and str(path) in caplog.text
+    assert f"{path}: 3 line(s) without exactly 3 tab-separated fields, skipped (lines 2, 3, 4)" in caplog.text
 
 
 @pytest.mark.parametrize("label", ["yes", "", "nan", "inf"])
 def test_unparsable_label_names_file_and_line(tmp_path, label):
     path = tmp_path / "bad.data"
     path.write_text(f"a\tb\t1\nc\td\t{label}x\n".replace("x\n", "\n"), encoding="utf-8")
-    if label == "":  # "c<TAB>d<TAB>" strips to two fields: skipped, as the original does
-        assert read_senteval(path).skipped_lines == [2]
-        return
     with pytest.raises(DataError, match=rf"bad.data, line 2: label '{label}' is not"):
         read_senteval(path)
 
@@ -120,7 +117,7 @@ def test_read_lines_keeps_line_numbers_aligned(tmp_path, caplog):
     path = tmp_path / "texts.txt"
     path.write_bytes("一\r\n\n三\t3\n".encode())
     assert read_lines(path) == ["一", "", "三\t3"]
-    assert "1 empty line(s) kept as empty texts (lines 2)" in caplog.text
+    assert "1 line(s) empty, kept as empty texts (lines 2)" in caplog.text
 
 
 def test_read_pair_lines_carries_extra_fields(tmp_path):
@@ -132,3 +129,117 @@ def test_read_pair_lines_carries_extra_fields(tmp_path):
     path.write_text("甲\t乙\n\n", encoding="utf-8")
     with pytest.raises(DataError, match="pairs.tsv, line 2: expected two tab-separated texts .* found an empty line"):
         read_pair_lines(path)
+
+
+# Property-based: whatever the bytes, the readers return data or raise DataError, and a
+# well-formed line is never dropped.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from cosent_tf.data import read_lines, read_pair_lines  # noqa: E402
+
+FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Texts: anything but tabs and line breaks (any character str.splitlines or a binary
+# file's line iteration would split at).
+text = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categories=("Cs",)), max_size=12)
+good_line = st.tuples(text, text, st.sampled_from(["0", "1", "1.0", " 0", "0 "]))
+bad_line = st.lists(text, min_size=0, max_size=5).filter(lambda fields: len(fields) != 3).map("\t".join)
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_readers_survive_arbitrary_bytes(tmp_path, content):
+    path = tmp_path / "fuzz.data"
+    path.write_bytes(content)
+    for reader in (read_senteval, read_nli, read_lines, read_pair_lines,
+                   lambda p: read_senteval(p, strict=True), lambda p: read_nli(p, strict=True)):
+        try:
+            reader(path)
+        except DataError as error:
+            assert str(error).startswith(str(path))
+
+
+@FUZZ
+@given(st.lists(st.one_of(good_line.map(lambda f: ("good", f)), bad_line.map(lambda f: ("bad", f))), min_size=1,
+                max_size=30))
+def test_senteval_keeps_every_well_formed_line_and_reports_the_rest(tmp_path, lines):
+    path = tmp_path / "fuzz.data"
+    raw = ["\t".join(item) if kind == "good" else item for kind, item in lines]
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write("".join(line + "\n" for line in raw))
+    good = [item for kind, item in lines if kind == "good"]
+    bad_numbers = [n for n, (kind, _) in enumerate(lines, start=1) if kind == "bad"]
+    if not good:
+        with pytest.raises(DataError, match="no usable pairs"):
+            read_senteval(path)
+        return
+    data = read_senteval(path, label_range=(0.0, 1.0))
+    assert data.texts_a == [a for a, _, _ in good] and data.texts_b == [b for _, b, _ in good]
+    assert list(data.labels) == [float(label) for _, _, label in good]
+    assert data.skipped_lines == bad_numbers
+    if bad_numbers:  # strict stops at the first flagged line: this one, or an earlier empty or repeated pair
+        with pytest.raises(DataError) as raised:
+            read_senteval(path, strict=True)
+        assert raised.value.line <= bad_numbers[0] and "(an error under --strict)" in str(raised.value)
+
+
+@FUZZ
+@given(st.lists(st.tuples(text, text, st.sampled_from(["entailment", "neutral", "contradiction", "-", 7, None])),
+                min_size=1, max_size=20))
+def test_nli_keeps_every_labelled_record(tmp_path, records):
+    path = tmp_path / "fuzz.jsonl"
+    path.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "gold_label": g}) + "\n"
+                            for a, b, g in records), encoding="utf-8")
+    kept = [(a, b, g) for a, b, g in records if g in ("entailment", "neutral", "contradiction")]
+    if not kept:
+        with pytest.raises(DataError, match="no usable pairs"):
+            read_nli(path)
+        return
+    data = read_nli(path)
+    assert list(zip(data.texts_a, data.texts_b)) == [(a, b) for a, b, _ in kept]
+    assert len(data.skipped_lines) == len(records) - len(kept)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("甲\t乙\t2", "label '2' is not 0 or 1"), ("甲\t乙\t0.5", "label '0.5' is not 0 or 1"),
+    ("甲\t乙\tnan", "label 'nan' is not finite"), ("甲\t乙\tyes", "label 'yes' is not a number")])
+def test_out_of_range_labels_are_errors_for_binary_tasks(tmp_path, line, message):
+    folder = tmp_path / "BQ"
+    folder.mkdir()
+    (folder / "BQ.train.data").write_text("甲\t丙\t1\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=f"BQ.train.data, line 2: {message}"):
+        load_task(tmp_path, "BQ", "train")
+
+
+def test_sts_b_scores_must_lie_between_0_and_5(tmp_path):
+    folder = tmp_path / "STS-B"
+    folder.mkdir()
+    (folder / "STS-B.test.data").write_text("甲\t丙\t4.5\n甲\t乙\t5.5\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 2: label '5.5' is outside 0-5"):
+        load_task(tmp_path, "STS-B", "test")
+
+
+def test_empty_texts_and_repeated_pairs_are_kept_reported_or_strict_errors(tmp_path, caplog):
+    path = tmp_path / "pairs.data"
+    path.write_text("甲\t乙\t1\n\t乙\t0\n甲\t乙\t0\n", encoding="utf-8")
+    data = read_senteval(path)
+    assert data.texts_a == ["甲", "", "甲"] and data.skipped_lines == []
+    assert "1 line(s) with an empty text, kept (lines 2)" in caplog.text
+    assert "1 line(s) repeating an earlier pair, kept (lines 3)" in caplog.text
+    with pytest.raises(DataError, match=r"line 2: with an empty text, kept \(an error under --strict\)"):
+        read_senteval(path, strict=True)
+    path.write_text("甲\t乙\t1\n甲\t乙\t0\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 2: repeating an earlier pair, kept: the pair of line 1"):
+        read_senteval(path, strict=True)
+
+
+def test_nli_strict_refuses_unlabelled_records(tmp_path):
+    path = tmp_path / "nli.jsonl"
+    path.write_text(json.dumps({"sentence1": "甲", "sentence2": "乙", "gold_label": "neutral"}) + "\n"
+                    + json.dumps({"sentence1": "甲", "sentence2": "丙", "gold_label": "-"}) + "\n", encoding="utf-8")
+    assert len(read_nli(path)) == 1
+    with pytest.raises(DataError, match="line 2: with a gold_label outside .*, skipped: '-'"):
+        read_nli(path, strict=True)
+    path.write_text(json.dumps({"sentence1": 3, "sentence2": "乙", "gold_label": "neutral"}) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 1: sentence1 must be a string"):
+        read_nli(path)

@@ -49,7 +49,7 @@ def write_tiny_data(root, seed=0, counts=(48, 24, 24)):
 def tiny_setup(tmp_path):
     vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(CHARACTERS)
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    config = write_config(tmp_path / "config.json", vocab_size=len(vocab), hidden=16, layers=1)
+    config = write_config(tmp_path / "config.json", vocab_size=len(vocab), hidden=16, layers=1, max_position=256)
     write_tiny_data(tmp_path / "data")
     return tmp_path, ["--data-dir", str(tmp_path / "data"), "--config", config,
                       "--vocab", str(tmp_path / "vocab.txt"), "--batch-size", "8", "--lr", "1e-3"]
@@ -236,3 +236,19 @@ def test_script_reports_a_diverged_run_without_a_traceback(tiny_setup):
     assert result.returncode == 1
     assert "error: the training loss became nan at step" in result.stderr
     assert "Nothing was saved yet" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup):
+    tmp_path, options = tiny_setup
+    with pytest.raises(SystemExit, match="maxlen 300 is longer than the model's 256 position embeddings"):
+        main(["BQ", "--maxlen", "300", "--output-dir", str(tmp_path / "long")] + options)
+    assert not (tmp_path / "long" / "backup").exists()
+
+
+def test_strict_turns_a_skipped_line_into_an_error(tiny_setup):
+    tmp_path, options = tiny_setup
+    train = tmp_path / "data" / "senteval_cn" / "BQ" / "BQ.train.data"
+    train.write_text(train.read_text(encoding="utf-8") + "only one field\n", encoding="utf-8")
+    bad_line = len(train.read_text(encoding="utf-8").splitlines())
+    with pytest.raises(SystemExit, match=f"BQ.train.data, line {bad_line}: without exactly 3 tab-separated fields"):
+        main(["BQ", "--strict", "--epochs", "1", "--output-dir", str(tmp_path / "strict")] + options)
