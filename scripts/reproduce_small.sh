@@ -28,7 +28,7 @@ run() {  # run NAME SCRIPT TASK [options...]
   echo "[$(( (t0 - started) / 60 )) min] $name ..."
   "$PY" "scripts/$script" "$task" "${COMMON[@]}" "${extra[@]}" "$@" --output-dir "$OUT/$name" \
     > "$OUT/$name.log" 2>&1 || { echo "FAILED: $name (see $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
-  echo $(( $(date +%s) - t0 )) > "$OUT/$name.seconds"
+  echo $(( $(date +%s) - t0 )) > "$OUT/$name.seconds.tmp" && mv "$OUT/$name.seconds.tmp" "$OUT/$name.seconds"
   echo "    $(tail -1 "$OUT/$name.log" | cut -c1-160)  ($(cat "$OUT/$name.seconds") s)"
 }
 
