@@ -270,8 +270,6 @@ def model_precision(model):
         keras.mixed_precision.set_global_policy(previous)
 
 
-__all__ = ["tf", "keras", "np"]
-
 
 class StepBackup(keras.callbacks.BackupAndRestore):
     """Keras BackupAndRestore that saves at the right moments for an exact resume.
@@ -335,3 +333,6 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     def on_train_end(self, logs=None):
         self.restore_signal_handlers()
         super().on_train_end(logs)
+
+
+__all__ = ["tf", "keras", "np"]

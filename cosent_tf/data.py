@@ -116,7 +116,7 @@ def read_senteval(path, strict=False, label_range=None):
     texts_a, texts_b, labels, seen = [], [], [], {}
     problems = _LineProblems(path, strict)
     for number, line in _decoded_lines(path):
-        fields = line.rstrip("\r\n").split("\t")
+        fields = _without_newline(line).split("\t")
         if len(fields) != 3:
             problems.add(number, "without exactly 3 tab-separated fields, skipped",
                          f": found {len(fields)}", skipped=True)

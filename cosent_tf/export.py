@@ -24,11 +24,10 @@ _IDS = tf.TensorSpec(shape=[None, None], dtype=tf.int32)
 
 
 class _Served(tf.Module):
-    def __init__(self, model, tokenizer, kind):
+    def __init__(self, model, tokenizer):
         super().__init__(name="cosent_tf")
         self.model = model
         self.tokenizer = tokenizer
-        self.kind = kind
 
     def _outputs(self, token_ids, segment_ids):
         with model_precision(self.model):
@@ -70,7 +69,7 @@ def export_saved_model(model_dir, out_dir):
         raise ConfigError(f"{model_dir}: a word-level ({spec.model}) model pre-tokenises with jieba, which "
                           "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder")
     token_dict = sentence_tokenizer.token_dict
-    served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.kind)
+    served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case))
     if spec.kind == "feature":
         signatures = {"serving_default": served.embed, "encode_ids": served.embed_ids}
     else:

@@ -146,36 +146,40 @@ def load_run_data(cfg):
     return train, evaluation, notes
 
 
+def run_tokenizer(cfg):
+    """The run's tokenizer, once maxlen is known to fit the model's position embeddings."""
+    backend.check_maxlen(cfg.config, cfg.model, cfg.maxlen)
+    return SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
+
+
 class FeatureMatcher:
-    """A siamese encoder scored by cosine."""
+    """A siamese encoder scored by cosine; ``model`` is the encoder."""
 
     def __init__(self, cfg):
         self.cfg = cfg
-        backend.check_maxlen(cfg.config, cfg.model, cfg.maxlen)
-        self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
-        self.encoder = build_encoder(cfg.config, cfg.checkpoint, cfg.model, cfg.pooling, vocab_path=cfg.vocab)
+        self.tokenizer = run_tokenizer(cfg)
+        self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.model, cfg.pooling, vocab_path=cfg.vocab)
         self.spec = ModelSpec("feature", cfg.model, pooling=cfg.pooling, maxlen=cfg.maxlen,
                               word_level=self.tokenizer.word_level)
-        self.inference_model = self.encoder
 
     def prepare(self, pairs):
         return self.tokenizer.encode_all(pairs.texts_a), self.tokenizer.encode_all(pairs.texts_b)
 
     def scores(self, prepared):
-        return pair_cosines(self.encoder, *prepared)
+        return pair_cosines(self.model, *prepared)
 
     def training_model(self, labels):
         cfg, label_max = self.cfg, LABEL_MAX.get(self.cfg.task, 1.0)
         if cfg.loss == "cosent":
-            return self.encoder, CoSENTLoss(cfg.scale), labels
+            return self.model, CoSENTLoss(cfg.scale), labels
         if cfg.loss == "mse":
-            return self.encoder, CosineMSELoss(max_label=label_max), labels
+            return self.model, CosineMSELoss(max_label=label_max), labels
         if cfg.loss == "contrastive":
-            return self.encoder, ThresholdContrastiveLoss(cfg.epsilon, positive_above=label_max / 2), labels
+            return self.model, ThresholdContrastiveLoss(cfg.epsilon, positive_above=label_max / 2), labels
         if cfg.loss == "sbert":
             classes = binarised(labels, cfg.task)
             head = SentenceBertHead(int(classes.max()) + 1, name="SentenceBert-Head")
-            return keras.Model(self.encoder.inputs, head(self.encoder.output)), SentenceBertSoftmaxLoss(), classes
+            return keras.Model(self.model.inputs, head(self.model.output)), SentenceBertSoftmaxLoss(), classes
         raise ValueError(f"unknown feature loss {cfg.loss!r}; choose one of {', '.join(LOSSES['feature'])}")
 
     def dataset(self, prepared, labels, start_step):
@@ -192,13 +196,11 @@ class InteractionMatcher:
         if cfg.loss not in LOSSES["interaction"]:
             raise ValueError(f"unknown interaction loss {cfg.loss!r}; choose one of {', '.join(LOSSES['interaction'])}")
         self.cfg = cfg
-        backend.check_maxlen(cfg.config, cfg.model, cfg.maxlen)
-        self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
+        self.tokenizer = run_tokenizer(cfg)
         head = "score" if cfg.loss == "cosent" else "softmax"
         self.model = build_interaction_model(cfg.config, cfg.checkpoint, cfg.model, head, vocab_path=cfg.vocab)
         self.spec = ModelSpec("interaction", cfg.model, pooling=None, head=head, maxlen=cfg.maxlen,
                               word_level=self.tokenizer.word_level)
-        self.inference_model = self.model
 
     def prepare(self, pairs):
         return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b)
@@ -330,7 +332,7 @@ def train(cfg):
     matcher.spec.threshold = tuned
     matcher.spec.source = {"task": cfg.task, "loss": cfg.loss, "run": os.path.abspath(cfg.output_dir),
                            "best_epoch": validation.best_epoch, "test": metrics["test"]}
-    save_model_dir(os.path.join(cfg.output_dir, "model"), matcher.inference_model, matcher.spec, cfg.config, cfg.vocab)
+    save_model_dir(os.path.join(cfg.output_dir, "model"), matcher.model, matcher.spec, cfg.config, cfg.vocab)
     write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
     return metrics
 
