@@ -4,7 +4,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ../shared/data
 
-.PHONY: install demo test
+BENCH_VENV := .venv-bench
+
+.PHONY: install demo test bench
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -22,3 +24,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests
+
+# Speed against the original pipeline and sentence-transformers (about 45 minutes; writes
+# benchmarks/RESULTS.md). torch and sentence-transformers go into their own .venv-bench:
+# they are benchmark-only, never dependencies of the package.
+$(BENCH_VENV)/.installed:
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(BENCH_VENV)/bin/python -m pip install -q sentence-transformers==6.2.0
+	touch $@
+
+bench: $(STAMP) $(BENCH_VENV)/.installed
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/run.py --bench-python $(BENCH_VENV)/bin/python

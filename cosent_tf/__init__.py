@@ -14,6 +14,7 @@ from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceB
                      threshold_contrastive_loss)
 from .model_dir import ModelSpec, load_model_dir, read_spec, save_model_dir
 from .models import build_encoder, build_interaction_model
+from .optimizers import FusedAdam
 from .pipeline import interaction_dataset, length_sorted_batches, pair_dataset
 from .tokenization import SentenceTokenizer, check_vocab_size, load_vocab
 

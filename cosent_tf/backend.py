@@ -21,12 +21,17 @@ Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
   private hooks to do both, and to save on SIGTERM/SIGINT.
 * tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
   it registers ops at import and is not needed for training.
+* TensorFlow's default CPU allocator hands large buffers back to the system and faults
+  them in again on the next step: with a 21128-row embedding that was a third of a small
+  model's training step, spent in the kernel. ``TF_CPU_ALLOCATOR_USE_BFC=1`` (set here
+  unless already set) keeps them in TensorFlow's own BFC pool (see benchmarks/RESULTS.md).
 """
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
 
 import contextlib  # noqa: E402
 import json  # noqa: E402
@@ -248,6 +253,33 @@ def first_layer_output(transformer):
         return layers["Transformer-0-FeedForward-Norm"].output
     # ALBERT shares one block across depths: take the block's first application.
     return layers["Transformer-FeedForward-Norm"].get_output_at(0)
+
+
+def first_token_output(transformer):
+    """The last block's output at the first ([CLS]) position only, (B, 1, H), or None.
+
+    The last block's keys and values need every token, but its query, attention output,
+    feed-forward and layer norms are needed at the first position only when only [CLS]
+    is used. Applying that block's own layers (the same weights) to the [CLS] query skips
+    about four fifths of the block, in training and inference; the result is the full
+    model's [CLS] vector. Only for BERT-style models: NEZHA (relative positions), ALBERT
+    (one shared block) and RoFormer (rotary positions) return None.
+    """
+    if type(transformer).__mro__[2] is not _b4k_models.BERT:  # (ours, _IndependentInitializer, BERT)
+        return None
+    layers = transformer.layers
+    attention = f"Transformer-{transformer.num_hidden_layers - 1}-MultiHeadSelfAttention"
+    feed_forward = f"Transformer-{transformer.num_hidden_layers - 1}-FeedForward"
+    hidden = layers[attention].get_input_at(0)[0]
+    query = keras.layers.Lambda(lambda x: x[:, :1], name="First-Token-Query")(hidden)
+
+    def dropout(name, x):  # bert4keras leaves the layer out when the rate is 0
+        return layers[name](x) if name in layers else x
+
+    x = dropout(f"{attention}-Dropout", layers[attention]([query, hidden, hidden]))
+    x = layers[f"{attention}-Norm"](layers[f"{attention}-Add"]([query, x]))
+    y = dropout(f"{feed_forward}-Dropout", layers[feed_forward](x))
+    return layers[f"{feed_forward}-Norm"](layers[f"{feed_forward}-Add"]([x, y]))
 
 
 def set_precision(policy):

@@ -34,6 +34,8 @@ def build_encoder(config_path, checkpoint_path=None, model="bert", pooling="cls"
         hidden = [backend.first_layer_output(transformer), _sequence_output(transformer)]
     elif pooling == "pooler":
         hidden = transformer.output
+    elif pooling == "cls":
+        hidden = _first_token_output(transformer)
     else:
         hidden = _sequence_output(transformer)
     vectors = Pooling(pooling, name="Pooling")(hidden, mask=mask)
@@ -53,12 +55,18 @@ def build_interaction_model(config_path, checkpoint_path=None, model="bert", hea
     if vocab_path is not None:
         check_vocab_size(config_path, vocab_path)
     transformer = backend.build_transformer(config_path, checkpoint_path, model, **overrides)
-    cls = Pooling("cls", name="Pooling")(_sequence_output(transformer))
+    cls = Pooling("cls", name="Pooling")(_first_token_output(transformer))
     units, activation = (1, None) if head == "score" else (2, "softmax")
     output = keras.layers.Dense(
         units, activation=activation, dtype="float32", name="Match-" + head.capitalize(),
         kernel_initializer=backend.IndependentTruncatedNormal(0.02))(cls)
     return keras.Model(transformer.inputs, output, name=name)
+
+
+def _first_token_output(transformer):
+    """What [CLS] pooling needs: the last layer at the first position (see backend), else all of it."""
+    first = backend.first_token_output(transformer)
+    return _sequence_output(transformer) if first is None else first
 
 
 def _sequence_output(transformer):

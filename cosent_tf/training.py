@@ -39,6 +39,7 @@ from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceB
                      SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
 from .model_dir import ModelSpec, save_model_dir
 from .models import build_encoder, build_interaction_model
+from .optimizers import FusedAdam
 from .pipeline import interaction_dataset, pair_dataset
 from .report import plot_valid_curve
 from .tokenization import SentenceTokenizer
@@ -280,7 +281,7 @@ def train(cfg):
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
     model, loss, labels = matcher.training_model(train_pairs.labels)
-    model.compile(optimizer=keras.optimizers.Adam(cfg.lr), loss=loss)
+    model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
 
     def optimizer_step():
         return int(model.optimizer.iterations.numpy())

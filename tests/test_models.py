@@ -94,3 +94,43 @@ def test_unknown_model_and_bad_config(tmp_path, tiny_config):
         build_encoder(str(broken))
     with pytest.raises(ConfigError, match="cannot read the model config"):
         build_encoder(str(tmp_path / "absent.json"))
+
+
+def _full_first_token(config, model, inputs):
+    """The full transformer's last-layer [CLS] vector, with the weights of ``model``."""
+    from cosent_tf import backend
+
+    transformer = backend.build_transformer(config)
+    full = keras.Model(transformer.inputs, transformer.output)
+    full.set_weights(model.get_weights()[: len(full.get_weights())])
+    return full(inputs).numpy()[:, 0]
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_cls_encoder_computes_only_the_first_token_of_the_last_block(tmp_path, layers):
+    config = write_config(tmp_path / "config.json", layers=layers)
+    encoder = build_encoder(config, pooling="cls")
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(100, 21000, size=(6, 9)).astype(np.int32)
+    tokens[2:, 5:] = 0  # padding must stay invisible to [CLS]
+    inputs = [tokens, np.zeros_like(tokens)]
+    assert "First-Token-Query" in [layer.name for layer in encoder.layers]
+    np.testing.assert_allclose(encoder(inputs).numpy(), _full_first_token(config, encoder, inputs), atol=2e-6)
+    # Padding the batch further changes nothing (the key mask reaches the shortened block).
+    wider = np.pad(tokens, ((0, 0), (0, 4)))
+    np.testing.assert_allclose(encoder([wider, np.zeros_like(wider)]).numpy(), encoder(inputs).numpy(), atol=2e-6)
+
+
+def test_interaction_model_scores_from_the_first_token_path(tiny_config):
+    model = build_interaction_model(tiny_config, head="score")
+    inputs = [TOKENS, np.zeros_like(TOKENS)]
+    cls = _full_first_token(tiny_config, model, inputs)
+    kernel, bias = model.get_layer("Match-Score").get_weights()
+    np.testing.assert_allclose(model(inputs).numpy(), cls @ kernel + bias, atol=2e-6)
+
+
+def test_models_without_bert_blocks_pool_cls_from_the_full_output(tiny_config):
+    for model in ("nezha", "albert", "roformer"):
+        encoder = build_encoder(tiny_config, model=model, pooling="cls")
+        assert "First-Token-Query" not in [layer.name for layer in encoder.layers]
+        assert encoder([TOKENS, np.zeros_like(TOKENS)]).shape == (2, 16)

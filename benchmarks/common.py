@@ -1,0 +1,142 @@
+"""What every contestant of ``benchmarks/run.py`` shares: settings, data, measurement.
+
+Imports neither TensorFlow nor torch: the sentence-transformers contestant runs in its
+own virtual environment (``.venv-bench``) and reads the data through this module too.
+A contestant is run as ``python benchmarks/CONTESTANT.py JOB PRECISION OUTPUT_JSON``
+(JOB ``train`` or ``encode``), in a process of its own so that its peak RSS is its own.
+"""
+import json
+import os
+import resource
+import sys
+import time
+
+# The issue's set-up: the same shapes, data and batch sizes for every contestant.
+TRAIN_PAIRS = 6400
+BATCH_PAIRS = 32
+WARMUP_STEPS = 10
+ENCODE_SENTENCES = 20000
+ENCODE_BATCH = 64
+# Past these many seconds of timed work a contestant stops early and reports the rate of
+# what it did (bf16 matmuls in torch run at about a sixth of float32 on a CPU without
+# AVX512-BF16, which would make one repetition take most of an hour).
+TIME_BUDGET = float(os.environ.get("BENCH_TIME_BUDGET", 240))
+MAXLEN = 64
+LEARNING_RATE = 2e-5
+SCALE = 20.0
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL_CONFIG = os.path.join(os.path.dirname(HERE), "cosent_tf", "configs", "bert-small-random.json")
+
+
+def data_dir():
+    return os.environ.get("COSENT_SHARED_DATA", os.path.join(os.path.dirname(HERE), "..", "shared", "data"))
+
+
+def vocab_path():
+    return os.path.join(data_dir(), "vocab", "bert-base-chinese-vocab.txt")
+
+
+def model_config():
+    with open(MODEL_CONFIG, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _bq_pairs(split, count):
+    """The first ``count`` well-formed lines of BQ's split: (texts_a, texts_b, labels)."""
+    path = os.path.join(data_dir(), "senteval_cn", "BQ", f"BQ.{split}.data")
+    texts_a, texts_b, labels = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\r\n").split("\t")
+            if len(fields) != 3:
+                continue
+            texts_a.append(fields[0])
+            texts_b.append(fields[1])
+            labels.append(float(fields[2]))
+            if len(labels) == count:
+                break
+    if len(labels) < count:
+        raise SystemExit(f"{path}: only {len(labels)} pairs, the benchmark needs {count}")
+    return texts_a, texts_b, labels
+
+
+def train_pairs(count=None):
+    return _bq_pairs("train", count or int(os.environ.get("BENCH_TRAIN_PAIRS", TRAIN_PAIRS)))
+
+
+def test_sentences(count=None):
+    count = count or int(os.environ.get("BENCH_ENCODE_SENTENCES", ENCODE_SENTENCES))
+    texts_a, texts_b, _ = _bq_pairs("test", (count + 1) // 2)
+    return [t for pair in zip(texts_a, texts_b) for t in pair][:count]
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+class StepClock:
+    """End times of training steps; the rate counts only the steps after the warm-up.
+
+    ``out_of_time()`` turns true once the steps after the warm-up have used the time
+    budget (and at least 5 were timed), so a very slow contestant can stop early.
+    """
+
+    def __init__(self, warmup=WARMUP_STEPS, budget=TIME_BUDGET):
+        self.ends, self.warmup, self.budget = [], warmup, budget
+
+    def tick(self):
+        self.ends.append(time.perf_counter())
+
+    def out_of_time(self):
+        timed = self.ends[self.warmup:]
+        return len(timed) > 5 and timed[-1] - timed[0] > self.budget
+
+    def pairs_per_second(self, batch_pairs=BATCH_PAIRS):
+        timed = self.ends[self.warmup:]
+        if len(timed) < 2:
+            raise SystemExit(f"only {len(self.ends)} steps ran; more than {self.warmup + 1} are needed")
+        return (len(timed) - 1) * batch_pairs / (timed[-1] - timed[0])
+
+
+def timed_encode(encode, sentences):
+    """Sentences per second of one ``encode(sentences)`` call after a warm-up call.
+
+    Returns (rate, sentences encoded): when the warm-up's rate says the whole list would
+    take longer than the time budget, only as many of its first sentences as fit are
+    encoded.
+    """
+    warmup = sentences[: 20 * ENCODE_BATCH]
+    start = time.perf_counter()
+    encode(warmup)
+    affordable = int(len(warmup) / (time.perf_counter() - start) * TIME_BUDGET)
+    sentences = sentences[: max(affordable, len(warmup))]
+    start = time.perf_counter()
+    vectors = encode(sentences)
+    seconds = time.perf_counter() - start
+    if len(vectors) != len(sentences):
+        raise SystemExit(f"encode returned {len(vectors)} vectors for {len(sentences)} sentences")
+    return len(sentences) / seconds, len(sentences)
+
+
+def encode_figures(encode, sentences):
+    rate, count = timed_encode(encode, sentences)
+    return {"encode_sentences_per_second": rate, "sentences": count}
+
+
+def train_figures(clock, losses):
+    return {"train_pairs_per_second": clock.pairs_per_second(), "steps": len(clock.ends),
+            "timed_steps": len(clock.ends) - clock.warmup, "first_loss": losses[0], "last_loss": losses[-1]}
+
+
+def contestant_main(jobs):
+    """Run ``jobs[JOB](precision)`` (a dict of figures) and write it, with peak RSS, as JSON."""
+    job, precision, output = sys.argv[1:4]
+    started = time.perf_counter()
+    figures = jobs[job](precision)
+    figures.update(peak_rss_mib=round(peak_rss_mib(), 1), wall_seconds=round(time.perf_counter() - started, 1))
+    tmp = output + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(figures, f)
+    os.replace(tmp, output)
+    print(json.dumps(figures), flush=True)

@@ -1,0 +1,128 @@
+"""Where a training step of this engine goes: CoSENT's share, achieved GFLOP/s, matmul peak.
+
+* matmul peak: the best GFLOP/s of a square ``tf.matmul`` (1024, 2048) in each precision.
+* loss share: at 64 pairs per batch (128 rows), the time of CoSENT's forward and
+  backward on the encoder's output over the time of a whole training step
+  (``FusedAdam``, length-grouped batches of the benchmark's BQ pairs).
+* achieved GFLOP/s: the FLOPs the encoder's matmuls perform on those batches (counted from
+  the shapes; the [CLS]-only last block counted as it runs; backward = 2× forward) over the
+  measured step time, in float32 and mixed_bfloat16, against the peak of the same precision.
+
+    .venv/bin/python benchmarks/micro.py OUTPUT_JSON
+"""
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import cosent_tf as ct  # noqa: E402
+from cosent_tf import backend  # noqa: E402
+from cosent_tf.backend import keras, tf  # noqa: E402
+
+LOSS_SHARE_PAIRS = 64
+STEPS = 12
+
+
+def median_seconds(run, repeats, warmup=3):
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(dtype):
+    best = 0.0
+    for n in (1024, 2048):
+        a = tf.cast(tf.random.normal([n, n]), dtype)
+        product = tf.function(lambda: tf.matmul(a, a))
+        seconds = median_seconds(lambda: product().numpy(), 5)
+        best = max(best, 2 * n ** 3 / seconds / 1e9)
+    return best
+
+
+def forward_flops(batch, length, config):
+    """Matmul FLOPs of one forward pass of the encoder on a (batch, length) input."""
+    h, i, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    full_block = 2 * length * (4 * h * h + 2 * h * i) + 4 * length * length * h
+    # The last block computes keys and values for every token, the rest for [CLS] only.
+    last_block = 2 * length * 2 * h * h + 2 * (2 * h * h + 2 * h * i) + 4 * length * h
+    return batch * ((layers - 1) * full_block + last_block)
+
+
+def training_batches(pairs_per_batch):
+    texts_a, texts_b, labels = common.train_pairs()
+    tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)
+    dataset = ct.pair_dataset(tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels,
+                              batch_size=pairs_per_batch, seed=0)
+    return [((tf.constant(ids), tf.constant(segments)), tf.constant(y))
+            for (ids, segments), y in dataset.take(STEPS).as_numpy_iterator()]
+
+
+def step_measurements(precision, batches):
+    backend.set_precision("mixed_bfloat16" if precision == "bf16" else "float32")
+    keras.utils.set_random_seed(0)
+    model = ct.build_encoder(common.MODEL_CONFIG)
+    optimizer, loss = ct.FusedAdam(common.LEARNING_RATE), ct.CoSENTLoss(common.SCALE)
+    signature = [(tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None], tf.float32)]
+
+    @tf.function(input_signature=signature)
+    def train_step(inputs, labels):
+        with tf.GradientTape() as tape:
+            value = loss(labels, model(inputs, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(value, model.trainable_variables), model.trainable_variables))
+        return value
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.float32)])
+    def loss_step(vectors, labels):
+        with tf.GradientTape() as tape:
+            tape.watch(vectors)
+            value = loss(labels, vectors)
+        return tape.gradient(value, vectors)
+
+    def all_steps():
+        for inputs, labels in batches:
+            train_step(inputs, labels).numpy()
+
+    step_seconds = median_seconds(all_steps, 3, warmup=1) / len(batches)
+    vectors = [model(inputs, training=False) for inputs, _ in batches]
+
+    def all_losses():
+        for v, (_, labels) in zip(vectors, batches):
+            loss_step(v, labels).numpy()
+
+    loss_seconds = median_seconds(all_losses, 3, warmup=1) / len(batches)
+    backend.set_precision("float32")
+    return step_seconds, loss_seconds
+
+
+def main():
+    config = common.model_config()
+    peaks = {"float32": matmul_peak(tf.float32), "bf16": matmul_peak(tf.bfloat16)}
+    batches = training_batches(LOSS_SHARE_PAIRS)
+    flops = 3 * sum(forward_flops(*ids.shape, config) for (ids, _), _ in batches) / len(batches)
+    results = {"pairs_per_batch": LOSS_SHARE_PAIRS, "steps": len(batches),
+               "mean_padded_length": float(np.mean([ids.shape[1] for (ids, _), _ in batches])),
+               "train_step_gflop": flops / 1e9}
+    for precision in ("float32", "bf16"):
+        step_seconds, loss_seconds = step_measurements(precision, batches)
+        results[precision] = {
+            "matmul_peak_gflops": peaks[precision], "step_seconds": step_seconds,
+            "loss_seconds": loss_seconds, "loss_share": loss_seconds / step_seconds,
+            "achieved_gflops": flops / step_seconds / 1e9,
+            "fraction_of_peak": flops / step_seconds / 1e9 / peaks[precision]}
+        print(precision, results[precision], flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    sys.argv[1:1] = ["micro", "float32"]
+    common.contestant_main({"micro": lambda _: main()})

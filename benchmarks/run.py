@@ -1,0 +1,238 @@
+"""Speed of this engine against the original bert4keras pipeline and sentence-transformers.
+
+One command (``make bench``) measures, in one run on this machine, every contestant in
+its own process, repetitions interleaved (rep 1 of everything, then rep 2, ...) so a
+slow spell of the machine hits all of them alike:
+
+* training pairs/s after a warm-up of 10 steps, and the process's peak RSS;
+* encoding sentences/s (a warm-up call, then one timed call on all sentences);
+* ``micro.py``: CoSENT's share of a step at 64 pairs, achieved GFLOP/s against the
+  measured matmul peak;
+* accuracy: one epoch of ``scripts/cosent.py STS-B`` (same seed, small model) plain
+  (float32, batches in random order), length-grouped (the default) and grouped in bf16,
+  so the speed-ups are seen not to cost test Spearman.
+
+It writes ``benchmarks/results.json`` (every repetition) and ``benchmarks/RESULTS.md``
+(medians with min-max, and the ratios the speed targets are stated in).
+
+    .venv/bin/python benchmarks/run.py [--repeats 3] [--time-budget 45] [--bench-python .venv-bench/bin/python]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+
+CONTESTANTS = {  # name: (script, the virtual environment it runs in)
+    "this engine": ("this_engine.py", "engine"),
+    "original pipeline": ("original_pipeline.py", "engine"),
+    "sentence-transformers": ("sentence_transformers_bench.py", "bench"),
+}
+JOBS = [(name, job, precision) for name in CONTESTANTS for job in ("train", "encode")
+        for precision in ("float32", "bf16")]
+JOBS.insert(JOBS.index(("original pipeline", "encode", "bf16")), ("original pipeline", "encode_sorted", "float32"))
+RATE = {"train": "train_pairs_per_second", "encode": "encode_sentences_per_second",
+        "encode_sorted": "encode_sentences_per_second"}
+
+
+def run_job(python, script, job, precision, env):
+    with tempfile.TemporaryDirectory() as folder:
+        output = os.path.join(folder, "result.json")
+        command = [python, os.path.join(HERE, script), job, precision, output]
+        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        if completed.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr[-3000:]}")
+        with open(output, encoding="utf-8") as f:
+            return json.load(f)
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def cpu_description():
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        info = f.read()
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    extensions = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{model}, {os.cpu_count()} cores, {', '.join(extensions) or 'no AVX2'}"
+
+
+def fmt(s, digits=0):
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
+
+
+def ratio(results, job, precision, other):
+    mine, theirs = results[("this engine", job, precision)], results[(other, job, precision)]
+    return mine["rate"]["median"] / theirs["rate"]["median"]
+
+
+def write_report(path, results, micro, accuracy, args, started):
+    r = lambda n, j, p: results[(n, j, p)]  # noqa: E731
+    lines = [
+        "# Speed: this engine vs the original bert4keras pipeline and sentence-transformers",
+        "",
+        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu_description()}, Python {platform.python_version()}, "
+        f"by `make bench` (`.venv/bin/python benchmarks/run.py --repeats {args.repeats} "
+        f"--time-budget {args.time_budget:g}`), {args.repeats} interleaved repetitions, each contestant in its own "
+        "process. Figures are medians with min–max.",
+        "",
+        f"Set-up (every contestant): random BERT L4 H312 A12 I1248, vocab 21128, [CLS] pooling, maxlen "
+        f"{common.MAXLEN}; training on the first {common.TRAIN_PAIRS} BQ train pairs in batches of "
+        f"{common.BATCH_PAIRS} pairs (CoSENT λ=20, Adam 2e-5), pairs/s over the steps after the first "
+        f"{common.WARMUP_STEPS}; encoding the first {common.ENCODE_SENTENCES} BQ test sentences in batches of "
+        f"{common.ENCODE_BATCH}, after a warm-up call. A contestant that would need more than "
+        f"{args.time_budget:g} s of timed work stops there and reports the rate of what it did (the "
+        "`steps`/`sentences` columns say how much that was).",
+        "",
+        "| contestant | precision | train pairs/s | steps timed | peak RSS train (MiB) | encode sentences/s | sentences |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in CONTESTANTS:
+        for precision in ("float32", "bf16"):
+            train, encode = r(name, "train", precision), r(name, "encode", precision)
+            lines.append(f"| {name} | {precision} | {fmt(train['rate'], 1)} | {train['timed_steps']} | "
+                         f"{fmt(train['peak_rss_mib'])} | {fmt(encode['rate'])} | {encode['sentences']} |")
+            if name == "original pipeline" and precision == "float32":
+                s = r(name, "encode_sorted", "float32")
+                lines.append(f"| original pipeline, sentences sorted by length | float32 | | | | "
+                             f"{fmt(s['rate'])} | {s['sentences']} |")
+    targets = [
+        ("training float32 vs original pipeline", "train", "float32", "original pipeline", 2.0),
+        ("training float32 vs sentence-transformers", "train", "float32", "sentence-transformers", 1.2),
+        ("training bf16 vs sentence-transformers bf16", "train", "bf16", "sentence-transformers", 1.2),
+        ("encoding float32 vs sentence-transformers", "encode", "float32", "sentence-transformers", 1.2),
+        ("encoding bf16 vs sentence-transformers bf16", "encode", "bf16", "sentence-transformers", 1.2),
+        ("training bf16 vs original pipeline bf16", "train", "bf16", "original pipeline", None),
+        ("encoding float32 vs original pipeline", "encode", "float32", "original pipeline", None),
+        ("encoding bf16 vs original pipeline bf16", "encode", "bf16", "original pipeline", None),
+    ]
+    lines += ["", "## Ratios (medians of this engine over the other, same run)", "",
+              "| ratio | measured | target | met |", "|---|---|---|---|"]
+    for label, job, precision, other, target in targets:
+        value = ratio(results, job, precision, other)
+        met = "" if target is None else ("yes" if value >= target else "**no**")
+        lines.append(f"| {label} | {value:.2f}× | {'' if target is None else f'≥ {target}×'} | {met} |")
+    rss_mine = r("this engine", "train", "float32")["peak_rss_mib"]["median"]
+    rss_orig = r("original pipeline", "train", "float32")["peak_rss_mib"]["median"]
+    lines.append(f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
+                 f"{'yes' if rss_mine <= rss_orig else '**no**'} |")
+    share = statistics.median(m["float32"]["loss_share"] for m in micro)
+    lines.append(f"| CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
+                 f"{'yes' if share <= 0.02 else '**no**'} |")
+    lines += ["", "## A training step at 64 pairs (this engine, `benchmarks/micro.py`)", "",
+              f"Length-grouped batches of 64 pairs, mean padded length {micro[0]['mean_padded_length']:.1f}; "
+              f"{micro[0]['train_step_gflop']:.1f} GFLOP of matmuls per step (backward counted as 2× forward).", "",
+              "| precision | step (ms) | CoSENT loss fwd+bwd (ms) | loss share | achieved GFLOP/s | matmul peak GFLOP/s | of peak |",
+              "|---|---|---|---|---|---|---|"]
+    for precision in ("float32", "bf16"):
+        m = lambda key: summary([x[precision][key] for x in micro])  # noqa: E731
+        step, loss = m("step_seconds"), m("loss_seconds")
+        lines.append(f"| {precision} | {fmt({k: 1000 * v for k, v in step.items()}, 0)} | "
+                     f"{fmt({k: 1000 * v for k, v in loss.items()}, 2)} | {100 * m('loss_share')['median']:.2f}% | "
+                     f"{fmt(m('achieved_gflops'))} | {fmt(m('matmul_peak_gflops'))} | "
+                     f"{100 * m('fraction_of_peak')['median']:.0f}% |")
+    if accuracy:
+        plain = accuracy["plain float32"]["test_spearman"]
+        lines += ["", "## Accuracy: length-grouped batches and bf16 against the plain run", "",
+                  "One epoch of `scripts/cosent.py STS-B --epochs 1 --lr 1e-4` (seed 42, the small random BERT), "
+                  "test Spearman against the plain float32 run (batches in random order):", "",
+                  "| run | valid Spearman | test Spearman | test − plain | within 0.01 | seconds |", "|---|---|---|---|---|---|"]
+        for name, m in accuracy.items():
+            delta = m["test_spearman"] - plain
+            lines.append(f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | {delta:+.4f} | "
+                         f"{'yes' if abs(delta) <= 0.01 else '**no**'} | {m['wall_seconds']:.0f} |")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+ACCURACY_RUNS = {"plain float32": ["--no-group-by-length"], "length-grouped float32": [],
+                 "length-grouped bf16": ["--precision", "bf16"]}
+
+
+def accuracy_runs(folder):
+    """Test Spearman of a short STS-B run per set-up: {name: metrics}."""
+    metrics = {}
+    for name, options in ACCURACY_RUNS.items():
+        output = os.path.join(folder, name.replace(" ", "-"))
+        command = [sys.executable, os.path.join(os.path.dirname(HERE), "scripts", "cosent.py"), "STS-B",
+                   "--data-dir", common.data_dir(), "--epochs", "1", "--lr", "1e-4", "--output-dir", output, *options]
+        completed = subprocess.run(command, capture_output=True, text=True)
+        if completed.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr[-3000:]}")
+        with open(os.path.join(output, "metrics.json"), encoding="utf-8") as f:
+            result = json.load(f)
+        metrics[name] = {"test_spearman": result["test"]["spearman"], "valid_spearman": result["valid"]["spearman"],
+                         "wall_seconds": result["wall_seconds"]}
+        print(f"accuracy, {name}: test Spearman {metrics[name]['test_spearman']:.4f}", flush=True)
+    return metrics
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--time-budget", type=float, default=45.0,
+                        help="seconds of timed work after which a slow contestant stops and reports its rate")
+    parser.add_argument("--bench-python", default=".venv-bench/bin/python",
+                        help="the Python with torch and sentence-transformers")
+    parser.add_argument("--output-dir", default=HERE)
+    parser.add_argument("--skip-accuracy", action="store_true", help="leave out the three short STS-B runs")
+    parser.add_argument("--report-only", action="store_true", help="rewrite RESULTS.md from OUTPUT_DIR/results.json")
+    args = parser.parse_args()
+    if args.report_only:
+        return report(os.path.join(args.output_dir, "results.json"))
+    started = datetime.datetime.now(datetime.timezone.utc)
+    pythons = {"engine": sys.executable, "bench": args.bench_python}
+    env = {**os.environ, "BENCH_TIME_BUDGET": str(args.time_budget), "PYTHONUNBUFFERED": "1"}
+    runs = {key: [] for key in JOBS}
+    micro = []
+    for repeat in range(1, args.repeats + 1):
+        for name, job, precision in JOBS:
+            script, venv = CONTESTANTS[name]
+            figures = run_job(pythons[venv], script, job, precision, env)
+            runs[(name, job, precision)].append(figures)
+            print(f"[{repeat}/{args.repeats}] {name} {job} {precision}: {figures[RATE[job]]:.1f}/s, "
+                  f"peak RSS {figures['peak_rss_mib']:.0f} MiB", flush=True)
+        micro.append(run_job(sys.executable, "micro.py", "micro", "float32", env))
+        print(f"[{repeat}/{args.repeats}] micro: loss share {100 * micro[-1]['float32']['loss_share']:.2f}%", flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        accuracy = {} if args.skip_accuracy else accuracy_runs(folder)
+    raw = {"started": started.isoformat(), "args": vars(args), "micro": micro, "accuracy": accuracy,
+           "runs": [{"contestant": n, "job": j, "precision": p, "repetitions": runs[(n, j, p)]} for n, j, p in JOBS]}
+    results_path = os.path.join(args.output_dir, "results.json")
+    with open(results_path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(raw, f, indent=1)
+    os.replace(results_path + ".tmp", results_path)
+    report(results_path)
+
+
+def report(results_path):
+    """Write RESULTS.md beside ``results.json`` from the repetitions it holds."""
+    with open(results_path, encoding="utf-8") as f:
+        raw = json.load(f)
+    results = {}
+    for run in raw["runs"]:
+        figures = run["repetitions"]
+        results[(run["contestant"], run["job"], run["precision"])] = {
+            "rate": summary([f[RATE[run["job"]]] for f in figures]),
+            "peak_rss_mib": summary([f["peak_rss_mib"] for f in figures]),
+            "timed_steps": min(f.get("timed_steps", 0) for f in figures),
+            "sentences": min(f.get("sentences", 0) for f in figures)}
+    path = os.path.join(os.path.dirname(results_path), "RESULTS.md")
+    write_report(path, results, raw["micro"], raw.get("accuracy") or {}, argparse.Namespace(**raw["args"]),
+                 datetime.datetime.fromisoformat(raw["started"]))
+    print(open(path, encoding="utf-8").read())
+
+
+if __name__ == "__main__":
+    main()

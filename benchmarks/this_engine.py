@@ -1,0 +1,63 @@
+"""Contestant (a): this project's training engine and ``SentenceEncoder.encode``.
+
+* train: what ``cosent_tf.training.train`` runs per step for ``scripts/cosent.py``: token
+  ids made once by ``SentenceTokenizer``, ``pair_dataset`` (length-grouped batches of 32
+  pairs, each padded to its longest), ``build_encoder`` ([CLS]), ``CoSENTLoss(20)``,
+  ``FusedAdam`` 2e-5, ``model.fit``. ``bf16`` trains under mixed_bfloat16 as ``--precision bf16``.
+* encode: ``SentenceEncoder.load(folder, precision).encode(sentences, batch_size=64)``
+  on a model folder written by ``save_model_dir``, tokenisation included.
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import cosent_tf as ct  # noqa: E402
+from cosent_tf import backend  # noqa: E402
+from cosent_tf.backend import keras  # noqa: E402
+
+
+class _Clock(keras.callbacks.Callback):
+    def __init__(self, clock, losses):
+        super().__init__()
+        self.clock, self.losses = clock, losses
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.losses.append(float(logs["loss"]))
+        self.clock.tick()
+        if self.clock.out_of_time():
+            self.model.stop_training = True
+
+
+def train(precision):
+    texts_a, texts_b, labels = common.train_pairs()
+    keras.utils.set_random_seed(0)
+    backend.set_precision("mixed_bfloat16" if precision == "bf16" else "float32")
+    tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)
+    dataset = ct.pair_dataset(tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels,
+                              batch_size=common.BATCH_PAIRS, seed=0)
+    model = ct.build_encoder(common.MODEL_CONFIG)
+    model.compile(optimizer=ct.FusedAdam(common.LEARNING_RATE), loss=ct.CoSENTLoss(common.SCALE))
+    clock, losses = common.StepClock(), []
+    model.fit(dataset, epochs=1, callbacks=[_Clock(clock, losses)], verbose=0)
+    return common.train_figures(clock, losses)
+
+
+def encode(precision):
+    sentences = common.test_sentences()
+    keras.utils.set_random_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        ct.save_model_dir(folder, ct.build_encoder(common.MODEL_CONFIG), ct.ModelSpec("feature", maxlen=common.MAXLEN),
+                          common.MODEL_CONFIG, common.vocab_path())
+        encoder = ct.SentenceEncoder.load(folder, precision)
+
+    def run(texts):
+        return encoder.encode(texts, batch_size=common.ENCODE_BATCH, show_progress=False)
+
+    return common.encode_figures(run, sentences)
+
+
+if __name__ == "__main__":
+    common.contestant_main({"train": train, "encode": encode})
