@@ -25,7 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests
 
-# Speed against the original pipeline and sentence-transformers (about 45 minutes; writes
+# Speed against the original pipeline and sentence-transformers (about 35 minutes; writes
 # benchmarks/RESULTS.md). torch and sentence-transformers go into their own .venv-bench:
 # they are benchmark-only, never dependencies of the package.
 $(BENCH_VENV)/.installed:

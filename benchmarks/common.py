@@ -4,6 +4,8 @@ Imports neither TensorFlow nor torch: the sentence-transformers contestant runs 
 own virtual environment (``.venv-bench``) and reads the data through this module too.
 A contestant is run as ``python benchmarks/CONTESTANT.py JOB PRECISION OUTPUT_JSON``
 (JOB ``train`` or ``encode``), in a process of its own so that its peak RSS is its own.
+Each job reports ``REPEATS`` rates measured after one warm-up: the training pass after
+its warm-up steps cut into that many consecutive stretches, or that many timed encode calls.
 """
 import json
 import os
@@ -15,12 +17,13 @@ import time
 TRAIN_PAIRS = 6400
 BATCH_PAIRS = 32
 WARMUP_STEPS = 10
+REPEATS = 3
 ENCODE_SENTENCES = 20000
 ENCODE_BATCH = 64
-# Past these many seconds of timed work a contestant stops early and reports the rate of
-# what it did (bf16 matmuls in torch run at about a sixth of float32 on a CPU without
-# AVX512-BF16, which would make one repetition take most of an hour).
-TIME_BUDGET = float(os.environ.get("BENCH_TIME_BUDGET", 240))
+# Past these many seconds of timed work a job stops early and reports the rates of what it
+# did (bf16 matmuls in torch run at about a sixth of float32 on a CPU without
+# AVX512-BF16, which would make one pass take most of an hour).
+TIME_BUDGET = float(os.environ.get("BENCH_TIME_BUDGET", 60))
 MAXLEN = 64
 LEARNING_RATE = 2e-5
 SCALE = 20.0
@@ -92,36 +95,40 @@ class StepClock:
         timed = self.ends[self.warmup:]
         return len(timed) > 5 and timed[-1] - timed[0] > self.budget
 
-    def pairs_per_second(self, batch_pairs=BATCH_PAIRS):
+    def pairs_per_second(self, batch_pairs=BATCH_PAIRS, parts=REPEATS):
+        """Rates of ``parts`` consecutive stretches of the steps after the warm-up."""
         timed = self.ends[self.warmup:]
-        if len(timed) < 2:
-            raise SystemExit(f"only {len(self.ends)} steps ran; more than {self.warmup + 1} are needed")
-        return (len(timed) - 1) * batch_pairs / (timed[-1] - timed[0])
+        if len(timed) < parts + 1:
+            raise SystemExit(f"only {len(self.ends)} steps ran; more than {self.warmup + parts} are needed")
+        cuts = [round(i * (len(timed) - 1) / parts) for i in range(parts + 1)]
+        return [(b - a) * batch_pairs / (timed[b] - timed[a]) for a, b in zip(cuts, cuts[1:])]
 
 
-def timed_encode(encode, sentences):
-    """Sentences per second of one ``encode(sentences)`` call after a warm-up call.
+def timed_encode(encode, sentences, repeats=REPEATS):
+    """Sentences per second of ``repeats`` ``encode(sentences)`` calls after a warm-up call.
 
-    Returns (rate, sentences encoded): when the warm-up's rate says the whole list would
-    take longer than the time budget, only as many of its first sentences as fit are
-    encoded.
+    Returns (rates, sentences encoded per call): when the warm-up's rate says the calls
+    would take longer than the time budget, each encodes only as many of the first
+    sentences as fit.
     """
     warmup = sentences[: 20 * ENCODE_BATCH]
     start = time.perf_counter()
     encode(warmup)
-    affordable = int(len(warmup) / (time.perf_counter() - start) * TIME_BUDGET)
+    affordable = int(len(warmup) / (time.perf_counter() - start) * TIME_BUDGET / repeats)
     sentences = sentences[: max(affordable, len(warmup))]
-    start = time.perf_counter()
-    vectors = encode(sentences)
-    seconds = time.perf_counter() - start
-    if len(vectors) != len(sentences):
-        raise SystemExit(f"encode returned {len(vectors)} vectors for {len(sentences)} sentences")
-    return len(sentences) / seconds, len(sentences)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        vectors = encode(sentences)
+        rates.append(len(sentences) / (time.perf_counter() - start))
+        if len(vectors) != len(sentences):
+            raise SystemExit(f"encode returned {len(vectors)} vectors for {len(sentences)} sentences")
+    return rates, len(sentences)
 
 
 def encode_figures(encode, sentences):
-    rate, count = timed_encode(encode, sentences)
-    return {"encode_sentences_per_second": rate, "sentences": count}
+    rates, count = timed_encode(encode, sentences)
+    return {"encode_sentences_per_second": rates, "sentences": count}
 
 
 def train_figures(clock, losses):

@@ -8,7 +8,7 @@
   the shapes; the [CLS]-only last block counted as it runs; backward = 2× forward) over the
   measured step time, in float32 and mixed_bfloat16, against the peak of the same precision.
 
-    .venv/bin/python benchmarks/micro.py OUTPUT_JSON
+    .venv/bin/python benchmarks/micro.py micro float32 OUTPUT_JSON
 """
 import os
 import statistics
@@ -124,5 +124,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.argv[1:1] = ["micro", "float32"]
     common.contestant_main({"micro": lambda _: main()})

@@ -1,11 +1,12 @@
 """Speed of this engine against the original bert4keras pipeline and sentence-transformers.
 
-One command (``make bench``) measures, in one run on this machine, every contestant in
-its own process, repetitions interleaved (rep 1 of everything, then rep 2, ...) so a
-slow spell of the machine hits all of them alike:
+One command (``make bench``) measures, in one run on this machine, every contestant's
+job in a process of its own (so its peak RSS is its own), each with 3 repetitions after
+one warm-up (see common.py):
 
-* training pairs/s after a warm-up of 10 steps, and the process's peak RSS;
-* encoding sentences/s (a warm-up call, then one timed call on all sentences);
+* training pairs/s: the pass over the pairs after 10 warm-up steps, in 3 stretches;
+  and the process's peak RSS;
+* encoding sentences/s: a warm-up call, then 3 timed calls on all the sentences;
 * ``micro.py``: CoSENT's share of a step at 64 pairs, achieved GFLOP/s against the
   measured matmul peak;
 * accuracy: one epoch of ``scripts/cosent.py STS-B`` (same seed, small model) plain
@@ -15,7 +16,7 @@ slow spell of the machine hits all of them alike:
 It writes ``benchmarks/results.json`` (every repetition) and ``benchmarks/RESULTS.md``
 (medians with min-max, and the ratios the speed targets are stated in).
 
-    .venv/bin/python benchmarks/run.py [--repeats 3] [--time-budget 45] [--bench-python .venv-bench/bin/python]
+    .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-bench/bin/python]
 """
 import argparse
 import datetime
@@ -82,26 +83,27 @@ def write_report(path, results, micro, accuracy, args, started):
         "# Speed: this engine vs the original bert4keras pipeline and sentence-transformers",
         "",
         f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu_description()}, Python {platform.python_version()}, "
-        f"by `make bench` (`.venv/bin/python benchmarks/run.py --repeats {args.repeats} "
-        f"--time-budget {args.time_budget:g}`), {args.repeats} interleaved repetitions, each contestant in its own "
-        "process. Figures are medians with min–max.",
+        f"by `make bench` (`.venv/bin/python benchmarks/run.py --time-budget {args.time_budget:g}`): each job "
+        f"in its own process, {common.REPEATS} repetitions after a warm-up. Rates are medians of the "
+        "repetitions with their min–max.",
         "",
         f"Set-up (every contestant): random BERT L4 H312 A12 I1248, vocab 21128, [CLS] pooling, maxlen "
         f"{common.MAXLEN}; training on the first {common.TRAIN_PAIRS} BQ train pairs in batches of "
-        f"{common.BATCH_PAIRS} pairs (CoSENT λ=20, Adam 2e-5), pairs/s over the steps after the first "
-        f"{common.WARMUP_STEPS}; encoding the first {common.ENCODE_SENTENCES} BQ test sentences in batches of "
-        f"{common.ENCODE_BATCH}, after a warm-up call. A contestant that would need more than "
-        f"{args.time_budget:g} s of timed work stops there and reports the rate of what it did (the "
-        "`steps`/`sentences` columns say how much that was).",
+        f"{common.BATCH_PAIRS} pairs (CoSENT λ=20, Adam 2e-5): one pass, the steps after the first "
+        f"{common.WARMUP_STEPS} cut into {common.REPEATS} consecutive stretches; encoding the first "
+        f"{common.ENCODE_SENTENCES} BQ test sentences in batches of {common.ENCODE_BATCH}: a warm-up call, then "
+        f"{common.REPEATS} timed calls. A job that would need more than {args.time_budget:g} s of timed work "
+        "stops there and reports the rates of what it did (the `steps timed` and `sentences` columns say how "
+        "much that was; the s-t bf16 runs, and the original pipeline's slower ones, are such runs).",
         "",
-        "| contestant | precision | train pairs/s | steps timed | peak RSS train (MiB) | encode sentences/s | sentences |",
+        "| contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | encode sentences/s | sentences per call |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in CONTESTANTS:
         for precision in ("float32", "bf16"):
             train, encode = r(name, "train", precision), r(name, "encode", precision)
             lines.append(f"| {name} | {precision} | {fmt(train['rate'], 1)} | {train['timed_steps']} | "
-                         f"{fmt(train['peak_rss_mib'])} | {fmt(encode['rate'])} | {encode['sentences']} |")
+                         f"{train['peak_rss_mib']:.0f} | {fmt(encode['rate'])} | {encode['sentences']} |")
             if name == "original pipeline" and precision == "float32":
                 s = r(name, "encode_sorted", "float32")
                 lines.append(f"| original pipeline, sentences sorted by length | float32 | | | | "
@@ -122,25 +124,24 @@ def write_report(path, results, micro, accuracy, args, started):
         value = ratio(results, job, precision, other)
         met = "" if target is None else ("yes" if value >= target else "**no**")
         lines.append(f"| {label} | {value:.2f}× | {'' if target is None else f'≥ {target}×'} | {met} |")
-    rss_mine = r("this engine", "train", "float32")["peak_rss_mib"]["median"]
-    rss_orig = r("original pipeline", "train", "float32")["peak_rss_mib"]["median"]
+    rss_mine = r("this engine", "train", "float32")["peak_rss_mib"]
+    rss_orig = r("original pipeline", "train", "float32")["peak_rss_mib"]
     lines.append(f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
                  f"{'yes' if rss_mine <= rss_orig else '**no**'} |")
-    share = statistics.median(m["float32"]["loss_share"] for m in micro)
+    share = micro["float32"]["loss_share"]
     lines.append(f"| CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
                  f"{'yes' if share <= 0.02 else '**no**'} |")
     lines += ["", "## A training step at 64 pairs (this engine, `benchmarks/micro.py`)", "",
-              f"Length-grouped batches of 64 pairs, mean padded length {micro[0]['mean_padded_length']:.1f}; "
-              f"{micro[0]['train_step_gflop']:.1f} GFLOP of matmuls per step (backward counted as 2× forward).", "",
+              f"Length-grouped batches of 64 pairs, mean padded length {micro['mean_padded_length']:.1f}; "
+              f"{micro['train_step_gflop']:.1f} GFLOP of matmuls per step (backward counted as 2× forward). "
+              "Medians of 3 timed passes over the same batches.", "",
               "| precision | step (ms) | CoSENT loss fwd+bwd (ms) | loss share | achieved GFLOP/s | matmul peak GFLOP/s | of peak |",
               "|---|---|---|---|---|---|---|"]
     for precision in ("float32", "bf16"):
-        m = lambda key: summary([x[precision][key] for x in micro])  # noqa: E731
-        step, loss = m("step_seconds"), m("loss_seconds")
-        lines.append(f"| {precision} | {fmt({k: 1000 * v for k, v in step.items()}, 0)} | "
-                     f"{fmt({k: 1000 * v for k, v in loss.items()}, 2)} | {100 * m('loss_share')['median']:.2f}% | "
-                     f"{fmt(m('achieved_gflops'))} | {fmt(m('matmul_peak_gflops'))} | "
-                     f"{100 * m('fraction_of_peak')['median']:.0f}% |")
+        m = micro[precision]
+        lines.append(f"| {precision} | {1000 * m['step_seconds']:.0f} | {1000 * m['loss_seconds']:.2f} | "
+                     f"{100 * m['loss_share']:.2f}% | {m['achieved_gflops']:.0f} | {m['matmul_peak_gflops']:.0f} | "
+                     f"{100 * m['fraction_of_peak']:.0f}% |")
     if accuracy:
         plain = accuracy["plain float32"]["test_spearman"]
         lines += ["", "## Accuracy: length-grouped batches and bf16 against the plain run", "",
@@ -180,9 +181,8 @@ def accuracy_runs(folder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--time-budget", type=float, default=45.0,
-                        help="seconds of timed work after which a slow contestant stops and reports its rate")
+    parser.add_argument("--time-budget", type=float, default=60.0,
+                        help="seconds of timed work (all repetitions) after which a slow job stops and reports")
     parser.add_argument("--bench-python", default=".venv-bench/bin/python",
                         help="the Python with torch and sentence-transformers")
     parser.add_argument("--output-dir", default=HERE)
@@ -194,21 +194,18 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     pythons = {"engine": sys.executable, "bench": args.bench_python}
     env = {**os.environ, "BENCH_TIME_BUDGET": str(args.time_budget), "PYTHONUNBUFFERED": "1"}
-    runs = {key: [] for key in JOBS}
-    micro = []
-    for repeat in range(1, args.repeats + 1):
-        for name, job, precision in JOBS:
-            script, venv = CONTESTANTS[name]
-            figures = run_job(pythons[venv], script, job, precision, env)
-            runs[(name, job, precision)].append(figures)
-            print(f"[{repeat}/{args.repeats}] {name} {job} {precision}: {figures[RATE[job]]:.1f}/s, "
-                  f"peak RSS {figures['peak_rss_mib']:.0f} MiB", flush=True)
-        micro.append(run_job(sys.executable, "micro.py", "micro", "float32", env))
-        print(f"[{repeat}/{args.repeats}] micro: loss share {100 * micro[-1]['float32']['loss_share']:.2f}%", flush=True)
+    micro = run_job(sys.executable, "micro.py", "micro", "float32", env)
+    print(f"micro: loss share {100 * micro['float32']['loss_share']:.2f}%", flush=True)
+    runs = {}
+    for name, job, precision in JOBS:
+        script, venv = CONTESTANTS[name]
+        runs[(name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, env)
+        print(f"{name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
+              f"peak RSS {figures['peak_rss_mib']:.0f} MiB", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         accuracy = {} if args.skip_accuracy else accuracy_runs(folder)
     raw = {"started": started.isoformat(), "args": vars(args), "micro": micro, "accuracy": accuracy,
-           "runs": [{"contestant": n, "job": j, "precision": p, "repetitions": runs[(n, j, p)]} for n, j, p in JOBS]}
+           "runs": [{"contestant": n, "job": j, "precision": p, **runs[(n, j, p)]} for n, j, p in JOBS]}
     results_path = os.path.join(args.output_dir, "results.json")
     with open(results_path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(raw, f, indent=1)
@@ -222,12 +219,8 @@ def report(results_path):
         raw = json.load(f)
     results = {}
     for run in raw["runs"]:
-        figures = run["repetitions"]
         results[(run["contestant"], run["job"], run["precision"])] = {
-            "rate": summary([f[RATE[run["job"]]] for f in figures]),
-            "peak_rss_mib": summary([f["peak_rss_mib"] for f in figures]),
-            "timed_steps": min(f.get("timed_steps", 0) for f in figures),
-            "sentences": min(f.get("sentences", 0) for f in figures)}
+            **run, "rate": summary(run[RATE[run["job"]]]), "repeats": len(run[RATE[run["job"]]])}
     path = os.path.join(os.path.dirname(results_path), "RESULTS.md")
     write_report(path, results, raw["micro"], raw.get("accuracy") or {}, argparse.Namespace(**raw["args"]),
                  datetime.datetime.fromisoformat(raw["started"]))

@@ -265,7 +265,7 @@ def first_token_output(transformer):
     model's [CLS] vector. Only for BERT-style models: NEZHA (relative positions), ALBERT
     (one shared block) and RoFormer (rotary positions) return None.
     """
-    if type(transformer).__mro__[2] is not _b4k_models.BERT:  # (ours, _IndependentInitializer, BERT)
+    if type(transformer).__bases__[-1] is not _b4k_models.BERT:  # the class transformer_class derived from
         return None
     layers = transformer.layers
     attention = f"Transformer-{transformer.num_hidden_layers - 1}-MultiHeadSelfAttention"
