@@ -104,6 +104,20 @@ class StepClock:
         return [(b - a) * batch_pairs / (timed[b] - timed[a]) for a, b in zip(cuts, cuts[1:])]
 
 
+def keras_step_callback(keras, clock, losses):
+    """A Keras callback that records each step in ``clock`` and ``losses``, and ends ``fit``
+    once the clock is out of time (``keras`` is passed in: this module imports no TensorFlow)."""
+
+    class StepCallback(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            losses.append(float(logs["loss"]))
+            clock.tick()
+            if clock.out_of_time():
+                self.model.stop_training = True
+
+    return StepCallback()
+
+
 def timed_encode(encode, sentences, repeats=REPEATS):
     """Sentences per second of ``repeats`` ``encode(sentences)`` calls after a warm-up call.
 

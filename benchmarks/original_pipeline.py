@@ -70,18 +70,6 @@ def build_encoder(precision):
     return keras.models.Model(bert.model.inputs, output)
 
 
-class _Clock(keras.callbacks.Callback):
-    def __init__(self, clock, losses):
-        super().__init__()
-        self.clock, self.losses = clock, losses
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
-        self.clock.tick()
-        if self.clock.out_of_time():
-            self.model.stop_training = True
-
-
 def train(precision):
     texts_a, texts_b, labels = common.train_pairs()
     np.random.seed(0)  # DataGenerator shuffles with numpy's global generator
@@ -91,7 +79,7 @@ def train(precision):
     train_generator = data_generator(list(zip(texts_a, texts_b, labels)), common.BATCH_PAIRS)
     clock, losses = common.StepClock(), []
     encoder.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=1,
-                callbacks=[_Clock(clock, losses)], verbose=0)
+                callbacks=[common.keras_step_callback(keras, clock, losses)], verbose=0)
     return common.train_figures(clock, losses)
 
 

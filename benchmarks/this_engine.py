@@ -19,18 +19,6 @@ from cosent_tf import backend  # noqa: E402
 from cosent_tf.backend import keras  # noqa: E402
 
 
-class _Clock(keras.callbacks.Callback):
-    def __init__(self, clock, losses):
-        super().__init__()
-        self.clock, self.losses = clock, losses
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
-        self.clock.tick()
-        if self.clock.out_of_time():
-            self.model.stop_training = True
-
-
 def train(precision):
     texts_a, texts_b, labels = common.train_pairs()
     keras.utils.set_random_seed(0)
@@ -41,7 +29,7 @@ def train(precision):
     model = ct.build_encoder(common.MODEL_CONFIG)
     model.compile(optimizer=ct.FusedAdam(common.LEARNING_RATE), loss=ct.CoSENTLoss(common.SCALE))
     clock, losses = common.StepClock(), []
-    model.fit(dataset, epochs=1, callbacks=[_Clock(clock, losses)], verbose=0)
+    model.fit(dataset, epochs=1, callbacks=[common.keras_step_callback(keras, clock, losses)], verbose=0)
     return common.train_figures(clock, losses)
 
 
