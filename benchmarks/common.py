@@ -118,12 +118,11 @@ def keras_step_callback(keras, clock, losses):
     return StepCallback()
 
 
-def timed_encode(encode, sentences, repeats=REPEATS):
+def encode_figures(encode, sentences, repeats=REPEATS):
     """Sentences per second of ``repeats`` ``encode(sentences)`` calls after a warm-up call.
 
-    Returns (rates, sentences encoded per call): when the warm-up's rate says the calls
-    would take longer than the time budget, each encodes only as many of the first
-    sentences as fit.
+    When the warm-up's rate says the calls would take longer than the time budget, each
+    encodes only as many of the first sentences as fit (``sentences`` in the figures).
     """
     warmup = sentences[: 20 * ENCODE_BATCH]
     start = time.perf_counter()
@@ -137,12 +136,7 @@ def timed_encode(encode, sentences, repeats=REPEATS):
         rates.append(len(sentences) / (time.perf_counter() - start))
         if len(vectors) != len(sentences):
             raise SystemExit(f"encode returned {len(vectors)} vectors for {len(sentences)} sentences")
-    return rates, len(sentences)
-
-
-def encode_figures(encode, sentences):
-    rates, count = timed_encode(encode, sentences)
-    return {"encode_sentences_per_second": rates, "sentences": count}
+    return {"encode_sentences_per_second": rates, "sentences": len(sentences)}
 
 
 def train_figures(clock, losses):

@@ -93,8 +93,9 @@ def write_report(path, results, micro, accuracy, args, started):
         f"{common.WARMUP_STEPS} cut into {common.REPEATS} consecutive stretches; encoding the first "
         f"{common.ENCODE_SENTENCES} BQ test sentences in batches of {common.ENCODE_BATCH}: a warm-up call, then "
         f"{common.REPEATS} timed calls. A job that would need more than {args.time_budget:g} s of timed work "
-        "stops there and reports the rates of what it did (the `steps timed` and `sentences` columns say how "
-        "much that was; the s-t bf16 runs, and the original pipeline's slower ones, are such runs).",
+        "stops there and reports the rates of what it did: the `steps timed` and `sentences per call` columns "
+        f"say how much each job did (of {common.TRAIN_PAIRS // common.BATCH_PAIRS - common.WARMUP_STEPS} steps "
+        f"and {common.ENCODE_SENTENCES} sentences).",
         "",
         "| contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | encode sentences/s | sentences per call |",
         "|---|---|---|---|---|---|---|",
