@@ -6,7 +6,7 @@ DATA ?= ../shared/data
 
 BENCH_VENV := .venv-bench
 
-.PHONY: install demo test bench
+.PHONY: install demo test bench soak
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -37,3 +37,10 @@ $(BENCH_VENV)/.installed:
 
 bench: $(STAMP) $(BENCH_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/run.py --bench-python $(BENCH_VENV)/bin/python
+
+# Many short trainings in parallel processes, counting failures (not part of CI; about
+# 4 minutes per 200 runs here). SOAK_ARGS="--variant before-fix --variant default" compares
+# the engine with and without its oneDNN primitive-cache setting; see benchmarks/soak.py.
+SOAK_ARGS ?= --runs 200
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py $(SOAK_ARGS)
