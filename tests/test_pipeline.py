@@ -101,3 +101,54 @@ def test_repeated_stream_resumes_where_it_stopped():
     # The endless stream runs through epochs in the same order as one pass per iteration.
     single = pair_dataset(ids_a, ids_b, labels, batch_size=4, seed=5)
     assert order(single, 5) + order(single, 5) == full[:10]
+
+
+def _checksum(token_ids, labels):
+    """Sum of every id times its (row, column) position, and of the labels: what a batch holds."""
+    token_ids = np.asarray(token_ids, np.int64)
+    weights = np.arange(1, token_ids.shape[0] + 1)[:, None] * 131 + np.arange(1, token_ids.shape[1] + 1)[None, :]
+    return int((token_ids * weights).sum()), float(np.asarray(labels, np.float64).sum())
+
+
+@pytest.mark.parametrize("kind", ["feature", "interaction"])
+def test_batches_reach_the_model_as_made_while_training(kind, tiny_config):
+    """Every batch a training step receives equals the arrays the pipeline made it from.
+
+    Training (forward, backward, the fused optimizer) runs while the next batches are being
+    made, as in ``fit``: a buffer of the pipeline reused or overwritten while still in use
+    would show here as a step seeing other ids than the batch it was given.
+    """
+    from cosent_tf import CoSENTLoss, FusedAdam, InteractionCoSENTLoss, build_encoder, build_interaction_model
+    from cosent_tf.backend import keras, tf
+
+    class Recording(keras.Model):
+        def train_step(self, data):
+            (token_ids, _), labels = data
+            rows, columns = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
+            weights = (tf.range(1, rows + 1, dtype=tf.int64)[:, None] * 131
+                       + tf.range(1, columns + 1, dtype=tf.int64)[None, :])
+            received = {"ids": tf.reduce_sum(tf.cast(token_ids, tf.int64) * weights),
+                        "labels": tf.reduce_sum(tf.cast(labels, tf.float64))}
+            super().train_step(data)
+            return received
+
+    rng = np.random.default_rng(0)
+    ids_a = [rng.integers(1, 20000, int(rng.integers(1, 30))).astype(np.int32) for _ in range(96)]
+    ids_b = [rng.integers(1, 20000, int(rng.integers(1, 30))).astype(np.int32) for _ in range(96)]
+    labels = rng.integers(0, 2, 96).astype(np.float32)
+    if kind == "feature":
+        model, loss = build_encoder(tiny_config), CoSENTLoss()
+        make = lambda: pair_dataset(ids_a, ids_b, labels, batch_size=3, seed=1, repeat=True)  # noqa: E731
+    else:
+        model, loss = build_interaction_model(tiny_config), InteractionCoSENTLoss()
+        joined = [np.concatenate([a, b]) for a, b in zip(ids_a, ids_b)]
+        make = lambda: interaction_dataset(joined, labels, batch_size=3, seed=1, repeat=True)  # noqa: E731
+    steps = 120
+    expected = [_checksum(ids, y) for (ids, _), y in make().take(steps).as_numpy_iterator()]
+    model = Recording(model.inputs, model.outputs)
+    model.compile(optimizer=FusedAdam(1e-3), loss=loss)
+    seen = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append((int(logs["ids"]), float(logs["labels"]))))
+    model.fit(make(), epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
+    assert seen == expected
