@@ -25,6 +25,16 @@ Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
   them in again on the next step: with a 21128-row embedding that was a third of a small
   model's training step, spent in the kernel. ``TF_CPU_ALLOCATOR_USE_BFC=1`` (set here
   unless already set) keeps them in TensorFlow's own BFC pool (see benchmarks/RESULTS.md).
+* oneDNN 3.7 (bundled with TensorFlow 2.21) can hand a matmul over a size-1 dimension a
+  cached primitive made for the same shapes with other strides on that dimension, which
+  needs a larger scratchpad than the one TensorFlow allocated for it (fixed in oneDNN 3.11,
+  uxlfoundation/oneDNN#5043); the primitive then writes past the scratchpad into whatever
+  tensor the allocator put next to it. [CLS] pooling's single query (``first_token_output``)
+  makes such matmuls in every training step, and the garbage token ids and shape values
+  seen on AVX-512/AMX CPUs were float32 bit patterns of magnitude 1e-4, as such a write
+  would leave (the cause inferred, not reproduced on an AMD CPU; see benchmarks/SOAK.md). ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``
+  (set here unless already set) turns that cache off; TensorFlow's own cache of oneDNN
+  primitives, whose key includes the strides, still saves re-creating them.
 """
 import os
 
@@ -32,6 +42,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 
 import contextlib  # noqa: E402
 import json  # noqa: E402

@@ -1,0 +1,52 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+# A few training steps of a tiny [CLS] encoder: the single-query attention of the last block
+# makes matmuls over a size-1 dimension, forward and backward, for every sequence length.
+TRAIN_A_FEW_STEPS = """
+import json, os, sys, tempfile
+import numpy as np
+import cosent_tf as ct
+from cosent_tf.backend import keras
+config = os.path.join(tempfile.mkdtemp(), "config.json")
+with open(config, "w") as f:
+    json.dump(dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                   intermediate_size=32, hidden_act="gelu", max_position_embeddings=64), f)
+rng = np.random.default_rng(0)
+ids = [rng.integers(5, 64, int(rng.integers(2, 20))).astype(np.int32) for _ in range(48)]
+keras.utils.set_random_seed(0)
+model = ct.build_encoder(config)
+model.compile(optimizer=ct.FusedAdam(1e-3), loss=ct.CoSENTLoss())
+labels = rng.integers(0, 2, 24).astype(np.float32)
+model.fit(ct.pair_dataset(ids[:24], ids[24:], labels, batch_size=4, seed=0), epochs=2, verbose=0)
+print("ONEDNN_PRIMITIVE_CACHE_CAPACITY=" + os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"])
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "1024"])
+def test_onednn_primitive_cache_is_off_unless_the_user_sets_it(preset):
+    """Training reuses no primitive from oneDNN's own cache (see backend's docstring).
+
+    With the cache on (a user's explicit setting, which backend keeps) the same steps do
+    take primitives from it, so the check below would see the route around it removed.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    env.update(ONEDNN_VERBOSE="2", PYTHONPATH=ROOT)
+    if preset is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = preset
+    result = subprocess.run([sys.executable, "-c", TRAIN_A_FEW_STEPS], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={preset or 0}" in log
+    misses, hits = log.count("create:cache_miss"), log.count("create:cache_hit")
+    assert misses > 0, "oneDNN verbose printed no primitive creation: the check cannot see the cache"
+    if preset is None:
+        assert hits == 0
+    else:
+        assert hits > 0
