@@ -4,20 +4,23 @@ import os
 import shutil
 
 from . import backend
-from .io import atomic_directory
+from .io import FolderKind, atomic_directory
 
 CONFIG_FILE = "bert_config.json"
 CHECKPOINT_PREFIX = "bert_model.ckpt"
 VOCAB_FILE = "vocab.txt"
+CHECKPOINT_ENTRIES = (CONFIG_FILE, CHECKPOINT_PREFIX + ".*", "checkpoint", VOCAB_FILE)
+CHECKPOINT_FOLDER = FolderKind("a checkpoint folder", CHECKPOINT_PREFIX + ".index", CHECKPOINT_ENTRIES)
 
 
-def save_checkpoint(model, directory, config, model_type="bert", vocab_path=None):
+def save_checkpoint(model, directory, config, model_type="bert", vocab_path=None, overwrite=False):
     """Write ``model``'s transformer weights as a Google-format checkpoint folder.
 
     Args:
         model: a Keras model holding the transformer's layers (from :func:`build_encoder`
             or :func:`build_interaction_model`); heads outside the transformer are not saved.
-        directory: the folder to (re)create, atomically: it is complete or untouched.
+        directory: the folder to create, atomically: it is complete or untouched. An
+            existing one must be empty, or a checkpoint folder and ``overwrite`` true.
         config: the BERT config dict, or the path of its json file.
         model_type: the ``model`` the transformer was built as (it fixes the variable names).
         vocab_path: copied in as ``vocab.txt`` when given.
@@ -25,7 +28,7 @@ def save_checkpoint(model, directory, config, model_type="bert", vocab_path=None
     Returns the list of checkpoint variable names written. The folder loads back with
     ``build_encoder(dir/bert_config.json, dir/bert_model.ckpt)`` and with bert4keras.
     """
-    with atomic_directory(directory) as tmp:
+    with atomic_directory(directory, CHECKPOINT_FOLDER, overwrite) as tmp:
         return write_checkpoint_folder(model, tmp, config, model_type, vocab_path)
 
 

@@ -1,7 +1,10 @@
 """The ``cosent-tf`` command: encode, similarity, search and export with a trained model folder.
 
 Every output is written through a temporary file and a rename, so an interrupted
-command leaves either the previous file or none, never a truncated one.
+command leaves either the previous file or none, never a truncated one. Outputs are
+checked before the work starts: an output file may not be a folder or an input, and an
+output folder (index, export) must be new, empty, or (with ``--overwrite``) an earlier
+output of the same kind that holds no input.
 """
 import argparse
 import json
@@ -11,12 +14,13 @@ import numpy as np
 
 from .data import read_lines, read_pair_lines
 from .errors import CosentError
-from .io import atomic_path, write_text
+from .io import atomic_path, check_output_file, check_output_folder, write_text
 
 
 def _encode(args):
     from .inference import SentenceEncoder
 
+    check_output_file(args.output, [args.texts])
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
     vectors = encoder.encode(read_lines(args.texts, args.strict), args.batch_size, normalize=not args.no_normalize)
     with atomic_path(args.output) as tmp:
@@ -29,6 +33,7 @@ def _similarity(args):
     from .inference import PairScorer, SentenceEncoder
     from .model_dir import read_spec
 
+    check_output_file(args.output, [args.pairs])
     cls = PairScorer if read_spec(args.model_dir).kind == "interaction" else SentenceEncoder
     matcher = cls.load(args.model_dir, args.precision)
     texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict)
@@ -42,17 +47,20 @@ def _similarity(args):
 
 
 def _search_build(args):
-    from .inference import SentenceEncoder
+    from .inference import SentenceEncoder, VectorIndex
 
+    inputs = [args.model_dir, args.corpus]
+    check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs)
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
     index = encoder.build_index(read_lines(args.corpus, args.strict), args.batch_size)
-    index.save(args.index_dir)
+    index.save(args.index_dir, args.overwrite, inputs)
     print(f"{args.index_dir}: {len(index)} vectors")
 
 
 def _search_query(args):
     from .inference import SentenceEncoder, VectorIndex
 
+    check_output_file(args.output, [args.queries])
     index = VectorIndex.load(args.index_dir)
     model_dir = args.model or index.model
     if not model_dir:
@@ -69,7 +77,7 @@ def _search_query(args):
 def _export(args):
     from .export import export_saved_model
 
-    signatures = export_saved_model(args.model_dir, args.output_dir)
+    signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite)
     print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}")
 
 
@@ -108,7 +116,8 @@ def argument_parser():
     sub = command("build", _search_build, "Encode a corpus file (one text a line) into an index folder.", actions)
     sub.add_argument("model_dir")
     sub.add_argument("corpus")
-    sub.add_argument("index_dir")
+    sub.add_argument("index_dir", help="a new or empty folder (or an earlier index, with --overwrite)")
+    sub.add_argument("--overwrite", action="store_true", help="replace INDEX_DIR if it holds an earlier index")
     inference_options(sub)
     sub = command("query", _search_query,
                   "Find the top-k corpus texts of each query line by exact cosine; writes JSON lines.", actions)
@@ -123,7 +132,8 @@ def argument_parser():
                   "Write a TensorFlow SavedModel whose serving signature takes raw UTF-8 strings "
                   "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text).")
     sub.add_argument("model_dir")
-    sub.add_argument("output_dir")
+    sub.add_argument("output_dir", help="a new or empty folder (or an earlier export, with --overwrite)")
+    sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier SavedModel")
     return parser
 
 

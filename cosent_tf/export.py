@@ -16,7 +16,7 @@ import os
 from .backend import model_precision, tf
 from .errors import ConfigError
 from .graph_tokenization import GraphTokenizer
-from .io import atomic_directory
+from .io import FolderKind, atomic_directory, check_output_folder
 from .model_dir import load_model_dir
 
 _TEXTS = tf.TensorSpec(shape=[None], dtype=tf.string)
@@ -58,12 +58,19 @@ class _Served(tf.Module):
         return {"scores": self._scores(token_ids, segment_ids)}
 
 
-def export_saved_model(model_dir, out_dir):
+SAVED_MODEL = FolderKind("a SavedModel export", "saved_model.pb",
+                         ("saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"))
+
+
+def export_saved_model(model_dir, out_dir, overwrite=False):
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
     Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
-    model's description, with the tuned threshold) for the serving side.
+    model's description, with the tuned threshold) for the serving side. An existing
+    ``out_dir`` must be empty, or a SavedModel and ``overwrite`` true; it may not hold or
+    lie inside ``model_dir``.
     """
+    check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
     spec, model, sentence_tokenizer = load_model_dir(model_dir)
     if spec.word_level:
         raise ConfigError(f"{model_dir}: a word-level ({spec.model}) model pre-tokenises with jieba, which "
@@ -74,7 +81,7 @@ def export_saved_model(model_dir, out_dir):
         signatures = {"serving_default": served.embed, "encode_ids": served.embed_ids}
     else:
         signatures = {"serving_default": served.score, "score_ids": served.score_ids}
-    with atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
         tf.saved_model.save(served, tmp, signatures=signatures)
         os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
         with open(os.path.join(tmp, "assets.extra", "cosent_model.json"), "w", encoding="utf-8") as f:

@@ -14,7 +14,7 @@ import numpy as np
 from .backend import keras, set_precision
 from .errors import ConfigError, DataError
 from .evaluation import encode, interaction_scores, l2_normalize
-from .io import atomic_directory
+from .io import FolderKind, atomic_directory
 from .model_dir import load_model_dir
 
 # Auto progress bars appear from this many texts on.
@@ -144,6 +144,7 @@ class VectorIndex:
     """
 
     VECTORS, TEXTS, INFO = "vectors.npy", "texts.jsonl", "index.json"
+    FOLDER = FolderKind("a cosent-tf index", INFO, (VECTORS, TEXTS, INFO))
 
     def __init__(self, vectors, texts, model=None):
         if vectors.ndim != 2 or len(vectors) != len(texts):
@@ -161,8 +162,9 @@ class VectorIndex:
                              f"dimension {self.vectors.shape[1]}; encode them with the index's model ({self.model})")
         return top_k_cosine(query_vectors, self.vectors, top_k)
 
-    def save(self, directory):
-        with atomic_directory(directory) as tmp:
+    def save(self, directory, overwrite=False, inputs=()):
+        """Write the index folder; an existing one must be empty, or an index and ``overwrite`` true."""
+        with atomic_directory(directory, self.FOLDER, overwrite, inputs) as tmp:
             np.save(os.path.join(tmp, self.VECTORS), np.asarray(self.vectors, dtype=np.float32))
             with open(os.path.join(tmp, self.TEXTS), "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(text, ensure_ascii=False) + "\n" for text in self.texts)

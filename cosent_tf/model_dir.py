@@ -19,9 +19,9 @@ import os
 
 from . import backend
 from .backend import tf
-from .checkpoints import CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE, write_checkpoint_folder
+from .checkpoints import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE, write_checkpoint_folder
 from .errors import CheckpointError, ConfigError
-from .io import atomic_directory
+from .io import FolderKind, atomic_directory
 from .models import INTERACTION_HEADS, build_encoder, build_interaction_model
 from .tokenization import SentenceTokenizer
 
@@ -30,6 +30,7 @@ FORMAT = "cosent-tf-model"
 FORMAT_VERSION = 1
 KINDS = ("feature", "interaction")
 HEAD_PREFIX = "cosent/"
+MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
 
 
 @dataclasses.dataclass
@@ -61,13 +62,16 @@ class ModelSpec:
             raise ConfigError(f"{where}: maxlen must be an integer of at least 3, got {self.maxlen!r}")
 
 
-def save_model_dir(directory, keras_model, spec, config, vocab_path):
-    """Write a model folder for ``keras_model`` (from build_encoder / build_interaction_model)."""
+def save_model_dir(directory, keras_model, spec, config, vocab_path, overwrite=False):
+    """Write a model folder for ``keras_model`` (from build_encoder / build_interaction_model).
+
+    An existing ``directory`` must be empty, or a model folder and ``overwrite`` true.
+    """
     spec.check(SPEC_FILE)
     extra = {}
     if spec.kind == "interaction":
         extra = {name: weight.numpy() for name, weight in _head_variables(keras_model, spec.head)}
-    with atomic_directory(directory) as tmp:
+    with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
         write_checkpoint_folder(keras_model, tmp, config, spec.model, vocab_path, extra)
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(spec)}
         with open(os.path.join(tmp, SPEC_FILE), "w", encoding="utf-8") as f:

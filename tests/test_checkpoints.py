@@ -90,7 +90,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(tiny_config, tmp_path, mo
 
     monkeypatch.setattr(backend, "write_checkpoint_variables", crash)
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config)
+        save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config, overwrite=True)
     after = {f: (tmp_path / "ckpt" / f).read_bytes() for f in os.listdir(tmp_path / "ckpt")}
     assert after == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt", "tiny_config.json"]  # no temporary left behind

@@ -1,8 +1,14 @@
 import os
+import subprocess
+import sys
 
 import pytest
 
-from cosent_tf.io import atomic_directory, atomic_path, write_json
+from cosent_tf import ConfigError
+from cosent_tf.io import (FolderKind, atomic_directory, atomic_path, check_output_file, check_output_folder,
+                          folder_lock, write_json)
+
+KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
 
 
 def test_atomic_path_keeps_old_file_on_failure(tmp_path):
@@ -17,18 +23,87 @@ def test_atomic_path_keeps_old_file_on_failure(tmp_path):
     assert os.listdir(tmp_path) == ["metrics.json"]
 
 
-def test_atomic_directory_replaces_whole_folder(tmp_path):
+def test_atomic_directory_replaces_only_an_output_of_its_kind_when_asked(tmp_path):
     target = tmp_path / "out"
-    with atomic_directory(target) as tmp:
-        open(os.path.join(tmp, "one"), "w").close()
-    with atomic_directory(target) as tmp:
-        open(os.path.join(tmp, "two"), "w").close()
-    assert os.listdir(target) == ["two"]
+    with atomic_directory(target, KIND) as tmp:
+        for name in ("marker", "part-1"):
+            open(os.path.join(tmp, name), "w").close()
+    with pytest.raises(ConfigError, match="already holds a test output; nothing was written: replace it with --overwrite"):
+        with atomic_directory(target, KIND) as tmp:
+            raise AssertionError("the block must not run")
+    with atomic_directory(target, KIND, overwrite=True) as tmp:
+        for name in ("marker", "part-2"):
+            open(os.path.join(tmp, name), "w").close()
+    assert sorted(os.listdir(target)) == ["marker", "part-2"]
     with pytest.raises(RuntimeError):
-        with atomic_directory(target) as tmp:
-            open(os.path.join(tmp, "three"), "w").close()
+        with atomic_directory(target, KIND, overwrite=True) as tmp:
+            open(os.path.join(tmp, "marker"), "w").close()
             raise RuntimeError
-    assert os.listdir(target) == ["two"] and os.listdir(tmp_path) == ["out"]
+    assert sorted(os.listdir(target)) == ["marker", "part-2"] and os.listdir(tmp_path) == ["out"]
+
+
+def test_a_folder_holding_anything_else_is_never_replaced(tmp_path):
+    target = tmp_path / "run"
+    target.mkdir()
+    for name in ("marker", "metrics.json"):
+        (target / name).write_text("keep me")
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match=r"run: already exists and is not a test output \(it holds marker, "
+                                              r"metrics.json\); nothing was written"):
+            with atomic_directory(target, KIND, overwrite=overwrite):
+                raise AssertionError("the block must not run")
+    assert sorted(os.listdir(target)) == ["marker", "metrics.json"] and os.listdir(tmp_path) == ["run"]
+    (tmp_path / "a-file").write_text("keep me")
+    with pytest.raises(ConfigError, match="a-file: exists and is not a folder"):
+        check_output_folder(tmp_path / "a-file", KIND)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    check_output_folder(empty, KIND)  # an empty folder may be used
+
+
+def test_an_output_folder_may_not_hold_or_lie_inside_an_input(tmp_path):
+    source = tmp_path / "model"
+    source.mkdir()
+    (source / "marker").write_text("")
+    with pytest.raises(ConfigError, match="would lie inside the input"):
+        check_output_folder(source, KIND, overwrite=True, inputs=[source])
+    with pytest.raises(ConfigError, match="would lie inside the input"):
+        check_output_folder(source / "export", KIND, inputs=[source])
+    with pytest.raises(ConfigError, match="would hold the input"):
+        check_output_folder(tmp_path, KIND, overwrite=True, inputs=[source / "marker"])
+
+
+def test_an_output_file_may_not_be_a_folder_or_an_input(tmp_path):
+    (tmp_path / "in.txt").write_text("x")
+    with pytest.raises(ConfigError, match="is a folder; give the path of a file"):
+        check_output_file(tmp_path)
+    with pytest.raises(ConfigError, match="is also an input of this command"):
+        check_output_file(tmp_path / "in.txt", [tmp_path / "in.txt"])
+    check_output_file(tmp_path / "out.txt", [tmp_path / "in.txt"])
+
+
+HOLD_LOCK = """
+import sys, time
+from cosent_tf.io import folder_lock
+with folder_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_folder_lock_names_its_holder_and_dies_with_it(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / "run")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=f"run: in use by another run \\(process {holder.pid}\\)"):
+            with folder_lock(tmp_path / "run"):
+                raise AssertionError("the block must not run")
+    finally:
+        holder.kill()
+        holder.wait()
+    with folder_lock(tmp_path / "run"):  # a killed holder leaves no stale lock
+        assert (tmp_path / "run" / ".lock").read_text() == f"{os.getpid()}\n"
 
 
 def test_atomic_files_get_the_usual_mode(tmp_path):
