@@ -27,14 +27,14 @@ Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
   unless already set) keeps them in TensorFlow's own BFC pool (see benchmarks/RESULTS.md).
 * oneDNN 3.7 (bundled with TensorFlow 2.21) can hand a matmul over a size-1 dimension a
   cached primitive made for the same shapes with other strides on that dimension, which
-  needs a larger scratchpad than the one TensorFlow allocated for it (fixed in oneDNN 3.11,
+  may need a larger scratchpad than the one TensorFlow allocated (fixed in oneDNN 3.11,
   uxlfoundation/oneDNN#5043); the primitive then writes past the scratchpad into whatever
   tensor the allocator put next to it. [CLS] pooling's single query (``first_token_output``)
   makes such matmuls in every training step, and the garbage token ids and shape values
   seen on AVX-512/AMX CPUs were float32 bit patterns of magnitude 1e-4, as such a write
-  would leave (the cause inferred, not reproduced on an AMD CPU; see benchmarks/SOAK.md). ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``
-  (set here unless already set) turns that cache off; TensorFlow's own cache of oneDNN
-  primitives, whose key includes the strides, still saves re-creating them.
+  would leave (the cause is inferred; see benchmarks/SOAK.md). oneDNN's own primitive
+  cache is therefore off (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``, set here unless already
+  set); creating the primitives afresh costs no measurable speed (benchmarks/RESULTS.md).
 """
 import os
 
@@ -327,14 +327,15 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     The same ``fit`` call resumes from the last save, mid-epoch included. Callbacks that
     read the restored step must do so from ``on_epoch_begin`` on, since this one restores
-    in ``on_train_begin`` after them.
+    in ``on_train_begin`` after them. The backup outlives ``fit``: the caller removes it
+    once everything that depends on the training is written.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, backup_dir, every_steps=0):
         # An integer save_freq makes the restore resume at the saved batch, not the next epoch.
-        super().__init__(backup_dir, save_freq=1 << 62)
+        super().__init__(backup_dir, save_freq=1 << 62, delete_checkpoint=False)
         self.every_steps = int(every_steps or 0)
         self.received = None
         self._handlers = {}

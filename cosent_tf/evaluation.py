@@ -192,6 +192,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         return metrics
 
     def on_train_end(self, logs=None):
+        if not self._resume_checked:  # resumed after the last epoch: no epoch ran
+            self._resume()
         if not self.restore_best:
             return
         if self._best_weights is not None:

@@ -14,7 +14,16 @@ Per-dataset scripts are a few lines over :func:`main`. A run writes to its outpu
   threshold tuned on valid, for binary tasks), per task under ``tasks``;
 * ``backup/``           the training state while the run is unfinished, saved at every
   epoch end, every ``--backup-every`` steps, and on SIGTERM/SIGINT: the same command
-  resumes an interrupted run from there, mid-epoch included.
+  resumes an interrupted run from there, mid-epoch included. It is removed only once
+  every other output is written, so a run killed while testing or saving finishes
+  without training again.
+
+A run holds a lock on its folder (``.lock``) from the moment it writes to it: a second run
+aimed at the same folder stops with an error. Nothing is written before the data, config,
+vocabulary and checkpoint have been read and checked. A folder holding a finished run
+(``metrics.json``) is trained over only with ``--overwrite``, which first removes that
+run's outputs; an unfinished run is resumed only with the settings it was started with
+(``--epochs`` may grow; evaluation and backup frequencies may change).
 """
 import argparse
 import dataclasses
@@ -31,10 +40,10 @@ from . import backend
 from .backend import keras
 from .checkpoints import checkpoint_files
 from .data import BINARY_TASKS, TASKS, PairData, binarised, load_task, read_nli, task_file
-from .errors import CosentError, DataError, NonFiniteLossError, TrainingInterrupted
+from .errors import ConfigError, CosentError, DataError, NonFiniteLossError, TrainingInterrupted
 from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, correlation_metrics,
                          interaction_scores, pair_cosines)
-from .io import atomic_path, write_json
+from .io import FolderKind, atomic_path, folder_lock, is_inside, write_json
 from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceBertHead,
                      SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
 from .model_dir import ModelSpec, save_model_dir
@@ -49,6 +58,13 @@ NLI = "NLI"
 LOSSES = {"feature": ("cosent", "sbert", "mse", "contrastive"), "interaction": ("ce", "cosent")}
 # Label ranges: STS-B scores 0-5 and NLI ranks 0-2 (others 0/1).
 LABEL_MAX = {"STS-B": 5.0, NLI: 2.0}
+# What a run writes into its output folder (see the module docstring), and the folder itself.
+RUN_OUTPUTS = ("config.json", "best.weights.h5", "valid_metrics.csv", "valid_curve.png", "test_scores.npz",
+               "model", "metrics.json", "backup")
+RUN_FOLDER = FolderKind("a cosent-tf training run", "config.json", RUN_OUTPUTS + (".lock", ".tmp-*", ".old-*"))
+# Settings a resumed run may change, since they do not change what training computes.
+RESUMABLE_CHANGES = ("epochs", "eval_every", "backup_every", "strict", "output_dir")
+PATH_SETTINGS = ("data_dir", "config", "checkpoint", "vocab")
 
 
 @dataclasses.dataclass
@@ -243,6 +259,67 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
                 + (" " + self.advice if self.advice else ""))
 
 
+def _comparable(settings):
+    """Settings as config.json holds them, with paths resolved so that spellings compare equal."""
+    settings = json.loads(json.dumps(settings))
+    return {key: os.path.realpath(value) if key in PATH_SETTINGS and value else value
+            for key, value in settings.items()}
+
+
+def _remove_run_outputs(folder):
+    for name in RUN_OUTPUTS:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+def prepare_output_dir(cfg, overwrite=False):
+    """Check ``cfg.output_dir`` (locked by the caller) and say how this run starts in it.
+
+    Returns a note for the user, or None for a new run in a new or empty folder. Raises
+    ConfigError, having written nothing, for a folder that holds anything but a cosent-tf
+    run or one of the run's inputs, for a finished run without ``overwrite``, and for an
+    unfinished run whose settings differ from this one's in what training computes.
+    """
+    folder = cfg.output_dir
+    for source in (cfg.config, cfg.checkpoint, cfg.vocab):
+        if source and is_inside(source, folder):
+            raise ConfigError(f"{folder}: holds the run's input {source}; nothing was written: "
+                              "choose another --output-dir")
+    names = sorted(os.listdir(folder))
+    if names in ([], [".lock"]):
+        return None
+    if not RUN_FOLDER.holds_only_its_own(names):
+        shown = ", ".join(n for n in names if n != ".lock")
+        raise ConfigError(f"{folder}: already exists and is not a cosent-tf training run (it holds {shown}); "
+                          "nothing was written: choose a new or empty --output-dir")
+    if overwrite:
+        _remove_run_outputs(folder)
+        return "--overwrite: the earlier run's outputs in this folder were removed; training from scratch"
+    if "metrics.json" in names:
+        raise ConfigError(f"{folder}: holds a finished run (metrics.json); nothing was written: pass --overwrite "
+                          "to train it again from scratch, or choose another --output-dir")
+    backup = os.path.join(folder, "backup")
+    if not (os.path.isdir(backup) and os.listdir(backup)):
+        _remove_run_outputs(folder)
+        return "an unfinished run here left no training state to resume; its outputs were removed, training from scratch"
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        saved = _comparable(json.load(f))
+    current = _comparable(dataclasses.asdict(cfg))
+    differences = [f"{key} {saved.get(key)!r} there, {current.get(key)!r} now" for key in sorted(set(saved) | set(current))
+                   if saved.get(key) != current.get(key) and key not in RESUMABLE_CHANGES]
+    if (current["epochs"] or 0) < (saved.get("epochs") or 0):
+        differences.append(f"epochs {saved.get('epochs')} there, {current['epochs']} now (may only grow)")
+    if differences:
+        raise ConfigError(f"{folder}: holds an unfinished run with other settings ({'; '.join(differences)}); "
+                          "nothing was written: resume it with its own settings, or pass --overwrite to start again")
+    changed = [f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in RESUMABLE_CHANGES
+               if key != "output_dir" and saved.get(key) != current.get(key)]
+    return "resuming the unfinished run in this folder" + (f" with {', '.join(changed)}" if changed else "")
+
+
 def task_metrics(scores, labels, valid_scores=None, valid_labels=None, task=None):
     """Spearman and Pearson; for binary tasks also accuracy at the threshold tuned on valid."""
     metrics = correlation_metrics(scores, labels)
@@ -262,14 +339,16 @@ def _with_mean(per_task):
     return flat
 
 
-def train(cfg):
-    """Train, validate after every epoch, keep the best, test it; returns the metrics dict."""
+def train(cfg, overwrite=False):
+    """Train, validate after every epoch, keep the best, test it; returns the metrics dict.
+
+    ``overwrite`` lets the run replace a finished (or differently set) run in its output
+    folder; see the module docstring for the rules of the output folder.
+    """
     cfg = cfg.resolved()
     started = time.time()
     keras.utils.set_random_seed(cfg.seed)
     backend.set_precision("mixed_bfloat16" if cfg.precision == "bf16" else "float32")
-    os.makedirs(cfg.output_dir, exist_ok=True)
-    write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
 
     train_pairs, evaluation, notes = load_run_data(cfg)
     for note in notes:
@@ -280,62 +359,69 @@ def train(cfg):
     matcher = (InteractionMatcher if cfg.kind == "interaction" else FeatureMatcher)(cfg)
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
-    model, loss, labels = matcher.training_model(train_pairs.labels)
-    model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
+    with folder_lock(cfg.output_dir, "training run"):
+        start = prepare_output_dir(cfg, overwrite)
+        if start:
+            print(f"{cfg.output_dir}: {start}", flush=True)
+        write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
+        model, loss, labels = matcher.training_model(train_pairs.labels)
+        model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
 
-    def optimizer_step():
-        return int(model.optimizer.iterations.numpy())
+        def optimizer_step():
+            return int(model.optimizer.iterations.numpy())
 
-    def evaluate_valid(_):
-        return _with_mean({t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
-                           for t in evaluation})
+        def evaluate_valid(_):
+            return _with_mean({t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
+                               for t in evaluation})
 
-    batches_per_pass = -(-len(train_pairs) // cfg.batch_size)
-    steps_per_epoch = cfg.steps_per_epoch or batches_per_pass
-    validation = ValidationCheckpoint(
-        evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"), every_steps=cfg.eval_every,
-        csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
-    backup_dir = os.path.join(cfg.output_dir, "backup")
-    backup = backend.StepBackup(backup_dir, cfg.backup_every)
-    guard = StopOnNonFiniteLoss(
-        kept=[("the best weights so far", validation.weights_path),
-              ("the last saved training state", backup_dir)],
-        advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.")
-    try:  # the backup goes last: an epoch's state is saved after its validation
-        model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
-                  steps_per_epoch=steps_per_epoch, callbacks=[guard, validation, backup],
-                  verbose=1 if os.isatty(1) else 2)
-    finally:
-        backup.restore_signal_handlers()
-    shutil.rmtree(backup_dir, ignore_errors=True)  # Keras empties it on success but leaves the folder
+        batches_per_pass = -(-len(train_pairs) // cfg.batch_size)
+        steps_per_epoch = cfg.steps_per_epoch or batches_per_pass
+        validation = ValidationCheckpoint(
+            evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"), every_steps=cfg.eval_every,
+            csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
+        backup_dir = os.path.join(cfg.output_dir, "backup")
+        backup = backend.StepBackup(backup_dir, cfg.backup_every)
+        guard = StopOnNonFiniteLoss(
+            kept=[("the best weights so far", validation.weights_path),
+                  ("the last saved training state", backup_dir)],
+            advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.")
+        try:  # the backup goes last: an epoch's state is saved after its validation
+            model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
+                      steps_per_epoch=steps_per_epoch, callbacks=[guard, validation, backup],
+                      verbose=1 if os.isatty(1) else 2)
+        finally:
+            backup.restore_signal_handlers()
+        print("training done; scoring valid and test with the best weights", flush=True)
 
-    per_task, saved_scores = {}, {}
-    for task, (valid_inputs, test_inputs) in prepared.items():
-        valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
-        valid, test = evaluation[task]
-        per_task[task] = {"valid": task_metrics(valid_scores, valid.labels, task=task),
-                          "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, task)}
-        saved_scores[f"{task}.scores"], saved_scores[f"{task}.labels"] = test_scores, test.labels
-    with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **saved_scores)
-    plot_valid_curve(validation.history, os.path.join(cfg.output_dir, "valid_curve.png"),
-                     f"{cfg.kind} {cfg.loss} on {cfg.task}")
-    metrics = {
-        "task": cfg.task, "kind": cfg.kind, "loss": cfg.loss, "model": cfg.model,
-        "best_epoch": validation.best_epoch, "steps": optimizer_step(),
-        "train_pairs": len(train_pairs), "comparable": not notes, "notes": notes,
-        "valid": _with_mean({t: m["valid"] for t, m in per_task.items()}),
-        "test": _with_mean({t: m["test"] for t, m in per_task.items()}),
-        "tasks": per_task, "wall_seconds": round(time.time() - started, 1),
-    }
-    tuned = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
-    matcher.spec.threshold = tuned
-    matcher.spec.source = {"task": cfg.task, "loss": cfg.loss, "run": os.path.abspath(cfg.output_dir),
-                           "best_epoch": validation.best_epoch, "test": metrics["test"]}
-    save_model_dir(os.path.join(cfg.output_dir, "model"), matcher.model, matcher.spec, cfg.config, cfg.vocab)
-    write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
-    return metrics
+        per_task, saved_scores = {}, {}
+        for task, (valid_inputs, test_inputs) in prepared.items():
+            valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
+            valid, test = evaluation[task]
+            per_task[task] = {"valid": task_metrics(valid_scores, valid.labels, task=task),
+                              "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, task)}
+            saved_scores[f"{task}.scores"], saved_scores[f"{task}.labels"] = test_scores, test.labels
+        with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **saved_scores)
+        plot_valid_curve(validation.history, os.path.join(cfg.output_dir, "valid_curve.png"),
+                         f"{cfg.kind} {cfg.loss} on {cfg.task}")
+        metrics = {
+            "task": cfg.task, "kind": cfg.kind, "loss": cfg.loss, "model": cfg.model,
+            "best_epoch": validation.best_epoch, "steps": optimizer_step(),
+            "train_pairs": len(train_pairs), "comparable": not notes, "notes": notes,
+            "valid": _with_mean({t: m["valid"] for t, m in per_task.items()}),
+            "test": _with_mean({t: m["test"] for t, m in per_task.items()}),
+            "tasks": per_task, "wall_seconds": round(time.time() - started, 1),
+        }
+        tuned = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
+        matcher.spec.threshold = tuned
+        matcher.spec.source = {"task": cfg.task, "loss": cfg.loss, "run": os.path.abspath(cfg.output_dir),
+                               "best_epoch": validation.best_epoch, "test": metrics["test"]}
+        save_model_dir(os.path.join(cfg.output_dir, "model"), matcher.model, matcher.spec, cfg.config, cfg.vocab,
+                       overwrite=True)
+        write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
+        shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
+        return metrics
 
 
 def argument_parser(kind="feature", loss="cosent", task=None):
@@ -374,7 +460,10 @@ def argument_parser(kind="feature", loss="cosent", task=None):
                         help="any line the readers would skip or flag (wrong field count, empty text, repeated "
                              "pair, NLI label '-') is an error naming file and line, instead of a warning")
     parser.add_argument("--precision", default="float32", choices=["float32", "bf16"])
-    parser.add_argument("--output-dir")
+    parser.add_argument("--output-dir", help="a new or empty folder, or this run's own folder to resume it")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="train over a finished run (or one with other settings) in --output-dir, "
+                             "removing its outputs first")
     return parser
 
 
@@ -382,8 +471,9 @@ def main(argv=None, kind="feature", loss="cosent", task=None):
     args = vars(argument_parser(kind, loss, task).parse_args(argv))
     if task is not None:
         args["task"] = task
+    overwrite = args.pop("overwrite")
     try:
-        metrics = train(RunConfig(kind=kind, **args))
+        metrics = train(RunConfig(kind=kind, **args), overwrite)
     except TrainingInterrupted as stopped:
         print(f"stopped: {stopped}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stopped.signal_number) from None

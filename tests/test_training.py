@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint
+from cosent_tf.io import folder_lock
 from cosent_tf.training import RunConfig, main, train
 
 from conftest import ROOT, write_config
 
 CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
-RUN_FILES = ["best.weights.h5", "config.json", "metrics.json", "model", "test_scores.npz", "valid_curve.png",
+RUN_FILES = [".lock", "best.weights.h5", "config.json", "metrics.json", "model", "test_scores.npz", "valid_curve.png",
              "valid_metrics.csv"]
 
 
@@ -194,6 +195,77 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, tiny_setup
     assert again["best_epoch"] == whole["best_epoch"]
     assert again["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
     assert not (out / "backup").exists()
+
+
+def test_a_run_killed_after_training_finishes_without_training_again(tiny_setup):
+    tmp_path, options = tiny_setup
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2", *options]
+    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True,
+                           timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "killed"
+    code, _ = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit
+    rerun = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resumed at step 12" in rerun.stdout and "epoch 1 valid" not in rerun.stdout  # no epoch trained again
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["best_epoch"] == expected["best_epoch"] and metrics["steps"] == 12
+    assert metrics["test"]["spearman"] == pytest.approx(expected["test"]["spearman"], abs=1e-6)
+    assert sorted(os.listdir(out)) == RUN_FILES
+
+
+def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
+    tmp_path, options = tiny_setup
+    out = tmp_path / "run"
+    first = main(["BQ", "--epochs", "1", "--output-dir", str(out)] + options)
+    finished = {name: (out / name).read_text() for name in ("config.json", "metrics.json")}
+
+    def refused(argv, message):
+        with pytest.raises(SystemExit, match=message):
+            main(argv)
+
+    refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options,
+            r"holds a finished run \(metrics.json\); nothing was written: pass --overwrite")
+    refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options + ["--data-dir", str(tmp_path / "nowhere")],
+            "BQ.valid.data: the BQ valid split is not here")  # a failing run reads its inputs before touching the folder
+    assert {name: (out / name).read_text() for name in finished} == finished
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    refused(["BQ", "--output-dir", str(mine)] + options,
+            r"mine: already exists and is not a cosent-tf training run \(it holds notes.txt\)")
+    assert sorted(os.listdir(mine)) == [".lock", "notes.txt"]
+
+    with folder_lock(tmp_path / "busy"):
+        refused(["BQ", "--output-dir", str(tmp_path / "busy")] + options,
+                f"busy: in use by another training run \\(process {os.getpid()}\\)")
+
+    refused(["BQ", "--checkpoint", str(out / "model"), "--data-dir", str(tmp_path / "data"), "--batch-size", "8",
+             "--output-dir", str(out), "--overwrite"], "holds the run's input")
+    again = main(["BQ", "--epochs", "1", "--seed", "7", "--output-dir", str(out), "--overwrite"] + options)
+    assert json.loads((out / "config.json").read_text())["seed"] == 7
+    assert json.loads((out / "metrics.json").read_text())["test"] == again["test"] != first["test"]
+
+
+def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
+    tmp_path, options = tiny_setup
+    out = tmp_path / "run"
+    main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options)
+    (out / "metrics.json").unlink()  # as if stopped before the end, with training state saved
+    (out / "backup").mkdir()
+    (out / "backup" / "state").write_text("")
+    saved = (out / "config.json").read_text()
+    for extra, difference in [(["--lr", "5e-2"], "lr 0.001 there, 0.05 now"),
+                              (["--batch-size", "16"], "batch_size 8 there, 16 now"),
+                              (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)")]:
+        with pytest.raises(SystemExit, match=f"holds an unfinished run with other settings \\({difference}\\); "
+                                             "nothing was written: resume it with its own settings"):
+            main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options + extra)
+    assert (out / "config.json").read_text() == saved
 
 
 def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
