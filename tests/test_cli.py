@@ -57,6 +57,46 @@ def test_search_build_then_query(model_dir, tmp_path):
 def test_export_writes_a_saved_model(model_dir, tmp_path):
     main(["export", str(model_dir), str(tmp_path / "exported")])
     assert (tmp_path / "exported" / "saved_model.pb").exists()
+    with pytest.raises(SystemExit, match="exported: already holds a SavedModel export; nothing was written: "
+                                         "replace it with --overwrite"):
+        main(["export", str(model_dir), str(tmp_path / "exported")])
+    before = os.stat(tmp_path / "exported" / "saved_model.pb").st_mtime_ns
+    main(["export", str(model_dir), str(tmp_path / "exported"), "--overwrite"])
+    assert os.stat(tmp_path / "exported" / "saved_model.pb").st_mtime_ns != before
+
+
+def listing(folder):
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, dirs, files in os.walk(folder) for name in dirs + files)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    # A training run's folder: the model folder and the run's other outputs stay.
+    (["export", "{run}/model", "{run}", "--overwrite"], "would hold the input"),
+    (["export", "{run}/model", "{run}/model"], "would lie inside the input"),
+    (["export", "{run}/model", "{run}/model/served"], "would lie inside the input"),
+    (["export", "{run}/model", "{tmp}/texts-folder"], r"texts-folder: already exists and is not a SavedModel "
+                                                       r"export \(it holds texts.txt\)"),
+    (["search", "build", "{run}/model", "{tmp}/texts-folder/texts.txt", "{tmp}/texts-folder", "--overwrite"],
+     "would hold the input"),
+    (["search", "build", "{run}/model", "{tmp}/texts.txt", "{tmp}/texts-folder"],
+     "already exists and is not a cosent-tf index"),
+    (["encode", "{run}/model", "{tmp}/texts.txt", "{tmp}/texts.txt"], "is also an input of this command"),
+    (["encode", "{run}/model", "{tmp}/texts.txt", "{run}"], "is a folder; give the path of a file"),
+])
+def test_outputs_never_replace_inputs_or_other_files(arguments, message, model_dir, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    os.rename(model_dir, run / "model")
+    (run / "metrics.json").write_text("{}")
+    (tmp_path / "texts-folder").mkdir()
+    (tmp_path / "texts-folder" / "texts.txt").write_text("你好\n", encoding="utf-8")
+    before = {folder: listing(folder) for folder in (run, tmp_path / "texts-folder")}
+    texts = (tmp_path / "texts.txt").read_bytes()
+    with pytest.raises(SystemExit, match=message):
+        main([a.format(tmp=tmp_path, run=run) for a in arguments])
+    assert {folder: listing(folder) for folder in before} == before
+    assert (tmp_path / "texts.txt").read_bytes() == texts
 
 
 @pytest.mark.parametrize("arguments, message", [
