@@ -46,6 +46,7 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -62,6 +63,7 @@ from bert4keras import models as _b4k_models  # noqa: E402
 from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402,F401
 
 from .errors import CheckpointError, ConfigError, TrainingInterrupted  # noqa: E402
+from .io import is_inside  # noqa: E402
 
 # Names accepted for ``model``: the bert4keras class, and whether its vocabulary is
 # word-level (jieba pre-tokenisation, as WoBERT and the original RoFormer).
@@ -136,7 +138,28 @@ def read_config(config_path):
     missing = [k for k in required if k not in config]
     if missing:
         raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
+    for key in required[:-1]:
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{config_path}: {key} must be a positive integer, got {value!r}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ConfigError(f"{config_path}: hidden_size {config['hidden_size']} is not a multiple of "
+                          f"num_attention_heads {config['num_attention_heads']}")
     return config
+
+
+def list_checkpoint_variables(checkpoint_prefix):
+    """{name: shape} of a checkpoint; an unreadable one is a CheckpointError naming it."""
+    try:
+        return dict(tf.train.list_variables(checkpoint_prefix))
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise CheckpointError(f"{checkpoint_prefix}: cannot read this checkpoint ({_first_line(e)}); "
+                              "it may be truncated or corrupted") from None
+
+
+def _first_line(error):
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def resolve_checkpoint(checkpoint_path):
@@ -144,6 +167,9 @@ def resolve_checkpoint(checkpoint_path):
     path = os.fspath(checkpoint_path)
     if os.path.isdir(path):
         prefix = tf.train.latest_checkpoint(path)
+        if prefix is not None and not is_inside(prefix, path):
+            raise CheckpointError(f"{path}: its 'checkpoint' file names {prefix}, outside this folder; "
+                                  "pass that checkpoint itself, or fix the file")
         if prefix is None:
             candidates = sorted(f[: -len(".index")] for f in os.listdir(path) if f.endswith(".index"))
             if len(candidates) != 1:
@@ -172,7 +198,7 @@ def _mapped_variables(transformer):
 
 def check_checkpoint(transformer, checkpoint_prefix):
     """Raise CheckpointError listing every variable the model needs that is absent or misshapen."""
-    available = dict(tf.train.list_variables(checkpoint_prefix))
+    available = list_checkpoint_variables(checkpoint_prefix)
     missing, wrong_shape = [], []
     for name, variable in _mapped_variables(transformer):
         if name not in available:
@@ -189,6 +215,12 @@ def check_checkpoint(transformer, checkpoint_prefix):
                         + (" ..." if len(missing) > 10 else ""))
     if wrong_shape:
         problems.append("shape (checkpoint != config) differs for " + "; ".join(wrong_shape[:10]))
+    layers = getattr(transformer, "num_hidden_layers", None)
+    deeper = sorted(name for name in available if layers is not None and
+                    (match := re.search(r"/encoder/layer_(\d+)/", name)) and int(match.group(1)) >= layers)
+    if deeper:
+        problems.append(f"the checkpoint has {len(deeper)} variable(s) of layers beyond the config's "
+                        f"num_hidden_layers {layers} ({deeper[0]} ...)")
     if problems:
         raise CheckpointError(f"{checkpoint_prefix}: does not fit the model config: " + ". ".join(problems))
 
@@ -218,7 +250,11 @@ def build_transformer(config_path, checkpoint_path=None, model="bert", **overrid
     if checkpoint_path is not None:
         prefix = resolve_checkpoint(checkpoint_path)
         check_checkpoint(transformer, prefix)
-        transformer.load_weights_from_checkpoint(prefix)
+        try:
+            transformer.load_weights_from_checkpoint(prefix)
+        except (tf.errors.OpError, ValueError, IndexError) as e:
+            raise CheckpointError(f"{prefix}: cannot read this checkpoint's weights ({_first_line(e)}); "
+                                  "it may be truncated or corrupted") from None
     return transformer
 
 

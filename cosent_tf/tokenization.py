@@ -14,12 +14,16 @@ def load_vocab(vocab_path):
             raw_lines = f.read().splitlines()
     except OSError as e:
         raise DataError(vocab_path, f"cannot read the vocabulary ({e.strerror})") from e
-    tokens = []
+    tokens, first_line = [], {}
     for number, raw in enumerate(raw_lines, start=1):
         try:
-            tokens.append(raw.decode("utf-8").strip())
+            token = raw.decode("utf-8").strip()
         except UnicodeDecodeError as e:
             raise DataError(vocab_path, f"not valid UTF-8 ({e.reason})", line=number) from e
+        if token in first_line:  # the later id would win, silently changing the encoding
+            raise DataError(vocab_path, f"token {token!r} repeats line {first_line[token]}", line=number)
+        first_line[token] = number
+        tokens.append(token)
     if not tokens:
         raise DataError(vocab_path, "the vocabulary is empty")
     return tokens

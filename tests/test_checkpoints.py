@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cosent_tf import (CheckpointError, build_encoder, build_interaction_model, checkpoint_files,
+from cosent_tf import (CheckpointError, ConfigError, build_encoder, build_interaction_model, checkpoint_files,
                        save_checkpoint)
 from cosent_tf import backend
 
@@ -94,3 +94,43 @@ def test_failed_save_leaves_previous_checkpoint_intact(tiny_config, tmp_path, mo
     after = {f: (tmp_path / "ckpt" / f).read_bytes() for f in os.listdir(tmp_path / "ckpt")}
     assert after == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt", "tiny_config.json"]  # no temporary left behind
+
+
+def test_a_checkpoint_file_naming_another_folder_is_refused(tiny_config, tmp_path):
+    for name in ("a", "b"):
+        save_checkpoint(build_encoder(tiny_config), tmp_path / name, tiny_config)
+    (tmp_path / "b" / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / "a" / "bert_model.ckpt"}"\n')
+    with pytest.raises(CheckpointError, match="b: its 'checkpoint' file names .*a/bert_model.ckpt, outside this folder"):
+        build_encoder(tiny_config, str(tmp_path / "b"))
+
+
+def test_a_checkpoint_deeper_than_its_config_is_refused(tmp_path):
+    deep, shallow = write_config(tmp_path / "deep.json", layers=2), write_config(tmp_path / "shallow.json", layers=1)
+    save_checkpoint(build_encoder(deep), tmp_path / "ckpt", deep)
+    with pytest.raises(CheckpointError, match=r"16 variable\(s\) of layers beyond the config's num_hidden_layers 1 "
+                                              r"\(bert/encoder/layer_1/"):
+        build_encoder(shallow, str(tmp_path / "ckpt"))
+
+
+def test_truncated_or_corrupted_checkpoints_are_named(tiny_config, tmp_path):
+    save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config)
+    data = next((tmp_path / "ckpt").glob("bert_model.ckpt.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint's weights .*; "
+                                              "it may be truncated or corrupted"):
+        build_encoder(tiny_config, str(tmp_path / "ckpt"))
+    index = tmp_path / "ckpt" / "bert_model.ckpt.index"
+    index.write_bytes(index.read_bytes()[:40])
+    with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint .*; "
+                                              "it may be truncated or corrupted"):
+        build_encoder(tiny_config, str(tmp_path / "ckpt"))
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"layers": 0}, "num_hidden_layers must be a positive integer, got 0"),
+    ({"hidden": -16}, "hidden_size must be a positive integer, got -16"),
+    ({"heads": 3}, "hidden_size 16 is not a multiple of num_attention_heads 3")])
+def test_config_values_are_checked(tmp_path, settings, message):
+    config = write_config(tmp_path / "config.json", **settings)
+    with pytest.raises(ConfigError, match=f"config.json: {message}"):
+        build_encoder(config)

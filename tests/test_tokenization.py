@@ -44,3 +44,7 @@ def test_vocab_errors(tmp_path):
     bad.write_bytes(b"[PAD]\n\xff\xfe\n")
     with pytest.raises(DataError, match="bad.txt, line 2: not valid UTF-8"):
         load_vocab(bad)
+    repeated = tmp_path / "repeated.txt"
+    repeated.write_text("[PAD]\n[UNK]\n好\n[CLS]\n好\n", encoding="utf-8")
+    with pytest.raises(DataError, match="repeated.txt, line 5: token '好' repeats line 3"):
+        load_vocab(repeated)
