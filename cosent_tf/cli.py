@@ -8,6 +8,7 @@ output of the same kind that holds no input.
 """
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -65,6 +66,10 @@ def _search_query(args):
     model_dir = args.model or index.model
     if not model_dir:
         raise CosentError(f"{args.index_dir}: the index does not record its model; pass --model MODEL_DIR")
+    if args.model and index.model and os.path.realpath(args.model) != os.path.realpath(index.model):
+        raise CosentError(f"{args.index_dir}: the index was built with the model {index.model}, not {args.model}; "
+                          "its vectors cannot be compared with another model's: query it without --model, "
+                          "or build an index with this model")
     encoder = SentenceEncoder.load(model_dir, args.precision)
     queries = read_lines(args.queries, args.strict)
     hits = encoder.search(queries, index, args.top_k, args.batch_size)
@@ -143,6 +148,8 @@ def main(argv=None):
         args.handler(args)
     except (CosentError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
+    except KeyboardInterrupt:  # outputs are written atomically: nothing half-done is left
+        raise SystemExit("stopped: SIGINT received; nothing was written") from None
     return 0
 
 

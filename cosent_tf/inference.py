@@ -178,9 +178,22 @@ class VectorIndex:
         missing = [name for name, path in paths.items() if not os.path.exists(path)]
         if missing:
             raise ConfigError(f"{directory}: not a complete cosent-tf index (missing {', '.join(missing)})")
-        with open(paths[cls.INFO], encoding="utf-8") as f:
-            info = json.load(f)
-        vectors = np.load(paths[cls.VECTORS], mmap_mode="r" if mmap else None)
+        try:
+            with open(paths[cls.INFO], encoding="utf-8") as f:
+                info = json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataError(paths[cls.INFO], f"not valid JSON ({e.msg})", line=e.lineno) from None
+        except UnicodeDecodeError as e:
+            raise DataError(paths[cls.INFO], f"not valid UTF-8 ({e.reason})") from None
+        if not isinstance(info, dict):
+            raise DataError(paths[cls.INFO], "not a cosent-tf index description (not a JSON object)")
+        try:
+            vectors = np.load(paths[cls.VECTORS], mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise DataError(paths[cls.VECTORS], f"not a readable .npy matrix ({e}); rebuild the index") from None
+        if vectors.ndim != 2 or vectors.dtype != np.float32:
+            raise DataError(paths[cls.VECTORS], f"holds a {vectors.dtype} array of shape {vectors.shape}, "
+                                                "not a float32 matrix; rebuild the index")
         texts = []
         with open(paths[cls.TEXTS], encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):

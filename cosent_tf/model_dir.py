@@ -15,13 +15,15 @@ Because the weights are a Google-format checkpoint, the folder also serves as
 """
 import dataclasses
 import json
+import math
 import os
 
 from . import backend
 from .backend import tf
 from .checkpoints import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE, write_checkpoint_folder
 from .errors import CheckpointError, ConfigError
-from .io import FolderKind, atomic_directory
+from .io import FolderKind, atomic_directory, is_inside
+from .layers import POOLING_MODES
 from .models import INTERACTION_HEADS, build_encoder, build_interaction_model
 from .tokenization import SentenceTokenizer
 
@@ -53,12 +55,24 @@ class ModelSpec:
     source: dict = dataclasses.field(default_factory=dict)
 
     def check(self, where):
+        """Raise ConfigError naming ``where`` and the field for a value of the wrong type or range."""
+        types = {"kind": str, "model": str, "pooling": (str, type(None)), "head": (str, type(None)),
+                 "do_lower_case": bool, "word_level": bool, "source": dict}
+        for name, expected in types.items():
+            if not isinstance(getattr(self, name), expected):
+                raise ConfigError(f"{where}: {name} has the wrong type ({getattr(self, name)!r})")
+        threshold = self.threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not math.isfinite(threshold)):
+            raise ConfigError(f"{where}: threshold must be a finite number or null, got {threshold!r}")
         if self.kind not in KINDS:
             raise ConfigError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.kind == "interaction" and self.head not in INTERACTION_HEADS:
             raise ConfigError(f"{where}: an interaction model needs head in {INTERACTION_HEADS}, got {self.head!r}")
         backend.is_word_level(self.model)  # raises ConfigError for an unknown model
-        if not isinstance(self.maxlen, int) or self.maxlen < 3:
+        if self.kind == "feature" and self.pooling not in POOLING_MODES:
+            raise ConfigError(f"{where}: pooling {self.pooling!r} is not one of {', '.join(POOLING_MODES)}")
+        if isinstance(self.maxlen, bool) or not isinstance(self.maxlen, int) or self.maxlen < 3:
             raise ConfigError(f"{where}: maxlen must be an integer of at least 3, got {self.maxlen!r}")
 
 
@@ -106,6 +120,11 @@ def read_spec(directory):
                if not os.path.exists(os.path.join(directory, name))]
     if missing:
         raise ConfigError(f"{directory}: incomplete model folder, missing {', '.join(missing)}")
+    outside = [name for name in sorted(os.listdir(directory))
+               if not is_inside(os.path.join(directory, name), directory)]
+    if outside:  # a model folder holds its own files: a link elsewhere may change under it
+        raise ConfigError(f"{directory}: {', '.join(outside)} link(s) to outside the model folder; "
+                          "copy the files in instead")
     return spec
 
 
@@ -133,7 +152,7 @@ def _head_variables(model, head):
 
 
 def _load_head(model, head, prefix):
-    available = dict(tf.train.list_variables(prefix))
+    available = backend.list_checkpoint_variables(prefix)
     variables = _head_variables(model, head)
     values = []
     for name, weight in variables:

@@ -52,6 +52,11 @@ def test_search_build_then_query(model_dir, tmp_path):
     assert [r["query"] for r in results] == ["我想换手机", "ＱＱ号码是多少？"]
     assert [r["hits"][0]["index"] for r in results] == [3, 2] and len(results[0]["hits"]) == 3
     assert results[0]["hits"][0]["text"] == "我想换手机"
+    make_model_dir(tmp_path / "other", str(tmp_path / "tiny_config.json"))
+    with pytest.raises(SystemExit, match=r"index: the index was built with the model .*model, not .*other; its "
+                                         "vectors cannot be compared with another model's"):
+        main(["search", "query", str(tmp_path / "index"), str(tmp_path / "queries.txt"),
+              str(tmp_path / "other-hits.jsonl"), "--model", str(tmp_path / "other")])
 
 
 def test_export_writes_a_saved_model(model_dir, tmp_path):

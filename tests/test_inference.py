@@ -139,6 +139,21 @@ def test_index_problems_are_explained(encoder_and_model, tmp_path):
     (tmp_path / "index" / "texts.jsonl").write_text(json.dumps("a") + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="2 vectors, 1 texts and a count of 2 do not agree"):
         VectorIndex.load(tmp_path / "index")
+    (tmp_path / "index" / "texts.jsonl").write_text('"a"\n"b"\n', encoding="utf-8")
+    vectors = (tmp_path / "index" / "vectors.npy").read_bytes()
+    (tmp_path / "index" / "vectors.npy").write_bytes(vectors[:100])
+    with pytest.raises(DataError, match=r"vectors.npy: not a readable .npy matrix .*; rebuild the index"):
+        VectorIndex.load(tmp_path / "index")
+    np.save(tmp_path / "index" / "vectors.npy", np.ones((2, 16), np.float64))
+    with pytest.raises(DataError, match=r"vectors.npy: holds a float64 array of shape \(2, 16\), not a float32"):
+        VectorIndex.load(tmp_path / "index")
+    (tmp_path / "index" / "vectors.npy").write_bytes(vectors)
+    info = (tmp_path / "index" / "index.json").read_text()
+    (tmp_path / "index" / "index.json").write_text(info[:-5])
+    with pytest.raises(DataError, match=r"index.json, line \d+: not valid JSON"):
+        VectorIndex.load(tmp_path / "index")
+    (tmp_path / "index" / "index.json").write_text(info)
+    assert len(VectorIndex.load(tmp_path / "index")) == 2
     (tmp_path / "index" / "vectors.npy").unlink()
     with pytest.raises(ConfigError, match=r"not a complete cosent-tf index \(missing vectors.npy\)"):
         VectorIndex.load(tmp_path / "index")

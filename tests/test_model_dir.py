@@ -43,6 +43,12 @@ def test_missing_and_incomplete_folders_are_named(tiny_config, tmp_path):
     os.remove(tmp_path / "model" / "bert_model.ckpt.index")
     with pytest.raises(ConfigError, match="incomplete model folder, missing vocab.txt, bert_model.ckpt.index"):
         load_model_dir(tmp_path / "model")
+    make_model_dir(tmp_path / "linked", tiny_config)
+    (tmp_path / "elsewhere.txt").write_bytes((tmp_path / "linked" / "vocab.txt").read_bytes())
+    os.remove(tmp_path / "linked" / "vocab.txt")
+    os.symlink(tmp_path / "elsewhere.txt", tmp_path / "linked" / "vocab.txt")
+    with pytest.raises(ConfigError, match="linked: vocab.txt link\\(s\\) to outside the model folder"):
+        load_model_dir(tmp_path / "linked")
 
 
 def edit_spec(folder, **changes):
@@ -64,7 +70,13 @@ def test_bad_descriptions_are_explained(tiny_config, tmp_path):
                              ({"format_version": 99}, "format version 99 is newer"),
                              ({"format": "other"}, "not a cosent-tf model description"),
                              ({"maxlen": 2}, "maxlen must be an integer of at least 3"),
-                             ({"model": "gpt"}, "unknown model 'gpt'")]:
+                             ({"model": "gpt"}, "unknown model 'gpt'"),
+                             ({"threshold": float("nan")}, "threshold must be a finite number or null, got nan"),
+                             ({"threshold": "0.5"}, "threshold must be a finite number or null, got '0.5'"),
+                             ({"do_lower_case": "false"}, "do_lower_case has the wrong type \\('false'\\)"),
+                             ({"model": ["bert"]}, r"model has the wrong type \(\['bert'\]\)"),
+                             ({"maxlen": True}, "maxlen must be an integer"),
+                             ({"pooling": "mean"}, "pooling 'mean' is not one of")]:
         (folder / SPEC_FILE).write_text(text)
         edit_spec(folder, **changes)
         with pytest.raises(ConfigError, match=message):
