@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import os
+import re
 
 import numpy as np
 
@@ -71,6 +72,8 @@ def _decoded_lines(path):
 # the others 0/1.
 LABEL_RANGES = {"STS-B": (0.0, 5.0)}
 BINARY_LABELS = (0.0, 1.0)
+# Python's float() also reads "0_5" (as 5.0) and "１" (full-width digits): labels must be plain.
+PLAIN_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 
 class _LineProblems:
@@ -138,6 +141,8 @@ def _label(path, number, text, label_range):
         raise DataError(path, f"label {text!r} is not a number", line=number) from None
     if not math.isfinite(label):
         raise DataError(path, f"label {text!r} is not finite", line=number)
+    if not PLAIN_DECIMAL.fullmatch(text.strip()):
+        raise DataError(path, f"label {text!r} is not a plain decimal number", line=number)
     if label_range == BINARY_LABELS and label not in BINARY_LABELS:
         raise DataError(path, f"label {text!r} is not 0 or 1", line=number)
     if label_range is not None and not label_range[0] <= label <= label_range[1]:

@@ -11,6 +11,7 @@ import dataclasses
 import fcntl
 import fnmatch
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -51,7 +52,18 @@ def write_text(path, text):
 
 
 def write_json(path, obj):
-    write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+    """Write ``obj`` as JSON; NaN and infinities, which JSON lacks, are written as null."""
+    write_text(path, json.dumps(_finite(obj), indent=2, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {key: _finite(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(value) for value in obj]
+    return obj
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +162,8 @@ def folder_lock(folder, what="run"):
     the system releases it when the process ends, however it ends, so a killed run never
     leaves a stale lock. A second holder gets a ConfigError naming the folder and process.
     """
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ConfigError(f"{folder}: exists and is not a folder")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)

@@ -27,10 +27,12 @@ run's outputs; an unfinished run is resumed only with the settings it was starte
 """
 import argparse
 import dataclasses
-import glob
+import fnmatch
 import json
+import math
 import os
 import shutil
+import signal
 import sys
 import time
 
@@ -128,11 +130,30 @@ def senteval_dir(data_dir):
     return nested if os.path.isdir(nested) else data_dir
 
 
+def nli_files(data_dir):
+    """Every ``cnsd-*/*.jsonl`` below ``data_dir``, each real folder read once.
+
+    Links to folders are followed, but a folder reached twice (a link back up the tree,
+    ``x -> .``) is not read again: that would repeat the training data, or never end.
+    """
+    paths, seen = [], set()
+    for folder, subfolders, files in os.walk(data_dir, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders.clear()
+            continue
+        seen.add(real)
+        subfolders.sort()
+        if fnmatch.fnmatchcase(os.path.basename(folder), "cnsd-*"):
+            paths.extend(os.path.join(folder, name) for name in sorted(files) if name.endswith(".jsonl"))
+    return sorted(paths)
+
+
 def load_run_data(cfg):
     """(train pairs, {task: (valid, test)}, notes) for a configuration."""
     folder, notes = senteval_dir(cfg.data_dir), []
     if cfg.task == NLI:
-        paths = sorted(glob.glob(os.path.join(cfg.data_dir, "**", "cnsd-*", "*.jsonl"), recursive=True))
+        paths = nli_files(cfg.data_dir)
         if not paths:
             raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
         train = PairData.concat([read_nli(p, cfg.strict) for p in paths])
@@ -160,7 +181,17 @@ def load_run_data(cfg):
     train = train.sample(cfg.max_train_pairs, cfg.seed)
     evaluation = {t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
                   for t, (v, s) in evaluation.items()}
+    if cfg.loss == "cosent":
+        _require_two_labels(train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
+    for valid, _ in evaluation.values():
+        _require_two_labels(valid, "Spearman is undefined on them, so no epoch could be chosen as the best")
     return train, evaluation, notes
+
+
+def _require_two_labels(pairs, consequence):
+    if len(np.unique(pairs.labels)) < 2:
+        raise DataError(pairs.source, f"all {len(pairs)} pairs (after any sampling) have the label "
+                                      f"{pairs.labels[0]:g}: {consequence}")
 
 
 def run_tokenizer(cfg):
@@ -304,11 +335,13 @@ def prepare_output_dir(cfg, overwrite=False):
     backup = os.path.join(folder, "backup")
     if not (os.path.isdir(backup) and os.listdir(backup)):
         _remove_run_outputs(folder)
-        return "an unfinished run here left no training state to resume; its outputs were removed, training from scratch"
+        return ("an unfinished run here left no training state to resume; its outputs were removed, "
+                "training from scratch")
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         saved = _comparable(json.load(f))
     current = _comparable(dataclasses.asdict(cfg))
-    differences = [f"{key} {saved.get(key)!r} there, {current.get(key)!r} now" for key in sorted(set(saved) | set(current))
+    differences = [f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
+                   for key in sorted(set(saved) | set(current))
                    if saved.get(key) != current.get(key) and key not in RESUMABLE_CHANGES]
     if (current["epochs"] or 0) < (saved.get("epochs") or 0):
         differences.append(f"epochs {saved.get('epochs')} there, {current['epochs']} now (may only grow)")
@@ -424,6 +457,23 @@ def train(cfg, overwrite=False):
         return metrics
 
 
+def _number(kind, low, high=None, low_included=True):
+    """An argparse type: ``kind`` (int or float) in [low, high] (or (low, high]); errors say which."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        above = value >= low if low_included else value > low
+        if not (above and (high is None or value <= high) and math.isfinite(value)):
+            limit = f"{'at least' if low_included else 'above'} {low}" + (
+                f" and at most {high}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {limit}, got {text}")
+        return value
+    return parse
+
+
 def argument_parser(kind="feature", loss="cosent", task=None):
     parser = argparse.ArgumentParser(
         description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test.")
@@ -437,23 +487,24 @@ def argument_parser(kind="feature", loss="cosent", task=None):
     parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
     parser.add_argument("--model", default="bert", choices=sorted(backend.TRANSFORMERS))
     parser.add_argument("--pooling", default="cls", choices=["cls", "last-avg", "first-last-avg", "max", "pooler"])
-    parser.add_argument("--maxlen", type=int, help="default 64 (PAWSX 128); interaction 128 (PAWSX 256)")
-    parser.add_argument("--batch-size", type=int, help="pairs per batch (default as the original script)")
-    parser.add_argument("--epochs", type=int, help="default 5 (NLI 10)")
-    parser.add_argument("--steps-per-epoch", type=int, help="default one pass over train (NLI 5000)")
-    parser.add_argument("--lr", type=float, default=RunConfig.lr)
-    parser.add_argument("--scale", type=float, default=RunConfig.scale, help="CoSENT's lambda")
+    parser.add_argument("--maxlen", type=_number(int, 3), help="default 64 (PAWSX 128); interaction 128 (PAWSX 256)")
+    parser.add_argument("--batch-size", type=_number(int, 1), help="pairs per batch (default as the original script)")
+    parser.add_argument("--epochs", type=_number(int, 1), help="default 5 (NLI 10)")
+    parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default one pass over train (NLI 5000)")
+    parser.add_argument("--lr", type=_number(float, 0, low_included=False), default=RunConfig.lr)
+    parser.add_argument("--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale,
+                        help="CoSENT's lambda")
     parser.add_argument("--epsilon", type=float, default=RunConfig.epsilon, help="contrastive threshold")
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
-    parser.add_argument("--max-train-pairs", type=int, help="train on a seeded subsample")
-    parser.add_argument("--max-eval-pairs", type=int, help="validate and test on seeded subsamples")
-    parser.add_argument("--train-from-valid", type=float, metavar="FRACTION",
+    parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
+    parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
+    parser.add_argument("--train-from-valid", type=_number(float, 0, 1, low_included=False), metavar="FRACTION",
                         help="when the task has no train split, train on this seeded part of valid "
                              "(results are then not comparable with published numbers)")
-    parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
+    parser.add_argument("--eval-every", type=_number(int, 0), default=0, metavar="STEPS",
                         help="also validate every STEPS steps (for convergence curves)")
     parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
-    parser.add_argument("--backup-every", type=int, default=0, metavar="STEPS",
+    parser.add_argument("--backup-every", type=_number(int, 0), default=0, metavar="STEPS",
                         help="also save the training state every STEPS steps (it is always saved at epoch ends "
                              "and on SIGTERM/SIGINT)")
     parser.add_argument("--strict", action="store_true",
@@ -479,5 +530,8 @@ def main(argv=None, kind="feature", loss="cosent", task=None):
         raise SystemExit(128 + stopped.signal_number) from None
     except CosentError as error:  # bad input or a diverged run: the message says it all
         raise SystemExit(f"error: {error}") from None
+    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
+        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGINT) from None
     print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
     return metrics

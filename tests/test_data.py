@@ -202,7 +202,9 @@ def test_nli_keeps_every_labelled_record(tmp_path, records):
 
 @pytest.mark.parametrize("line, message", [
     ("甲\t乙\t2", "label '2' is not 0 or 1"), ("甲\t乙\t0.5", "label '0.5' is not 0 or 1"),
-    ("甲\t乙\tnan", "label 'nan' is not finite"), ("甲\t乙\tyes", "label 'yes' is not a number")])
+    ("甲\t乙\tnan", "label 'nan' is not finite"), ("甲\t乙\tyes", "label 'yes' is not a number"),
+    ("甲\t乙\t0_1", "label '0_1' is not a plain decimal number"),
+    ("甲\t乙\t１", "label '１' is not a plain decimal number")])
 def test_out_of_range_labels_are_errors_for_binary_tasks(tmp_path, line, message):
     folder = tmp_path / "BQ"
     folder.mkdir()

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def test_atomic_directory_replaces_only_an_output_of_its_kind_when_asked(tmp_pat
     with atomic_directory(target, KIND) as tmp:
         for name in ("marker", "part-1"):
             open(os.path.join(tmp, name), "w").close()
-    with pytest.raises(ConfigError, match="already holds a test output; nothing was written: replace it with --overwrite"):
+    with pytest.raises(ConfigError, match="already holds a test output; nothing was written: replace it with "
+                                          "--overwrite"):
         with atomic_directory(target, KIND) as tmp:
             raise AssertionError("the block must not run")
     with atomic_directory(target, KIND, overwrite=True) as tmp:
@@ -104,6 +106,11 @@ def test_folder_lock_names_its_holder_and_dies_with_it(tmp_path):
         holder.wait()
     with folder_lock(tmp_path / "run"):  # a killed holder leaves no stale lock
         assert (tmp_path / "run" / ".lock").read_text() == f"{os.getpid()}\n"
+
+
+def test_json_has_no_nan_so_non_finite_numbers_are_written_as_null(tmp_path):
+    write_json(tmp_path / "m.json", {"spearman": float("nan"), "rows": [1.5, float("inf")]})
+    assert json.loads((tmp_path / "m.json").read_text()) == {"spearman": None, "rows": [1.5, None]}
 
 
 def test_atomic_files_get_the_usual_mode(tmp_path):

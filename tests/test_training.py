@@ -11,7 +11,8 @@ import pytest
 
 from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint
 from cosent_tf.io import folder_lock
-from cosent_tf.training import RunConfig, main, train
+from cosent_tf import training
+from cosent_tf.training import RunConfig, load_run_data, main, nli_files, train
 
 from conftest import ROOT, write_config
 
@@ -230,7 +231,7 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options,
             r"holds a finished run \(metrics.json\); nothing was written: pass --overwrite")
     refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options + ["--data-dir", str(tmp_path / "nowhere")],
-            "BQ.valid.data: the BQ valid split is not here")  # a failing run reads its inputs before touching the folder
+            "BQ.valid.data: the BQ valid split is not here")  # inputs are read before the folder is touched
     assert {name: (out / name).read_text() for name in finished} == finished
 
     mine = tmp_path / "mine"
@@ -239,6 +240,10 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     refused(["BQ", "--output-dir", str(mine)] + options,
             r"mine: already exists and is not a cosent-tf training run \(it holds notes.txt\)")
     assert sorted(os.listdir(mine)) == [".lock", "notes.txt"]
+
+    (tmp_path / "a-file").write_text("keep me")
+    refused(["BQ", "--output-dir", str(tmp_path / "a-file")] + options, "a-file: exists and is not a folder")
+    assert (tmp_path / "a-file").read_text() == "keep me"
 
     with folder_lock(tmp_path / "busy"):
         refused(["BQ", "--output-dir", str(tmp_path / "busy")] + options,
@@ -315,6 +320,57 @@ def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup)
     with pytest.raises(SystemExit, match="maxlen 300 is longer than the model's 256 position embeddings"):
         main(["BQ", "--maxlen", "300", "--output-dir", str(tmp_path / "long")] + options)
     assert not (tmp_path / "long" / "backup").exists()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--batch-size", "0", "must be at least 1, got 0"), ("--epochs", "0", "must be at least 1, got 0"),
+    ("--max-train-pairs", "-5", "must be at least 1, got -5"), ("--lr", "0", "must be above 0, got 0"),
+    ("--lr", "nan", "must be above 0, got nan"), ("--train-from-valid", "1.5", "must be above 0 and at most 1"),
+    ("--maxlen", "two", "'two' is not an integer"), ("--eval-every", "-1", "must be at least 0, got -1")])
+def test_numbers_from_the_command_line_are_checked(option, value, message, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["BQ", option, value])
+    assert stopped.value.code == 2
+    assert f"argument {option}: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("split, message", [
+    ("train", "all 48 pairs \\(after any sampling\\) have the label 1: CoSENT ranks pairs by their labels"),
+    ("valid", "all 24 pairs \\(after any sampling\\) have the label 1: Spearman is undefined on them")])
+def test_a_split_whose_labels_are_all_equal_is_refused(split, message, tiny_setup):
+    tmp_path, options = tiny_setup
+    path = tmp_path / "data" / "senteval_cn" / "BQ" / f"BQ.{split}.data"
+    lines = [line.rsplit("\t", 1)[0] + "\t1" for line in path.read_text(encoding="utf-8").splitlines()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=f"BQ.{split}.data: {message}"):
+        main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigint_while_reading_data_stops_without_a_traceback(tiny_setup, monkeypatch, capsys):
+    tmp_path, options = tiny_setup
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "load_run_data", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
+    assert stopped.value.code == 128 + signal.SIGINT
+    assert "stopped: SIGINT received; run the same command again" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_nli_files_are_read_once_through_links_back_up_the_tree(tiny_setup):
+    tmp_path, _ = tiny_setup
+    data = tmp_path / "data"
+    for link, target in [(data / "loop", "."), (data / "cnsd" / "again", "."), (data / "up", "..")]:
+        os.symlink(target, link)
+    assert nli_files(str(data)) == [str(data / "cnsd" / "cnsd-snli" / "dev.jsonl")]
+    cfg = RunConfig(task="NLI", data_dir=str(data), config=str(tmp_path / "config.json"),
+                    vocab=str(tmp_path / "vocab.txt")).resolved()
+    train_pairs, _, _ = load_run_data(cfg)
+    assert len(train_pairs) == 40
 
 
 def test_strict_turns_a_skipped_line_into_an_error(tiny_setup):
