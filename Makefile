@@ -20,7 +20,7 @@ install: $(STAMP)
 
 # The main job: a small randomly initialised BERT trained with CoSENT on STS-B for one epoch.
 demo: $(STAMP)
-	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B
+	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B --overwrite
 
 test: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests

@@ -34,7 +34,7 @@ Keras 2. What this module works around (see ../shared/docs/platform-notes.md):
   seen on AVX-512/AMX CPUs were float32 bit patterns of magnitude 1e-4, as such a write
   would leave (the cause is inferred; see benchmarks/SOAK.md). oneDNN's own primitive
   cache is therefore off (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``, set here unless already
-  set); creating the primitives afresh costs no measurable speed (benchmarks/RESULTS.md).
+  set); creating the primitives afresh costs no measurable speed (benchmarks/SOAK.md).
 """
 import os
 
