@@ -5,7 +5,8 @@ Usage: ``python benchmarks/soak.py [--runs 200] [--processes 4] [--variant NAME 
 135-400 tokens) for ``--steps`` steps on random pairs of varied lengths, through the
 engine's own path: ``pair_dataset``/``interaction_dataset``, ``build_encoder``/
 ``build_interaction_model``, CoSENT, ``FusedAdam``, ``model.fit``, then scores the pairs
-with the inference core. Runs cycle through feature/interaction and float32/bf16.
+with the inference core. Runs cycle through feature/interaction and float32/bf16 (or
+the ``--kind`` and ``--precision`` named).
 A run fails if it raises, if its loss is not finite, if the process dies, or if a batch
 that reached the model differs from the arrays that made it (each batch carries a
 batch that reached the model holds what the pipeline cannot make: ids outside the
@@ -104,8 +105,10 @@ def _worker(first_run, runs, steps, out_path):
     results = []
     for run in range(first_run, first_run + runs):
         rng = np.random.default_rng(run)
-        kind = ("feature", "interaction")[run % 2]
-        precision = ("float32", "bf16")[(run // 2) % 2]
+        kinds = os.environ.get("COSENT_SOAK_KINDS", "feature,interaction").split(",")
+        precisions = os.environ.get("COSENT_SOAK_PRECISIONS", "float32,bf16").split(",")
+        kind = kinds[run % len(kinds)]
+        precision = precisions[(run // len(kinds)) % len(precisions)]
         if small:
             vocab_size, hidden, layers, heads = 21128, 312, 4, 12
         else:
@@ -173,8 +176,9 @@ def _records(path):
         return []
 
 
-def run_variant(name, runs, processes, steps, size):
-    env = dict(os.environ, COSENT_SOAK_SIZE=size, **VARIANTS[name])
+def run_variant(name, runs, processes, steps, size, kinds, precisions):
+    env = dict(os.environ, COSENT_SOAK_SIZE=size, COSENT_SOAK_KINDS=",".join(kinds),
+               COSENT_SOAK_PRECISIONS=",".join(precisions), **VARIANTS[name])
     per_process = -(-runs // processes)
     workers = []
     with tempfile.TemporaryDirectory() as folder:
@@ -198,7 +202,8 @@ def run_variant(name, runs, processes, steps, size):
                     crashes.append({"exit": process.returncode, "after_runs": len(done),
                                     "log_tail": f.read()[-2000:]})
     failures = [r for r in records if not r["ok"]]
-    return {"variant": name, "env": VARIANTS[name], "size": size, "runs": len(records),
+    return {"variant": name, "env": VARIANTS[name], "size": size, "kinds": kinds, "precisions": precisions,
+            "runs": len(records),
             "failed_runs": len(failures), "crashed_processes": len(crashes), "failures": failures,
             "crashes": crashes, "steps_per_run": steps}
 
@@ -215,6 +220,10 @@ def main():
     parser.add_argument("--size", choices=["tiny", "small"], default="tiny",
                         help="tiny: random 1-2 layer models of width 16-64 and vocabularies of 135-400; "
                              "small: the bundled L4/H312 configuration with the 21128-token vocabulary")
+    parser.add_argument("--kind", action="append", choices=["feature", "interaction"],
+                        help="default: both, taking turns; repeat to name several")
+    parser.add_argument("--precision", action="append", choices=["float32", "bf16"],
+                        help="default: both, taking turns; repeat to name several")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
                         help="default: 'default' only; repeat to bisect")
     parser.add_argument("--output", default=os.path.join(HERE, "soak.json"))
@@ -223,7 +232,8 @@ def main():
     print(f"CPU: {summary['cpu']} ({', '.join(summary['cpu_flags'])})", flush=True)
     for name in args.variant or ["default"]:
         started = time.time()
-        result = run_variant(name, args.runs, args.processes, args.steps, args.size)
+        result = run_variant(name, args.runs, args.processes, args.steps, args.size,
+                             args.kind or ["feature", "interaction"], args.precision or ["float32", "bf16"])
         result["seconds"] = round(time.time() - started)
         summary["variants"].append(result)
         print(f"{name}: {result['runs']} runs, {result['failed_runs']} failed, "

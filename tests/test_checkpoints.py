@@ -115,10 +115,14 @@ def test_a_checkpoint_deeper_than_its_config_is_refused(tmp_path):
 def test_truncated_or_corrupted_checkpoints_are_named(tiny_config, tmp_path):
     save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config)
     data = next((tmp_path / "ckpt").glob("bert_model.ckpt.data-*"))
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint's weights .*; "
-                                              "it may be truncated or corrupted"):
-        build_encoder(tiny_config, str(tmp_path / "ckpt"))
+    whole = data.read_bytes()
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0xFF
+    for damaged in (bytes(flipped), whole[: len(whole) // 2]):  # "Checksum does not match", "Read less bytes"
+        data.write_bytes(damaged)
+        with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint's weights .*; "
+                                                  "it may be truncated or corrupted"):
+            build_encoder(tiny_config, str(tmp_path / "ckpt"))
     index = tmp_path / "ckpt" / "bert_model.ckpt.index"
     index.write_bytes(index.read_bytes()[:40])
     with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint .*; "
