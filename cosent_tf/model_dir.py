@@ -16,6 +16,7 @@ Because the weights are a Google-format checkpoint, the folder also serves as
 import dataclasses
 import json
 import math
+import numbers
 import os
 
 from . import backend
@@ -62,7 +63,7 @@ class ModelSpec:
             if not isinstance(getattr(self, name), expected):
                 raise ConfigError(f"{where}: {name} has the wrong type ({getattr(self, name)!r})")
         threshold = self.threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
                                       or not math.isfinite(threshold)):
             raise ConfigError(f"{where}: threshold must be a finite number or null, got {threshold!r}")
         if self.kind not in KINDS:
@@ -88,6 +89,8 @@ def save_model_dir(directory, keras_model, spec, config, vocab_path, overwrite=F
     with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
         write_checkpoint_folder(keras_model, tmp, config, spec.model, vocab_path, extra)
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(spec)}
+        if spec.threshold is not None:  # a NumPy scalar is not JSON
+            record["threshold"] = float(spec.threshold)
         with open(os.path.join(tmp, SPEC_FILE), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=2, ensure_ascii=False, sort_keys=True)
             f.write("\n")

@@ -96,3 +96,8 @@ def test_interaction_head_weights_must_be_present(tiny_config, tmp_path):
     edit_spec(tmp_path / "model", head="softmax")  # the checkpoint holds the score head's weights only
     with pytest.raises(CheckpointError, match="the interaction head's variable cosent/Match-Softmax/kernel is missing"):
         load_model_dir(tmp_path / "model")
+
+
+def test_a_numpy_threshold_is_saved_as_a_plain_number(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, threshold=np.float32(0.25))
+    assert read_spec(tmp_path / "model").threshold == 0.25
