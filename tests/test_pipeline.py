@@ -152,3 +152,18 @@ def test_batches_reach_the_model_as_made_while_training(kind, tiny_config):
         on_train_batch_end=lambda batch, logs: seen.append((int(logs["ids"]), float(logs["labels"]))))
     model.fit(make(), epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
     assert seen == expected
+
+
+def test_shuffled_and_grouped_interaction_batches_keep_each_pairs_label():
+    # Pair k's tokens are all k + 1, so every row names the pair it came from.
+    lengths = np.random.default_rng(4).integers(2, 40, 203)
+    pair_ids = [np.full(n, k + 1, np.int32) for k, n in enumerate(lengths)]
+    labels = np.arange(203, dtype=np.float32) * 10
+    for group in (False, True):
+        dataset = interaction_dataset(pair_ids, labels, batch_size=8, shuffle=True, group_by_length=group, seed=9)
+        seen = []
+        for (token_ids, _), batch_labels in dataset.as_numpy_iterator():
+            pairs = token_ids[:, 0] - 1
+            np.testing.assert_array_equal(batch_labels, labels[pairs])
+            seen.extend(pairs)
+        assert sorted(seen) == list(range(203)) and seen != sorted(seen)  # all of them, shuffled
