@@ -14,7 +14,7 @@ def load_vocab(vocab_path):
             raw_lines = f.read().splitlines()
     except OSError as e:
         raise DataError(vocab_path, f"cannot read the vocabulary ({e.strerror})") from e
-    tokens, first_line = [], {}
+    first_line = {}  # token: the line it is on, in file order
     for number, raw in enumerate(raw_lines, start=1):
         try:
             token = raw.decode("utf-8").strip()
@@ -23,7 +23,7 @@ def load_vocab(vocab_path):
         if token in first_line:  # the later id would win, silently changing the encoding
             raise DataError(vocab_path, f"token {token!r} repeats line {first_line[token]}", line=number)
         first_line[token] = number
-        tokens.append(token)
+    tokens = list(first_line)
     if not tokens:
         raise DataError(vocab_path, "the vocabulary is empty")
     return tokens

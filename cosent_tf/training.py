@@ -145,7 +145,7 @@ def nli_files(data_dir):
         seen.add(real)
         subfolders.sort()
         if fnmatch.fnmatchcase(os.path.basename(folder), "cnsd-*"):
-            paths.extend(os.path.join(folder, name) for name in sorted(files) if name.endswith(".jsonl"))
+            paths.extend(os.path.join(folder, name) for name in files if name.endswith(".jsonl"))
     return sorted(paths)
 
 
@@ -306,26 +306,35 @@ def _remove_run_outputs(folder):
             os.remove(path)
 
 
-def prepare_output_dir(cfg, overwrite=False):
-    """Check ``cfg.output_dir`` (locked by the caller) and say how this run starts in it.
+def check_run_folder(cfg):
+    """Raise ConfigError, writing nothing, if ``cfg.output_dir`` may not hold this run.
 
-    Returns a note for the user, or None for a new run in a new or empty folder. Raises
-    ConfigError, having written nothing, for a folder that holds anything but a cosent-tf
-    run or one of the run's inputs, for a finished run without ``overwrite``, and for an
-    unfinished run whose settings differ from this one's in what training computes.
+    Refused: a folder holding one of the run's inputs, or anything but a cosent-tf run.
+    Called before the folder is locked, so that a refused folder gets no lock file.
     """
     folder = cfg.output_dir
     for source in (cfg.config, cfg.checkpoint, cfg.vocab):
         if source and is_inside(source, folder):
             raise ConfigError(f"{folder}: holds the run's input {source}; nothing was written: "
                               "choose another --output-dir")
-    names = sorted(os.listdir(folder))
-    if names in ([], [".lock"]):
-        return None
-    if not RUN_FOLDER.holds_only_its_own(names):
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    if names not in ([], [".lock"]) and not RUN_FOLDER.holds_only_its_own(names):
         shown = ", ".join(n for n in names if n != ".lock")
         raise ConfigError(f"{folder}: already exists and is not a cosent-tf training run (it holds {shown}); "
                           "nothing was written: choose a new or empty --output-dir")
+
+
+def prepare_output_dir(cfg, overwrite=False):
+    """Say how this run starts in ``cfg.output_dir``, checked and locked by the caller.
+
+    Returns a note for the user, or None for a new run in a new or empty folder. Raises
+    ConfigError, having written nothing, for a finished run without ``overwrite`` and for
+    an unfinished run whose settings differ from this one's in what training computes.
+    """
+    folder = cfg.output_dir
+    names = sorted(os.listdir(folder))
+    if names in ([], [".lock"]):
+        return None
     if overwrite:
         _remove_run_outputs(folder)
         return "--overwrite: the earlier run's outputs in this folder were removed; training from scratch"
@@ -392,6 +401,7 @@ def train(cfg, overwrite=False):
     matcher = (InteractionMatcher if cfg.kind == "interaction" else FeatureMatcher)(cfg)
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
+    check_run_folder(cfg)
     with folder_lock(cfg.output_dir, "training run"):
         start = prepare_output_dir(cfg, overwrite)
         if start:
