@@ -2,7 +2,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="cosent-tf",
-    version="0.1.0",
+    version="0.2.0",
     description="CoSENT and its baselines for Chinese text matching on TensorFlow/Keras 2 (bert4keras)",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -21,7 +21,6 @@ import common  # noqa: E402
 import numpy as np  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
-from cosent_tf import backend  # noqa: E402
 from cosent_tf.backend import keras, tf  # noqa: E402
 
 LOSS_SHARE_PAIRS = 64
@@ -68,7 +67,7 @@ def training_batches(pairs_per_batch):
 
 
 def step_measurements(precision, batches):
-    backend.set_precision("mixed_bfloat16" if precision == "bf16" else "float32")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     keras.utils.set_random_seed(0)
     model = ct.build_encoder(common.MODEL_CONFIG)
     optimizer, loss = ct.FusedAdam(common.LEARNING_RATE), ct.CoSENTLoss(common.SCALE)
@@ -100,7 +99,7 @@ def step_measurements(precision, batches):
             loss_step(v, labels).numpy()
 
     loss_seconds = median_seconds(all_losses, 3, warmup=1) / len(batches)
-    backend.set_precision("float32")
+    keras.mixed_precision.set_global_policy("float32")
     return step_seconds, loss_seconds
 
 

@@ -75,15 +75,15 @@ def cpu_flags():
 def _worker(first_run, runs, steps, out_path):
     import numpy as np
 
-    from cosent_tf import backend, pipeline
+    from cosent_tf import models, pipeline
     from cosent_tf.backend import keras, tf
-    from cosent_tf.evaluation import interaction_scores, pair_cosines
+    from cosent_tf.inference import cosine_scores, interaction_scores
     from cosent_tf.losses import CoSENTLoss, InteractionCoSENTLoss
     from cosent_tf.models import build_encoder, build_interaction_model
     from cosent_tf.optimizers import FusedAdam
 
     if os.environ.get("COSENT_SOAK_POOLING") == "first-token-off":
-        backend.first_token_output = lambda transformer: None
+        models.first_token_output = lambda transformer, architecture: None
     if os.environ.get("COSENT_SOAK_COPY") == "1":
         _pad = pipeline.pad_batch
         pipeline.pad_batch = lambda sequences, padding_id=0: _pad(sequences, padding_id).copy()
@@ -119,7 +119,7 @@ def _worker(first_run, runs, steps, out_path):
         try:
             keras.backend.clear_session()
             keras.utils.set_random_seed(run)
-            backend.set_precision("mixed_bfloat16" if precision == "bf16" else "float32")
+            keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
             config = {"vocab_size": vocab_size, "hidden_size": hidden, "num_hidden_layers": layers,
                       "num_attention_heads": heads, "intermediate_size": hidden * 4, "hidden_act": "gelu",
                       "max_position_embeddings": 128, "type_vocab_size": 2}
@@ -151,7 +151,7 @@ def _worker(first_run, runs, steps, out_path):
             model.compile(optimizer=optimizer, loss=loss)
             history = model.fit(dataset, epochs=2, steps_per_epoch=steps // 2, verbose=0)
             losses = history.history["loss"]
-            scores = pair_cosines(model, *inputs) if kind == "feature" else interaction_scores(model, inputs)
+            scores = cosine_scores(model, *inputs) if kind == "feature" else interaction_scores(model, inputs)
             if not (np.all(np.isfinite(losses)) and np.all(np.isfinite(scores))):
                 raise FloatingPointError(f"non-finite loss {losses} or scores")
             record.update(ok=True, loss=float(losses[-1]))
@@ -163,7 +163,7 @@ def _worker(first_run, runs, steps, out_path):
         with open(out_path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(results, f)
         os.replace(out_path + ".tmp", out_path)
-    backend.set_precision("float32")
+    keras.mixed_precision.set_global_policy("float32")
 
 
 # ------------------------------------------------------------- controller side

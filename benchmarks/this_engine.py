@@ -15,14 +15,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
-from cosent_tf import backend  # noqa: E402
 from cosent_tf.backend import keras  # noqa: E402
 
 
 def train(precision):
     texts_a, texts_b, labels = common.train_pairs()
     keras.utils.set_random_seed(0)
-    backend.set_precision("mixed_bfloat16" if precision == "bf16" else "float32")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)
     dataset = ct.pair_dataset(tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels,
                               batch_size=common.BATCH_PAIRS, seed=0)

@@ -1,4 +1,5 @@
-"""The ``cosent-tf`` command: encode, similarity, search and export with a trained model folder.
+"""The command line: the ``cosent-tf`` command (encode, similarity, search and export with a
+trained model folder) and :func:`train_main`, which every training script wraps.
 
 Every output is written through a temporary file and a rename, so an interrupted
 command leaves either the previous file or none, never a truncated one. Outputs are
@@ -7,15 +8,51 @@ output folder (index, export) must be new, empty, or (with ``--overwrite``) an e
 output of the same kind that holds no input.
 """
 import argparse
+import contextlib
 import json
+import logging
+import math
 import os
+import signal
 import sys
 
 import numpy as np
 
 from .data import read_lines, read_pair_lines
-from .errors import CosentError
+from .errors import CosentError, TrainingInterrupted
 from .io import atomic_path, check_output_file, check_output_folder, write_text
+
+
+class _Below(logging.Filter):
+    def __init__(self, level):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record):
+        return record.levelno < self.level
+
+
+@contextlib.contextmanager
+def console_logging():
+    """Within the block the package's log shows on the console: progress on stdout,
+    warnings and errors on stderr. The handlers are removed afterwards."""
+    package = logging.getLogger("cosent_tf")
+    out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
+    out.addFilter(_Below(logging.WARNING))
+    out.setLevel(logging.INFO)
+    err.setLevel(logging.WARNING)
+    previous_level, previous_propagate = package.level, package.propagate
+    package.setLevel(logging.INFO)
+    package.propagate = False  # shown here once, not again by a handler of the root logger
+    for handler in (out, err):
+        package.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in (out, err):
+            package.removeHandler(handler)
+        package.setLevel(previous_level)
+        package.propagate = previous_propagate
 
 
 def _encode(args):
@@ -63,13 +100,13 @@ def _search_query(args):
 
     check_output_file(args.output, [args.queries])
     index = VectorIndex.load(args.index_dir)
-    model_dir = args.model or index.model
+    model_dir = args.model_dir or index.model_dir
     if not model_dir:
-        raise CosentError(f"{args.index_dir}: the index does not record its model; pass --model MODEL_DIR")
-    if args.model and index.model and os.path.realpath(args.model) != os.path.realpath(index.model):
-        raise CosentError(f"{args.index_dir}: the index was built with the model {index.model}, not {args.model}; "
-                          "its vectors cannot be compared with another model's: query it without --model, "
-                          "or build an index with this model")
+        raise CosentError(f"{args.index_dir}: the index does not record its model; pass --model-dir MODEL_DIR")
+    if args.model_dir and index.model_dir and os.path.realpath(args.model_dir) != os.path.realpath(index.model_dir):
+        raise CosentError(f"{args.index_dir}: the index was built with the model {index.model_dir}, not "
+                          f"{args.model_dir}; its vectors cannot be compared with another model's: query it "
+                          "without --model-dir, or build an index with this model")
     encoder = SentenceEncoder.load(model_dir, args.precision)
     queries = read_lines(args.queries, args.strict)
     hits = encoder.search(queries, index, args.top_k, args.batch_size)
@@ -129,7 +166,7 @@ def argument_parser():
     sub.add_argument("index_dir")
     sub.add_argument("queries", help="UTF-8 text file, one query a line")
     sub.add_argument("output", help=".jsonl file: one {query, hits: [{index, score, text}]} per query")
-    sub.add_argument("--model", help="model folder (default: the one that built the index)")
+    sub.add_argument("--model-dir", help="model folder (default: the one that built the index)")
     sub.add_argument("--top-k", type=int, default=10)
     inference_options(sub)
 
@@ -142,15 +179,114 @@ def argument_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     args = argument_parser().parse_args(argv)
     try:
-        args.handler(args)
+        with console_logging():
+            args.handler(args)
     except (CosentError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
     except KeyboardInterrupt:  # outputs are written atomically: nothing half-done is left
         raise SystemExit("stopped: SIGINT received; nothing was written") from None
     return 0
+
+
+# The training scripts (scripts/*.py): options of cosent_tf.training.RunConfig.
+
+
+def _number(kind, low, high=None, low_included=True):
+    """An argparse type: ``kind`` (int or float) in [low, high] (or (low, high]); errors say which."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        above = value >= low if low_included else value > low
+        if not (above and (high is None or value <= high) and math.isfinite(value)):
+            limit = f"{'at least' if low_included else 'above'} {low}" + (
+                f" and at most {high}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {limit}, got {text}")
+        return value
+
+    return parse
+
+
+def training_parser(kind: str = "feature", loss: str = "cosent", task: str = None) -> argparse.ArgumentParser:
+    """Options of a training script for ``kind`` models; ``task`` fixed, or the first argument."""
+    from .backend import ARCHITECTURES, PRECISIONS
+    from .layers import POOLING_MODES
+    from .losses import loss_names
+    from .tasks import MATCHING_TASKS
+    from .training import RunConfig
+
+    parser = argparse.ArgumentParser(
+        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test.")
+    if task is None:
+        parser.add_argument("task", choices=MATCHING_TASKS)
+    parser.add_argument("--loss", default=loss, choices=loss_names(kind))
+    parser.add_argument("--data-dir", default=RunConfig.data_dir,
+                        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder")
+    parser.add_argument("--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)")
+    parser.add_argument("--checkpoint", help="Google-format checkpoint folder or prefix")
+    parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
+    parser.add_argument("--architecture", "--model", dest="architecture", default=RunConfig.architecture,
+                        choices=sorted(ARCHITECTURES), help="the transformer family (--model is its old name)")
+    parser.add_argument("--pooling", default=RunConfig.pooling, choices=POOLING_MODES)
+    defaults = "default: the task's, as in the original scripts (cosent_tf.tasks)"
+    parser.add_argument("--maxlen", type=_number(int, 3), help=defaults)
+    parser.add_argument("--batch-size", type=_number(int, 1), help="pairs per batch; " + defaults)
+    parser.add_argument("--epochs", type=_number(int, 1), help=defaults)
+    parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default: one pass over train (NLI 5000)")
+    parser.add_argument("--lr", type=_number(float, 0, low_included=False), default=RunConfig.lr)
+    parser.add_argument("--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale,
+                        help="CoSENT's lambda")
+    parser.add_argument("--epsilon", type=float, default=RunConfig.epsilon, help="contrastive threshold")
+    parser.add_argument("--seed", type=int, default=RunConfig.seed)
+    parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
+    parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
+    parser.add_argument("--train-from-valid", type=_number(float, 0, 1, low_included=False), metavar="FRACTION",
+                        help="when the task has no train split, train on this seeded part of valid "
+                             "(results are then not comparable with published numbers)")
+    parser.add_argument("--eval-every", type=_number(int, 0), default=0, metavar="STEPS",
+                        help="also validate every STEPS steps (for convergence curves)")
+    parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
+    parser.add_argument("--backup-every", type=_number(int, 0), default=0, metavar="STEPS",
+                        help="also save the training state every STEPS steps (it is always saved at epoch ends "
+                             "and on SIGTERM/SIGINT)")
+    parser.add_argument("--strict", action="store_true",
+                        help="any line the readers would skip or flag (wrong field count, empty text, repeated "
+                             "pair, NLI label '-') is an error naming file and line, instead of a warning")
+    parser.add_argument("--precision", default=RunConfig.precision, choices=list(PRECISIONS))
+    parser.add_argument("--output-dir", help="a new or empty folder, or this run's own folder to resume it")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="train over a finished run (or one with other settings) in --output-dir, "
+                             "removing its outputs first")
+    return parser
+
+
+def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str = None) -> dict:
+    """Parse a training script's command line, train, and print the final metrics as JSON."""
+    from .training import RunConfig, train
+
+    args = vars(training_parser(kind, loss, task).parse_args(argv))
+    if task is not None:
+        args["task"] = task
+    overwrite = args.pop("overwrite")
+    try:
+        with console_logging():
+            metrics = train(RunConfig(kind=kind, **args), overwrite)
+    except TrainingInterrupted as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + stopped.signal_number) from None
+    except CosentError as error:  # bad input or a diverged run: the message says it all
+        raise SystemExit(f"error: {error}") from None
+    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
+        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGINT) from None
+    print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
+    return metrics
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Readers for the senteval_cn matching files and CNSD NLI jsonl."""
+"""Readers for the senteval_cn matching files, CNSD NLI jsonl, and plain text inputs."""
 import dataclasses
+import fnmatch
 import json
 import logging
 import math
@@ -9,13 +10,10 @@ import re
 import numpy as np
 
 from .errors import DataError
+from .tasks import MATCHING_TASKS, SENTEVAL, Task, get_task
 
 logger = logging.getLogger(__name__)
 
-TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B")
-BINARY_TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX")
-# STS-B scores (0-5) are split into similar / dissimilar above this, as the original does.
-STS_B_POSITIVE_ABOVE = 2.5
 SPLITS = ("train", "valid", "test")
 # Ordinal NLI labels: contradiction < neutral < entailment.
 NLI_LABELS = {"contradiction": 0, "neutral": 1, "entailment": 2}
@@ -68,10 +66,6 @@ def _decoded_lines(path):
                 raise DataError(path, f"not valid UTF-8 at byte {e.start} ({e.reason})", line=number) from e
 
 
-# Label ranges per task (checked when a task's files are loaded): STS-B scores 0-5,
-# the others 0/1.
-LABEL_RANGES = {"STS-B": (0.0, 5.0)}
-BINARY_LABELS = (0.0, 1.0)
 # Python's float() also reads "0_5" (as 5.0) and "１" (full-width digits): labels must be plain.
 PLAIN_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
@@ -106,16 +100,18 @@ def _check_texts(problems, number, texts, seen):
         problems.add(number, "repeating an earlier pair, kept", f": the pair of line {first}")
 
 
-def read_senteval(path, strict=False, label_range=None):
+def read_senteval(path, strict: bool = False, task=None) -> PairData:
     """Read ``text1<TAB>text2<TAB>label`` lines, as the original experiments do.
 
     Lines that do not split into exactly 3 fields are skipped, counted in
     ``skipped_lines`` and reported in a warning; empty texts and repeated pairs are kept
     and reported. With ``strict`` each of these is an error naming the file and line.
-    A label that is not a finite number, or outside ``label_range`` ((low, high);
-    (0, 1) means 0 or 1), is always an error.
+    A label that is not a finite number is always an error, and so is one that does not
+    fit ``task`` (a :class:`~cosent_tf.tasks.Task` or its name): outside its label range,
+    or not 0 or 1 for a binary task.
     """
     path = os.fspath(path)
+    task = None if task is None else get_task(task)
     texts_a, texts_b, labels, seen = [], [], [], {}
     problems = _LineProblems(path, strict)
     for number, line in _decoded_lines(path):
@@ -124,7 +120,7 @@ def read_senteval(path, strict=False, label_range=None):
             problems.add(number, "without exactly 3 tab-separated fields, skipped",
                          f": found {len(fields)}", skipped=True)
             continue
-        labels.append(_label(path, number, fields[2], label_range))
+        labels.append(_label(path, number, fields[2], task))
         _check_texts(problems, number, fields[:2], seen)
         texts_a.append(fields[0])
         texts_b.append(fields[1])
@@ -134,7 +130,7 @@ def read_senteval(path, strict=False, label_range=None):
     return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped)
 
 
-def _label(path, number, text, label_range):
+def _label(path, number, text, task: Task):
     try:
         label = float(text)
     except ValueError:
@@ -143,10 +139,13 @@ def _label(path, number, text, label_range):
         raise DataError(path, f"label {text!r} is not finite", line=number)
     if not PLAIN_DECIMAL.fullmatch(text.strip()):
         raise DataError(path, f"label {text!r} is not a plain decimal number", line=number)
-    if label_range == BINARY_LABELS and label not in BINARY_LABELS:
+    if task is None:
+        return label
+    if task.binary and label not in (0.0, 1.0):
         raise DataError(path, f"label {text!r} is not 0 or 1", line=number)
-    if label_range is not None and not label_range[0] <= label <= label_range[1]:
-        raise DataError(path, f"label {text!r} is outside {label_range[0]:g}-{label_range[1]:g}", line=number)
+    low, high = task.label_range
+    if not low <= label <= high:
+        raise DataError(path, f"label {text!r} is outside {low:g}-{high:g}", line=number)
     return label
 
 
@@ -192,27 +191,21 @@ def read_nli(path, strict=False):
     return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped)
 
 
-def binarised(labels, task):
-    """0/1 classes for a loss that needs them: STS-B scores split at 2.5, others unchanged."""
-    labels = np.asarray(labels, dtype=np.float32)
-    return (labels > STS_B_POSITIVE_ABOVE).astype(np.float32) if task == "STS-B" else labels
-
-
-def task_file(data_dir, task, split):
+def task_file(data_dir, task: str, split: str) -> str:
     """Path of ``TASK/TASK.split.data`` under ``data_dir`` (the senteval_cn folder)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if get_task(task).data != SENTEVAL:
+        raise ValueError(f"task {task!r} has no senteval files; choose one of {', '.join(MATCHING_TASKS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     return os.path.join(os.fspath(data_dir), task, f"{task}.{split}.data")
 
 
-def load_task(data_dir, task, split, strict=False):
-    """A task's split, with its labels checked against the task's range."""
+def load_task(data_dir, task: str, split: str, strict: bool = False) -> PairData:
+    """A task's split, with its labels checked against the task's."""
     path = task_file(data_dir, task, split)
     if not os.path.exists(path):
         raise DataError(path, f"the {task} {split} split is not here (file does not exist)")
-    return read_senteval(path, strict, LABEL_RANGES.get(task, BINARY_LABELS))
+    return read_senteval(path, strict, task)
 
 
 def _without_newline(line):
@@ -260,3 +253,28 @@ def read_pair_lines(path, strict=False):
         lines.append(line)
     problems.report()
     return texts_a, texts_b, lines
+
+
+def senteval_dir(data_dir) -> str:
+    """Accept either the shared data root (holding senteval_cn/) or the senteval_cn folder."""
+    nested = os.path.join(data_dir, "senteval_cn")
+    return nested if os.path.isdir(nested) else os.fspath(data_dir)
+
+
+def nli_files(data_dir) -> list:
+    """Every ``cnsd-*/*.jsonl`` below ``data_dir``, each real folder read once.
+
+    Links to folders are followed, but a folder reached twice (a link back up the tree,
+    ``x -> .``) is not read again: that would repeat the training data, or never end.
+    """
+    paths, seen = [], set()
+    for folder, subfolders, files in os.walk(data_dir, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders.clear()
+            continue
+        seen.add(real)
+        subfolders.sort()
+        if fnmatch.fnmatchcase(os.path.basename(folder), "cnsd-*"):
+            paths.extend(os.path.join(folder, name) for name in files if name.endswith(".jsonl"))
+    return sorted(paths)

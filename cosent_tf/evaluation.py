@@ -1,30 +1,23 @@
-"""Metrics as the original experiments report them, and the validate-and-keep-best callback."""
-import csv
-import logging
-import math
-import os
-import weakref
+"""Metrics as the original experiments report them: Spearman (and Pearson) of scores against
+labels, and accuracy at the threshold that is best on valid. Scores come from
+:mod:`cosent_tf.inference`."""
+import warnings
 
 import numpy as np
 from scipy import stats
-from tqdm.auto import tqdm
 
-from .backend import keras, model_precision, tf
-from .io import atomic_path
-from .pipeline import length_sorted_batches, restore_order
-
-logger = logging.getLogger(__name__)
+from . import inference
 
 
-def spearman(scores, labels):
+def spearman(scores, labels) -> float:
     return float(stats.spearmanr(scores, labels).correlation)
 
 
-def pearson(scores, labels):
+def pearson(scores, labels) -> float:
     return float(stats.pearsonr(scores, labels)[0])
 
 
-def best_threshold(scores, labels):
+def best_threshold(scores, labels) -> tuple:
     """The threshold on ``scores`` that maximises accuracy against 0/1 ``labels``.
 
     Exhaustive: every midpoint between consecutive distinct scores is tried (the original
@@ -53,171 +46,45 @@ def best_threshold(scores, labels):
     return float(threshold), float(correct[k] / len(scores))
 
 
-def accuracy_at(scores, labels, threshold):
+def accuracy_at(scores, labels, threshold: float) -> float:
     return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
 
 
-_INFERENCE_FUNCTIONS = weakref.WeakKeyDictionary()
-_IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
+def pair_scores(model, kind: str, inputs, batch_size: int = 64) -> np.ndarray:
+    """One score per pair: the cosine of a feature model's two vectors (``inputs`` = (ids_a,
+    ids_b)), or an interaction model's score of the concatenated pair (``inputs`` = pair ids)."""
+    if kind == "feature":
+        return inference.cosine_scores(model, *inputs, batch_size=batch_size)
+    if kind == "interaction":
+        return inference.interaction_scores(model, inputs, batch_size=batch_size)
+    raise ValueError(f"unknown model kind {kind!r}; choose feature or interaction")
 
 
-def inference_function(model):
-    """``model`` in inference mode as a tf.function traced once for every batch shape."""
-    function = _INFERENCE_FUNCTIONS.get(model)
-    if function is None:
-        @tf.function(input_signature=[_IDS, _IDS])
-        def function(token_ids, segment_ids):
-            with model_precision(model):  # runs while tracing
-                return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
-
-        _INFERENCE_FUNCTIONS[model] = function
-    return function
-
-
-def encode(model, token_ids, batch_size=64, show_progress=False):
-    """A model's outputs (float32 numpy) in input order, computed in length-sorted batches.
-
-    Each batch is padded only to its own longest sequence; segment ids are all 0.
-    """
-    function = inference_function(model)
-    order, batches = length_sorted_batches(token_ids, batch_size)
-    outputs = [function(ids, np.zeros_like(ids)).numpy()
-               for _, ids in tqdm(batches, total=-(-len(order) // batch_size), unit="batch",
-                                  desc="encoding", disable=not show_progress)]
-    if not outputs:
-        return np.zeros((0,) + tuple(model.output_shape[1:]), dtype=np.float32)
-    return restore_order(np.concatenate(outputs), order)
-
-
-def l2_normalize(vectors):
-    """Rows scaled to unit length (a zero row stays zero)."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-
-
-def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
-    """Cosine of each pair's two sentence vectors (both sides encoded in one pass)."""
-    vectors = l2_normalize(encode(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
-    first, second = vectors[: len(ids_a)], vectors[len(ids_a):]
-    return np.sum(first * second, axis=1)
-
-
-def interaction_scores(model, pair_ids, batch_size=64, show_progress=False):
-    """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax."""
-    outputs = encode(model, pair_ids, batch_size, show_progress)
-    return outputs[:, -1]
-
-
-def correlation_metrics(scores, labels):
+def correlation_metrics(scores, labels) -> dict:
     return {"spearman": spearman(scores, labels), "pearson": pearson(scores, labels)}
 
 
-class ValidationCheckpoint(keras.callbacks.Callback):
-    """Evaluate on valid after each epoch (and every ``every_steps`` steps), keep the best.
-
-    ``evaluate(model) -> dict`` computes the metrics. Epoch-end results are logged as
-    ``val_<metric>``; the weights of the best epoch by ``monitor`` (higher is better) are
-    written atomically to ``weights_path``, so a crash leaves the previous best intact.
-    Every evaluation becomes a row (epoch, step, end_of_epoch, metrics...) of ``csv_path``,
-    rewritten atomically; a resumed run reloads the rows up to the restored step and
-    carries on. With ``restore_best`` the model ends training holding the best weights.
-    Best weights are chosen at epoch ends only, as in the original experiments.
-    """
-
-    def __init__(self, evaluate, weights_path=None, monitor="spearman", restore_best=True,
-                 every_steps=0, csv_path=None):
-        super().__init__()
-        self.evaluate = evaluate
-        self.weights_path = weights_path
-        self.monitor = monitor
-        self.restore_best = restore_best
-        self.every_steps = int(every_steps or 0)
-        self.csv_path = csv_path
-        self.best = -math.inf
-        self.best_epoch = None
-        self.history = []
-        self._best_weights = None
-        self._resume_checked = False
-
-    def _step(self):
-        return int(self.model.optimizer.iterations.numpy())
-
-    def on_train_begin(self, logs=None):
-        self._resume_checked = False
-
-    def _resume(self):
-        """Reload the history up to the restored step (a backup callback restores it in on_train_begin)."""
-        self._resume_checked = True
-        step = self._step()
-        if step and self.csv_path and os.path.exists(self.csv_path):
-            self.history = [row for row in read_history(self.csv_path) if row["step"] <= step]
-            for row in self.history:
-                if row["end_of_epoch"] and row[self.monitor] > self.best:
-                    self.best, self.best_epoch = row[self.monitor], row["epoch"]
-            print(f"resumed at step {step}: best valid {self.monitor} so far "
-                  f"{self.best:.4f} (epoch {self.best_epoch})", flush=True)
-
-    def on_train_batch_end(self, batch, logs=None):
-        if not self.every_steps or batch + 1 == self.params.get("steps"):
-            return
-        step = self._step()
-        if step % self.every_steps == 0:
-            metrics = self._record(self._epoch + 1, step, False)
-            print(f"step {step} valid: " + _format(metrics), flush=True)
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if not self._resume_checked:
-            self._resume()
-        self._epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        metrics = self._record(epoch + 1, self._step(), True)
-        if logs is not None:
-            logs.update({f"val_{k}": v for k, v in metrics.items()})
-        value = metrics[self.monitor]
-        improved = value > self.best
-        if improved:
-            self.best, self.best_epoch = value, epoch + 1
-            self._best_weights = self.model.get_weights()
-            if self.weights_path:
-                with atomic_path(self.weights_path) as tmp:
-                    self.model.save_weights(tmp)
-        print(f"epoch {epoch + 1} valid: {_format(metrics)}" + ("  (best so far)" if improved else
-              f"  (best {self.best:.4f} at epoch {self.best_epoch})"), flush=True)
-
-    def _record(self, epoch, step, end_of_epoch):
-        metrics = self.evaluate(self.model)
-        self.history.append({"epoch": epoch, "step": step, "end_of_epoch": end_of_epoch, **metrics})
-        if self.csv_path:
-            _write_history(self.csv_path, self.history)
-        return metrics
-
-    def on_train_end(self, logs=None):
-        if not self._resume_checked:  # resumed after the last epoch: no epoch ran
-            self._resume()
-        if not self.restore_best:
-            return
-        if self._best_weights is not None:
-            self.model.set_weights(self._best_weights)
-        elif self.best_epoch is not None and self.weights_path and os.path.exists(self.weights_path):
-            self.model.load_weights(self.weights_path)  # best epoch came before a resume
+def task_metrics(scores, labels, valid_scores=None, valid_labels=None, binary=False) -> dict:
+    """Spearman and Pearson; for ``binary`` labels also accuracy at the threshold tuned on valid."""
+    metrics = correlation_metrics(scores, labels)
+    if binary and valid_scores is not None:
+        threshold, _ = best_threshold(valid_scores, valid_labels)
+        metrics.update(accuracy=accuracy_at(scores, labels, threshold), threshold=threshold)
+    return metrics
 
 
-def _format(metrics):
-    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+def mean_over_tasks(per_task: dict) -> dict:
+    """Flatten per-task metrics; with several tasks the headline is their mean Spearman."""
+    if len(per_task) == 1:
+        return dict(next(iter(per_task.values())))
+    flat = {"spearman": float(np.mean([m["spearman"] for m in per_task.values()]))}
+    for task, metrics in per_task.items():
+        flat.update({f"{task}.{k}": v for k, v in metrics.items()})
+    return flat
 
 
-def _write_history(path, rows):
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
-
-
-def read_history(path):
-    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    return [{key: (int(value) if key in ("epoch", "step") else value == "True" if key == "end_of_epoch"
-                   else float(value)) for key, value in row.items()} for row in rows]
+def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
+    """Deprecated: :func:`cosent_tf.inference.cosine_scores`."""
+    warnings.warn("pair_cosines is deprecated; use cosent_tf.inference.cosine_scores", DeprecationWarning,
+                  stacklevel=2)
+    return inference.cosine_scores(encoder, ids_a, ids_b, batch_size, show_progress)

@@ -73,7 +73,7 @@ def export_saved_model(model_dir, out_dir, overwrite=False):
     check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
     spec, model, sentence_tokenizer = load_model_dir(model_dir)
     if spec.word_level:
-        raise ConfigError(f"{model_dir}: a word-level ({spec.model}) model pre-tokenises with jieba, which "
+        raise ConfigError(f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
                           "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder")
     token_dict = sentence_tokenizer.token_dict
     served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case))

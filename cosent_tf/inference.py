@@ -8,18 +8,72 @@ of similar length; results come back in input order.
 import collections
 import json
 import os
+import weakref
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from .backend import keras, set_precision
+from .backend import dtype_policy, keras, model_precision, policy_name, tf
 from .errors import ConfigError, DataError
-from .evaluation import encode, interaction_scores, l2_normalize
 from .io import FolderKind, atomic_directory
 from .model_dir import load_model_dir
+from .pipeline import length_sorted_batches, restore_order
 
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
 Hit = collections.namedtuple("Hit", "index score text")
+
+
+_INFERENCE_FUNCTIONS = weakref.WeakKeyDictionary()
+_IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
+
+
+def inference_function(model: keras.Model):
+    """``model`` in inference mode as a tf.function traced once for every batch shape."""
+    function = _INFERENCE_FUNCTIONS.get(model)
+    if function is None:
+
+        @tf.function(input_signature=[_IDS, _IDS])
+        def function(token_ids, segment_ids):
+            with model_precision(model):  # runs while tracing
+                return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
+
+        _INFERENCE_FUNCTIONS[model] = function
+    return function
+
+
+def batched_outputs(model: keras.Model, token_ids: list, batch_size: int = 64, show_progress: bool = False):
+    """A model's outputs (float32 numpy) in input order, computed in length-sorted batches.
+
+    Each batch is padded only to its own longest sequence; segment ids are all 0.
+    """
+    function = inference_function(model)
+    order, batches = length_sorted_batches(token_ids, batch_size)
+    outputs = [
+        function(ids, np.zeros_like(ids)).numpy()
+        for _, ids in tqdm(batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding",
+                           disable=not show_progress)
+    ]
+    if not outputs:
+        return np.zeros((0,) + tuple(model.output_shape[1:]), dtype=np.float32)
+    return restore_order(np.concatenate(outputs), order)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def cosine_scores(encoder: keras.Model, ids_a: list, ids_b: list, batch_size: int = 64, show_progress=False):
+    """Cosine of each pair's two sentence vectors (both sides encoded in one pass)."""
+    vectors = l2_normalize(batched_outputs(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
+    first, second = vectors[: len(ids_a)], vectors[len(ids_a):]
+    return np.sum(first * second, axis=1)
+
+
+def interaction_scores(model: keras.Model, pair_ids: list, batch_size: int = 64, show_progress=False):
+    """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax."""
+    return batched_outputs(model, pair_ids, batch_size, show_progress)[:, -1]
 
 
 def check_texts(texts, name="texts"):
@@ -57,12 +111,8 @@ class _Matcher:
     @classmethod
     def load(cls, path, precision="float32"):
         """Load a model folder; ``precision='bf16'`` computes in mixed bfloat16."""
-        previous = keras.mixed_precision.global_policy()
-        set_precision("mixed_bfloat16" if precision == "bf16" else precision)
-        try:
+        with dtype_policy(policy_name(precision)):
             spec, model, tokenizer = load_model_dir(path)
-        finally:
-            keras.mixed_precision.set_global_policy(previous)
         if spec.kind != cls.KIND:
             other = PairScorer if spec.kind == "interaction" else SentenceEncoder
             raise ConfigError(f"{path}: holds a model of kind {spec.kind!r}; load it with {other.__name__}")
@@ -89,8 +139,8 @@ class SentenceEncoder(_Matcher):
     def encode(self, texts, batch_size=64, normalize=True, show_progress=None):
         """Vectors of ``texts`` (float32, shape (len(texts), dim)), L2-normalised by default."""
         texts = check_texts(texts)
-        vectors = encode(self.model, self.tokenizer.encode_all(texts), batch_size,
-                         _show(show_progress, len(texts)))
+        vectors = batched_outputs(self.model, self.tokenizer.encode_all(texts), batch_size,
+                                  _show(show_progress, len(texts)))
         return l2_normalize(vectors) if normalize else vectors
 
     def similarity(self, texts_a, texts_b, batch_size=64, show_progress=None):
@@ -101,7 +151,7 @@ class SentenceEncoder(_Matcher):
 
     def build_index(self, corpus, batch_size=64, show_progress=None):
         corpus = check_texts(corpus, "corpus")
-        return VectorIndex(self.encode(corpus, batch_size, True, show_progress), corpus, model=self.path)
+        return VectorIndex(self.encode(corpus, batch_size, True, show_progress), corpus, model_dir=self.path)
 
     def search(self, queries, corpus_or_index, top_k=10, batch_size=64, show_progress=None):
         """The ``top_k`` most similar corpus texts of each query, by exact cosine.
@@ -139,17 +189,17 @@ class VectorIndex:
     """Unit-length vectors with their texts, searched by exact cosine in bounded memory.
 
     Saved as a folder: ``vectors.npy`` (float32), ``texts.jsonl`` (one JSON string per
-    line) and ``index.json`` (count, dimension, the model folder that made it). Loading
+    line) and ``index.json`` (count, dimension, ``model_dir``: the model folder that made it). Loading
     memory-maps the vectors, so a million of them need not fit in memory at once.
     """
 
     VECTORS, TEXTS, INFO = "vectors.npy", "texts.jsonl", "index.json"
     FOLDER = FolderKind("a cosent-tf index", INFO, (VECTORS, TEXTS, INFO))
 
-    def __init__(self, vectors, texts, model=None):
+    def __init__(self, vectors: np.ndarray, texts, model_dir: str = None):
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise ValueError(f"vectors of shape {vectors.shape} do not match {len(texts)} texts")
-        self.vectors, self.texts, self.model = vectors, list(texts), model
+        self.vectors, self.texts, self.model_dir = vectors, list(texts), model_dir
 
     def __len__(self):
         return len(self.texts)
@@ -159,7 +209,7 @@ class VectorIndex:
         query_vectors = np.asarray(query_vectors, dtype=np.float32)
         if query_vectors.ndim != 2 or query_vectors.shape[1] != self.vectors.shape[1]:
             raise ValueError(f"query vectors of shape {query_vectors.shape} do not fit this index's "
-                             f"dimension {self.vectors.shape[1]}; encode them with the index's model ({self.model})")
+                             f"dimension {self.vectors.shape[1]}; encode them with the index's model ({self.model_dir})")
         return top_k_cosine(query_vectors, self.vectors, top_k)
 
     def save(self, directory, overwrite=False, inputs=()):
@@ -170,7 +220,7 @@ class VectorIndex:
                 f.writelines(json.dumps(text, ensure_ascii=False) + "\n" for text in self.texts)
             with open(os.path.join(tmp, self.INFO), "w", encoding="utf-8") as f:
                 json.dump({"format": "cosent-tf-index", "count": len(self), "dimension": int(self.vectors.shape[1]),
-                           "model": self.model}, f, indent=2)
+                           "model_dir": self.model_dir}, f, indent=2)
 
     @classmethod
     def load(cls, directory, mmap=True):
@@ -204,7 +254,8 @@ class VectorIndex:
         if len(texts) != len(vectors) or info.get("count") != len(vectors):
             raise ConfigError(f"{directory}: {len(vectors)} vectors, {len(texts)} texts and a count of "
                               f"{info.get('count')} do not agree; rebuild the index")
-        return cls(vectors, texts, model=info.get("model"))
+        # Indexes written before 0.2 call the model folder "model".
+        return cls(vectors, texts, model_dir=info.get("model_dir", info.get("model")))
 
 
 def top_k_cosine(queries, corpus, top_k, query_chunk=256, corpus_chunk=16384):

@@ -3,7 +3,7 @@
 Layout (a Google-format checkpoint folder plus one file)::
 
     MODEL_DIR/
-      cosent_model.json        kind, model, pooling or head, maxlen, tokenizer settings,
+      cosent_model.json        kind, architecture, pooling or head, maxlen, tokenizer settings,
                                tuned threshold (when known), and the run it came from
       bert_config.json         the transformer's config
       bert_model.ckpt.*        the transformer's weights under Google names (an
@@ -19,13 +19,13 @@ import math
 import numbers
 import os
 
-from . import backend
-from .backend import tf
-from .checkpoints import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE, write_checkpoint_folder
+from .backend import get_architecture, keras, tf
+from .checkpoints import (CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE, list_checkpoint_variables,
+                          write_checkpoint_folder)
 from .errors import CheckpointError, ConfigError
 from .io import FolderKind, atomic_directory, is_inside
 from .layers import POOLING_MODES
-from .models import INTERACTION_HEADS, build_encoder, build_interaction_model
+from .models import INTERACTION_HEADS, build_encoder, build_interaction_model, check_maxlen
 from .tokenization import SentenceTokenizer
 
 SPEC_FILE = "cosent_model.json"
@@ -46,7 +46,7 @@ class ModelSpec:
     """
 
     kind: str = "feature"
-    model: str = "bert"
+    architecture: str = "bert"
     pooling: str = "cls"
     head: str = None
     maxlen: int = 64
@@ -57,7 +57,7 @@ class ModelSpec:
 
     def check(self, where):
         """Raise ConfigError naming ``where`` and the field for a value of the wrong type or range."""
-        types = {"kind": str, "model": str, "pooling": (str, type(None)), "head": (str, type(None)),
+        types = {"kind": str, "architecture": str, "pooling": (str, type(None)), "head": (str, type(None)),
                  "do_lower_case": bool, "word_level": bool, "source": dict}
         for name, expected in types.items():
             if not isinstance(getattr(self, name), expected):
@@ -70,14 +70,18 @@ class ModelSpec:
             raise ConfigError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.kind == "interaction" and self.head not in INTERACTION_HEADS:
             raise ConfigError(f"{where}: an interaction model needs head in {INTERACTION_HEADS}, got {self.head!r}")
-        backend.is_word_level(self.model)  # raises ConfigError for an unknown model
+        try:
+            get_architecture(self.architecture)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
         if self.kind == "feature" and self.pooling not in POOLING_MODES:
             raise ConfigError(f"{where}: pooling {self.pooling!r} is not one of {', '.join(POOLING_MODES)}")
         if isinstance(self.maxlen, bool) or not isinstance(self.maxlen, int) or self.maxlen < 3:
             raise ConfigError(f"{where}: maxlen must be an integer of at least 3, got {self.maxlen!r}")
 
 
-def save_model_dir(directory, keras_model, spec, config, vocab_path, overwrite=False):
+def save_model_dir(directory: str, keras_model: keras.Model, spec: ModelSpec, config, vocab_path: str,
+                   overwrite: bool = False) -> None:
     """Write a model folder for ``keras_model`` (from build_encoder / build_interaction_model).
 
     An existing ``directory`` must be empty, or a model folder and ``overwrite`` true.
@@ -87,7 +91,7 @@ def save_model_dir(directory, keras_model, spec, config, vocab_path, overwrite=F
     if spec.kind == "interaction":
         extra = {name: weight.numpy() for name, weight in _head_variables(keras_model, spec.head)}
     with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
-        write_checkpoint_folder(keras_model, tmp, config, spec.model, vocab_path, extra)
+        write_checkpoint_folder(keras_model, tmp, config, spec.architecture, vocab_path, extra)
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(spec)}
         if spec.threshold is not None:  # a NumPy scalar is not JSON
             record["threshold"] = float(spec.threshold)
@@ -96,7 +100,7 @@ def save_model_dir(directory, keras_model, spec, config, vocab_path, overwrite=F
             f.write("\n")
 
 
-def read_spec(directory):
+def read_spec(directory: str) -> ModelSpec:
     """The :class:`ModelSpec` of a model folder; errors name the folder and what is wrong."""
     if not os.path.isdir(directory):
         raise ConfigError(f"{directory}: model folder not found")
@@ -116,6 +120,8 @@ def read_spec(directory):
     if record.get("format_version", 0) > FORMAT_VERSION:
         raise ConfigError(f"{spec_path}: format version {record['format_version']} is newer than this "
                           f"cosent-tf reads ({FORMAT_VERSION}); upgrade cosent-tf")
+    if "model" in record:  # format version 1 before 0.2 called the architecture "model"
+        record.setdefault("architecture", record.pop("model"))
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     spec = ModelSpec(**{k: v for k, v in record.items() if k in fields})
     spec.check(spec_path)
@@ -131,17 +137,17 @@ def read_spec(directory):
     return spec
 
 
-def load_model_dir(directory):
+def load_model_dir(directory: str) -> tuple:
     """(spec, Keras model, SentenceTokenizer) of a model folder."""
     directory = os.fspath(directory)
     spec = read_spec(directory)
     config_path, prefix, vocab_path = (os.path.join(directory, name)
                                        for name in (CONFIG_FILE, CHECKPOINT_PREFIX, VOCAB_FILE))
-    backend.check_maxlen(config_path, spec.model, spec.maxlen)
+    check_maxlen(config_path, spec.architecture, spec.maxlen)
     if spec.kind == "feature":
-        model = build_encoder(config_path, prefix, spec.model, spec.pooling, vocab_path=vocab_path)
+        model = build_encoder(config_path, prefix, spec.architecture, spec.pooling, vocab_path=vocab_path)
     else:
-        model = build_interaction_model(config_path, prefix, spec.model, spec.head, vocab_path=vocab_path)
+        model = build_interaction_model(config_path, prefix, spec.architecture, spec.head, vocab_path=vocab_path)
         _load_head(model, spec.head, prefix)
     tokenizer = SentenceTokenizer(vocab_path, spec.maxlen, spec.word_level, spec.do_lower_case)
     return spec, model, tokenizer
@@ -155,7 +161,7 @@ def _head_variables(model, head):
 
 
 def _load_head(model, head, prefix):
-    available = backend.list_checkpoint_variables(prefix)
+    available = list_checkpoint_variables(prefix)
     variables = _head_variables(model, head)
     values = []
     for name, weight in variables:

@@ -1,6 +1,8 @@
 """Keras models over bert4keras transformers: sentence encoders and interaction models."""
-from . import backend
-from .backend import keras
+import warnings
+
+from .backend import IndependentTruncatedNormal, get_architecture, keras, transformer_class
+from .checkpoints import load_checkpoint, read_config
 from .errors import ConfigError
 from .layers import POOLING_MODES, PaddingMask, Pooling
 from .tokenization import check_vocab_size
@@ -8,64 +10,157 @@ from .tokenization import check_vocab_size
 INTERACTION_HEADS = ("score", "softmax")
 
 
-def build_encoder(config_path, checkpoint_path=None, model="bert", pooling="cls",
-                  vocab_path=None, name="encoder", **overrides):
+def build_transformer(config_path: str, checkpoint_path: str = None, architecture: str = "bert", **overrides):
+    """Build (and optionally load) a bert4keras transformer; returns the Transformer object."""
+    config = read_config(config_path)
+    config.update(overrides)
+    config.setdefault("max_position", config.get("max_position_embeddings", 512))
+    config.setdefault("dropout_rate", config.get("hidden_dropout_prob"))
+    config.setdefault("attention_dropout_rate", config.get("attention_probs_dropout_prob"))
+    config.setdefault("segment_vocab_size", config.get("type_vocab_size", 2))
+    transformer = transformer_class(architecture)(**config)
+    transformer.build(**config)
+    if checkpoint_path is not None:
+        load_checkpoint(transformer, checkpoint_path)
+    return transformer
+
+
+def check_maxlen(config_path: str, architecture: str, maxlen: int) -> None:
+    """Raise ConfigError if ``maxlen`` tokens do not fit the model's position embeddings."""
+    limit = read_config(config_path).get("max_position_embeddings", 512)
+    if get_architecture(architecture).learned_positions and maxlen > limit:
+        raise ConfigError(
+            f"{config_path}: maxlen {maxlen} is longer than the model's {limit} position embeddings "
+            f"(max_position_embeddings); use --maxlen {limit} or less"
+        )
+
+
+def _architecture_argument(architecture, model):
+    """``model=`` is the name ``architecture`` had before 0.2; it still works, with a warning."""
+    if model is None:
+        return architecture
+    warnings.warn("model= is deprecated; use architecture=", DeprecationWarning, stacklevel=3)
+    return model
+
+
+def build_encoder(
+    config_path: str,
+    checkpoint_path: str = None,
+    architecture: str = "bert",
+    pooling: str = "cls",
+    vocab_path: str = None,
+    name: str = "encoder",
+    model: str = None,
+    **overrides,
+) -> keras.Model:
     """A Keras model from [token_ids, segment_ids] to sentence vectors (float32).
 
     Args:
         config_path: a BERT-style ``*_config.json``.
         checkpoint_path: a Google-format TF checkpoint prefix or its directory; ``None``
             builds a randomly initialised model (every kernel drawn independently).
-        model: one of ``bert``, ``roberta`` (RoBERTa-wwm checkpoints are BERT format),
-            ``wobert``, ``nezha``, ``albert``, ``roformer``.
+        architecture: one of ``bert``, ``roberta`` (RoBERTa-wwm checkpoints are BERT
+            format), ``wobert``, ``nezha``, ``albert``, ``roformer``.
         pooling: one of ``cls``, ``last-avg``, ``first-last-avg``, ``max``, ``pooler``.
         vocab_path: if given, checked against the config's ``vocab_size``.
+        model: deprecated name of ``architecture``.
         overrides: passed to the bert4keras constructor (e.g. ``dropout_rate=0.1``).
     """
+    architecture = _architecture_argument(architecture, model)
     if pooling not in POOLING_MODES:
         raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
     if vocab_path is not None:
         check_vocab_size(config_path, vocab_path)
-    transformer = backend.build_transformer(
-        config_path, checkpoint_path, model, with_pool=(pooling == "pooler"), **overrides)
+    transformer = build_transformer(
+        config_path, checkpoint_path, architecture, with_pool=(pooling == "pooler"), **overrides
+    )
     token_ids = transformer.inputs[0]
     mask = PaddingMask(name="Padding-Mask")(token_ids)
     if pooling == "first-last-avg":
-        hidden = [backend.first_layer_output(transformer), _sequence_output(transformer)]
+        hidden = [first_layer_output(transformer), _sequence_output(transformer)]
     elif pooling == "pooler":
         hidden = transformer.output
     elif pooling == "cls":
-        hidden = _first_token_output(transformer)
+        hidden = _cls_input(transformer, architecture)
     else:
         hidden = _sequence_output(transformer)
     vectors = Pooling(pooling, name="Pooling")(hidden, mask=mask)
     return keras.Model(transformer.inputs, vectors, name=name)
 
 
-def build_interaction_model(config_path, checkpoint_path=None, model="bert", head="score",
-                            vocab_path=None, name="interaction", **overrides):
+def build_interaction_model(
+    config_path: str,
+    checkpoint_path: str = None,
+    architecture: str = "bert",
+    head: str = "score",
+    vocab_path: str = None,
+    name: str = "interaction",
+    model: str = None,
+    **overrides,
+) -> keras.Model:
     """A cross-encoder: [token_ids, segment_ids] of a concatenated pair to a match score.
 
     ``head='score'`` gives one unbounded score per pair (Dense(1) on [CLS], for
     InteractionCoSENTLoss); ``head='softmax'`` gives the two-way probabilities of the
     cross-entropy baseline (column 1 is P(similar)). Both are float32.
     """
+    architecture = _architecture_argument(architecture, model)
     if head not in INTERACTION_HEADS:
         raise ConfigError(f"unknown interaction head {head!r}; choose one of {', '.join(INTERACTION_HEADS)}")
     if vocab_path is not None:
         check_vocab_size(config_path, vocab_path)
-    transformer = backend.build_transformer(config_path, checkpoint_path, model, **overrides)
-    cls = Pooling("cls", name="Pooling")(_first_token_output(transformer))
+    transformer = build_transformer(config_path, checkpoint_path, architecture, **overrides)
+    cls = Pooling("cls", name="Pooling")(_cls_input(transformer, architecture))
     units, activation = (1, None) if head == "score" else (2, "softmax")
     output = keras.layers.Dense(
-        units, activation=activation, dtype="float32", name="Match-" + head.capitalize(),
-        kernel_initializer=backend.IndependentTruncatedNormal(0.02))(cls)
+        units,
+        activation=activation,
+        dtype="float32",
+        name="Match-" + head.capitalize(),
+        kernel_initializer=IndependentTruncatedNormal(0.02),
+    )(cls)
     return keras.Model(transformer.inputs, output, name=name)
 
 
-def _first_token_output(transformer):
-    """What [CLS] pooling needs: the last layer at the first position (see backend), else all of it."""
-    first = backend.first_token_output(transformer)
+def first_layer_output(transformer):
+    """Output of the first transformer block (for first-last-avg pooling)."""
+    layers = transformer.layers
+    if "Transformer-0-FeedForward-Norm" in layers:
+        return layers["Transformer-0-FeedForward-Norm"].output
+    # ALBERT shares one block across depths: take the block's first application.
+    return layers["Transformer-FeedForward-Norm"].get_output_at(0)
+
+
+def first_token_output(transformer, architecture):
+    """The last block's output at the first ([CLS]) position only, (B, 1, H), or None.
+
+    The last block's keys and values need every token, but its query, attention output,
+    feed-forward and layer norms are needed at the first position only when only [CLS]
+    is used. Applying that block's own layers (the same weights) to the [CLS] query skips
+    about four fifths of the block, in training and inference; the result is the full
+    model's [CLS] vector. Only for architectures whose last block stands alone with
+    absolute positions (``first_token_only``); NEZHA, ALBERT and RoFormer give None.
+    """
+    if not get_architecture(architecture).first_token_only:
+        return None
+    layers = transformer.layers
+    attention = f"Transformer-{transformer.num_hidden_layers - 1}-MultiHeadSelfAttention"
+    feed_forward = f"Transformer-{transformer.num_hidden_layers - 1}-FeedForward"
+    hidden = layers[attention].get_input_at(0)[0]
+    query = keras.layers.Lambda(lambda x: x[:, :1], name="First-Token-Query")(hidden)
+
+    def dropout(name, x):  # bert4keras leaves the layer out when the rate is 0
+        return layers[name](x) if name in layers else x
+
+    x = dropout(f"{attention}-Dropout", layers[attention]([query, hidden, hidden]))
+    x = layers[f"{attention}-Norm"](layers[f"{attention}-Add"]([query, x]))
+    y = dropout(f"{feed_forward}-Dropout", layers[feed_forward](x))
+    return layers[f"{feed_forward}-Norm"](layers[f"{feed_forward}-Add"]([x, y]))
+
+
+def _cls_input(transformer, architecture):
+    """What [CLS] pooling needs: the last layer at the first position, else all of it."""
+    first = first_token_output(transformer, architecture)
     return _sequence_output(transformer) if first is None else first
 
 

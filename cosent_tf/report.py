@@ -14,13 +14,10 @@ import os
 
 import numpy as np
 
-from .data import BINARY_TASKS, TASKS, binarised
-from .evaluation import read_history
+from .callbacks import read_history
 from .io import atomic_path, write_text
-
-LOSS_NAMES = {("feature", "cosent"): "CoSENT", ("feature", "sbert"): "Sentence-BERT",
-              ("feature", "mse"): "MSE", ("feature", "contrastive"): "Contrastive",
-              ("interaction", "ce"): "CE", ("interaction", "cosent"): "CoSENT"}
+from .losses import get_loss
+from .tasks import BINARY_TASKS, CNSD, MATCHING_TASKS, get_task
 
 
 def load_runs(run_dirs):
@@ -38,8 +35,13 @@ def load_runs(run_dirs):
     return runs
 
 
+def _trained_on_nli(config):
+    return get_task(config["task"]).data == CNSD
+
+
 def method_name(config):
-    name = f"{config['model'].upper()} + {LOSS_NAMES[config['kind'], config['loss']]}"
+    architecture = config.get("architecture") or config["model"]  # runs before 0.2 called it "model"
+    name = f"{architecture.upper()} + {get_loss(config['kind'], config['loss']).title}"
     if config["loss"] == "contrastive":
         name += f" (ε={config['epsilon']:g})"
     return name
@@ -69,20 +71,20 @@ def tables(runs):
         comparable = metrics.get("comparable", True)
         for task, result in metrics["tasks"].items():
             test = result["test"]
-            if config["task"] == "NLI":
+            if _trained_on_nli(config):
                 nli.setdefault(method, {})[task] = (test["spearman"], comparable)
             elif config["kind"] == "interaction":
                 interaction.setdefault(method, {})[task] = (test["spearman"], comparable)
             else:
                 per_task.setdefault(method, {})[task] = (test["spearman"], comparable)
-            if "accuracy" in test and config["task"] != "NLI":
+            if "accuracy" in test and not _trained_on_nli(config):
                 label = method + (" (interaction)" if config["kind"] == "interaction" else " (feature)")
                 accuracy.setdefault(label, {})[task] = (test["accuracy"], comparable)
     sections = []
     if per_task:
-        sections.append("### Feature models trained on each task: test Spearman × 100\n\n" + _table(per_task, TASKS))
+        sections.append("### Feature models trained on each task: test Spearman × 100\n\n" + _table(per_task, MATCHING_TASKS))
     if nli:
-        sections.append("### Feature models trained on NLI: test Spearman × 100\n\n" + _table(nli, TASKS))
+        sections.append("### Feature models trained on NLI: test Spearman × 100\n\n" + _table(nli, MATCHING_TASKS))
     if interaction:
         sections.append("### Interaction models: test Spearman × 100\n\n" + _table(interaction, BINARY_TASKS))
     if accuracy:
@@ -124,7 +126,7 @@ def plot_valid_curve(history, path, title):
 def plot_convergence(runs, path):
     """Valid Spearman against steps, a panel per task, a line per method (NLI runs left out)."""
     plt = _pyplot()
-    tasks = [t for t in TASKS if any(r["config"]["task"] == t for r in runs)]
+    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
     if not tasks:
         return False
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
@@ -146,9 +148,9 @@ def plot_convergence(runs, path):
 def plot_cosine_density(runs, path):
     """Histogram densities of test cosines for positive and negative pairs (feature models)."""
     plt = _pyplot()
-    feature = [r for r in runs if r["config"]["kind"] == "feature" and r["config"]["task"] != "NLI"]
+    feature = [r for r in runs if r["config"]["kind"] == "feature" and not _trained_on_nli(r["config"])]
     methods = sorted({r["method"] for r in feature})
-    tasks = [t for t in TASKS if any(r["config"]["task"] == t for r in feature)]
+    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in feature)]
     if not feature:
         return False
     figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)),
@@ -158,7 +160,7 @@ def plot_cosine_density(runs, path):
         task = run["config"]["task"]
         saved = np.load(os.path.join(run["dir"], "test_scores.npz"))
         scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]
-        positive = binarised(labels, task) > 0.5
+        positive = get_task(task).positive(labels)
         # Bin over the scores' own range: a weak model's cosines can sit in a narrow band.
         low, high = np.percentile(scores, [0.5, 99.5])
         bins = np.linspace(low, high, 61) if high > low else np.linspace(low - 1e-3, high + 1e-3, 3)

@@ -3,7 +3,8 @@ import logging
 
 import numpy as np
 
-from .backend import Bert4kerasTokenizer, read_config
+from .backend import Bert4kerasTokenizer
+from .checkpoints import read_config
 from .errors import ConfigError, DataError
 
 

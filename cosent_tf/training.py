@@ -1,6 +1,7 @@
 """The training engine: one function trains, validates and tests every kind of matcher.
 
-Per-dataset scripts are a few lines over :func:`main`. A run writes to its output folder:
+Per-dataset scripts are a few lines over :func:`cosent_tf.cli.train_main`, which parses the
+options into a :class:`RunConfig` and calls :func:`train`. A run writes to its output folder:
 
 * ``config.json``       the full, resolved configuration;
 * ``best.weights.h5``   weights of the epoch with the best valid Spearman;
@@ -20,57 +21,46 @@ Per-dataset scripts are a few lines over :func:`main`. A run writes to its outpu
 
 A run holds a lock on its folder (``.lock``) from the moment it writes to it: a second run
 aimed at the same folder stops with an error. Nothing is written before the data, config,
-vocabulary and checkpoint have been read and checked. A folder holding a finished run
-(``metrics.json``) is trained over only with ``--overwrite``, which first removes that
-run's outputs; an unfinished run is resumed only with the settings it was started with
-(``--epochs`` may grow; evaluation and backup frequencies may change).
+vocabulary and checkpoint have been read and checked; :mod:`cosent_tf.run_folder` has the
+rules for finished and unfinished runs already in the folder.
 """
-import argparse
 import dataclasses
-import fnmatch
-import json
-import math
+import logging
 import os
 import shutil
-import signal
-import sys
 import time
 
 import numpy as np
 
-from . import backend
-from .backend import keras
+from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed
+from .callbacks import StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files
-from .data import BINARY_TASKS, TASKS, PairData, binarised, load_task, read_nli, task_file
-from .errors import ConfigError, CosentError, DataError, NonFiniteLossError, TrainingInterrupted
-from .evaluation import (ValidationCheckpoint, accuracy_at, best_threshold, correlation_metrics,
-                         interaction_scores, pair_cosines)
-from .io import FolderKind, atomic_path, folder_lock, is_inside, write_json
-from .losses import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceBertHead,
-                     SentenceBertSoftmaxLoss, ThresholdContrastiveLoss)
+from .data import PairData, load_task, nli_files, read_nli, senteval_dir, task_file
+from .errors import DataError
+from .evaluation import mean_over_tasks, pair_scores, task_metrics
+from .io import atomic_path, folder_lock, write_json
+from .losses import get_loss
 from .model_dir import ModelSpec, save_model_dir
-from .models import build_encoder, build_interaction_model
+from .models import build_encoder, build_interaction_model, check_maxlen
 from .optimizers import FusedAdam
 from .pipeline import interaction_dataset, pair_dataset
 from .report import plot_valid_curve
+from .run_folder import check_run_folder, prepare_run_folder
+from .tasks import CNSD, MATCHING_TASKS, get_task
 from .tokenization import SentenceTokenizer
 
+logger = logging.getLogger(__name__)
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "bert-small-random.json")
-NLI = "NLI"
-LOSSES = {"feature": ("cosent", "sbert", "mse", "contrastive"), "interaction": ("ce", "cosent")}
-# Label ranges: STS-B scores 0-5 and NLI ranks 0-2 (others 0/1).
-LABEL_MAX = {"STS-B": 5.0, NLI: 2.0}
-# What a run writes into its output folder (see the module docstring), and the folder itself.
-RUN_OUTPUTS = ("config.json", "best.weights.h5", "valid_metrics.csv", "valid_curve.png", "test_scores.npz",
-               "model", "metrics.json", "backup")
-RUN_FOLDER = FolderKind("a cosent-tf training run", "config.json", RUN_OUTPUTS + (".lock", ".tmp-*", ".old-*"))
-# Settings a resumed run may change, since they do not change what training computes.
-RESUMABLE_CHANGES = ("epochs", "eval_every", "backup_every", "strict", "output_dir")
-PATH_SETTINGS = ("data_dir", "config", "checkpoint", "vocab")
 
 
 @dataclasses.dataclass
 class RunConfig:
+    """Everything a training run depends on; ``None`` means the task's or loss's default.
+
+    The fields are the command line's options (``--batch-size`` is ``batch_size``);
+    :meth:`resolved` fills in the defaults, and ``config.json`` records the result.
+    """
+
     task: str = "STS-B"
     kind: str = "feature"
     loss: str = "cosent"
@@ -78,7 +68,7 @@ class RunConfig:
     config: str = None
     checkpoint: str = None
     vocab: str = None
-    model: str = "bert"
+    architecture: str = "bert"
     pooling: str = "cls"
     maxlen: int = None
     batch_size: int = None
@@ -98,19 +88,16 @@ class RunConfig:
     precision: str = "float32"
     output_dir: str = None
 
-    def resolved(self):
-        """Fill in the original experiments' defaults, and config/vocab/output paths."""
+    def resolved(self) -> "RunConfig":
+        """Fill in the original experiments' defaults (from the task and loss tables), and
+        the config, vocab and output paths."""
+        task, loss = get_task(self.task), get_loss(self.kind, self.loss)
         values = dataclasses.asdict(self)
-        long_texts = self.task == "PAWSX"
-        if self.kind == "interaction":
-            values["maxlen"] = self.maxlen or (256 if long_texts else 128)
-            values["batch_size"] = self.batch_size or (64 if self.loss == "cosent" else 32)
-        else:
-            values["maxlen"] = self.maxlen or (128 if long_texts else 64)
-            values["batch_size"] = self.batch_size or (64 if self.task == NLI else 32)
-        values["epochs"] = self.epochs or (10 if self.task == NLI else 5)
-        if self.task == NLI and self.steps_per_epoch is None:
-            values["steps_per_epoch"] = 5000
+        interaction = self.kind == "interaction"
+        values["maxlen"] = self.maxlen or (task.interaction_maxlen if interaction else task.maxlen)
+        values["batch_size"] = self.batch_size or loss.batch_size or task.batch_size
+        values["epochs"] = self.epochs or task.epochs
+        values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
         if self.checkpoint:
             # A checkpoint folder, or a prefix inside one, brings its config and vocab along.
             folder = self.checkpoint if os.path.isdir(self.checkpoint) else os.path.dirname(self.checkpoint)
@@ -119,50 +106,25 @@ class RunConfig:
             values["vocab"] = self.vocab or vocab
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG
         values["vocab"] = values["vocab"] or os.path.join(self.data_dir, "vocab", "bert-base-chinese-vocab.txt")
-        prefix = "interact-" if self.kind == "interaction" else ""
+        prefix = "interact-" if interaction else ""
         values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
         return RunConfig(**values)
 
 
-def senteval_dir(data_dir):
-    """Accept either the shared data root (holding senteval_cn/) or the senteval_cn folder."""
-    nested = os.path.join(data_dir, "senteval_cn")
-    return nested if os.path.isdir(nested) else data_dir
-
-
-def nli_files(data_dir):
-    """Every ``cnsd-*/*.jsonl`` below ``data_dir``, each real folder read once.
-
-    Links to folders are followed, but a folder reached twice (a link back up the tree,
-    ``x -> .``) is not read again: that would repeat the training data, or never end.
-    """
-    paths, seen = [], set()
-    for folder, subfolders, files in os.walk(data_dir, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in seen:
-            subfolders.clear()
-            continue
-        seen.add(real)
-        subfolders.sort()
-        if fnmatch.fnmatchcase(os.path.basename(folder), "cnsd-*"):
-            paths.extend(os.path.join(folder, name) for name in files if name.endswith(".jsonl"))
-    return sorted(paths)
-
-
-def load_run_data(cfg):
+def load_run_data(cfg: RunConfig) -> tuple:
     """(train pairs, {task: (valid, test)}, notes) for a configuration."""
-    folder, notes = senteval_dir(cfg.data_dir), []
-    if cfg.task == NLI:
+    folder, notes, task = senteval_dir(cfg.data_dir), [], get_task(cfg.task)
+    if task.data == CNSD:
         paths = nli_files(cfg.data_dir)
         if not paths:
             raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
         train = PairData.concat([read_nli(p, cfg.strict) for p in paths])
-        tasks = TASKS
+        tasks = MATCHING_TASKS
     else:
         tasks = (cfg.task,)
     evaluation = {t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict))
                   for t in tasks}
-    if cfg.task != NLI:
+    if task.data != CNSD:
         train_path = task_file(folder, cfg.task, "train")
         if os.path.exists(train_path):
             train = load_task(folder, cfg.task, "train", cfg.strict)
@@ -194,218 +156,88 @@ def _require_two_labels(pairs, consequence):
                                       f"{pairs.labels[0]:g}: {consequence}")
 
 
-def run_tokenizer(cfg):
-    """The run's tokenizer, once maxlen is known to fit the model's position embeddings."""
-    backend.check_maxlen(cfg.config, cfg.model, cfg.maxlen)
-    return SentenceTokenizer(cfg.vocab, cfg.maxlen, word_level=backend.is_word_level(cfg.model))
+class Matcher:
+    """A model being trained, with what scoring and batching it need.
 
+    ``model`` is what gets saved and scored: a sentence encoder (feature kind, scored by
+    the cosine of the two vectors) or a cross-encoder (interaction kind, scored by its
+    head). The loss table entry says how it is trained.
+    """
 
-class FeatureMatcher:
-    """A siamese encoder scored by cosine; ``model`` is the encoder."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.tokenizer = run_tokenizer(cfg)
-        self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.model, cfg.pooling, vocab_path=cfg.vocab)
-        self.spec = ModelSpec("feature", cfg.model, pooling=cfg.pooling, maxlen=cfg.maxlen,
-                              word_level=self.tokenizer.word_level)
-
-    def prepare(self, pairs):
-        return self.tokenizer.encode_all(pairs.texts_a), self.tokenizer.encode_all(pairs.texts_b)
-
-    def scores(self, prepared):
-        return pair_cosines(self.model, *prepared)
-
-    def training_model(self, labels):
-        cfg, label_max = self.cfg, LABEL_MAX.get(self.cfg.task, 1.0)
-        if cfg.loss == "cosent":
-            return self.model, CoSENTLoss(cfg.scale), labels
-        if cfg.loss == "mse":
-            return self.model, CosineMSELoss(max_label=label_max), labels
-        if cfg.loss == "contrastive":
-            return self.model, ThresholdContrastiveLoss(cfg.epsilon, positive_above=label_max / 2), labels
-        if cfg.loss == "sbert":
-            classes = binarised(labels, cfg.task)
-            head = SentenceBertHead(int(classes.max()) + 1, name="SentenceBert-Head")
-            return keras.Model(self.model.inputs, head(self.model.output)), SentenceBertSoftmaxLoss(), classes
-        raise ValueError(f"unknown feature loss {cfg.loss!r}; choose one of {', '.join(LOSSES['feature'])}")
-
-    def dataset(self, prepared, labels, start_step):
-        return pair_dataset(*prepared, labels, self.cfg.batch_size, group_by_length=self.cfg.group_by_length,
-                            seed=self.cfg.seed, start_step=start_step, repeat=True)
-
-
-class InteractionMatcher:
-    """A cross-encoder over the concatenated pair: a score (CoSENT) or P(similar) (cross-entropy)."""
-
-    def __init__(self, cfg):
-        if cfg.task == NLI:
+    def __init__(self, cfg: RunConfig):
+        self.cfg, self.task, self.loss = cfg, get_task(cfg.task), get_loss(cfg.kind, cfg.loss)
+        if cfg.kind == "interaction" and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
-        if cfg.loss not in LOSSES["interaction"]:
-            raise ValueError(f"unknown interaction loss {cfg.loss!r}; choose one of {', '.join(LOSSES['interaction'])}")
-        self.cfg = cfg
-        self.tokenizer = run_tokenizer(cfg)
-        head = "score" if cfg.loss == "cosent" else "softmax"
-        self.model = build_interaction_model(cfg.config, cfg.checkpoint, cfg.model, head, vocab_path=cfg.vocab)
-        self.spec = ModelSpec("interaction", cfg.model, pooling=None, head=head, maxlen=cfg.maxlen,
-                              word_level=self.tokenizer.word_level)
+        check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
+        self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen,
+                                           word_level=get_architecture(cfg.architecture).word_level)
+        settings = dict(maxlen=cfg.maxlen, word_level=self.tokenizer.word_level)
+        if cfg.kind == "feature":
+            self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.architecture, cfg.pooling, vocab_path=cfg.vocab)
+            self.spec = ModelSpec("feature", cfg.architecture, pooling=cfg.pooling, **settings)
+        else:
+            head = self.loss.interaction_head
+            self.model = build_interaction_model(cfg.config, cfg.checkpoint, cfg.architecture, head,
+                                                 vocab_path=cfg.vocab)
+            self.spec = ModelSpec("interaction", cfg.architecture, pooling=None, head=head, **settings)
 
-    def prepare(self, pairs):
+    def prepare(self, pairs: PairData):
+        """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise."""
+        if self.cfg.kind == "feature":
+            return self.tokenizer.encode_all(pairs.texts_a), self.tokenizer.encode_all(pairs.texts_b)
         return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b)
 
     def scores(self, prepared):
-        return interaction_scores(self.model, prepared)
+        return pair_scores(self.model, self.cfg.kind, prepared)
 
     def training_model(self, labels):
-        if self.cfg.loss == "cosent":
-            return self.model, InteractionCoSENTLoss(), labels
-        return self.model, keras.losses.SparseCategoricalCrossentropy(), binarised(labels, self.cfg.task)
+        """(the Keras model to fit, its loss, the labels it is fitted on)."""
+        cfg, task = self.cfg, self.task
+        loss = self.loss.build(scale=cfg.scale, epsilon=cfg.epsilon, max_label=task.max_label,
+                               positive_above=task.positive_above)
+        labels = task.classes(labels) if self.loss.on_classes else labels
+        model = self.model
+        if self.loss.training_head is not None:
+            head = self.loss.training_head(int(labels.max()) + 1)
+            model = keras.Model(model.inputs, head(model.output))
+        return model, loss, labels
 
     def dataset(self, prepared, labels, start_step):
-        return interaction_dataset(prepared, labels, self.cfg.batch_size, group_by_length=self.cfg.group_by_length,
-                                   seed=self.cfg.seed, start_step=start_step, repeat=True)
+        options = dict(group_by_length=self.cfg.group_by_length, seed=self.cfg.seed, start_step=start_step,
+                       repeat=True)
+        if self.cfg.kind == "feature":
+            return pair_dataset(*prepared, labels, self.cfg.batch_size, **options)
+        return interaction_dataset(prepared, labels, self.cfg.batch_size, **options)
 
 
-class StopOnNonFiniteLoss(keras.callbacks.Callback):
-    """Raise NonFiniteLossError, naming the step, as soon as the loss is NaN or infinite.
-
-    Raising (rather than Keras's TerminateOnNaN, which ends ``fit`` normally) aborts
-    ``fit`` before BackupAndRestore's end-of-training clean-up, so the state of the last
-    completed epoch and the best weights so far stay on disk.
-    """
-
-    def __init__(self, kept=(), advice=""):
-        super().__init__()
-        self.kept = kept  # (what, path) pairs worth pointing the user at, if they exist by then
-        self.advice = advice
-
-    def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not np.isfinite(loss):
-            step = int(self.model.optimizer.iterations.numpy())
-            kept = [f"{what} is in {path}" for what, path in self.kept if os.path.exists(path)]
-            raise NonFiniteLossError(
-                f"the training loss became {loss} at step {step} (batch {batch + 1} of the epoch); "
-                "training stopped. " + ("; ".join(kept) + "." if kept else "Nothing was saved yet.")
-                + (" " + self.advice if self.advice else ""))
-
-
-def _comparable(settings):
-    """Settings as config.json holds them, with paths resolved so that spellings compare equal."""
-    settings = json.loads(json.dumps(settings))
-    return {key: os.path.realpath(value) if key in PATH_SETTINGS and value else value
-            for key, value in settings.items()}
-
-
-def _remove_run_outputs(folder):
-    for name in RUN_OUTPUTS:
-        path = os.path.join(folder, name)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.remove(path)
-
-
-def check_run_folder(cfg):
-    """Raise ConfigError, writing nothing, if ``cfg.output_dir`` may not hold this run.
-
-    Refused: a folder holding one of the run's inputs, or anything but a cosent-tf run.
-    Called before the folder is locked, so that a refused folder gets no lock file.
-    """
-    folder = cfg.output_dir
-    for source in (cfg.config, cfg.checkpoint, cfg.vocab):
-        if source and is_inside(source, folder):
-            raise ConfigError(f"{folder}: holds the run's input {source}; nothing was written: "
-                              "choose another --output-dir")
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    if names not in ([], [".lock"]) and not RUN_FOLDER.holds_only_its_own(names):
-        shown = ", ".join(n for n in names if n != ".lock")
-        raise ConfigError(f"{folder}: already exists and is not a cosent-tf training run (it holds {shown}); "
-                          "nothing was written: choose a new or empty --output-dir")
-
-
-def prepare_output_dir(cfg, overwrite=False):
-    """Say how this run starts in ``cfg.output_dir``, checked and locked by the caller.
-
-    Returns a note for the user, or None for a new run in a new or empty folder. Raises
-    ConfigError, having written nothing, for a finished run without ``overwrite`` and for
-    an unfinished run whose settings differ from this one's in what training computes.
-    """
-    folder = cfg.output_dir
-    names = sorted(os.listdir(folder))
-    if names in ([], [".lock"]):
-        return None
-    if overwrite:
-        _remove_run_outputs(folder)
-        return "--overwrite: the earlier run's outputs in this folder were removed; training from scratch"
-    if "metrics.json" in names:
-        raise ConfigError(f"{folder}: holds a finished run (metrics.json); nothing was written: pass --overwrite "
-                          "to train it again from scratch, or choose another --output-dir")
-    backup = os.path.join(folder, "backup")
-    if not (os.path.isdir(backup) and os.listdir(backup)):
-        _remove_run_outputs(folder)
-        return ("an unfinished run here left no training state to resume; its outputs were removed, "
-                "training from scratch")
-    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-        saved = _comparable(json.load(f))
-    current = _comparable(dataclasses.asdict(cfg))
-    differences = [f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
-                   for key in sorted(set(saved) | set(current))
-                   if saved.get(key) != current.get(key) and key not in RESUMABLE_CHANGES]
-    if (current["epochs"] or 0) < (saved.get("epochs") or 0):
-        differences.append(f"epochs {saved.get('epochs')} there, {current['epochs']} now (may only grow)")
-    if differences:
-        raise ConfigError(f"{folder}: holds an unfinished run with other settings ({'; '.join(differences)}); "
-                          "nothing was written: resume it with its own settings, or pass --overwrite to start again")
-    changed = [f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in RESUMABLE_CHANGES
-               if key != "output_dir" and saved.get(key) != current.get(key)]
-    return "resuming the unfinished run in this folder" + (f" with {', '.join(changed)}" if changed else "")
-
-
-def task_metrics(scores, labels, valid_scores=None, valid_labels=None, task=None):
-    """Spearman and Pearson; for binary tasks also accuracy at the threshold tuned on valid."""
-    metrics = correlation_metrics(scores, labels)
-    if task in BINARY_TASKS and valid_scores is not None:
-        threshold, _ = best_threshold(valid_scores, valid_labels)
-        metrics.update(accuracy=accuracy_at(scores, labels, threshold), threshold=threshold)
-    return metrics
-
-
-def _with_mean(per_task):
-    """Flatten per-task metrics; with several tasks the headline is their mean Spearman."""
-    if len(per_task) == 1:
-        return dict(next(iter(per_task.values())))
-    flat = {"spearman": float(np.mean([m["spearman"] for m in per_task.values()]))}
-    for task, metrics in per_task.items():
-        flat.update({f"{task}.{k}": v for k, v in metrics.items()})
-    return flat
-
-
-def train(cfg, overwrite=False):
+def train(cfg: RunConfig, overwrite: bool = False) -> dict:
     """Train, validate after every epoch, keep the best, test it; returns the metrics dict.
 
     ``overwrite`` lets the run replace a finished (or differently set) run in its output
-    folder; see the module docstring for the rules of the output folder.
+    folder; see :mod:`cosent_tf.run_folder`. The run seeds every generator and sets the
+    Keras dtype policy of ``cfg.precision``; both are put back as they were on return.
     """
     cfg = cfg.resolved()
-    started = time.time()
-    keras.utils.set_random_seed(cfg.seed)
-    backend.set_precision("mixed_bfloat16" if cfg.precision == "bf16" else "float32")
+    with random_seed(cfg.seed), dtype_policy(policy_name(cfg.precision)):
+        return _train(cfg, overwrite)
 
+
+def _train(cfg, overwrite):
+    started = time.time()
     train_pairs, evaluation, notes = load_run_data(cfg)
     for note in notes:
-        print("NOTE: " + note, flush=True)
+        logger.warning("NOTE: %s", note)
     sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
-    print(f"{cfg.task}: {len(train_pairs)} train pairs; valid/test pairs: {sizes}", flush=True)
+    logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
 
-    matcher = (InteractionMatcher if cfg.kind == "interaction" else FeatureMatcher)(cfg)
+    matcher = Matcher(cfg)
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
-    check_run_folder(cfg)
+    check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
     with folder_lock(cfg.output_dir, "training run"):
-        start = prepare_output_dir(cfg, overwrite)
+        start = prepare_run_folder(cfg.output_dir, dataclasses.asdict(cfg), overwrite)
         if start:
-            print(f"{cfg.output_dir}: {start}", flush=True)
+            logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
         model, loss, labels = matcher.training_model(train_pairs.labels)
         model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
@@ -414,8 +246,8 @@ def train(cfg, overwrite=False):
             return int(model.optimizer.iterations.numpy())
 
         def evaluate_valid(_):
-            return _with_mean({t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
-                               for t in evaluation})
+            return mean_over_tasks({t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
+                                    for t in evaluation})
 
         batches_per_pass = -(-len(train_pairs) // cfg.batch_size)
         steps_per_epoch = cfg.steps_per_epoch or batches_per_pass
@@ -423,7 +255,7 @@ def train(cfg, overwrite=False):
             evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"), every_steps=cfg.eval_every,
             csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
         backup_dir = os.path.join(cfg.output_dir, "backup")
-        backup = backend.StepBackup(backup_dir, cfg.backup_every)
+        backup = StepBackup(backup_dir, cfg.backup_every)
         guard = StopOnNonFiniteLoss(
             kept=[("the best weights so far", validation.weights_path),
                   ("the last saved training state", backup_dir)],
@@ -434,26 +266,28 @@ def train(cfg, overwrite=False):
                       verbose=1 if os.isatty(1) else 2)
         finally:
             backup.restore_signal_handlers()
-        print("training done; scoring valid and test with the best weights", flush=True)
+        logger.info("training done; scoring valid and test with the best weights")
 
         per_task, saved_scores = {}, {}
-        for task, (valid_inputs, test_inputs) in prepared.items():
+        for name, (valid_inputs, test_inputs) in prepared.items():
             valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
-            valid, test = evaluation[task]
-            per_task[task] = {"valid": task_metrics(valid_scores, valid.labels, task=task),
-                              "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, task)}
-            saved_scores[f"{task}.scores"], saved_scores[f"{task}.labels"] = test_scores, test.labels
+            valid, test = evaluation[name]
+            binary = get_task(name).binary
+            per_task[name] = {
+                "valid": task_metrics(valid_scores, valid.labels, binary=binary),
+                "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary)}
+            saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
         with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp:
             with open(tmp, "wb") as f:
                 np.savez(f, **saved_scores)
         plot_valid_curve(validation.history, os.path.join(cfg.output_dir, "valid_curve.png"),
                          f"{cfg.kind} {cfg.loss} on {cfg.task}")
         metrics = {
-            "task": cfg.task, "kind": cfg.kind, "loss": cfg.loss, "model": cfg.model,
+            "task": cfg.task, "kind": cfg.kind, "loss": cfg.loss, "architecture": cfg.architecture,
             "best_epoch": validation.best_epoch, "steps": optimizer_step(),
             "train_pairs": len(train_pairs), "comparable": not notes, "notes": notes,
-            "valid": _with_mean({t: m["valid"] for t, m in per_task.items()}),
-            "test": _with_mean({t: m["test"] for t, m in per_task.items()}),
+            "valid": mean_over_tasks({t: m["valid"] for t, m in per_task.items()}),
+            "test": mean_over_tasks({t: m["test"] for t, m in per_task.items()}),
             "tasks": per_task, "wall_seconds": round(time.time() - started, 1),
         }
         tuned = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
@@ -465,83 +299,3 @@ def train(cfg, overwrite=False):
         write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
         return metrics
-
-
-def _number(kind, low, high=None, low_included=True):
-    """An argparse type: ``kind`` (int or float) in [low, high] (or (low, high]); errors say which."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        above = value >= low if low_included else value > low
-        if not (above and (high is None or value <= high) and math.isfinite(value)):
-            limit = f"{'at least' if low_included else 'above'} {low}" + (
-                f" and at most {high}" if high is not None else "")
-            raise argparse.ArgumentTypeError(f"must be {limit}, got {text}")
-        return value
-    return parse
-
-
-def argument_parser(kind="feature", loss="cosent", task=None):
-    parser = argparse.ArgumentParser(
-        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test.")
-    if task is None:
-        parser.add_argument("task", choices=TASKS)
-    parser.add_argument("--loss", default=loss, choices=LOSSES[kind])
-    parser.add_argument("--data-dir", default=RunConfig.data_dir,
-                        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder")
-    parser.add_argument("--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)")
-    parser.add_argument("--checkpoint", help="Google-format checkpoint folder or prefix")
-    parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
-    parser.add_argument("--model", default="bert", choices=sorted(backend.TRANSFORMERS))
-    parser.add_argument("--pooling", default="cls", choices=["cls", "last-avg", "first-last-avg", "max", "pooler"])
-    parser.add_argument("--maxlen", type=_number(int, 3), help="default 64 (PAWSX 128); interaction 128 (PAWSX 256)")
-    parser.add_argument("--batch-size", type=_number(int, 1), help="pairs per batch (default as the original script)")
-    parser.add_argument("--epochs", type=_number(int, 1), help="default 5 (NLI 10)")
-    parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default one pass over train (NLI 5000)")
-    parser.add_argument("--lr", type=_number(float, 0, low_included=False), default=RunConfig.lr)
-    parser.add_argument("--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale,
-                        help="CoSENT's lambda")
-    parser.add_argument("--epsilon", type=float, default=RunConfig.epsilon, help="contrastive threshold")
-    parser.add_argument("--seed", type=int, default=RunConfig.seed)
-    parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
-    parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
-    parser.add_argument("--train-from-valid", type=_number(float, 0, 1, low_included=False), metavar="FRACTION",
-                        help="when the task has no train split, train on this seeded part of valid "
-                             "(results are then not comparable with published numbers)")
-    parser.add_argument("--eval-every", type=_number(int, 0), default=0, metavar="STEPS",
-                        help="also validate every STEPS steps (for convergence curves)")
-    parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
-    parser.add_argument("--backup-every", type=_number(int, 0), default=0, metavar="STEPS",
-                        help="also save the training state every STEPS steps (it is always saved at epoch ends "
-                             "and on SIGTERM/SIGINT)")
-    parser.add_argument("--strict", action="store_true",
-                        help="any line the readers would skip or flag (wrong field count, empty text, repeated "
-                             "pair, NLI label '-') is an error naming file and line, instead of a warning")
-    parser.add_argument("--precision", default="float32", choices=["float32", "bf16"])
-    parser.add_argument("--output-dir", help="a new or empty folder, or this run's own folder to resume it")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="train over a finished run (or one with other settings) in --output-dir, "
-                             "removing its outputs first")
-    return parser
-
-
-def main(argv=None, kind="feature", loss="cosent", task=None):
-    args = vars(argument_parser(kind, loss, task).parse_args(argv))
-    if task is not None:
-        args["task"] = task
-    overwrite = args.pop("overwrite")
-    try:
-        metrics = train(RunConfig(kind=kind, **args), overwrite)
-    except TrainingInterrupted as stopped:
-        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
-        raise SystemExit(128 + stopped.signal_number) from None
-    except CosentError as error:  # bad input or a diverged run: the message says it all
-        raise SystemExit(f"error: {error}") from None
-    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
-        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signal.SIGINT) from None
-    print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
-    return metrics

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Feature model trained with CoSENT (--loss mse|contrastive|sbert for the baselines): ``python scripts/cosent.py TASK [options]``."""
-from cosent_tf.training import main
+from cosent_tf.cli import train_main
 
 if __name__ == "__main__":
-    main(kind="feature", loss="cosent")
+    train_main(kind="feature", loss="cosent")

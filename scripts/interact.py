@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Interaction model with a 2-way softmax and cross-entropy; Spearman and accuracy: ``python scripts/interact.py TASK [options]``."""
-from cosent_tf.training import main
+from cosent_tf.cli import train_main
 
 if __name__ == "__main__":
-    main(kind="interaction", loss="ce")
+    train_main(kind="interaction", loss="ce")

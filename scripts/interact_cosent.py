@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Interaction model with CoSENT on its scalar score; Spearman and accuracy: ``python scripts/interact_cosent.py TASK [options]``."""
-from cosent_tf.training import main
+from cosent_tf.cli import train_main
 
 if __name__ == "__main__":
-    main(kind="interaction", loss="cosent")
+    train_main(kind="interaction", loss="cosent")

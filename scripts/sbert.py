@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Feature model trained with the Sentence-BERT softmax head, evaluated by cosine: ``python scripts/sbert.py TASK [options]``."""
-from cosent_tf.training import main
+from cosent_tf.cli import train_main
 
 if __name__ == "__main__":
-    main(kind="feature", loss="sbert")
+    train_main(kind="feature", loss="sbert")

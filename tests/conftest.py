@@ -38,11 +38,14 @@ def tiny_config(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
+    """Each test starts seeded, and fails if it leaves a dtype policy other than float32 behind:
+    every function of the library that sets one must restore it."""
     keras.backend.clear_session()
-    keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(1234)
     yield
-    keras.mixed_precision.set_global_policy("float32")
+    leaked = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy("float32")  # so that one leak does not fail every later test
+    assert leaked == "float32", f"the test left the global dtype policy {leaked!r} set"
 
 
 def make_model_dir(directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None,

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cosent_tf import (CheckpointError, ConfigError, build_encoder, build_interaction_model, checkpoint_files,
-                       save_checkpoint)
-from cosent_tf import backend
+from cosent_tf import CheckpointError, ConfigError, build_encoder, build_interaction_model, save_checkpoint
+from cosent_tf import checkpoints
+from cosent_tf.checkpoints import checkpoint_files
 
 from conftest import write_config
 
@@ -16,14 +16,14 @@ INPUTS = [TOKENS, np.zeros_like(TOKENS)]
 
 @pytest.mark.parametrize("model", ["bert", "nezha", "albert", "roformer"])
 def test_round_trip_gives_identical_outputs(model, tiny_config, tmp_path):
-    encoder = build_encoder(tiny_config, model=model, pooling="pooler")
+    encoder = build_encoder(tiny_config, architecture=model, pooling="pooler")
     save_checkpoint(encoder, tmp_path / "ckpt", tiny_config, model_type=model)
     config, prefix, _ = checkpoint_files(tmp_path / "ckpt")
-    loaded = build_encoder(config, prefix, model=model, pooling="pooler")
+    loaded = build_encoder(config, prefix, architecture=model, pooling="pooler")
     np.testing.assert_array_equal(loaded.predict(INPUTS, verbose=0), encoder.predict(INPUTS, verbose=0))
     # Without a pooler the same checkpoint gives the same transformer: compare mean pooling.
-    mean_loaded = build_encoder(config, prefix, model=model, pooling="last-avg")
-    mean_reference = build_encoder(tiny_config, model=model, pooling="last-avg")
+    mean_loaded = build_encoder(config, prefix, architecture=model, pooling="last-avg")
+    mean_reference = build_encoder(tiny_config, architecture=model, pooling="last-avg")
     mean_reference.set_weights(encoder.get_weights()[:-2])  # all but the pooler kernel and bias
     np.testing.assert_array_equal(mean_loaded.predict(INPUTS, verbose=0),
                                   mean_reference.predict(INPUTS, verbose=0))
@@ -88,7 +88,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(tiny_config, tmp_path, mo
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(backend, "write_checkpoint_variables", crash)
+    monkeypatch.setattr(checkpoints, "_write_variables", crash)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config, overwrite=True)
     after = {f: (tmp_path / "ckpt" / f).read_bytes() for f in os.listdir(tmp_path / "ckpt")}

@@ -56,7 +56,7 @@ def test_search_build_then_query(model_dir, tmp_path):
     with pytest.raises(SystemExit, match=r"index: the index was built with the model .*model, not .*other; its "
                                          "vectors cannot be compared with another model's"):
         main(["search", "query", str(tmp_path / "index"), str(tmp_path / "queries.txt"),
-              str(tmp_path / "other-hits.jsonl"), "--model", str(tmp_path / "other")])
+              str(tmp_path / "other-hits.jsonl"), "--model-dir", str(tmp_path / "other")])
 
 
 def test_export_writes_a_saved_model(model_dir, tmp_path):

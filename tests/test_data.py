@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from cosent_tf import DataError, PairData, load_task, read_nli, read_senteval, task_file
+from cosent_tf import DataError, PairData, load_task, read_nli, read_senteval
+from cosent_tf.data import task_file
 
 from conftest import SHARED_DATA, requires_shared_data
 
@@ -104,13 +105,6 @@ def test_sample_is_seeded_and_concat_keeps_everything():
     assert len(PairData.concat([a, c])) == 20
 
 
-def test_binarised_splits_only_sts_b_scores():
-    from cosent_tf import binarised
-
-    np.testing.assert_array_equal(binarised([0, 2.5, 3, 5], "STS-B"), [0, 0, 1, 1])
-    np.testing.assert_array_equal(binarised([0, 1, 1], "BQ"), [0, 1, 1])
-
-
 def test_read_lines_keeps_line_numbers_aligned(tmp_path, caplog):
     from cosent_tf.data import read_lines
 
@@ -173,7 +167,7 @@ def test_senteval_keeps_every_well_formed_line_and_reports_the_rest(tmp_path, li
         with pytest.raises(DataError, match="no usable pairs"):
             read_senteval(path)
         return
-    data = read_senteval(path, label_range=(0.0, 1.0))
+    data = read_senteval(path, task="BQ")
     assert data.texts_a == [a for a, _, _ in good] and data.texts_b == [b for _, b, _ in good]
     assert list(data.labels) == [float(label) for _, _, label in good]
     assert data.skipped_lines == bad_numbers

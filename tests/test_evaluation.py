@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cosent_tf import (ValidationCheckpoint, accuracy_at, best_threshold, build_encoder, encode,
-                       pair_cosines, spearman)
+from cosent_tf import build_encoder
+from cosent_tf.callbacks import ValidationCheckpoint
+from cosent_tf.evaluation import accuracy_at, best_threshold, spearman
+from cosent_tf.inference import batched_outputs, cosine_scores
 from cosent_tf.backend import keras
 
 
@@ -36,11 +38,11 @@ def test_spearman_matches_scipy():
 def test_encode_returns_input_order(tiny_config):
     encoder = build_encoder(tiny_config, pooling="last-avg")
     token_ids = [np.array([101] + [672 + i] * n + [102], np.int32) for i, n in enumerate([5, 1, 9, 3, 3, 7])]
-    vectors = encode(encoder, token_ids, batch_size=4)
+    vectors = batched_outputs(encoder, token_ids, batch_size=4)
     for ids, vector in zip(token_ids, vectors):
         single = encoder.predict([ids[None], np.zeros_like(ids)[None]], verbose=0)[0]
         np.testing.assert_allclose(vector, single, atol=1e-5)
-    cosines = pair_cosines(encoder, token_ids[:3], token_ids[3:], batch_size=4)
+    cosines = cosine_scores(encoder, token_ids[:3], token_ids[3:], batch_size=4)
     expected = [np.dot(vectors[i], vectors[i + 3]) / np.linalg.norm(vectors[i]) / np.linalg.norm(vectors[i + 3])
                 for i in range(3)]
     np.testing.assert_allclose(cosines, expected, rtol=1e-5)

@@ -78,7 +78,7 @@ def test_word_level_models_are_refused_and_nothing_is_written(tmp_path):
     make_model_dir(tmp_path / "model", config)
     spec_path = tmp_path / "model" / "cosent_model.json"
     spec = json.loads(spec_path.read_text())
-    spec.update(model="wobert", word_level=True)
+    spec.update(architecture="wobert", word_level=True)
     spec_path.write_text(json.dumps(spec))
     with pytest.raises(ConfigError, match="pre-tokenises with jieba, which cannot run inside a TensorFlow graph"):
         export_saved_model(tmp_path / "model", tmp_path / "exported")

@@ -4,7 +4,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, top_k_cosine
+from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex
+from cosent_tf.inference import top_k_cosine
 
 from conftest import make_model_dir, requires_shared_data
 
@@ -96,7 +97,7 @@ def test_search_finds_the_text_itself_first(encoder_and_model, tmp_path):
     index = encoder.build_index(corpus)
     index.save(tmp_path / "index")
     loaded = VectorIndex.load(tmp_path / "index")
-    assert loaded.texts == corpus and loaded.model == str(tmp_path / "model")
+    assert loaded.texts == corpus and loaded.model_dir == str(tmp_path / "model")
     assert isinstance(loaded.vectors, np.memmap)
     assert encoder.search(["我想换手机"], loaded, top_k=10)[0] == encoder.search(["我想换手机"], index, top_k=10)[0]
     assert len(encoder.search(["我想换手机"], loaded, top_k=10)[0]) == 4  # top_k beyond the corpus size

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from cosent_tf import POOLING_MODES, ConfigError, PaddingMask, Pooling, build_encoder
-from cosent_tf.backend import keras, tf
+from cosent_tf import ConfigError, PaddingMask, Pooling, build_encoder
+from cosent_tf.layers import POOLING_MODES
+from cosent_tf.backend import dtype_policy, keras, tf
 
 
 def masked_reference(mode, first, last, mask):
@@ -51,9 +52,9 @@ def test_encoder_vectors_ignore_extra_padding(mode, tiny_config):
 
 
 def test_float32_output_under_mixed_bfloat16(tiny_config):
-    keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    encoder = build_encoder(tiny_config, pooling="last-avg")
-    vectors = encoder([np.array([[101, 872, 102, 0]]), np.zeros((1, 4), np.int32)])
+    with dtype_policy("mixed_bfloat16"):
+        encoder = build_encoder(tiny_config, pooling="last-avg")
+        vectors = encoder([np.array([[101, 872, 102, 0]]), np.zeros((1, 4), np.int32)])
     assert vectors.dtype == tf.float32 and np.all(np.isfinite(vectors.numpy()))
 
 

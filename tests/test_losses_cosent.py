@@ -3,7 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from cosent_tf import CoSENTLoss, cosent_loss
+from cosent_tf import CoSENTLoss
+from cosent_tf.losses import cosent_loss
 from cosent_tf.backend import keras, tf
 
 

@@ -3,7 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from cosent_tf import InteractionCoSENTLoss, interaction_cosent_loss
+from cosent_tf import InteractionCoSENTLoss
+from cosent_tf.losses import interaction_cosent_loss
 from cosent_tf.backend import keras, tf
 
 

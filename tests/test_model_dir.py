@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from cosent_tf import CheckpointError, ConfigError, load_model_dir, read_spec
-from cosent_tf.model_dir import SPEC_FILE
+from cosent_tf import CheckpointError, ConfigError, load_model_dir
+from cosent_tf.model_dir import SPEC_FILE, read_spec
 
 from conftest import make_model_dir, requires_shared_data, write_config
 
@@ -70,11 +70,11 @@ def test_bad_descriptions_are_explained(tiny_config, tmp_path):
                              ({"format_version": 99}, "format version 99 is newer"),
                              ({"format": "other"}, "not a cosent-tf model description"),
                              ({"maxlen": 2}, "maxlen must be an integer of at least 3"),
-                             ({"model": "gpt"}, "unknown model 'gpt'"),
+                             ({"architecture": "gpt"}, "unknown architecture 'gpt'"),
                              ({"threshold": float("nan")}, "threshold must be a finite number or null, got nan"),
                              ({"threshold": "0.5"}, "threshold must be a finite number or null, got '0.5'"),
                              ({"do_lower_case": "false"}, "do_lower_case has the wrong type \\('false'\\)"),
-                             ({"model": ["bert"]}, r"model has the wrong type \(\['bert'\]\)"),
+                             ({"architecture": ["bert"]}, r"architecture has the wrong type \(\['bert'\]\)"),
                              ({"maxlen": True}, "maxlen must be an integer"),
                              ({"pooling": "mean"}, "pooling 'mean' is not one of")]:
         (folder / SPEC_FILE).write_text(text)
@@ -101,3 +101,13 @@ def test_interaction_head_weights_must_be_present(tiny_config, tmp_path):
 def test_a_numpy_threshold_is_saved_as_a_plain_number(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, threshold=np.float32(0.25))
     assert read_spec(tmp_path / "model").threshold == 0.25
+
+
+def test_a_description_from_before_0_2_names_the_architecture_model(tiny_config, tmp_path):
+    folder = tmp_path / "model"
+    make_model_dir(folder, tiny_config)
+    record = json.loads((folder / SPEC_FILE).read_text())
+    record["model"] = record.pop("architecture")
+    record["model"] = "roberta"
+    (folder / SPEC_FILE).write_text(json.dumps(record))
+    assert read_spec(folder).architecture == "roberta"

@@ -3,6 +3,7 @@ import pytest
 
 from cosent_tf import ConfigError, build_encoder, build_interaction_model
 from cosent_tf.backend import keras
+from cosent_tf.models import build_transformer
 
 from conftest import SHARED_VOCAB, requires_shared_data, write_config
 
@@ -43,7 +44,7 @@ def test_seed_makes_random_init_reproducible(tiny_config):
 @pytest.mark.parametrize("model", ["bert", "roberta", "wobert", "nezha", "albert", "roformer"])
 @pytest.mark.parametrize("pooling", ["cls", "first-last-avg"])
 def test_every_model_family_builds(model, pooling, tiny_config):
-    encoder = build_encoder(tiny_config, model=model, pooling=pooling)
+    encoder = build_encoder(tiny_config, architecture=model, pooling=pooling)
     vectors = encoder.predict([TOKENS, np.zeros_like(TOKENS)], verbose=0)
     assert vectors.shape == (2, 16) and np.all(np.isfinite(vectors))
     assert not np.allclose(vectors[0], vectors[1])
@@ -85,9 +86,18 @@ def test_vocab_size_mismatch_names_both_files(tmp_path):
         build_encoder(config, vocab_path=SHARED_VOCAB)
 
 
-def test_unknown_model_and_bad_config(tmp_path, tiny_config):
-    with pytest.raises(ConfigError, match="unknown model 'gpt9'"):
-        build_encoder(tiny_config, model="gpt9")
+def test_the_old_keyword_model_still_chooses_the_architecture(tiny_config):
+    with pytest.warns(DeprecationWarning, match="use architecture="):
+        encoder = build_encoder(tiny_config, model="nezha")
+    assert "First-Token-Query" not in [layer.name for layer in encoder.layers]  # NEZHA: no [CLS]-only block
+    with pytest.warns(DeprecationWarning):
+        scorer = build_interaction_model(tiny_config, model="albert")
+    assert "Transformer-MultiHeadSelfAttention" in [layer.name for layer in scorer.layers]  # ALBERT: one shared block
+
+
+def test_unknown_architecture_and_bad_config(tmp_path, tiny_config):
+    with pytest.raises(ConfigError, match="unknown architecture 'gpt9'; choose one of albert, bert"):
+        build_encoder(tiny_config, architecture="gpt9")
     broken = tmp_path / "broken.json"
     broken.write_text('{"vocab_size": 10,\n oops}')
     with pytest.raises(ConfigError, match=r"broken.json, line 2: not valid JSON"):
@@ -98,9 +108,7 @@ def test_unknown_model_and_bad_config(tmp_path, tiny_config):
 
 def _full_first_token(config, model, inputs):
     """The full transformer's last-layer [CLS] vector, with the weights of ``model``."""
-    from cosent_tf import backend
-
-    transformer = backend.build_transformer(config)
+    transformer = build_transformer(config)
     full = keras.Model(transformer.inputs, transformer.output)
     full.set_weights(model.get_weights()[: len(full.get_weights())])
     return full(inputs).numpy()[:, 0]
@@ -131,6 +139,6 @@ def test_interaction_model_scores_from_the_first_token_path(tiny_config):
 
 def test_models_without_bert_blocks_pool_cls_from_the_full_output(tiny_config):
     for model in ("nezha", "albert", "roformer"):
-        encoder = build_encoder(tiny_config, model=model, pooling="cls")
+        encoder = build_encoder(tiny_config, architecture=model, pooling="cls")
         assert "First-Token-Query" not in [layer.name for layer in encoder.layers]
         assert encoder([TOKENS, np.zeros_like(TOKENS)]).shape == (2, 16)

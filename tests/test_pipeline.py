@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from cosent_tf import interaction_dataset, length_sorted_batches, pair_dataset
-from cosent_tf.pipeline import batch_indices, pad_batch, restore_order
+from cosent_tf import interaction_dataset, pair_dataset
+from cosent_tf.pipeline import batch_indices, length_sorted_batches, pad_batch, restore_order
 
 
 def make_pairs(count, seed=0):

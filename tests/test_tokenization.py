@@ -3,7 +3,8 @@ import os
 import pytest
 from bert4keras.tokenizers import Tokenizer, load_vocab as b4k_load_vocab
 
-from cosent_tf import DataError, SentenceTokenizer, load_vocab, read_senteval
+from cosent_tf import DataError, SentenceTokenizer, read_senteval
+from cosent_tf.tokenization import load_vocab
 
 from conftest import SHARED_DATA, SHARED_VOCAB, requires_shared_data
 

@@ -12,7 +12,9 @@ import pytest
 from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint
 from cosent_tf.io import folder_lock
 from cosent_tf import training
-from cosent_tf.training import RunConfig, load_run_data, main, nli_files, train
+from cosent_tf.cli import train_main
+from cosent_tf.data import nli_files
+from cosent_tf.training import RunConfig, load_run_data, train
 
 from conftest import ROOT, write_config
 
@@ -109,8 +111,8 @@ def test_every_script_runs_end_to_end(command, tiny_setup):
 
 def test_same_seed_same_result_and_periodic_validation(tiny_setup):
     tmp_path, options = tiny_setup
-    first = main(["BQ", "--epochs", "1", "--eval-every", "2", "--output-dir", str(tmp_path / "a")] + options)
-    second = main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "b")] + options)
+    first = train_main(["BQ", "--epochs", "1", "--eval-every", "2", "--output-dir", str(tmp_path / "a")] + options)
+    second = train_main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "b")] + options)
     assert first["test"] == second["test"]
     rows = read_csv(tmp_path / "a" / "valid_metrics.csv")
     # 48 pairs / 8 = 6 steps: in-epoch validations at steps 2 and 4, then the epoch end at 6.
@@ -124,7 +126,7 @@ def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
                     vocab=str(tmp_path / "vocab.txt"), output_dir=str(tmp_path / "run"))
     with pytest.raises(DataError, match=r"LCQMC/LCQMC.train.data: the LCQMC train split is not here"):
         train(cfg)
-    metrics = main(["LCQMC", "--epochs", "1", "--train-from-valid", "0.5",
+    metrics = train_main(["LCQMC", "--epochs", "1", "--train-from-valid", "0.5",
                     "--output-dir", str(tmp_path / "carved")] + options)
     assert metrics["comparable"] is False and "NOT comparable" in metrics["notes"][0]
     assert metrics["train_pairs"] == 12
@@ -136,17 +138,30 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
     config, vocab = str(tmp_path / "config.json"), str(tmp_path / "vocab.txt")
     save_checkpoint(build_encoder(config), tmp_path / "ckpt", config, vocab_path=vocab)
     checkpoint = str(tmp_path / "ckpt" / "bert_model.ckpt") if as_prefix else str(tmp_path / "ckpt")
-    main(["BQ", "--epochs", "1", "--data-dir", str(tmp_path / "data"), "--checkpoint", checkpoint,
+    train_main(["BQ", "--epochs", "1", "--data-dir", str(tmp_path / "data"), "--checkpoint", checkpoint,
           "--batch-size", "8", "--output-dir", str(tmp_path / "from-ckpt")])
     used = json.loads((tmp_path / "from-ckpt" / "config.json").read_text())
     assert used["config"] == str(tmp_path / "ckpt" / "bert_config.json")
     assert used["vocab"] == str(tmp_path / "ckpt" / "vocab.txt")
 
 
-def test_mixed_bfloat16_training_runs(tiny_setup):
+def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
+    """train() sets the dtype policy and seeds every generator; afterwards both are as before."""
+    import random
+
+    from cosent_tf.backend import keras, tf
+
     tmp_path, options = tiny_setup
-    metrics = main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
+    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
+    expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
+    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
+    metrics = train_main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
     assert np.isfinite(metrics["test"]["spearman"])
+    assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
+    assert keras.mixed_precision.global_policy().name == "float32"
+    encoder = build_encoder(options[options.index("--config") + 1])
+    assert {weight.dtype for weight in encoder.weights} == {tf.float32}
+    assert encoder.get_layer("Embedding-Token").compute_dtype == "float32"
 
 
 
@@ -221,12 +236,12 @@ def test_a_run_killed_after_training_finishes_without_training_again(tiny_setup)
 def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     tmp_path, options = tiny_setup
     out = tmp_path / "run"
-    first = main(["BQ", "--epochs", "1", "--output-dir", str(out)] + options)
+    first = train_main(["BQ", "--epochs", "1", "--output-dir", str(out)] + options)
     finished = {name: (out / name).read_text() for name in ("config.json", "metrics.json")}
 
     def refused(argv, message):
         with pytest.raises(SystemExit, match=message):
-            main(argv)
+            train_main(argv)
 
     refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options,
             r"holds a finished run \(metrics.json\); nothing was written: pass --overwrite")
@@ -251,7 +266,7 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
 
     refused(["BQ", "--checkpoint", str(out / "model"), "--data-dir", str(tmp_path / "data"), "--batch-size", "8",
              "--output-dir", str(out), "--overwrite"], "holds the run's input")
-    again = main(["BQ", "--epochs", "1", "--seed", "7", "--output-dir", str(out), "--overwrite"] + options)
+    again = train_main(["BQ", "--epochs", "1", "--seed", "7", "--output-dir", str(out), "--overwrite"] + options)
     assert json.loads((out / "config.json").read_text())["seed"] == 7
     assert json.loads((out / "metrics.json").read_text())["test"] == again["test"] != first["test"]
 
@@ -259,7 +274,7 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
 def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
     tmp_path, options = tiny_setup
     out = tmp_path / "run"
-    main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options)
+    train_main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options)
     (out / "metrics.json").unlink()  # as if stopped before the end, with training state saved
     (out / "backup").mkdir()
     (out / "backup" / "state").write_text("")
@@ -269,7 +284,7 @@ def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
                               (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)")]:
         with pytest.raises(SystemExit, match=f"holds an unfinished run with other settings \\({difference}\\); "
                                              "nothing was written: resume it with its own settings"):
-            main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options + extra)
+            train_main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options + extra)
     assert (out / "config.json").read_text() == saved
 
 
@@ -278,7 +293,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
 
     from cosent_tf import NonFiniteLossError
     from cosent_tf.backend import keras
-    from cosent_tf.training import StopOnNonFiniteLoss
+    from cosent_tf.callbacks import StopOnNonFiniteLoss
 
     def batches():  # four good batches, then NaN targets: the loss breaks at step 5 (epoch 2)
         for step in range(1, 100):
@@ -318,7 +333,7 @@ def test_script_reports_a_diverged_run_without_a_traceback(tiny_setup):
 def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup):
     tmp_path, options = tiny_setup
     with pytest.raises(SystemExit, match="maxlen 300 is longer than the model's 256 position embeddings"):
-        main(["BQ", "--maxlen", "300", "--output-dir", str(tmp_path / "long")] + options)
+        train_main(["BQ", "--maxlen", "300", "--output-dir", str(tmp_path / "long")] + options)
     assert not (tmp_path / "long" / "backup").exists()
 
 
@@ -329,7 +344,7 @@ def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup)
     ("--maxlen", "two", "'two' is not an integer"), ("--eval-every", "-1", "must be at least 0, got -1")])
 def test_numbers_from_the_command_line_are_checked(option, value, message, capsys):
     with pytest.raises(SystemExit) as stopped:
-        main(["BQ", option, value])
+        train_main(["BQ", option, value])
     assert stopped.value.code == 2
     assert f"argument {option}: {message}" in capsys.readouterr().err
 
@@ -343,7 +358,7 @@ def test_a_split_whose_labels_are_all_equal_is_refused(split, message, tiny_setu
     lines = [line.rsplit("\t", 1)[0] + "\t1" for line in path.read_text(encoding="utf-8").splitlines()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(SystemExit, match=f"BQ.{split}.data: {message}"):
-        main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
+        train_main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
     assert not (tmp_path / "run").exists()
 
 
@@ -355,7 +370,7 @@ def test_sigint_while_reading_data_stops_without_a_traceback(tiny_setup, monkeyp
 
     monkeypatch.setattr(training, "load_run_data", interrupted)
     with pytest.raises(SystemExit) as stopped:
-        main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
+        train_main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
     assert stopped.value.code == 128 + signal.SIGINT
     assert "stopped: SIGINT received; run the same command again" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -379,4 +394,4 @@ def test_strict_turns_a_skipped_line_into_an_error(tiny_setup):
     train.write_text(train.read_text(encoding="utf-8") + "only one field\n", encoding="utf-8")
     bad_line = len(train.read_text(encoding="utf-8").splitlines())
     with pytest.raises(SystemExit, match=f"BQ.train.data, line {bad_line}: without exactly 3 tab-separated fields"):
-        main(["BQ", "--strict", "--epochs", "1", "--output-dir", str(tmp_path / "strict")] + options)
+        train_main(["BQ", "--strict", "--epochs", "1", "--output-dir", str(tmp_path / "strict")] + options)

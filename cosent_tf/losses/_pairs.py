@@ -26,7 +26,7 @@ def pair_labels(y_true, dtype):
     return tf.cast(tf.reshape(y_true, [-1])[::2], dtype)
 
 
-def pair_cosines(y_pred):
+def interleaved_cosines(y_pred):
     """Cosine of rows 2k and 2k+1 for every pair k, in float32 (or float64)."""
     checks = check_interleaved(y_pred)
     with tf.control_dependencies(checks):

@@ -1,11 +1,11 @@
 """Direct cosine optimisation with a negative threshold (the CoSENT paper's Table I)."""
 from ..backend import keras, tf
-from ._pairs import pair_cosines, pair_labels
+from ._pairs import interleaved_cosines, pair_labels
 
 
 def threshold_contrastive_loss(y_true, y_pred, epsilon=0.5, positive_above=0.5):
     """See :class:`ThresholdContrastiveLoss`."""
-    cosines = pair_cosines(y_pred)
+    cosines = interleaved_cosines(y_pred)
     positive = pair_labels(y_true, cosines.dtype) > positive_above
     per_pair = tf.where(positive, 1.0 - cosines, tf.nn.relu(cosines - tf.cast(epsilon, cosines.dtype)))
     return tf.reduce_mean(per_pair)

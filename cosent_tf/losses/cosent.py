@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..backend import keras, tf
-from ._pairs import pair_cosines, pair_labels
+from ._pairs import interleaved_cosines, pair_labels
 
 
 def ranking_loss(scores, labels):
@@ -24,7 +24,7 @@ def cosent_loss(y_true, y_pred, scale=20.0):
 
     See :class:`CoSENTLoss` for the formula and the expected inputs.
     """
-    cosines = pair_cosines(y_pred)
+    cosines = interleaved_cosines(y_pred)
     labels = pair_labels(y_true, cosines.dtype)
     return ranking_loss(tf.cast(scale, cosines.dtype) * cosines, labels)
 

@@ -1,11 +1,11 @@
 """Mean squared error between the cosine of a pair and its normalised label."""
 from ..backend import keras, tf
-from ._pairs import pair_cosines, pair_labels
+from ._pairs import interleaved_cosines, pair_labels
 
 
 def cosine_mse_loss(y_true, y_pred, max_label=1.0):
     """See :class:`CosineMSELoss`."""
-    cosines = pair_cosines(y_pred)
+    cosines = interleaved_cosines(y_pred)
     targets = pair_labels(y_true, cosines.dtype) / tf.cast(max_label, cosines.dtype)
     return tf.reduce_mean(tf.square(cosines - targets))
 

@@ -1,0 +1,231 @@
+"""Keras callbacks of the training engine: keep the best epoch, stop on a non-finite loss,
+and save the training state for an exact resume."""
+import csv
+import logging
+import math
+import os
+import signal
+
+import numpy as np
+
+from .backend import keras
+from .errors import NonFiniteLossError, TrainingInterrupted
+from .io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+
+class ValidationCheckpoint(keras.callbacks.Callback):
+    """Evaluate on valid after each epoch (and every ``every_steps`` steps), keep the best.
+
+    ``evaluate(model) -> dict`` computes the metrics. Epoch-end results are logged as
+    ``val_<metric>``; the weights of the best epoch by ``monitor`` (higher is better) are
+    written atomically to ``weights_path``, so a crash leaves the previous best intact.
+    Every evaluation becomes a row (epoch, step, end_of_epoch, metrics...) of ``csv_path``,
+    rewritten atomically; a resumed run reloads the rows up to the restored step and
+    carries on. With ``restore_best`` the model ends training holding the best weights.
+    Best weights are chosen at epoch ends only, as in the original experiments.
+    """
+
+    def __init__(self, evaluate, weights_path=None, monitor="spearman", restore_best=True, every_steps=0,
+                 csv_path=None):
+        super().__init__()
+        self.evaluate = evaluate
+        self.weights_path = weights_path
+        self.monitor = monitor
+        self.restore_best = restore_best
+        self.every_steps = int(every_steps or 0)
+        self.csv_path = csv_path
+        self.best = -math.inf
+        self.best_epoch = None
+        self.history = []
+        self._best_weights = None
+        self._resume_checked = False
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_begin(self, logs=None):
+        self._resume_checked = False
+
+    def _resume(self):
+        """Reload the history up to the restored step (a backup callback restores it in on_train_begin)."""
+        self._resume_checked = True
+        step = self._step()
+        if step and self.csv_path and os.path.exists(self.csv_path):
+            self.history = [row for row in read_history(self.csv_path) if row["step"] <= step]
+            for row in self.history:
+                if row["end_of_epoch"] and row[self.monitor] > self.best:
+                    self.best, self.best_epoch = row[self.monitor], row["epoch"]
+            logger.info("resumed at step %d: best valid %s so far %.4f (epoch %s)", step, self.monitor, self.best,
+                        self.best_epoch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.every_steps or batch + 1 == self.params.get("steps"):
+            return
+        step = self._step()
+        if step % self.every_steps == 0:
+            metrics = self._record(self._epoch + 1, step, False)
+            logger.info("step %d valid: %s", step, _format(metrics))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if not self._resume_checked:
+            self._resume()
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = self._record(epoch + 1, self._step(), True)
+        if logs is not None:
+            logs.update({f"val_{k}": v for k, v in metrics.items()})
+        value = metrics[self.monitor]
+        improved = value > self.best
+        if improved:
+            self.best, self.best_epoch = value, epoch + 1
+            self._best_weights = self.model.get_weights()
+            if self.weights_path:
+                with atomic_path(self.weights_path) as tmp:
+                    self.model.save_weights(tmp)
+        best = "  (best so far)" if improved else f"  (best {self.best:.4f} at epoch {self.best_epoch})"
+        logger.info("epoch %d valid: %s%s", epoch + 1, _format(metrics), best)
+
+    def _record(self, epoch, step, end_of_epoch):
+        metrics = self.evaluate(self.model)
+        self.history.append({"epoch": epoch, "step": step, "end_of_epoch": end_of_epoch, **metrics})
+        if self.csv_path:
+            _write_history(self.csv_path, self.history)
+        return metrics
+
+    def on_train_end(self, logs=None):
+        if not self._resume_checked:  # resumed after the last epoch: no epoch ran
+            self._resume()
+        if not self.restore_best:
+            return
+        if self._best_weights is not None:
+            self.model.set_weights(self._best_weights)
+        elif self.best_epoch is not None and self.weights_path and os.path.exists(self.weights_path):
+            self.model.load_weights(self.weights_path)  # best epoch came before a resume
+
+
+def _format(metrics):
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+def _write_history(path, rows):
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def read_history(path: str) -> list:
+    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return [
+        {
+            key: int(value) if key in ("epoch", "step") else value == "True" if key == "end_of_epoch" else float(value)
+            for key, value in row.items()
+        }
+        for row in rows
+    ]
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Raise NonFiniteLossError, naming the step, as soon as the loss is NaN or infinite.
+
+    Raising (rather than Keras's TerminateOnNaN, which ends ``fit`` normally) aborts
+    ``fit`` before BackupAndRestore's end-of-training clean-up, so the state of the last
+    completed epoch and the best weights so far stay on disk.
+    """
+
+    def __init__(self, kept=(), advice=""):
+        super().__init__()
+        self.kept = kept  # (what, path) pairs worth pointing the user at, if they exist by then
+        self.advice = advice
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy())
+            kept = [f"{what} is in {path}" for what, path in self.kept if os.path.exists(path)]
+            raise NonFiniteLossError(
+                f"the training loss became {loss} at step {step} (batch {batch + 1} of the epoch); "
+                "training stopped. " + ("; ".join(kept) + "." if kept else "Nothing was saved yet.")
+                + (" " + self.advice if self.advice else "")
+            )
+
+
+class StepBackup(keras.callbacks.BackupAndRestore):
+    """Keras BackupAndRestore that saves at the right moments for an exact resume.
+
+    The training state (weights, optimizer, epoch and batch counters) is saved
+
+    * at the end of every epoch, after the callbacks listed before this one have run
+      their ``on_epoch_end`` (list it last, after validation);
+    * every ``every_steps`` optimizer steps, if given (a crash then loses at most that many);
+    * after the current step when SIGTERM or SIGINT arrives; training then stops with
+      :class:`TrainingInterrupted`.
+
+    The same ``fit`` call resumes from the last save, mid-epoch included. Callbacks that
+    read the restored step must do so from ``on_epoch_begin`` on, since this one restores
+    in ``on_train_begin`` after them. The backup outlives ``fit``: the caller removes it
+    once everything that depends on the training is written.
+
+    Keras's own callback either backs up at epoch ends (and then resumes at the next
+    epoch even from a mid-epoch save) or every N batches (and then never after the
+    epoch-end callbacks, such as validation, have run): this one calls its private
+    ``_backup`` hook to do both. The signal handlers it installs are put back when
+    training ends, however it ends.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, backup_dir, every_steps=0):
+        # An integer save_freq makes the restore resume at the saved batch, not the next epoch.
+        super().__init__(backup_dir, save_freq=1 << 62, delete_checkpoint=False)
+        self.every_steps = int(every_steps or 0)
+        self.received = None
+        self._handlers = {}
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.received = None
+        self._handlers = {number: signal.signal(number, self._receive) for number in self.SIGNALS}
+
+    def _receive(self, number, frame):
+        self.received = number
+
+    def restore_signal_handlers(self):
+        for number, handler in self._handlers.items():
+            signal.signal(number, handler)
+        self._handlers = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.params.get("steps"):
+            return  # the epoch's end saves, once its validation has run
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.received is not None or (self.every_steps and step % self.every_steps == 0):
+            self._backup(epoch=self._current_epoch, batch=batch)
+        self._stop_if_signalled()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._backup(epoch=epoch, batch=self.params.get("steps", 1) - 1)
+        self._stop_if_signalled()
+
+    def _stop_if_signalled(self):
+        if self.received is None:
+            return
+        self.restore_signal_handlers()
+        name = signal.Signals(self.received).name
+        step = int(self.model.optimizer.iterations.numpy())
+        raise TrainingInterrupted(
+            self.received,
+            f"{name} received: training state saved after step {step} in {self.backup_dir}; "
+            "run the same command again to resume from there",
+        )
+
+    def on_train_end(self, logs=None):
+        self.restore_signal_handlers()
+        super().on_train_end(logs)

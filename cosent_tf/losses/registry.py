@@ -1,0 +1,79 @@
+"""Every loss the engine trains with: one entry each, read by the engine, its command line and
+the result tables. Adding a loss is one entry in :data:`LOSSES`."""
+import dataclasses
+from typing import Callable
+
+from ..backend import keras
+from ..errors import ConfigError
+from .contrastive import ThresholdContrastiveLoss
+from .cosent import CoSENTLoss
+from .interaction_cosent import InteractionCoSENTLoss
+from .mse import CosineMSELoss
+from .softmax import SentenceBertHead, SentenceBertSoftmaxLoss
+
+FEATURE, INTERACTION = "feature", "interaction"
+KINDS = (FEATURE, INTERACTION)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossEntry:
+    """One training objective.
+
+    Attributes:
+        name: the ``--loss`` value (unique per kind).
+        kind: the model it trains: ``feature`` (a siamese encoder, batches of interleaved
+            sentences) or ``interaction`` (a cross-encoder, batches of concatenated pairs).
+        title: its name in result tables.
+        build: ``build(scale=, epsilon=, max_label=, positive_above=)`` -> a Keras loss; it
+            takes the options it needs and ignores the others.
+        on_classes: trained on class labels (a task's graded scores are split first).
+        training_head: a layer factory ``(num_classes) -> layer`` put on a feature
+            model's output for training only (the encoder is still scored by cosine).
+        interaction_head: the head of the interaction model it trains (``score`` or
+            ``softmax``, see :func:`cosent_tf.models.build_interaction_model`).
+        batch_size: the original script's batch size when it is not the task's default.
+    """
+
+    name: str
+    kind: str
+    title: str
+    build: Callable[..., keras.losses.Loss]
+    on_classes: bool = False
+    training_head: Callable[[int], keras.layers.Layer] = None
+    interaction_head: str = None
+    batch_size: int = None
+
+
+def _sentence_bert_head(num_classes):
+    return SentenceBertHead(num_classes, name="SentenceBert-Head")
+
+
+LOSSES = {
+    (entry.kind, entry.name): entry
+    for entry in (
+        LossEntry("cosent", FEATURE, "CoSENT", lambda scale, **_: CoSENTLoss(scale)),
+        LossEntry("sbert", FEATURE, "Sentence-BERT", lambda **_: SentenceBertSoftmaxLoss(), on_classes=True,
+                  training_head=_sentence_bert_head),
+        LossEntry("mse", FEATURE, "MSE", lambda max_label, **_: CosineMSELoss(max_label=max_label)),
+        LossEntry("contrastive", FEATURE, "Contrastive",
+                  lambda epsilon, positive_above, **_: ThresholdContrastiveLoss(epsilon, positive_above=positive_above)),
+        LossEntry("ce", INTERACTION, "CE", lambda **_: keras.losses.SparseCategoricalCrossentropy(), on_classes=True,
+                  interaction_head="softmax"),
+        LossEntry("cosent", INTERACTION, "CoSENT", lambda **_: InteractionCoSENTLoss(), interaction_head="score",
+                  batch_size=64),
+    )
+}
+
+
+def loss_names(kind: str) -> tuple:
+    """The ``--loss`` values of one model kind."""
+    return tuple(name for entry_kind, name in LOSSES if entry_kind == kind)
+
+
+def get_loss(kind: str, name: str) -> LossEntry:
+    """The :class:`LossEntry` of ``name`` for ``kind`` models; a ConfigError listing the choices otherwise."""
+    if (kind, name) not in LOSSES:
+        if kind not in KINDS:
+            raise ConfigError(f"unknown model kind {kind!r}; choose one of {', '.join(KINDS)}")
+        raise ConfigError(f"unknown {kind} loss {name!r}; choose one of {', '.join(loss_names(kind))}")
+    return LOSSES[kind, name]
