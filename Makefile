@@ -6,7 +6,7 @@ DATA ?= ../shared/data
 
 BENCH_VENV := .venv-bench
 
-.PHONY: install demo test bench soak
+.PHONY: install demo test lint bench soak
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests
+
+# Lint and format check (settings in pyproject.toml); `ruff format .` applies the format.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Speed against the original pipeline and sentence-transformers (about 35 minutes; writes
 # benchmarks/RESULTS.md). torch and sentence-transformers go into their own .venv-bench:

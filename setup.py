@@ -1,26 +1,37 @@
 from setuptools import find_packages, setup
 
+with open("README.md", encoding="utf-8") as f:
+    README = f.read()
+
 setup(
     name="cosent-tf",
     version="0.2.0",
     description="CoSENT and its baselines for Chinese text matching on TensorFlow/Keras 2 (bert4keras)",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=README,
     long_description_content_type="text/markdown",
     packages=find_packages(include=["cosent_tf", "cosent_tf.*"]),
     package_data={"cosent_tf": ["configs/*.json"]},
     python_requires=">=3.9",
-    # bert4keras is installed separately with --no-deps: its metadata pins keras<=2.3.1,
+    # bert4keras 0.11.5 is installed separately with --no-deps: its metadata pins keras<=2.3.1,
     # which would replace the Keras 2 that TensorFlow needs (see README, "Install").
+    #
+    # Where the code relies on private internals, which is why TensorFlow, tf-keras and
+    # tensorflow-text stay within 2.21.x (tensorflow-text must match TensorFlow's minor version):
+    # - cosent_tf/backend.py: bert4keras's transformer classes and layer names (also used by
+    #   models.first_token_output), tf-keras's seed generator and TensorFlow's eager seed state;
+    # - cosent_tf/callbacks.py: StepBackup calls BackupAndRestore._backup and reads _current_epoch;
+    # - cosent_tf/optimizers.py: FusedAdam reads Adam's _index_dict, _var_key, _momentums, _velocities.
+    # The rest are ranges.
     install_requires=[
-        "tensorflow==2.21.0",
-        "tf-keras==2.21.0",
-        "tensorflow-text==2.21.1",
+        "tensorflow>=2.21,<2.22",
+        "tf-keras>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",
         "numpy>=1.24",
         "scipy>=1.10",
-        "jieba==0.42.1",
+        "jieba>=0.42",
         "tqdm>=4.60",
         "matplotlib>=3.7",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6"]},
     entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:main"]},
 )

@@ -7,6 +7,7 @@ A contestant is run as ``python benchmarks/CONTESTANT.py JOB PRECISION OUTPUT_JS
 Each job reports ``REPEATS`` rates measured after one warm-up: the training pass after
 its warm-up steps cut into that many consecutive stretches, or that many timed encode calls.
 """
+
 import json
 import os
 import resource
@@ -92,12 +93,12 @@ class StepClock:
         self.ends.append(time.perf_counter())
 
     def out_of_time(self):
-        timed = self.ends[self.warmup:]
+        timed = self.ends[self.warmup :]
         return len(timed) > 5 and timed[-1] - timed[0] > self.budget
 
     def pairs_per_second(self, batch_pairs=BATCH_PAIRS, parts=REPEATS):
         """Rates of ``parts`` consecutive stretches of the steps after the warm-up."""
-        timed = self.ends[self.warmup:]
+        timed = self.ends[self.warmup :]
         if len(timed) < parts + 1:
             raise SystemExit(f"only {len(self.ends)} steps ran; more than {self.warmup + parts} are needed")
         cuts = [round(i * (len(timed) - 1) / parts) for i in range(parts + 1)]
@@ -140,8 +141,13 @@ def encode_figures(encode, sentences, repeats=REPEATS):
 
 
 def train_figures(clock, losses):
-    return {"train_pairs_per_second": clock.pairs_per_second(), "steps": len(clock.ends),
-            "timed_steps": len(clock.ends) - clock.warmup, "first_loss": losses[0], "last_loss": losses[-1]}
+    return {
+        "train_pairs_per_second": clock.pairs_per_second(),
+        "steps": len(clock.ends),
+        "timed_steps": len(clock.ends) - clock.warmup,
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+    }
 
 
 def contestant_main(jobs):

@@ -10,18 +10,19 @@
 
     .venv/bin/python benchmarks/micro.py micro float32 OUTPUT_JSON
 """
+
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-
 import numpy as np  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
 from cosent_tf.backend import keras, tf  # noqa: E402
+
+import common  # noqa: E402
 
 LOSS_SHARE_PAIRS = 64
 STEPS = 12
@@ -42,9 +43,9 @@ def matmul_peak(dtype):
     best = 0.0
     for n in (1024, 2048):
         a = tf.cast(tf.random.normal([n, n]), dtype)
-        product = tf.function(lambda: tf.matmul(a, a))
-        seconds = median_seconds(lambda: product().numpy(), 5)
-        best = max(best, 2 * n ** 3 / seconds / 1e9)
+        product = tf.function(tf.matmul)
+        seconds = median_seconds(lambda a=a, product=product: product(a, a).numpy(), 5)
+        best = max(best, 2 * n**3 / seconds / 1e9)
     return best
 
 
@@ -60,10 +61,13 @@ def forward_flops(batch, length, config):
 def training_batches(pairs_per_batch):
     texts_a, texts_b, labels = common.train_pairs()
     tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)
-    dataset = ct.pair_dataset(tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels,
-                              batch_size=pairs_per_batch, seed=0)
-    return [((tf.constant(ids), tf.constant(segments)), tf.constant(y))
-            for (ids, segments), y in dataset.take(STEPS).as_numpy_iterator()]
+    dataset = ct.pair_dataset(
+        tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels, batch_size=pairs_per_batch, seed=0
+    )
+    return [
+        ((tf.constant(ids), tf.constant(segments)), tf.constant(y))
+        for (ids, segments), y in dataset.take(STEPS).as_numpy_iterator()
+    ]
 
 
 def step_measurements(precision, batches):
@@ -108,16 +112,22 @@ def main():
     peaks = {"float32": matmul_peak(tf.float32), "bf16": matmul_peak(tf.bfloat16)}
     batches = training_batches(LOSS_SHARE_PAIRS)
     flops = 3 * sum(forward_flops(*ids.shape, config) for (ids, _), _ in batches) / len(batches)
-    results = {"pairs_per_batch": LOSS_SHARE_PAIRS, "steps": len(batches),
-               "mean_padded_length": float(np.mean([ids.shape[1] for (ids, _), _ in batches])),
-               "train_step_gflop": flops / 1e9}
+    results = {
+        "pairs_per_batch": LOSS_SHARE_PAIRS,
+        "steps": len(batches),
+        "mean_padded_length": float(np.mean([ids.shape[1] for (ids, _), _ in batches])),
+        "train_step_gflop": flops / 1e9,
+    }
     for precision in ("float32", "bf16"):
         step_seconds, loss_seconds = step_measurements(precision, batches)
         results[precision] = {
-            "matmul_peak_gflops": peaks[precision], "step_seconds": step_seconds,
-            "loss_seconds": loss_seconds, "loss_share": loss_seconds / step_seconds,
+            "matmul_peak_gflops": peaks[precision],
+            "step_seconds": step_seconds,
+            "loss_seconds": loss_seconds,
+            "loss_share": loss_seconds / step_seconds,
             "achieved_gflops": flops / step_seconds / 1e9,
-            "fraction_of_peak": flops / step_seconds / 1e9 / peaks[precision]}
+            "fraction_of_peak": flops / step_seconds / 1e9 / peaks[precision],
+        }
         print(precision, results[precision], flush=True)
     return results
 

@@ -16,6 +16,7 @@ with nothing of this package on its path:
 
 It runs with TensorFlow's defaults (no allocator or thread settings), as the original.
 """
+
 import os
 import sys
 
@@ -23,13 +24,13 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-
 import numpy as np  # noqa: E402
 from bert4keras.backend import K, keras  # noqa: E402
 from bert4keras.models import build_transformer_model  # noqa: E402
 from bert4keras.snippets import DataGenerator, sequence_padding  # noqa: E402
 from bert4keras.tokenizers import Tokenizer  # noqa: E402
+
+import common  # noqa: E402
 
 tokenizer = Tokenizer(common.vocab_path(), do_lower_case=True)
 
@@ -78,8 +79,13 @@ def train(precision):
     encoder.compile(loss=cosent_loss, optimizer=keras.optimizers.Adam(common.LEARNING_RATE))
     train_generator = data_generator(list(zip(texts_a, texts_b, labels)), common.BATCH_PAIRS)
     clock, losses = common.StepClock(), []
-    encoder.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=1,
-                callbacks=[common.keras_step_callback(keras, clock, losses)], verbose=0)
+    encoder.fit(
+        train_generator.forfit(),
+        steps_per_epoch=len(train_generator),
+        epochs=1,
+        callbacks=[common.keras_step_callback(keras, clock, losses)],
+        verbose=0,
+    )
     return common.train_figures(clock, losses)
 
 
@@ -91,7 +97,7 @@ def encoder_function(precision, sort_by_length):
         order = np.argsort([len(t) for t in token_ids], kind="stable") if sort_by_length else np.arange(len(token_ids))
         vectors = []
         for start in range(0, len(order), common.ENCODE_BATCH):
-            batch = sequence_padding([token_ids[i] for i in order[start: start + common.ENCODE_BATCH]])
+            batch = sequence_padding([token_ids[i] for i in order[start : start + common.ENCODE_BATCH]])
             vectors.append(encoder.predict([batch, np.zeros_like(batch)], verbose=0))
         restored = np.empty((len(order), vectors[0].shape[1]), np.float32)
         restored[order] = np.concatenate(vectors)

@@ -18,6 +18,7 @@ It writes ``benchmarks/results.json`` (every repetition) and ``benchmarks/RESULT
 
     .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-bench/bin/python]
 """
+
 import argparse
 import datetime
 import json
@@ -37,11 +38,15 @@ CONTESTANTS = {  # name: (script, the virtual environment it runs in)
     "original pipeline": ("original_pipeline.py", "engine"),
     "sentence-transformers": ("sentence_transformers_bench.py", "bench"),
 }
-JOBS = [(name, job, precision) for name in CONTESTANTS for job in ("train", "encode")
-        for precision in ("float32", "bf16")]
+JOBS = [
+    (name, job, precision) for name in CONTESTANTS for job in ("train", "encode") for precision in ("float32", "bf16")
+]
 JOBS.insert(JOBS.index(("original pipeline", "encode", "bf16")), ("original pipeline", "encode_sorted", "float32"))
-RATE = {"train": "train_pairs_per_second", "encode": "encode_sentences_per_second",
-        "encode_sorted": "encode_sentences_per_second"}
+RATE = {
+    "train": "train_pairs_per_second",
+    "encode": "encode_sentences_per_second",
+    "encode_sorted": "encode_sentences_per_second",
+}
 
 
 def run_job(python, script, job, precision, env):
@@ -97,18 +102,23 @@ def write_report(path, results, micro, accuracy, args, started):
         f"say how much each job did (of {common.TRAIN_PAIRS // common.BATCH_PAIRS - common.WARMUP_STEPS} steps "
         f"and {common.ENCODE_SENTENCES} sentences).",
         "",
-        "| contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | encode sentences/s | sentences per call |",
+        "| contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | encode sentences/s "
+        "| sentences per call |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in CONTESTANTS:
         for precision in ("float32", "bf16"):
             train, encode = r(name, "train", precision), r(name, "encode", precision)
-            lines.append(f"| {name} | {precision} | {fmt(train['rate'], 1)} | {train['timed_steps']} | "
-                         f"{train['peak_rss_mib']:.0f} | {fmt(encode['rate'])} | {encode['sentences']} |")
+            lines.append(
+                f"| {name} | {precision} | {fmt(train['rate'], 1)} | {train['timed_steps']} | "
+                f"{train['peak_rss_mib']:.0f} | {fmt(encode['rate'])} | {encode['sentences']} |"
+            )
             if name == "original pipeline" and precision == "float32":
                 s = r(name, "encode_sorted", "float32")
-                lines.append(f"| original pipeline, sentences sorted by length | float32 | | | | "
-                             f"{fmt(s['rate'])} | {s['sentences']} |")
+                lines.append(
+                    f"| original pipeline, sentences sorted by length | float32 | | | | "
+                    f"{fmt(s['rate'])} | {s['sentences']} |"
+                )
     targets = [
         ("training float32 vs original pipeline", "train", "float32", "original pipeline", 2.0),
         ("training float32 vs sentence-transformers", "train", "float32", "sentence-transformers", 1.2),
@@ -119,47 +129,75 @@ def write_report(path, results, micro, accuracy, args, started):
         ("encoding float32 vs original pipeline", "encode", "float32", "original pipeline", None),
         ("encoding bf16 vs original pipeline bf16", "encode", "bf16", "original pipeline", None),
     ]
-    lines += ["", "## Ratios (medians of this engine over the other, same run)", "",
-              "| ratio | measured | target | met |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Ratios (medians of this engine over the other, same run)",
+        "",
+        "| ratio | measured | target | met |",
+        "|---|---|---|---|",
+    ]
     for label, job, precision, other, target in targets:
         value = ratio(results, job, precision, other)
         met = "" if target is None else ("yes" if value >= target else "**no**")
         lines.append(f"| {label} | {value:.2f}× | {'' if target is None else f'≥ {target}×'} | {met} |")
     rss_mine = r("this engine", "train", "float32")["peak_rss_mib"]
     rss_orig = r("original pipeline", "train", "float32")["peak_rss_mib"]
-    lines.append(f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
-                 f"{'yes' if rss_mine <= rss_orig else '**no**'} |")
+    lines.append(
+        f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
+        f"{'yes' if rss_mine <= rss_orig else '**no**'} |"
+    )
     share = micro["float32"]["loss_share"]
-    lines.append(f"| CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
-                 f"{'yes' if share <= 0.02 else '**no**'} |")
-    lines += ["", "## A training step at 64 pairs (this engine, `benchmarks/micro.py`)", "",
-              f"Length-grouped batches of 64 pairs, mean padded length {micro['mean_padded_length']:.1f}; "
-              f"{micro['train_step_gflop']:.1f} GFLOP of matmuls per step (backward counted as 2× forward). "
-              "Medians of 3 timed passes over the same batches.", "",
-              "| precision | step (ms) | CoSENT loss fwd+bwd (ms) | loss share | achieved GFLOP/s | matmul peak GFLOP/s | of peak |",
-              "|---|---|---|---|---|---|---|"]
+    lines.append(
+        f"| CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
+        f"{'yes' if share <= 0.02 else '**no**'} |"
+    )
+    lines += [
+        "",
+        "## A training step at 64 pairs (this engine, `benchmarks/micro.py`)",
+        "",
+        f"Length-grouped batches of 64 pairs, mean padded length {micro['mean_padded_length']:.1f}; "
+        f"{micro['train_step_gflop']:.1f} GFLOP of matmuls per step (backward counted as 2× forward). "
+        "Medians of 3 timed passes over the same batches.",
+        "",
+        "| precision | step (ms) | CoSENT loss fwd+bwd (ms) | loss share | achieved GFLOP/s | matmul peak GFLOP/s "
+        "| of peak |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for precision in ("float32", "bf16"):
         m = micro[precision]
-        lines.append(f"| {precision} | {1000 * m['step_seconds']:.0f} | {1000 * m['loss_seconds']:.2f} | "
-                     f"{100 * m['loss_share']:.2f}% | {m['achieved_gflops']:.0f} | {m['matmul_peak_gflops']:.0f} | "
-                     f"{100 * m['fraction_of_peak']:.0f}% |")
+        lines.append(
+            f"| {precision} | {1000 * m['step_seconds']:.0f} | {1000 * m['loss_seconds']:.2f} | "
+            f"{100 * m['loss_share']:.2f}% | {m['achieved_gflops']:.0f} | {m['matmul_peak_gflops']:.0f} | "
+            f"{100 * m['fraction_of_peak']:.0f}% |"
+        )
     if accuracy:
         plain = accuracy["plain float32"]["test_spearman"]
-        lines += ["", "## Accuracy: length-grouped batches and bf16 against the plain run", "",
-                  "One epoch of `scripts/cosent.py STS-B --epochs 1 --lr 1e-4` (seed 42, the small random BERT), "
-                  "test Spearman against the plain float32 run (batches in random order):", "",
-                  "| run | valid Spearman | test Spearman | test − plain | within 0.01 | seconds |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Accuracy: length-grouped batches and bf16 against the plain run",
+            "",
+            "One epoch of `scripts/cosent.py STS-B --epochs 1 --lr 1e-4` (seed 42, the small random BERT), "
+            "test Spearman against the plain float32 run (batches in random order):",
+            "",
+            "| run | valid Spearman | test Spearman | test − plain | within 0.01 | seconds |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, m in accuracy.items():
             delta = m["test_spearman"] - plain
-            lines.append(f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | {delta:+.4f} | "
-                         f"{'yes' if abs(delta) <= 0.01 else '**no**'} | {m['wall_seconds']:.0f} |")
+            lines.append(
+                f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | {delta:+.4f} | "
+                f"{'yes' if abs(delta) <= 0.01 else '**no**'} | {m['wall_seconds']:.0f} |"
+            )
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
 
 
-ACCURACY_RUNS = {"plain float32": ["--no-group-by-length"], "length-grouped float32": [],
-                 "length-grouped bf16": ["--precision", "bf16"]}
+ACCURACY_RUNS = {
+    "plain float32": ["--no-group-by-length"],
+    "length-grouped float32": [],
+    "length-grouped bf16": ["--precision", "bf16"],
+}
 
 
 def accuracy_runs(folder):
@@ -167,25 +205,45 @@ def accuracy_runs(folder):
     metrics = {}
     for name, options in ACCURACY_RUNS.items():
         output = os.path.join(folder, name.replace(" ", "-"))
-        command = [sys.executable, os.path.join(os.path.dirname(HERE), "scripts", "cosent.py"), "STS-B",
-                   "--data-dir", common.data_dir(), "--epochs", "1", "--lr", "1e-4", "--output-dir", output, *options]
+        command = [
+            sys.executable,
+            os.path.join(os.path.dirname(HERE), "scripts", "cosent.py"),
+            "STS-B",
+            "--data-dir",
+            common.data_dir(),
+            "--epochs",
+            "1",
+            "--lr",
+            "1e-4",
+            "--output-dir",
+            output,
+            *options,
+        ]
         completed = subprocess.run(command, capture_output=True, text=True)
         if completed.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr[-3000:]}")
         with open(os.path.join(output, "metrics.json"), encoding="utf-8") as f:
             result = json.load(f)
-        metrics[name] = {"test_spearman": result["test"]["spearman"], "valid_spearman": result["valid"]["spearman"],
-                         "wall_seconds": result["wall_seconds"]}
+        metrics[name] = {
+            "test_spearman": result["test"]["spearman"],
+            "valid_spearman": result["valid"]["spearman"],
+            "wall_seconds": result["wall_seconds"],
+        }
         print(f"accuracy, {name}: test Spearman {metrics[name]['test_spearman']:.4f}", flush=True)
     return metrics
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-budget", type=float, default=60.0,
-                        help="seconds of timed work (all repetitions) after which a slow job stops and reports")
-    parser.add_argument("--bench-python", default=".venv-bench/bin/python",
-                        help="the Python with torch and sentence-transformers")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=60.0,
+        help="seconds of timed work (all repetitions) after which a slow job stops and reports",
+    )
+    parser.add_argument(
+        "--bench-python", default=".venv-bench/bin/python", help="the Python with torch and sentence-transformers"
+    )
     parser.add_argument("--output-dir", default=HERE)
     parser.add_argument("--skip-accuracy", action="store_true", help="leave out the three short STS-B runs")
     parser.add_argument("--report-only", action="store_true", help="rewrite RESULTS.md from OUTPUT_DIR/results.json")
@@ -201,12 +259,20 @@ def main():
     for name, job, precision in JOBS:
         script, venv = CONTESTANTS[name]
         runs[(name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, env)
-        print(f"{name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
-              f"peak RSS {figures['peak_rss_mib']:.0f} MiB", flush=True)
+        print(
+            f"{name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
+            f"peak RSS {figures['peak_rss_mib']:.0f} MiB",
+            flush=True,
+        )
     with tempfile.TemporaryDirectory() as folder:
         accuracy = {} if args.skip_accuracy else accuracy_runs(folder)
-    raw = {"started": started.isoformat(), "args": vars(args), "micro": micro, "accuracy": accuracy,
-           "runs": [{"contestant": n, "job": j, "precision": p, **runs[(n, j, p)]} for n, j, p in JOBS]}
+    raw = {
+        "started": started.isoformat(),
+        "args": vars(args),
+        "micro": micro,
+        "accuracy": accuracy,
+        "runs": [{"contestant": n, "job": j, "precision": p, **runs[(n, j, p)]} for n, j, p in JOBS],
+    }
     results_path = os.path.join(args.output_dir, "results.json")
     with open(results_path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(raw, f, indent=1)
@@ -221,11 +287,21 @@ def report(results_path):
     results = {}
     for run in raw["runs"]:
         results[(run["contestant"], run["job"], run["precision"])] = {
-            **run, "rate": summary(run[RATE[run["job"]]]), "repeats": len(run[RATE[run["job"]]])}
+            **run,
+            "rate": summary(run[RATE[run["job"]]]),
+            "repeats": len(run[RATE[run["job"]]]),
+        }
     path = os.path.join(os.path.dirname(results_path), "RESULTS.md")
-    write_report(path, results, raw["micro"], raw.get("accuracy") or {}, argparse.Namespace(**raw["args"]),
-                 datetime.datetime.fromisoformat(raw["started"]))
-    print(open(path, encoding="utf-8").read())
+    write_report(
+        path,
+        results,
+        raw["micro"],
+        raw.get("accuracy") or {},
+        argparse.Namespace(**raw["args"]),
+        datetime.datetime.fromisoformat(raw["started"]),
+    )
+    with open(path, encoding="utf-8") as f:
+        print(f.read())
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ pooling, tokenised by ``BertTokenizerFast`` over the shared Chinese vocab, maxle
 Runs in ``.venv-bench`` (torch 2.13.0 CPU + sentence-transformers); never imported by
 the package.
 """
+
 import contextlib
 import os
 import sys
@@ -34,19 +35,25 @@ import common  # noqa: E402
 def build_model(folder):
     config = common.model_config()
     torch.manual_seed(0)
-    bert = BertModel(BertConfig(
-        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
-        num_hidden_layers=config["num_hidden_layers"], num_attention_heads=config["num_attention_heads"],
-        intermediate_size=config["intermediate_size"], hidden_act=config["hidden_act"],
-        hidden_dropout_prob=config["hidden_dropout_prob"],
-        attention_probs_dropout_prob=config["attention_probs_dropout_prob"],
-        max_position_embeddings=config["max_position_embeddings"], type_vocab_size=config["type_vocab_size"]),
-        add_pooling_layer=False)
+    bert = BertModel(
+        BertConfig(
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            num_hidden_layers=config["num_hidden_layers"],
+            num_attention_heads=config["num_attention_heads"],
+            intermediate_size=config["intermediate_size"],
+            hidden_act=config["hidden_act"],
+            hidden_dropout_prob=config["hidden_dropout_prob"],
+            attention_probs_dropout_prob=config["attention_probs_dropout_prob"],
+            max_position_embeddings=config["max_position_embeddings"],
+            type_vocab_size=config["type_vocab_size"],
+        ),
+        add_pooling_layer=False,
+    )
     bert.save_pretrained(folder)
     BertTokenizerFast(common.vocab_path(), do_lower_case=True).save_pretrained(folder)
     transformer = Transformer(folder, max_seq_length=common.MAXLEN)
-    return SentenceTransformer(modules=[transformer, Pooling(config["hidden_size"], pooling_mode="cls")],
-                               device="cpu")
+    return SentenceTransformer(modules=[transformer, Pooling(config["hidden_size"], pooling_mode="cls")], device="cpu")
 
 
 def precision_context(precision):
@@ -65,7 +72,7 @@ def train(precision):
     order = np.random.default_rng(0).permutation(len(labels))
     clock, losses = common.StepClock(), []
     for start in range(0, len(order), common.BATCH_PAIRS):
-        index = order[start: start + common.BATCH_PAIRS]
+        index = order[start : start + common.BATCH_PAIRS]
         features = [model.preprocess([texts_a[i] for i in index]), model.preprocess([texts_b[i] for i in index])]
         batch_labels = torch.tensor([labels[i] for i in index], dtype=torch.float32)
         with precision_context(precision):
@@ -88,8 +95,7 @@ def encode(precision):
 
     def run(texts):
         with precision_context(precision), torch.inference_mode():
-            return model.encode(texts, batch_size=common.ENCODE_BATCH, show_progress_bar=False,
-                                convert_to_numpy=True)
+            return model.encode(texts, batch_size=common.ENCODE_BATCH, show_progress_bar=False, convert_to_numpy=True)
 
     return {**common.encode_figures(run, sentences), "threads": torch.get_num_threads()}
 

@@ -19,6 +19,7 @@ A variant names environment settings for its workers, to bisect (see VARIANTS):
 route around oneDNN's primitive cache on one CPU.
 Writes ``benchmarks/soak.json`` with the CPU, each variant's counts and every failure.
 """
+
 import argparse
 import json
 import os
@@ -72,6 +73,7 @@ def cpu_flags():
 
 # ---------------------------------------------------------------- worker side
 
+
 def _worker(first_run, runs, steps, out_path):
     import numpy as np
 
@@ -112,23 +114,34 @@ def _worker(first_run, runs, steps, out_path):
         if small:
             vocab_size, hidden, layers, heads = 21128, 312, 4, 12
         else:
-            vocab_size, hidden, layers, heads = int(rng.integers(135, 400)), int(rng.choice([16, 32, 64])), \
-                int(rng.integers(1, 3)), 2
+            vocab_size, hidden, layers, heads = (
+                int(rng.integers(135, 400)),
+                int(rng.choice([16, 32, 64])),
+                int(rng.integers(1, 3)),
+                2,
+            )
         record = {"run": run, "kind": kind, "precision": precision, "hidden": hidden, "layers": layers}
         started = time.time()
         try:
             keras.backend.clear_session()
             keras.utils.set_random_seed(run)
             keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
-            config = {"vocab_size": vocab_size, "hidden_size": hidden, "num_hidden_layers": layers,
-                      "num_attention_heads": heads, "intermediate_size": hidden * 4, "hidden_act": "gelu",
-                      "max_position_embeddings": 128, "type_vocab_size": 2}
+            config = {
+                "vocab_size": vocab_size,
+                "hidden_size": hidden,
+                "num_hidden_layers": layers,
+                "num_attention_heads": heads,
+                "intermediate_size": hidden * 4,
+                "hidden_act": "gelu",
+                "max_position_embeddings": 128,
+                "type_vocab_size": 2,
+            }
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump(config, f)
             pairs = int(rng.integers(40, 200)) * (4 if small else 1)
             batch = 32 if small else int(rng.integers(2, 9))
 
-            def sentence():
+            def sentence(rng=rng, vocab_size=vocab_size):
                 return list(rng.integers(104, vocab_size, int(rng.integers(1, 60 if small else 30))))
 
             ids_a, ids_b = [sentence() for _ in range(pairs)], [sentence() for _ in range(pairs)]
@@ -136,18 +149,21 @@ def _worker(first_run, runs, steps, out_path):
             if kind == "feature":
                 model = build_encoder(f.name)
                 loss, inputs = CoSENTLoss(20.0), (ids_a, ids_b)
-                dataset = pipeline.pair_dataset(ids_a, ids_b, labels, batch, seed=run, repeat=True,
-                                                group_by_length=bool(run % 3))
+                dataset = pipeline.pair_dataset(
+                    ids_a, ids_b, labels, batch, seed=run, repeat=True, group_by_length=bool(run % 3)
+                )
             else:
                 model = build_interaction_model(f.name)
                 loss, inputs = InteractionCoSENTLoss(), [a + b for a, b in zip(ids_a, ids_b)]
-                dataset = pipeline.interaction_dataset(inputs, labels, batch, seed=run, repeat=True,
-                                                       group_by_length=bool(run % 3))
+                dataset = pipeline.interaction_dataset(
+                    inputs, labels, batch, seed=run, repeat=True, group_by_length=bool(run % 3)
+                )
             os.unlink(f.name)
             model = Checked(model.inputs, model.outputs)
             model.vocab_size = vocab_size
-            optimizer = keras.optimizers.Adam(1e-3) if os.environ.get("COSENT_SOAK_OPTIMIZER") == "adam" \
-                else FusedAdam(1e-3)
+            optimizer = (
+                keras.optimizers.Adam(1e-3) if os.environ.get("COSENT_SOAK_OPTIMIZER") == "adam" else FusedAdam(1e-3)
+            )
             model.compile(optimizer=optimizer, loss=loss)
             history = model.fit(dataset, epochs=2, steps_per_epoch=steps // 2, verbose=0)
             losses = history.history["loss"]
@@ -156,8 +172,9 @@ def _worker(first_run, runs, steps, out_path):
                 raise FloatingPointError(f"non-finite loss {losses} or scores")
             record.update(ok=True, loss=float(losses[-1]))
         except Exception as error:  # counted, not hidden: every failure is reported
-            record.update(ok=False, error=f"{type(error).__name__}: {str(error)[:500]}",
-                          traceback=traceback.format_exc()[-2000:])
+            record.update(
+                ok=False, error=f"{type(error).__name__}: {str(error)[:500]}", traceback=traceback.format_exc()[-2000:]
+            )
         record["seconds"] = round(time.time() - started, 2)
         results.append(record)
         with open(out_path + ".tmp", "w", encoding="utf-8") as f:
@@ -168,6 +185,7 @@ def _worker(first_run, runs, steps, out_path):
 
 # ------------------------------------------------------------- controller side
 
+
 def _records(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -177,16 +195,28 @@ def _records(path):
 
 
 def run_variant(name, runs, processes, steps, size, kinds, precisions):
-    env = dict(os.environ, COSENT_SOAK_SIZE=size, COSENT_SOAK_KINDS=",".join(kinds),
-               COSENT_SOAK_PRECISIONS=",".join(precisions), **VARIANTS[name])
+    env = dict(
+        os.environ,
+        COSENT_SOAK_SIZE=size,
+        COSENT_SOAK_KINDS=",".join(kinds),
+        COSENT_SOAK_PRECISIONS=",".join(precisions),
+        **VARIANTS[name],
+    )
     per_process = -(-runs // processes)
     workers = []
     with tempfile.TemporaryDirectory() as folder:
         for p in range(processes):
             out = os.path.join(folder, f"worker{p}.json")
-            log = open(os.path.join(folder, f"worker{p}.log"), "w")
-            command = [sys.executable, os.path.abspath(__file__), "--worker", str(p * per_process),
-                       str(min(per_process, runs - p * per_process)), str(steps), out]
+            log = open(os.path.join(folder, f"worker{p}.log"), "w")  # noqa: SIM115 (closed once the worker ends)
+            command = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--worker",
+                str(p * per_process),
+                str(min(per_process, runs - p * per_process)),
+                str(steps),
+                out,
+            ]
             workers.append((subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), out, log))
         while any(process.poll() is None for process, _, _ in workers):
             time.sleep(15)
@@ -199,13 +229,21 @@ def run_variant(name, runs, processes, steps, size, kinds, precisions):
             records.extend(done)
             if process.returncode != 0:
                 with open(log.name, encoding="utf-8", errors="replace") as f:
-                    crashes.append({"exit": process.returncode, "after_runs": len(done),
-                                    "log_tail": f.read()[-2000:]})
+                    crashes.append({"exit": process.returncode, "after_runs": len(done), "log_tail": f.read()[-2000:]})
     failures = [r for r in records if not r["ok"]]
-    return {"variant": name, "env": VARIANTS[name], "size": size, "kinds": kinds, "precisions": precisions,
-            "runs": len(records),
-            "failed_runs": len(failures), "crashed_processes": len(crashes), "failures": failures,
-            "crashes": crashes, "steps_per_run": steps}
+    return {
+        "variant": name,
+        "env": VARIANTS[name],
+        "size": size,
+        "kinds": kinds,
+        "precisions": precisions,
+        "runs": len(records),
+        "failed_runs": len(failures),
+        "crashed_processes": len(crashes),
+        "failures": failures,
+        "crashes": crashes,
+        "steps_per_run": steps,
+    }
 
 
 def main():
@@ -217,27 +255,50 @@ def main():
     parser.add_argument("--runs", type=int, default=200, help="short trainings per variant")
     parser.add_argument("--processes", type=int, default=4, help="workers at once")
     parser.add_argument("--steps", type=int, default=60, help="training steps per run")
-    parser.add_argument("--size", choices=["tiny", "small"], default="tiny",
-                        help="tiny: random 1-2 layer models of width 16-64 and vocabularies of 135-400; "
-                             "small: the bundled L4/H312 configuration with the 21128-token vocabulary")
-    parser.add_argument("--kind", action="append", choices=["feature", "interaction"],
-                        help="default: both, taking turns; repeat to name several")
-    parser.add_argument("--precision", action="append", choices=["float32", "bf16"],
-                        help="default: both, taking turns; repeat to name several")
-    parser.add_argument("--variant", action="append", choices=sorted(VARIANTS),
-                        help="default: 'default' only; repeat to bisect")
+    parser.add_argument(
+        "--size",
+        choices=["tiny", "small"],
+        default="tiny",
+        help="tiny: random 1-2 layer models of width 16-64 and vocabularies of 135-400; "
+        "small: the bundled L4/H312 configuration with the 21128-token vocabulary",
+    )
+    parser.add_argument(
+        "--kind",
+        action="append",
+        choices=["feature", "interaction"],
+        help="default: both, taking turns; repeat to name several",
+    )
+    parser.add_argument(
+        "--precision",
+        action="append",
+        choices=["float32", "bf16"],
+        help="default: both, taking turns; repeat to name several",
+    )
+    parser.add_argument(
+        "--variant", action="append", choices=sorted(VARIANTS), help="default: 'default' only; repeat to bisect"
+    )
     parser.add_argument("--output", default=os.path.join(HERE, "soak.json"))
     args = parser.parse_args()
     summary = {"cpu": cpu_name(), "cpu_flags": cpu_flags(), "variants": []}
     print(f"CPU: {summary['cpu']} ({', '.join(summary['cpu_flags'])})", flush=True)
     for name in args.variant or ["default"]:
         started = time.time()
-        result = run_variant(name, args.runs, args.processes, args.steps, args.size,
-                             args.kind or ["feature", "interaction"], args.precision or ["float32", "bf16"])
+        result = run_variant(
+            name,
+            args.runs,
+            args.processes,
+            args.steps,
+            args.size,
+            args.kind or ["feature", "interaction"],
+            args.precision or ["float32", "bf16"],
+        )
         result["seconds"] = round(time.time() - started)
         summary["variants"].append(result)
-        print(f"{name}: {result['runs']} runs, {result['failed_runs']} failed, "
-              f"{result['crashed_processes']} processes crashed, {result['seconds']} s", flush=True)
+        print(
+            f"{name}: {result['runs']} runs, {result['failed_runs']} failed, "
+            f"{result['crashed_processes']} processes crashed, {result['seconds']} s",
+            flush=True,
+        )
         for failure in result["failures"][:5]:
             print(f"  run {failure['run']} ({failure['kind']}, {failure['precision']}): {failure['error']}")
         for crash in result["crashes"][:3]:

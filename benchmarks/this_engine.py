@@ -7,15 +7,16 @@
 * encode: ``SentenceEncoder.load(folder, precision).encode(sentences, batch_size=64)``
   on a model folder written by ``save_model_dir``, tokenisation included.
 """
+
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-
 import cosent_tf as ct  # noqa: E402
 from cosent_tf.backend import keras  # noqa: E402
+
+import common  # noqa: E402
 
 
 def train(precision):
@@ -23,8 +24,9 @@ def train(precision):
     keras.utils.set_random_seed(0)
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)
-    dataset = ct.pair_dataset(tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels,
-                              batch_size=common.BATCH_PAIRS, seed=0)
+    dataset = ct.pair_dataset(
+        tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b), labels, batch_size=common.BATCH_PAIRS, seed=0
+    )
     model = ct.build_encoder(common.MODEL_CONFIG)
     model.compile(optimizer=ct.FusedAdam(common.LEARNING_RATE), loss=ct.CoSENTLoss(common.SCALE))
     clock, losses = common.StepClock(), []
@@ -36,8 +38,13 @@ def encode(precision):
     sentences = common.test_sentences()
     keras.utils.set_random_seed(0)
     with tempfile.TemporaryDirectory() as folder:
-        ct.save_model_dir(folder, ct.build_encoder(common.MODEL_CONFIG), ct.ModelSpec("feature", maxlen=common.MAXLEN),
-                          common.MODEL_CONFIG, common.vocab_path())
+        ct.save_model_dir(
+            folder,
+            ct.build_encoder(common.MODEL_CONFIG),
+            ct.ModelSpec("feature", maxlen=common.MAXLEN),
+            common.MODEL_CONFIG,
+            common.vocab_path(),
+        )
         encoder = ct.SentenceEncoder.load(folder, precision)
 
     def run(texts):

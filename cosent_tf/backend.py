@@ -15,10 +15,10 @@ Keras 2. What this module works around:
   under a float32 policy fails. ``model_precision`` restores the model's own policy.
 * tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
   it registers ops at import and is not needed for training.
-* TensorFlow's default CPU allocator hands large buffers back to the system and faults
-  them in again on the next step: with a 21128-row embedding that was a third of a small
-  model's training step, spent in the kernel. ``TF_CPU_ALLOCATOR_USE_BFC=1`` (set here
-  unless already set) keeps them in TensorFlow's own BFC pool.
+* TensorFlow's default CPU allocator hands large buffers (a 21128-row embedding's
+  gradient, say) back to the system and faults them in again on the next step.
+  ``TF_CPU_ALLOCATOR_USE_BFC=1`` (set here unless already set) keeps them in
+  TensorFlow's own BFC pool.
 * oneDNN 3.7 (bundled with TensorFlow 2.21) can hand a matmul over a size-1 dimension a
   cached primitive made for the same shapes with other strides on that dimension, which
   may need a larger scratchpad than the one TensorFlow allocated (fixed in oneDNN 3.11,
@@ -34,6 +34,7 @@ hooks (:class:`cosent_tf.callbacks.StepBackup`) and Adam's slot bookkeeping
 (:class:`cosent_tf.optimizers.FusedAdam`); :func:`random_seed` also reads TensorFlow's
 eager seed state.
 """
+
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -180,8 +181,13 @@ def random_seed(seed: int) -> Iterator[None]:
     does; afterwards each generator is back in the state it had before."""
     eager = _eager_context.context()
     tf_rng = getattr(eager, "_rng", None)
-    saved = (random.getstate(), np.random.get_state(), eager._seed, tf_rng and tf_rng.getstate(),
-             getattr(_keras_backend._SEED_GENERATOR, "generator", None))
+    saved = (
+        random.getstate(),
+        np.random.get_state(),
+        eager._seed,
+        tf_rng and tf_rng.getstate(),
+        getattr(_keras_backend._SEED_GENERATOR, "generator", None),
+    )
     keras.utils.set_random_seed(seed)
     try:
         yield

@@ -1,5 +1,6 @@
 """Keras callbacks of the training engine: keep the best epoch, stop on a non-finite loss,
 and save the training state for an exact resume."""
+
 import csv
 import logging
 import math
@@ -27,8 +28,9 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     Best weights are chosen at epoch ends only, as in the original experiments.
     """
 
-    def __init__(self, evaluate, weights_path=None, monitor="spearman", restore_best=True, every_steps=0,
-                 csv_path=None):
+    def __init__(
+        self, evaluate, weights_path=None, monitor="spearman", restore_best=True, every_steps=0, csv_path=None
+    ):
         super().__init__()
         self.evaluate = evaluate
         self.weights_path = weights_path
@@ -57,8 +59,13 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             for row in self.history:
                 if row["end_of_epoch"] and row[self.monitor] > self.best:
                     self.best, self.best_epoch = row[self.monitor], row["epoch"]
-            logger.info("resumed at step %d: best valid %s so far %.4f (epoch %s)", step, self.monitor, self.best,
-                        self.best_epoch)
+            logger.info(
+                "resumed at step %d: best valid %s so far %.4f (epoch %s)",
+                step,
+                self.monitor,
+                self.best,
+                self.best_epoch,
+            )
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.every_steps or batch + 1 == self.params.get("steps"):
@@ -112,11 +119,10 @@ def _format(metrics):
 
 def _write_history(path, rows):
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def read_history(path: str) -> list:
@@ -152,7 +158,8 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
             kept = [f"{what} is in {path}" for what, path in self.kept if os.path.exists(path)]
             raise NonFiniteLossError(
                 f"the training loss became {loss} at step {step} (batch {batch + 1} of the epoch); "
-                "training stopped. " + ("; ".join(kept) + "." if kept else "Nothing was saved yet.")
+                "training stopped. "
+                + ("; ".join(kept) + "." if kept else "Nothing was saved yet.")
                 + (" " + self.advice if self.advice else "")
             )
 

@@ -1,5 +1,6 @@
 """Google-format TF checkpoints (``bert_config.json``, ``bert_model.ckpt.*``, ``vocab.txt``):
 reading and checking the config, finding, checking and loading the weights, and writing them."""
+
 import json
 import os
 import re
@@ -112,9 +113,7 @@ def check_checkpoint(transformer, checkpoint_prefix: str) -> None:
     deeper = sorted(
         name
         for name in available
-        if layers is not None
-        and (match := re.search(r"/encoder/layer_(\d+)/", name))
-        and int(match.group(1)) >= layers
+        if layers is not None and (match := re.search(r"/encoder/layer_(\d+)/", name)) and int(match.group(1)) >= layers
     )
     if deeper:
         problems.append(
@@ -205,9 +204,7 @@ def write_checkpoint_folder(model, directory, config, architecture="bert", vocab
         config = read_config(config)
     names = _write_variables(model, config, architecture, os.path.join(directory, CHECKPOINT_PREFIX), extra)
     with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
-        f.write(
-            f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n'
-        )
+        f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
     if vocab_path is not None:

@@ -7,6 +7,7 @@ checked before the work starts: an output file may not be a folder or an input, 
 output folder (index, export) must be new, empty, or (with ``--overwrite``) an earlier
 output of the same kind that holds no input.
 """
+
 import argparse
 import contextlib
 import json
@@ -61,9 +62,8 @@ def _encode(args):
     check_output_file(args.output, [args.texts])
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
     vectors = encoder.encode(read_lines(args.texts, args.strict), args.batch_size, normalize=not args.no_normalize)
-    with atomic_path(args.output) as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, vectors)
+    with atomic_path(args.output) as tmp, open(tmp, "wb") as f:
+        np.save(f, vectors)
     print(f"{args.output}: {vectors.shape[0]} vectors of dimension {vectors.shape[1]}")
 
 
@@ -104,15 +104,21 @@ def _search_query(args):
     if not model_dir:
         raise CosentError(f"{args.index_dir}: the index does not record its model; pass --model-dir MODEL_DIR")
     if args.model_dir and index.model_dir and os.path.realpath(args.model_dir) != os.path.realpath(index.model_dir):
-        raise CosentError(f"{args.index_dir}: the index was built with the model {index.model_dir}, not "
-                          f"{args.model_dir}; its vectors cannot be compared with another model's: query it "
-                          "without --model-dir, or build an index with this model")
+        raise CosentError(
+            f"{args.index_dir}: the index was built with the model {index.model_dir}, not "
+            f"{args.model_dir}; its vectors cannot be compared with another model's: query it "
+            "without --model-dir, or build an index with this model"
+        )
     encoder = SentenceEncoder.load(model_dir, args.precision)
     queries = read_lines(args.queries, args.strict)
     hits = encoder.search(queries, index, args.top_k, args.batch_size)
-    write_text(args.output, "".join(
-        json.dumps({"query": query, "hits": [hit._asdict() for hit in row]}, ensure_ascii=False) + "\n"
-        for query, row in zip(queries, hits)))
+    write_text(
+        args.output,
+        "".join(
+            json.dumps({"query": query, "hits": [hit._asdict() for hit in row]}, ensure_ascii=False) + "\n"
+            for query, row in zip(queries, hits)
+        ),
+    )
     print(f"{args.output}: top {args.top_k} of {len(index)} for {len(queries)} queries")
 
 
@@ -125,7 +131,8 @@ def _export(args):
 
 def argument_parser():
     parser = argparse.ArgumentParser(
-        prog="cosent-tf", description="Use a trained cosent-tf model folder (a training run's OUTPUT_DIR/model).")
+        prog="cosent-tf", description="Use a trained cosent-tf model folder (a training run's OUTPUT_DIR/model)."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, handler, help_text, parent=commands):
@@ -145,9 +152,12 @@ def argument_parser():
     sub.add_argument("--no-normalize", action="store_true", help="keep raw vectors instead of unit length")
     inference_options(sub)
 
-    sub = command("similarity", _similarity,
-                  "Score the pairs of a TSV file (text_a<TAB>text_b[<TAB>...]); writes each line with its score "
-                  "(cosine, or the interaction model's score) and, when the model has a tuned threshold, 0/1.")
+    sub = command(
+        "similarity",
+        _similarity,
+        "Score the pairs of a TSV file (text_a<TAB>text_b[<TAB>...]); writes each line with its score "
+        "(cosine, or the interaction model's score) and, when the model has a tuned threshold, 0/1.",
+    )
     sub.add_argument("model_dir")
     sub.add_argument("pairs")
     sub.add_argument("output")
@@ -161,8 +171,12 @@ def argument_parser():
     sub.add_argument("index_dir", help="a new or empty folder (or an earlier index, with --overwrite)")
     sub.add_argument("--overwrite", action="store_true", help="replace INDEX_DIR if it holds an earlier index")
     inference_options(sub)
-    sub = command("query", _search_query,
-                  "Find the top-k corpus texts of each query line by exact cosine; writes JSON lines.", actions)
+    sub = command(
+        "query",
+        _search_query,
+        "Find the top-k corpus texts of each query line by exact cosine; writes JSON lines.",
+        actions,
+    )
     sub.add_argument("index_dir")
     sub.add_argument("queries", help="UTF-8 text file, one query a line")
     sub.add_argument("output", help=".jsonl file: one {query, hits: [{index, score, text}]} per query")
@@ -170,9 +184,12 @@ def argument_parser():
     sub.add_argument("--top-k", type=int, default=10)
     inference_options(sub)
 
-    sub = command("export", _export,
-                  "Write a TensorFlow SavedModel whose serving signature takes raw UTF-8 strings "
-                  "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text).")
+    sub = command(
+        "export",
+        _export,
+        "Write a TensorFlow SavedModel whose serving signature takes raw UTF-8 strings "
+        "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text).",
+    )
     sub.add_argument("model_dir")
     sub.add_argument("output_dir", help="a new or empty folder (or an earlier export, with --overwrite)")
     sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier SavedModel")
@@ -194,19 +211,20 @@ def main(argv=None) -> int:
 # The training scripts (scripts/*.py): options of cosent_tf.training.RunConfig.
 
 
-def _number(kind, low, high=None, low_included=True):
-    """An argparse type: ``kind`` (int or float) in [low, high] (or (low, high]); errors say which."""
+def _number(number_type, low, high=None, low_included=True):
+    """An argparse type: ``number_type`` (int or float) in [low, high] (or (low, high]); errors say which."""
 
     def parse(text):
         try:
-            value = kind(text)
+            value = number_type(text)
         except ValueError:
-            what = "an integer" if kind is int else "a number"
+            what = "an integer" if number_type is int else "a number"
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         above = value >= low if low_included else value > low
         if not (above and (high is None or value <= high) and math.isfinite(value)):
             limit = f"{'at least' if low_included else 'above'} {low}" + (
-                f" and at most {high}" if high is not None else "")
+                f" and at most {high}" if high is not None else ""
+            )
             raise argparse.ArgumentTypeError(f"must be {limit}, got {text}")
         return value
 
@@ -222,17 +240,29 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
     from .training import RunConfig
 
     parser = argparse.ArgumentParser(
-        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test.")
+        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test."
+    )
     if task is None:
         parser.add_argument("task", choices=MATCHING_TASKS)
     parser.add_argument("--loss", default=loss, choices=loss_names(kind))
-    parser.add_argument("--data-dir", default=RunConfig.data_dir,
-                        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder")
-    parser.add_argument("--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)")
+    parser.add_argument(
+        "--data-dir",
+        default=RunConfig.data_dir,
+        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder",
+    )
+    parser.add_argument(
+        "--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)"
+    )
     parser.add_argument("--checkpoint", help="Google-format checkpoint folder or prefix")
     parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
-    parser.add_argument("--architecture", "--model", dest="architecture", default=RunConfig.architecture,
-                        choices=sorted(ARCHITECTURES), help="the transformer family (--model is its old name)")
+    parser.add_argument(
+        "--architecture",
+        "--model",
+        dest="architecture",
+        default=RunConfig.architecture,
+        choices=sorted(ARCHITECTURES),
+        help="the transformer family (--model is its old name)",
+    )
     parser.add_argument("--pooling", default=RunConfig.pooling, choices=POOLING_MODES)
     defaults = "default: the task's, as in the original scripts (cosent_tf.tasks)"
     parser.add_argument("--maxlen", type=_number(int, 3), help=defaults)
@@ -240,29 +270,48 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
     parser.add_argument("--epochs", type=_number(int, 1), help=defaults)
     parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default: one pass over train (NLI 5000)")
     parser.add_argument("--lr", type=_number(float, 0, low_included=False), default=RunConfig.lr)
-    parser.add_argument("--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale,
-                        help="CoSENT's lambda")
+    parser.add_argument(
+        "--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale, help="CoSENT's lambda"
+    )
     parser.add_argument("--epsilon", type=float, default=RunConfig.epsilon, help="contrastive threshold")
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
     parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
-    parser.add_argument("--train-from-valid", type=_number(float, 0, 1, low_included=False), metavar="FRACTION",
-                        help="when the task has no train split, train on this seeded part of valid "
-                             "(results are then not comparable with published numbers)")
-    parser.add_argument("--eval-every", type=_number(int, 0), default=0, metavar="STEPS",
-                        help="also validate every STEPS steps (for convergence curves)")
+    parser.add_argument(
+        "--train-from-valid",
+        type=_number(float, 0, 1, low_included=False),
+        metavar="FRACTION",
+        help="when the task has no train split, train on this seeded part of valid "
+        "(results are then not comparable with published numbers)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=_number(int, 0),
+        default=0,
+        metavar="STEPS",
+        help="also validate every STEPS steps (for convergence curves)",
+    )
     parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
-    parser.add_argument("--backup-every", type=_number(int, 0), default=0, metavar="STEPS",
-                        help="also save the training state every STEPS steps (it is always saved at epoch ends "
-                             "and on SIGTERM/SIGINT)")
-    parser.add_argument("--strict", action="store_true",
-                        help="any line the readers would skip or flag (wrong field count, empty text, repeated "
-                             "pair, NLI label '-') is an error naming file and line, instead of a warning")
+    parser.add_argument(
+        "--backup-every",
+        type=_number(int, 0),
+        default=0,
+        metavar="STEPS",
+        help="also save the training state every STEPS steps (it is always saved at epoch ends and on SIGTERM/SIGINT)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="any line the readers would skip or flag (wrong field count, empty text, repeated "
+        "pair, NLI label '-') is an error naming file and line, instead of a warning",
+    )
     parser.add_argument("--precision", default=RunConfig.precision, choices=list(PRECISIONS))
     parser.add_argument("--output-dir", help="a new or empty folder, or this run's own folder to resume it")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="train over a finished run (or one with other settings) in --output-dir, "
-                             "removing its outputs first")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train over a finished run (or one with other settings) in --output-dir, removing its outputs first",
+    )
     return parser
 
 
@@ -291,3 +340,16 @@ def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def report_main(argv=None) -> None:
+    """``scripts/report.py``: tables and plots comparing finished runs."""
+    from .report import write_report
+
+    parser = argparse.ArgumentParser(description="Tables and plots comparing finished runs.")
+    parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")
+    parser.add_argument("--output-dir", default="docs/results")
+    parser.add_argument("--preface", default="", help="text placed above the tables")
+    args = parser.parse_args(argv)
+    for path in write_report(args.runs, args.output_dir, args.preface):
+        print(path)

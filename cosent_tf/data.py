@@ -1,4 +1,5 @@
 """Readers for the senteval_cn matching files, CNSD NLI jsonl, and plain text inputs."""
+
 import dataclasses
 import fnmatch
 import json
@@ -32,12 +33,17 @@ class PairData:
     def __len__(self):
         return len(self.labels)
 
-    def subset(self, indices):
+    def subset(self, indices) -> "PairData":
         indices = np.asarray(indices, dtype=np.int64)
-        return PairData([self.texts_a[i] for i in indices], [self.texts_b[i] for i in indices],
-                        self.labels[indices], self.source, list(self.skipped_lines))
+        return PairData(
+            [self.texts_a[i] for i in indices],
+            [self.texts_b[i] for i in indices],
+            self.labels[indices],
+            self.source,
+            list(self.skipped_lines),
+        )
 
-    def sample(self, count, seed):
+    def sample(self, count: int, seed: int) -> "PairData":
         """A seeded random subset of ``count`` pairs (all pairs if there are fewer), in file order."""
         if count is None or count >= len(self):
             return self
@@ -45,17 +51,20 @@ class PairData:
         return self.subset(np.sort(rng.choice(len(self), size=count, replace=False)))
 
     @staticmethod
-    def concat(parts):
+    def concat(parts) -> "PairData":
         return PairData(
-            [t for p in parts for t in p.texts_a], [t for p in parts for t in p.texts_b],
+            [t for p in parts for t in p.texts_a],
+            [t for p in parts for t in p.texts_b],
             np.concatenate([p.labels for p in parts]).astype(np.float32),
-            ", ".join(p.source for p in parts), [])
+            ", ".join(p.source for p in parts),
+            [],
+        )
 
 
 def _decoded_lines(path):
     """Yield (line number, text) of a UTF-8 file; a bad byte sequence names its line."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 (a with block follows; only the open may fail here)
     except OSError as e:
         raise DataError(path, f"cannot open ({e.strerror})") from e
     with handle:
@@ -117,8 +126,9 @@ def read_senteval(path, strict: bool = False, task=None) -> PairData:
     for number, line in _decoded_lines(path):
         fields = _without_newline(line).split("\t")
         if len(fields) != 3:
-            problems.add(number, "without exactly 3 tab-separated fields, skipped",
-                         f": found {len(fields)}", skipped=True)
+            problems.add(
+                number, "without exactly 3 tab-separated fields, skipped", f": found {len(fields)}", skipped=True
+            )
             continue
         labels.append(_label(path, number, fields[2], task))
         _check_texts(problems, number, fields[:2], seen)
@@ -149,7 +159,7 @@ def _label(path, number, text, task: Task):
     return label
 
 
-def read_nli(path, strict=False):
+def read_nli(path, strict: bool = False) -> PairData:
     """Read CNSD jsonl (``sentence1``, ``sentence2``, ``gold_label``) with ordinal labels.
 
     Lines whose gold label is not one of the three classes (e.g. ``-``) and blank lines
@@ -178,8 +188,12 @@ def read_nli(path, strict=False):
         if wrong:
             raise DataError(path, f"{' and '.join(wrong)} must be a string", line=number)
         if not isinstance(record["gold_label"], str) or record["gold_label"] not in NLI_LABELS:
-            problems.add(number, "with a gold_label outside " + "/".join(NLI_LABELS) + ", skipped",
-                         f": {record['gold_label']!r}", skipped=True)
+            problems.add(
+                number,
+                "with a gold_label outside " + "/".join(NLI_LABELS) + ", skipped",
+                f": {record['gold_label']!r}",
+                skipped=True,
+            )
             continue
         _check_texts(problems, number, texts, seen)
         texts_a.append(texts[0])
@@ -212,7 +226,7 @@ def _without_newline(line):
     return line.rstrip("\r\n")
 
 
-def read_lines(path, strict=False):
+def read_lines(path, strict: bool = False) -> list:
     """The lines of a UTF-8 text file, one text each (for encode, index and search input).
 
     Line i of the file is text i: empty lines are kept as empty texts so outputs stay
@@ -230,7 +244,7 @@ def read_lines(path, strict=False):
     return texts
 
 
-def read_pair_lines(path, strict=False):
+def read_pair_lines(path, strict: bool = False) -> tuple:
     """``text_a<TAB>text_b[<TAB>anything else]`` lines: (texts_a, texts_b, the raw lines).
 
     Extra fields (a label, say) are carried through untouched in the raw lines; a line
@@ -244,8 +258,12 @@ def read_pair_lines(path, strict=False):
         line = _without_newline(line)
         fields = line.split("\t")
         if len(fields) < 2:
-            raise DataError(path, "expected two tab-separated texts (text_a<TAB>text_b), "
-                                  f"found {'an empty line' if not line else 'no tab'}", line=number)
+            raise DataError(
+                path,
+                "expected two tab-separated texts (text_a<TAB>text_b), "
+                f"found {'an empty line' if not line else 'no tab'}",
+                line=number,
+            )
         if not (fields[0].strip() and fields[1].strip()):
             problems.add(number, "with an empty text, kept")
         texts_a.append(fields[0])

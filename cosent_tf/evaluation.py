@@ -1,6 +1,7 @@
 """Metrics as the original experiments report them: Spearman (and Pearson) of scores against
 labels, and accuracy at the threshold that is best on valid. Scores come from
 :mod:`cosent_tf.inference`."""
+
 import warnings
 
 import numpy as np
@@ -85,6 +86,5 @@ def mean_over_tasks(per_task: dict) -> dict:
 
 def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
     """Deprecated: :func:`cosent_tf.inference.cosine_scores`."""
-    warnings.warn("pair_cosines is deprecated; use cosent_tf.inference.cosine_scores", DeprecationWarning,
-                  stacklevel=2)
+    warnings.warn("pair_cosines is deprecated; use cosent_tf.inference.cosine_scores", DeprecationWarning, stacklevel=2)
     return inference.cosine_scores(encoder, ids_a, ids_b, batch_size, show_progress)

@@ -10,6 +10,7 @@ the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signature
 
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
 """
+
 import json
 import os
 
@@ -58,11 +59,12 @@ class _Served(tf.Module):
         return {"scores": self._scores(token_ids, segment_ids)}
 
 
-SAVED_MODEL = FolderKind("a SavedModel export", "saved_model.pb",
-                         ("saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"))
+SAVED_MODEL = FolderKind(
+    "a SavedModel export", "saved_model.pb", ("saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra")
+)
 
 
-def export_saved_model(model_dir, out_dir, overwrite=False):
+def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False) -> list:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
     Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
@@ -73,8 +75,10 @@ def export_saved_model(model_dir, out_dir, overwrite=False):
     check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
     spec, model, sentence_tokenizer = load_model_dir(model_dir)
     if spec.word_level:
-        raise ConfigError(f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
-                          "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder")
+        raise ConfigError(
+            f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
+            "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder"
+        )
     token_dict = sentence_tokenizer.token_dict
     served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case))
     if spec.kind == "feature":
@@ -85,6 +89,16 @@ def export_saved_model(model_dir, out_dir, overwrite=False):
         tf.saved_model.save(served, tmp, signatures=signatures)
         os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
         with open(os.path.join(tmp, "assets.extra", "cosent_model.json"), "w", encoding="utf-8") as f:
-            json.dump({"signatures": sorted(signatures), "kind": spec.kind, "maxlen": spec.maxlen,
-                       "threshold": spec.threshold, "source": spec.source}, f, indent=2, ensure_ascii=False)
+            json.dump(
+                {
+                    "signatures": sorted(signatures),
+                    "kind": spec.kind,
+                    "maxlen": spec.maxlen,
+                    "threshold": spec.threshold,
+                    "source": spec.source,
+                },
+                f,
+                indent=2,
+                ensure_ascii=False,
+            )
     return sorted(signatures)

@@ -22,14 +22,23 @@ adjacent combining marks is not applied (only marks that are not ``Mn`` survive 
 so this matters for a few spacing marks only); invalid UTF-8 bytes become U+FFFD and
 are dropped (a Python caller cannot pass them at all).
 """
+
 import functools
 import unicodedata
 
 from .backend import import_tensorflow_text, tf
 
 MAX_WORD_CHARS = 200  # bert4keras Tokenizer(word_maxlen=200)
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
 _CJK_PATTERN = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in _CJK_RANGES) + "]"
 
 
@@ -39,8 +48,13 @@ def _is_cjk(code):
 
 def _is_punctuation(ch):
     code = ord(ch)
-    return (33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126
-            or unicodedata.category(ch).startswith("P"))
+    return (
+        33 <= code <= 47
+        or 58 <= code <= 64
+        or 91 <= code <= 96
+        or 123 <= code <= 126
+        or unicodedata.category(ch).startswith("P")
+    )
 
 
 def _spaced(ch):
@@ -94,17 +108,23 @@ class GraphTokenizer(tf.Module):
         self.cls_id, self.sep_id = token_dict["[CLS]"], token_dict["[SEP]"]
         table = character_table(bool(do_lower_case))
         self._characters = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tf.constant(list(table.keys())), tf.constant(list(table.values()))),
-            default_value="\x00")  # NUL is always in the table (it maps to ""), so never a value
+            tf.lookup.KeyValueTensorInitializer(tf.constant(list(table.keys())), tf.constant(list(table.values()))),
+            default_value="\x00",
+        )  # NUL is always in the table (it maps to ""), so never a value
         tokens = list(token_dict)
         self._vocab = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
-                tf.constant(tokens), tf.constant([token_dict[t] for t in tokens], dtype=tf.int64)),
-            default_value=token_dict.get("[UNK]", 0))
+                tf.constant(tokens), tf.constant([token_dict[t] for t in tokens], dtype=tf.int64)
+            ),
+            default_value=token_dict.get("[UNK]", 0),
+        )
         self._wordpiece = import_tensorflow_text().WordpieceTokenizer(
-            self._vocab, suffix_indicator="##", max_bytes_per_word=4 * MAX_WORD_CHARS + 4,
-            token_out_type=tf.int64, unknown_token="[UNK]")
+            self._vocab,
+            suffix_indicator="##",
+            max_bytes_per_word=4 * MAX_WORD_CHARS + 4,
+            token_out_type=tf.int64,
+            unknown_token="[UNK]",
+        )
 
     def tokenize(self, texts):
         """Token ids of each text, without [CLS]/[SEP] or truncation: ragged int64 (batch, None)."""

@@ -5,6 +5,7 @@
 (truncated to the model's maxlen; an empty text is ``[CLS] [SEP]``) and run in batches
 of similar length; results come back in input order.
 """
+
 import collections
 import json
 import os
@@ -51,8 +52,9 @@ def batched_outputs(model: keras.Model, token_ids: list, batch_size: int = 64, s
     order, batches = length_sorted_batches(token_ids, batch_size)
     outputs = [
         function(ids, np.zeros_like(ids)).numpy()
-        for _, ids in tqdm(batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding",
-                           disable=not show_progress)
+        for _, ids in tqdm(
+            batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding", disable=not show_progress
+        )
     ]
     if not outputs:
         return np.zeros((0,) + tuple(model.output_shape[1:]), dtype=np.float32)
@@ -67,7 +69,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 def cosine_scores(encoder: keras.Model, ids_a: list, ids_b: list, batch_size: int = 64, show_progress=False):
     """Cosine of each pair's two sentence vectors (both sides encoded in one pass)."""
     vectors = l2_normalize(batched_outputs(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
-    first, second = vectors[: len(ids_a)], vectors[len(ids_a):]
+    first, second = vectors[: len(ids_a)], vectors[len(ids_a) :]
     return np.sum(first * second, axis=1)
 
 
@@ -79,8 +81,7 @@ def interaction_scores(model: keras.Model, pair_ids: list, batch_size: int = 64,
 def check_texts(texts, name="texts"):
     """``texts`` as a list of str; a clear TypeError for anything else."""
     if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, not a single {type(texts).__name__}; "
-                        "wrap it in a list")
+        raise TypeError(f"{name} must be a sequence of strings, not a single {type(texts).__name__}; wrap it in a list")
     try:
         texts = list(texts)
     except TypeError:
@@ -109,7 +110,7 @@ class _Matcher:
         self.model, self.tokenizer, self.spec, self.path = model, tokenizer, spec, path
 
     @classmethod
-    def load(cls, path, precision="float32"):
+    def load(cls, path: str, precision: str = "float32"):
         """Load a model folder; ``precision='bf16'`` computes in mixed bfloat16."""
         with dtype_policy(policy_name(precision)):
             spec, model, tokenizer = load_model_dir(path)
@@ -119,15 +120,17 @@ class _Matcher:
         return cls(model, tokenizer, spec, os.path.abspath(path))
 
     @property
-    def threshold(self):
+    def threshold(self) -> float:
         return None if self.spec is None else self.spec.threshold
 
-    def predict(self, texts_a, texts_b, threshold=None, **kwargs):
+    def predict(self, texts_a, texts_b, threshold: float = None, **kwargs) -> np.ndarray:
         """1 where a pair's score is above the threshold (the tuned one by default), else 0."""
         threshold = self.threshold if threshold is None else threshold
         if threshold is None:
-            raise ConfigError(f"{self.path or 'this model'}: no tuned threshold (its training task had no "
-                              "binary labels); pass threshold=")
+            raise ConfigError(
+                f"{self.path or 'this model'}: no tuned threshold (its training task had no "
+                "binary labels); pass threshold="
+            )
         return (self.similarity(texts_a, texts_b, **kwargs) > threshold).astype(np.int32)
 
 
@@ -136,36 +139,44 @@ class SentenceEncoder(_Matcher):
 
     KIND = "feature"
 
-    def encode(self, texts, batch_size=64, normalize=True, show_progress=None):
+    def encode(self, texts, batch_size: int = 64, normalize: bool = True, show_progress: bool = None) -> np.ndarray:
         """Vectors of ``texts`` (float32, shape (len(texts), dim)), L2-normalised by default."""
         texts = check_texts(texts)
-        vectors = batched_outputs(self.model, self.tokenizer.encode_all(texts), batch_size,
-                                  _show(show_progress, len(texts)))
+        vectors = batched_outputs(
+            self.model, self.tokenizer.encode_all(texts), batch_size, _show(show_progress, len(texts))
+        )
         return l2_normalize(vectors) if normalize else vectors
 
-    def similarity(self, texts_a, texts_b, batch_size=64, show_progress=None):
+    def similarity(self, texts_a, texts_b, batch_size: int = 64, show_progress: bool = None) -> np.ndarray:
         """Cosine of each aligned pair (texts_a[i], texts_b[i])."""
         texts_a, texts_b = check_pairs(texts_a, texts_b)
         vectors = self.encode(texts_a + texts_b, batch_size, True, show_progress)
-        return np.sum(vectors[: len(texts_a)] * vectors[len(texts_a):], axis=1)
+        return np.sum(vectors[: len(texts_a)] * vectors[len(texts_a) :], axis=1)
 
-    def build_index(self, corpus, batch_size=64, show_progress=None):
+    def build_index(self, corpus, batch_size: int = 64, show_progress: bool = None) -> "VectorIndex":
         corpus = check_texts(corpus, "corpus")
         return VectorIndex(self.encode(corpus, batch_size, True, show_progress), corpus, model_dir=self.path)
 
-    def search(self, queries, corpus_or_index, top_k=10, batch_size=64, show_progress=None):
+    def search(
+        self, queries, corpus_or_index, top_k: int = 10, batch_size: int = 64, show_progress: bool = None
+    ) -> list:
         """The ``top_k`` most similar corpus texts of each query, by exact cosine.
 
         ``corpus_or_index`` is a list of texts (encoded now) or a :class:`VectorIndex`.
         Returns one list of :class:`Hit` (index, score, text) per query, best first;
         ties go to the lower corpus index.
         """
-        index = (corpus_or_index if isinstance(corpus_or_index, VectorIndex)
-                 else self.build_index(corpus_or_index, batch_size, show_progress))
+        index = (
+            corpus_or_index
+            if isinstance(corpus_or_index, VectorIndex)
+            else self.build_index(corpus_or_index, batch_size, show_progress)
+        )
         queries = self.encode(queries, batch_size, True, show_progress)
         scores, indices = index.search(queries, top_k)
-        return [[Hit(int(i), float(s), index.texts[i]) for s, i in zip(row_scores, row_indices)]
-                for row_scores, row_indices in zip(scores, indices)]
+        return [
+            [Hit(int(i), float(s), index.texts[i]) for s, i in zip(row_scores, row_indices)]
+            for row_scores, row_indices in zip(scores, indices)
+        ]
 
 
 class PairScorer(_Matcher):
@@ -177,10 +188,11 @@ class PairScorer(_Matcher):
 
     KIND = "interaction"
 
-    def similarity(self, texts_a, texts_b, batch_size=64, show_progress=None):
+    def similarity(self, texts_a, texts_b, batch_size: int = 64, show_progress: bool = None) -> np.ndarray:
         texts_a, texts_b = check_pairs(texts_a, texts_b)
-        return interaction_scores(self.model, self.tokenizer.encode_pairs(texts_a, texts_b), batch_size,
-                                  _show(show_progress, len(texts_a)))
+        return interaction_scores(
+            self.model, self.tokenizer.encode_pairs(texts_a, texts_b), batch_size, _show(show_progress, len(texts_a))
+        )
 
     score = similarity
 
@@ -204,26 +216,36 @@ class VectorIndex:
     def __len__(self):
         return len(self.texts)
 
-    def search(self, query_vectors, top_k=10):
+    def search(self, query_vectors, top_k: int = 10) -> tuple:
         """(scores, indices), each (queries, min(top_k, len(self))), best first."""
         query_vectors = np.asarray(query_vectors, dtype=np.float32)
         if query_vectors.ndim != 2 or query_vectors.shape[1] != self.vectors.shape[1]:
-            raise ValueError(f"query vectors of shape {query_vectors.shape} do not fit this index's "
-                             f"dimension {self.vectors.shape[1]}; encode them with the index's model ({self.model_dir})")
+            raise ValueError(
+                f"query vectors of shape {query_vectors.shape} do not fit this index's "
+                f"dimension {self.vectors.shape[1]}; encode them with the index's model ({self.model_dir})"
+            )
         return top_k_cosine(query_vectors, self.vectors, top_k)
 
-    def save(self, directory, overwrite=False, inputs=()):
+    def save(self, directory: str, overwrite: bool = False, inputs=()) -> None:
         """Write the index folder; an existing one must be empty, or an index and ``overwrite`` true."""
         with atomic_directory(directory, self.FOLDER, overwrite, inputs) as tmp:
             np.save(os.path.join(tmp, self.VECTORS), np.asarray(self.vectors, dtype=np.float32))
             with open(os.path.join(tmp, self.TEXTS), "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(text, ensure_ascii=False) + "\n" for text in self.texts)
             with open(os.path.join(tmp, self.INFO), "w", encoding="utf-8") as f:
-                json.dump({"format": "cosent-tf-index", "count": len(self), "dimension": int(self.vectors.shape[1]),
-                           "model_dir": self.model_dir}, f, indent=2)
+                json.dump(
+                    {
+                        "format": "cosent-tf-index",
+                        "count": len(self),
+                        "dimension": int(self.vectors.shape[1]),
+                        "model_dir": self.model_dir,
+                    },
+                    f,
+                    indent=2,
+                )
 
     @classmethod
-    def load(cls, directory, mmap=True):
+    def load(cls, directory: str, mmap: bool = True) -> "VectorIndex":
         paths = {name: os.path.join(directory, name) for name in (cls.VECTORS, cls.TEXTS, cls.INFO)}
         missing = [name for name, path in paths.items() if not os.path.exists(path)]
         if missing:
@@ -242,8 +264,10 @@ class VectorIndex:
         except (ValueError, OSError, EOFError) as e:
             raise DataError(paths[cls.VECTORS], f"not a readable .npy matrix ({e}); rebuild the index") from None
         if vectors.ndim != 2 or vectors.dtype != np.float32:
-            raise DataError(paths[cls.VECTORS], f"holds a {vectors.dtype} array of shape {vectors.shape}, "
-                                                "not a float32 matrix; rebuild the index")
+            raise DataError(
+                paths[cls.VECTORS],
+                f"holds a {vectors.dtype} array of shape {vectors.shape}, not a float32 matrix; rebuild the index",
+            )
         texts = []
         with open(paths[cls.TEXTS], encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):
@@ -252,13 +276,15 @@ class VectorIndex:
                 except json.JSONDecodeError as e:
                     raise DataError(paths[cls.TEXTS], f"not a JSON string ({e.msg})", line=number) from e
         if len(texts) != len(vectors) or info.get("count") != len(vectors):
-            raise ConfigError(f"{directory}: {len(vectors)} vectors, {len(texts)} texts and a count of "
-                              f"{info.get('count')} do not agree; rebuild the index")
+            raise ConfigError(
+                f"{directory}: {len(vectors)} vectors, {len(texts)} texts and a count of "
+                f"{info.get('count')} do not agree; rebuild the index"
+            )
         # Indexes written before 0.2 call the model folder "model".
         return cls(vectors, texts, model_dir=info.get("model_dir", info.get("model")))
 
 
-def top_k_cosine(queries, corpus, top_k, query_chunk=256, corpus_chunk=16384):
+def top_k_cosine(queries, corpus, top_k: int, query_chunk: int = 256, corpus_chunk: int = 16384) -> tuple:
     """Exact top-k by dot product of unit vectors: ``(scores, indices)``, best first.
 
     Works through ``query_chunk`` x ``corpus_chunk`` blocks, so memory stays bounded by
@@ -272,16 +298,17 @@ def top_k_cosine(queries, corpus, top_k, query_chunk=256, corpus_chunk=16384):
     all_scores = np.zeros((len(queries), k), dtype=np.float32)
     all_indices = np.zeros((len(queries), k), dtype=np.int64)
     for q in range(0, len(queries), query_chunk):
-        block = queries[q: q + query_chunk]
+        block = queries[q : q + query_chunk]
         best_scores = np.zeros((len(block), 0), dtype=np.float32)
         best_indices = np.zeros((len(block), 0), dtype=np.int64)
         for c in range(0, count, corpus_chunk):
-            scores = block @ np.asarray(corpus[c: c + corpus_chunk], dtype=np.float32).T
+            scores = block @ np.asarray(corpus[c : c + corpus_chunk], dtype=np.float32).T
             indices = np.broadcast_to(np.arange(c, c + scores.shape[1]), scores.shape)
             scores, indices = _best(scores, indices, min(k, scores.shape[1]))
-            best_scores, best_indices = _best(np.concatenate([best_scores, scores], axis=1),
-                                              np.concatenate([best_indices, indices], axis=1), k)
-        all_scores[q: q + query_chunk], all_indices[q: q + query_chunk] = best_scores, best_indices
+            best_scores, best_indices = _best(
+                np.concatenate([best_scores, scores], axis=1), np.concatenate([best_indices, indices], axis=1), k
+            )
+        all_scores[q : q + query_chunk], all_indices[q : q + query_chunk] = best_scores, best_indices
     return all_scores, all_indices
 
 

@@ -6,6 +6,7 @@ see either the old file or the complete new one. An output folder replaces only 
 output of the same kind (a :class:`FolderKind`), and only when asked to; a folder holding
 anything else, or an input, is refused before any work is done.
 """
+
 import contextlib
 import dataclasses
 import fcntl
@@ -46,9 +47,8 @@ def _umask():
 
 
 def write_text(path, text):
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def write_json(path, obj):
@@ -73,13 +73,15 @@ class FolderKind:
     ``entries`` are glob patterns of every top-level name the kind writes: a folder with
     the marker and nothing else is an earlier output of this kind, which may be replaced.
     """
+
     description: str
     marker: str
     entries: tuple
 
     def holds_only_its_own(self, names):
         return self.marker in names and all(
-            any(fnmatch.fnmatchcase(name, pattern) for pattern in self.entries) for name in names)
+            any(fnmatch.fnmatchcase(name, pattern) for pattern in self.entries) for name in names
+        )
 
 
 def is_inside(path, folder):
@@ -98,8 +100,10 @@ def check_output_folder(path, kind, overwrite=False, inputs=()):
     path = os.fspath(path)
     for source in inputs:
         if source is not None and (is_inside(path, source) or is_inside(source, path)):
-            raise ConfigError(f"{path}: the output folder would {'lie inside' if is_inside(path, source) else 'hold'} "
-                              f"the input {source}; choose an output folder apart from the inputs")
+            raise ConfigError(
+                f"{path}: the output folder would {'lie inside' if is_inside(path, source) else 'hold'} "
+                f"the input {source}; choose an output folder apart from the inputs"
+            )
     if not os.path.exists(path):
         return
     if not os.path.isdir(path):
@@ -109,11 +113,15 @@ def check_output_folder(path, kind, overwrite=False, inputs=()):
         return
     if not kind.holds_only_its_own(names):
         shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-        raise ConfigError(f"{path}: already exists and is not {kind.description} (it holds {shown}); "
-                          "nothing was written: choose a new or empty folder")
+        raise ConfigError(
+            f"{path}: already exists and is not {kind.description} (it holds {shown}); "
+            "nothing was written: choose a new or empty folder"
+        )
     if not overwrite:
-        raise ConfigError(f"{path}: already holds {kind.description}; nothing was written: replace it "
-                          "with --overwrite (overwrite=True in Python) or choose another folder")
+        raise ConfigError(
+            f"{path}: already holds {kind.description}; nothing was written: replace it "
+            "with --overwrite (overwrite=True in Python) or choose another folder"
+        )
 
 
 def check_output_file(path, inputs=()):
@@ -172,8 +180,9 @@ def folder_lock(folder, what="run"):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-            raise ConfigError(f"{folder}: in use by another {what} (process {holder}); wait for it to end "
-                              "or choose another folder") from None
+            raise ConfigError(
+                f"{folder}: in use by another {what} (process {holder}); wait for it to end or choose another folder"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         yield

@@ -1,4 +1,5 @@
 """Pooling of transformer outputs into sentence vectors."""
+
 from .backend import keras, tf
 from .errors import ConfigError
 

@@ -13,6 +13,7 @@ Layout (a Google-format checkpoint folder plus one file)::
 Because the weights are a Google-format checkpoint, the folder also serves as
 ``--checkpoint`` for further fine-tuning and loads in bert4keras itself.
 """
+
 import dataclasses
 import json
 import math
@@ -20,8 +21,14 @@ import numbers
 import os
 
 from .backend import get_architecture, keras, tf
-from .checkpoints import (CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE, list_checkpoint_variables,
-                          write_checkpoint_folder)
+from .checkpoints import (
+    CHECKPOINT_ENTRIES,
+    CHECKPOINT_PREFIX,
+    CONFIG_FILE,
+    VOCAB_FILE,
+    list_checkpoint_variables,
+    write_checkpoint_folder,
+)
 from .errors import CheckpointError, ConfigError
 from .io import FolderKind, atomic_directory, is_inside
 from .layers import POOLING_MODES
@@ -57,14 +64,22 @@ class ModelSpec:
 
     def check(self, where):
         """Raise ConfigError naming ``where`` and the field for a value of the wrong type or range."""
-        types = {"kind": str, "architecture": str, "pooling": (str, type(None)), "head": (str, type(None)),
-                 "do_lower_case": bool, "word_level": bool, "source": dict}
+        types = {
+            "kind": str,
+            "architecture": str,
+            "pooling": (str, type(None)),
+            "head": (str, type(None)),
+            "do_lower_case": bool,
+            "word_level": bool,
+            "source": dict,
+        }
         for name, expected in types.items():
             if not isinstance(getattr(self, name), expected):
                 raise ConfigError(f"{where}: {name} has the wrong type ({getattr(self, name)!r})")
         threshold = self.threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
-                                      or not math.isfinite(threshold)):
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold)
+        ):
             raise ConfigError(f"{where}: threshold must be a finite number or null, got {threshold!r}")
         if self.kind not in KINDS:
             raise ConfigError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
@@ -80,8 +95,9 @@ class ModelSpec:
             raise ConfigError(f"{where}: maxlen must be an integer of at least 3, got {self.maxlen!r}")
 
 
-def save_model_dir(directory: str, keras_model: keras.Model, spec: ModelSpec, config, vocab_path: str,
-                   overwrite: bool = False) -> None:
+def save_model_dir(
+    directory: str, keras_model: keras.Model, spec: ModelSpec, config, vocab_path: str, overwrite: bool = False
+) -> None:
     """Write a model folder for ``keras_model`` (from build_encoder / build_interaction_model).
 
     An existing ``directory`` must be empty, or a model folder and ``overwrite`` true.
@@ -106,8 +122,9 @@ def read_spec(directory: str) -> ModelSpec:
         raise ConfigError(f"{directory}: model folder not found")
     spec_path = os.path.join(directory, SPEC_FILE)
     if not os.path.exists(spec_path):
-        raise ConfigError(f"{directory}: not a cosent-tf model folder (no {SPEC_FILE}); "
-                          "a training run writes one as OUTPUT_DIR/model")
+        raise ConfigError(
+            f"{directory}: not a cosent-tf model folder (no {SPEC_FILE}); a training run writes one as OUTPUT_DIR/model"
+        )
     try:
         with open(spec_path, encoding="utf-8") as f:
             record = json.load(f)
@@ -118,22 +135,29 @@ def read_spec(directory: str) -> ModelSpec:
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ConfigError(f"{spec_path}: not a cosent-tf model description (format is not {FORMAT!r})")
     if record.get("format_version", 0) > FORMAT_VERSION:
-        raise ConfigError(f"{spec_path}: format version {record['format_version']} is newer than this "
-                          f"cosent-tf reads ({FORMAT_VERSION}); upgrade cosent-tf")
+        raise ConfigError(
+            f"{spec_path}: format version {record['format_version']} is newer than this "
+            f"cosent-tf reads ({FORMAT_VERSION}); upgrade cosent-tf"
+        )
     if "model" in record:  # format version 1 before 0.2 called the architecture "model"
         record.setdefault("architecture", record.pop("model"))
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     spec = ModelSpec(**{k: v for k, v in record.items() if k in fields})
     spec.check(spec_path)
-    missing = [name for name in (CONFIG_FILE, VOCAB_FILE, CHECKPOINT_PREFIX + ".index")
-               if not os.path.exists(os.path.join(directory, name))]
+    missing = [
+        name
+        for name in (CONFIG_FILE, VOCAB_FILE, CHECKPOINT_PREFIX + ".index")
+        if not os.path.exists(os.path.join(directory, name))
+    ]
     if missing:
         raise ConfigError(f"{directory}: incomplete model folder, missing {', '.join(missing)}")
-    outside = [name for name in sorted(os.listdir(directory))
-               if not is_inside(os.path.join(directory, name), directory)]
+    outside = [
+        name for name in sorted(os.listdir(directory)) if not is_inside(os.path.join(directory, name), directory)
+    ]
     if outside:  # a model folder holds its own files: a link elsewhere may change under it
-        raise ConfigError(f"{directory}: {', '.join(outside)} link(s) to outside the model folder; "
-                          "copy the files in instead")
+        raise ConfigError(
+            f"{directory}: {', '.join(outside)} link(s) to outside the model folder; copy the files in instead"
+        )
     return spec
 
 
@@ -141,8 +165,9 @@ def load_model_dir(directory: str) -> tuple:
     """(spec, Keras model, SentenceTokenizer) of a model folder."""
     directory = os.fspath(directory)
     spec = read_spec(directory)
-    config_path, prefix, vocab_path = (os.path.join(directory, name)
-                                       for name in (CONFIG_FILE, CHECKPOINT_PREFIX, VOCAB_FILE))
+    config_path, prefix, vocab_path = (
+        os.path.join(directory, name) for name in (CONFIG_FILE, CHECKPOINT_PREFIX, VOCAB_FILE)
+    )
     check_maxlen(config_path, spec.architecture, spec.maxlen)
     if spec.kind == "feature":
         model = build_encoder(config_path, prefix, spec.architecture, spec.pooling, vocab_path=vocab_path)
@@ -156,8 +181,9 @@ def load_model_dir(directory: str) -> tuple:
 def _head_variables(model, head):
     """(checkpoint name, variable) of an interaction model's head (the layer outside the transformer)."""
     layer = model.get_layer("Match-" + head.capitalize())
-    return [(f"{HEAD_PREFIX}{layer.name}/{weight.name.split('/')[-1].split(':')[0]}", weight)
-            for weight in layer.weights]
+    return [
+        (f"{HEAD_PREFIX}{layer.name}/{weight.name.split('/')[-1].split(':')[0]}", weight) for weight in layer.weights
+    ]
 
 
 def _load_head(model, head, prefix):
@@ -168,8 +194,9 @@ def _load_head(model, head, prefix):
         if name not in available:
             raise CheckpointError(f"{prefix}: the interaction head's variable {name} is missing")
         if tuple(available[name]) != tuple(weight.shape):
-            raise CheckpointError(f"{prefix}: {name} has shape {tuple(available[name])}, "
-                                  f"the model needs {tuple(weight.shape)}")
+            raise CheckpointError(
+                f"{prefix}: {name} has shape {tuple(available[name])}, the model needs {tuple(weight.shape)}"
+            )
         values.append(tf.train.load_variable(prefix, name))
     for (_, weight), value in zip(variables, values):
         weight.assign(value)

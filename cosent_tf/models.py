@@ -1,4 +1,5 @@
 """Keras models over bert4keras transformers: sentence encoders and interaction models."""
+
 import warnings
 
 from .backend import IndependentTruncatedNormal, get_architecture, keras, transformer_class

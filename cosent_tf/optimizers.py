@@ -1,4 +1,5 @@
 """Optimizers: Keras's Adam with each variable updated by one fused kernel."""
+
 from .backend import keras, tf
 
 
@@ -11,9 +12,8 @@ class FusedAdam(keras.optimizers.Adam):
 
     tf-keras's Adam spends about a dozen element-wise ops, each a pass over memory, per
     variable, and treats an embedding's sparse gradient the same dense way (every row's
-    moments decay every step). With a 21128×312 token embedding that was about a sixth of
-    a small model's training step on two cores. TensorFlow's ``ResourceApplyAdam`` does the
-    same arithmetic in one pass; a sparse gradient is first summed into a dense one (as
+    moments decay every step), which is costly on a large token embedding. TensorFlow's
+    ``ResourceApplyAdam`` does the same arithmetic in one pass; a sparse gradient is first summed into a dense one (as
     ``scatter_add`` would). ``amsgrad`` falls back to Keras's own update.
     """
 
@@ -31,7 +31,14 @@ class FusedAdam(keras.optimizers.Adam):
             epsilon = epsilon * tf.sqrt(1 - beta_2_power)
         index = self._index_dict[self._var_key(variable)]
         tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].handle, v=self._velocities[index].handle,
-            beta1_power=beta_1_power, beta2_power=beta_2_power, lr=tf.cast(self.learning_rate, dtype),
-            beta1=tf.cast(self.beta_1, dtype), beta2=tf.cast(self.beta_2, dtype), epsilon=epsilon,
-            grad=tf.cast(gradient, dtype))
+            var=variable.handle,
+            m=self._momentums[index].handle,
+            v=self._velocities[index].handle,
+            beta1_power=beta_1_power,
+            beta2_power=beta_2_power,
+            lr=tf.cast(self.learning_rate, dtype),
+            beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype),
+            epsilon=epsilon,
+            grad=tf.cast(gradient, dtype),
+        )

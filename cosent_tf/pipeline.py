@@ -5,6 +5,7 @@ sequence. Batch order is a seeded shuffle that changes every epoch; with
 ``group_by_length`` the examples of a pool of batches are sorted by length before being
 cut into batches (and the batches shuffled again), so little padding is computed.
 """
+
 import numpy as np
 
 from .backend import tf
@@ -33,9 +34,12 @@ def batch_indices(lengths, batch_size, epoch, shuffle=True, group_by_length=Fals
     order = rng.permutation(count) if shuffle else np.arange(count)
     if group_by_length:
         pool = batch_size * LENGTH_POOL_BATCHES
-        order = np.concatenate([
-            chunk[np.argsort(lengths[chunk], kind="stable")]
-            for chunk in np.array_split(order, range(pool, count, pool))])
+        order = np.concatenate(
+            [
+                chunk[np.argsort(lengths[chunk], kind="stable")]
+                for chunk in np.array_split(order, range(pool, count, pool))
+            ]
+        )
     batches = np.array_split(order, range(batch_size, count, batch_size))
     if group_by_length and shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -82,8 +86,17 @@ _IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 _LABELS = tf.TensorSpec(shape=(None,), dtype=tf.float32)
 
 
-def pair_dataset(ids_a, ids_b, labels, batch_size=32, shuffle=True, group_by_length=True,
-                 seed=0, start_step=0, repeat=False):
+def pair_dataset(
+    ids_a: list,
+    ids_b: list,
+    labels,
+    batch_size: int = 32,
+    shuffle: bool = True,
+    group_by_length: bool = True,
+    seed: int = 0,
+    start_step=0,
+    repeat: bool = False,
+) -> tf.data.Dataset:
     """Interleaved sentence-pair batches for a feature model.
 
     Each element is ``((token_ids, segment_ids), labels)`` with token ids of shape
@@ -106,8 +119,16 @@ def pair_dataset(ids_a, ids_b, labels, batch_size=32, shuffle=True, group_by_len
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
 
-def interaction_dataset(pair_ids, labels, batch_size=32, shuffle=True, group_by_length=True,
-                        seed=0, start_step=0, repeat=False):
+def interaction_dataset(
+    pair_ids: list,
+    labels,
+    batch_size: int = 32,
+    shuffle: bool = True,
+    group_by_length: bool = True,
+    seed: int = 0,
+    start_step=0,
+    repeat: bool = False,
+) -> tf.data.Dataset:
     """Concatenated-pair batches for an interaction model: ``((token_ids, segment_ids), labels)``.
 
     Segment ids are all 0, as in the original interaction experiments. Batching options
@@ -116,8 +137,7 @@ def interaction_dataset(pair_ids, labels, batch_size=32, shuffle=True, group_by_
     if len(pair_ids) != len(labels):
         raise ValueError(f"{len(pair_ids)} token sequences but {len(labels)} labels")
     labels = np.asarray(labels, dtype=np.float32)
-    stream = _BatchStream([len(s) for s in pair_ids], batch_size, shuffle, group_by_length, seed,
-                          start_step, repeat)
+    stream = _BatchStream([len(s) for s in pair_ids], batch_size, shuffle, group_by_length, seed, start_step, repeat)
 
     def make_batches():
         for index in stream():
@@ -127,7 +147,7 @@ def interaction_dataset(pair_ids, labels, batch_size=32, shuffle=True, group_by_
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
 
-def length_sorted_batches(token_ids, batch_size=64):
+def length_sorted_batches(token_ids: list, batch_size: int = 64) -> tuple:
     """Inference batches sorted by length: ``(order, batches)``.
 
     ``batches`` yields ``(index, padded_ids)`` with each batch padded only to its own
@@ -140,7 +160,7 @@ def length_sorted_batches(token_ids, batch_size=64):
 
     def batches():
         for start in range(0, len(order), batch_size):
-            index = order[start: start + batch_size]
+            index = order[start : start + batch_size]
             yield index, pad_batch([token_ids[i] for i in index])
 
     return order, batches()

@@ -8,7 +8,7 @@
 * ``cosine_density.png``: density of test cosines for positive and negative pairs, per
   feature-model loss and task (the paper's Figure 5).
 """
-import argparse
+
 import json
 import os
 
@@ -20,7 +20,7 @@ from .losses import get_loss
 from .tasks import BINARY_TASKS, CNSD, MATCHING_TASKS, get_task
 
 
-def load_runs(run_dirs):
+def load_runs(run_dirs) -> list:
     """Finished runs (folders holding metrics.json and config.json); others are ignored."""
     runs = []
     for folder in run_dirs:
@@ -82,15 +82,19 @@ def tables(runs):
                 accuracy.setdefault(label, {})[task] = (test["accuracy"], comparable)
     sections = []
     if per_task:
-        sections.append("### Feature models trained on each task: test Spearman × 100\n\n" + _table(per_task, MATCHING_TASKS))
+        sections.append(
+            "### Feature models trained on each task: test Spearman × 100\n\n" + _table(per_task, MATCHING_TASKS)
+        )
     if nli:
         sections.append("### Feature models trained on NLI: test Spearman × 100\n\n" + _table(nli, MATCHING_TASKS))
     if interaction:
         sections.append("### Interaction models: test Spearman × 100\n\n" + _table(interaction, BINARY_TASKS))
     if accuracy:
         sections.append("### Test accuracy × 100 at the threshold tuned on valid\n\n" + _table(accuracy, BINARY_TASKS))
-    notes = ("† trained on a seeded part of valid (no train split available); not comparable with "
-             "published numbers.  \n* Avg over the tasks present only.")
+    notes = (
+        "† trained on a seeded part of valid (no train split available); not comparable with "
+        "published numbers.  \n* Avg over the tasks present only."
+    )
     return "\n\n".join(sections) + "\n\n" + notes + "\n"
 
 
@@ -134,8 +138,9 @@ def plot_convergence(runs, path):
         for run in (r for r in runs if r["config"]["task"] == task):
             history = read_history(os.path.join(run["dir"], "valid_metrics.csv"))
             kind = " (interaction)" if run["config"]["kind"] == "interaction" else ""
-            axis.plot([h["step"] for h in history], [h["spearman"] for h in history],
-                      marker=".", label=run["method"] + kind)
+            axis.plot(
+                [h["step"] for h in history], [h["spearman"] for h in history], marker=".", label=run["method"] + kind
+            )
         axis.set(title=task, xlabel="training step", ylabel="valid Spearman")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
@@ -153,8 +158,7 @@ def plot_cosine_density(runs, path):
     tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in feature)]
     if not feature:
         return False
-    figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)),
-                                squeeze=False)
+    figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
     for run in feature:
         axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]
         task = run["config"]["task"]
@@ -176,12 +180,11 @@ def plot_cosine_density(runs, path):
     return True
 
 
-def write_report(run_dirs, output_dir, preface=""):
+def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
     """Write results.md, convergence.png and cosine_density.png; returns the written paths."""
     runs = load_runs(run_dirs)
     if not runs:
-        raise ValueError("no finished runs (folders with metrics.json and config.json) among: "
-                         + ", ".join(run_dirs))
+        raise ValueError("no finished runs (folders with metrics.json and config.json) among: " + ", ".join(run_dirs))
     os.makedirs(output_dir, exist_ok=True)
     written = [os.path.join(output_dir, "results.md")]
     write_text(written[0], (preface + "\n\n" if preface else "") + tables(runs))
@@ -189,13 +192,3 @@ def write_report(run_dirs, output_dir, preface=""):
         if plot(runs, os.path.join(output_dir, name)):
             written.append(os.path.join(output_dir, name))
     return written
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="Tables and plots comparing finished runs.")
-    parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")
-    parser.add_argument("--output-dir", default="docs/results")
-    parser.add_argument("--preface", default="", help="text placed above the tables")
-    args = parser.parse_args(argv)
-    for path in write_report(args.runs, args.output_dir, args.preface):
-        print(path)

@@ -7,6 +7,7 @@ run's outputs; an unfinished run is resumed only with the settings it was starte
 (``epochs`` may grow; evaluation and backup frequencies may change). A folder holding one
 of the run's inputs, or anything but a cosent-tf run, is refused.
 """
+
 import json
 import os
 import shutil
@@ -15,8 +16,16 @@ from .errors import ConfigError
 from .io import FolderKind, is_inside
 
 # What a run writes into its output folder (see cosent_tf.training), and the folder itself.
-RUN_OUTPUTS = ("config.json", "best.weights.h5", "valid_metrics.csv", "valid_curve.png", "test_scores.npz",
-               "model", "metrics.json", "backup")
+RUN_OUTPUTS = (
+    "config.json",
+    "best.weights.h5",
+    "valid_metrics.csv",
+    "valid_curve.png",
+    "test_scores.npz",
+    "model",
+    "metrics.json",
+    "backup",
+)
 RUN_FOLDER = FolderKind("a cosent-tf training run", "config.json", RUN_OUTPUTS + (".lock", ".tmp-*", ".old-*"))
 # Settings a resumed run may change, since they do not change what training computes.
 RESUMABLE_CHANGES = ("epochs", "eval_every", "backup_every", "strict", "output_dir")
@@ -31,8 +40,9 @@ def _comparable(settings):
     for old, new in RENAMED_SETTINGS.items():
         if old in settings:
             settings.setdefault(new, settings.pop(old))
-    return {key: os.path.realpath(value) if key in PATH_SETTINGS and value else value
-            for key, value in settings.items()}
+    return {
+        key: os.path.realpath(value) if key in PATH_SETTINGS and value else value for key, value in settings.items()
+    }
 
 
 def _remove_run_outputs(folder):
@@ -52,13 +62,16 @@ def check_run_folder(folder: str, inputs=()) -> None:
     """
     for source in inputs:
         if source and is_inside(source, folder):
-            raise ConfigError(f"{folder}: holds the run's input {source}; nothing was written: "
-                              "choose another --output-dir")
+            raise ConfigError(
+                f"{folder}: holds the run's input {source}; nothing was written: choose another --output-dir"
+            )
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     if names not in ([], [".lock"]) and not RUN_FOLDER.holds_only_its_own(names):
         shown = ", ".join(n for n in names if n != ".lock")
-        raise ConfigError(f"{folder}: already exists and is not a cosent-tf training run (it holds {shown}); "
-                          "nothing was written: choose a new or empty --output-dir")
+        raise ConfigError(
+            f"{folder}: already exists and is not a cosent-tf training run (it holds {shown}); "
+            "nothing was written: choose a new or empty --output-dir"
+        )
 
 
 def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False):
@@ -75,24 +88,34 @@ def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False):
         _remove_run_outputs(folder)
         return "--overwrite: the earlier run's outputs in this folder were removed; training from scratch"
     if "metrics.json" in names:
-        raise ConfigError(f"{folder}: holds a finished run (metrics.json); nothing was written: pass --overwrite "
-                          "to train it again from scratch, or choose another --output-dir")
+        raise ConfigError(
+            f"{folder}: holds a finished run (metrics.json); nothing was written: pass --overwrite "
+            "to train it again from scratch, or choose another --output-dir"
+        )
     backup = os.path.join(folder, "backup")
     if not (os.path.isdir(backup) and os.listdir(backup)):
         _remove_run_outputs(folder)
-        return ("an unfinished run here left no training state to resume; its outputs were removed, "
-                "training from scratch")
+        return (
+            "an unfinished run here left no training state to resume; its outputs were removed, training from scratch"
+        )
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         saved = _comparable(json.load(f))
     current = _comparable(settings)
-    differences = [f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
-                   for key in sorted(set(saved) | set(current))
-                   if saved.get(key) != current.get(key) and key not in RESUMABLE_CHANGES]
+    differences = [
+        f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
+        for key in sorted(set(saved) | set(current))
+        if saved.get(key) != current.get(key) and key not in RESUMABLE_CHANGES
+    ]
     if (current["epochs"] or 0) < (saved.get("epochs") or 0):
         differences.append(f"epochs {saved.get('epochs')} there, {current['epochs']} now (may only grow)")
     if differences:
-        raise ConfigError(f"{folder}: holds an unfinished run with other settings ({'; '.join(differences)}); "
-                          "nothing was written: resume it with its own settings, or pass --overwrite to start again")
-    changed = [f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in RESUMABLE_CHANGES
-               if key != "output_dir" and saved.get(key) != current.get(key)]
+        raise ConfigError(
+            f"{folder}: holds an unfinished run with other settings ({'; '.join(differences)}); "
+            "nothing was written: resume it with its own settings, or pass --overwrite to start again"
+        )
+    changed = [
+        f"{key} {saved.get(key)!r} -> {current.get(key)!r}"
+        for key in RESUMABLE_CHANGES
+        if key != "output_dir" and saved.get(key) != current.get(key)
+    ]
     return "resuming the unfinished run in this folder" + (f" with {', '.join(changed)}" if changed else "")

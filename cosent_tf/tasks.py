@@ -5,6 +5,7 @@ A task says what its labels are (range; 0/1 or graded; which count as similar), 
 its files are, and the original experiments' defaults for it (maxlen, batch size,
 epochs). Adding a task is one entry in :data:`TASKS`.
 """
+
 import dataclasses
 
 import numpy as np
@@ -69,8 +70,16 @@ TASKS = {
         # Scores 0-5, split into similar / dissimilar above 2.5 as the original does.
         Task("STS-B", label_range=(0.0, 5.0), binary=False, graded=True, positive_above=2.5),
         # Ordinal NLI labels: contradiction 0 < neutral 1 < entailment 2.
-        Task("NLI", label_range=(0.0, 2.0), binary=False, positive_above=1.0, data=CNSD, batch_size=64, epochs=10,
-             steps_per_epoch=5000),
+        Task(
+            "NLI",
+            label_range=(0.0, 2.0),
+            binary=False,
+            positive_above=1.0,
+            data=CNSD,
+            batch_size=64,
+            epochs=10,
+            steps_per_epoch=5000,
+        ),
     )
 }
 MATCHING_TASKS = tuple(name for name, task in TASKS.items() if task.data == SENTEVAL)

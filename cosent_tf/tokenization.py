@@ -1,4 +1,5 @@
 """Tokenisation: bert4keras's WordPiece Tokenizer, with jieba pre-tokenisation for word models."""
+
 import logging
 
 import numpy as np
@@ -8,7 +9,7 @@ from .checkpoints import read_config
 from .errors import ConfigError, DataError
 
 
-def load_vocab(vocab_path):
+def load_vocab(vocab_path: str) -> list:
     """Token list of a BERT vocab file (one token per line); errors name the file and line."""
     try:
         with open(vocab_path, "rb") as f:
@@ -30,14 +31,15 @@ def load_vocab(vocab_path):
     return tokens
 
 
-def check_vocab_size(config_path, vocab_path):
+def check_vocab_size(config_path: str, vocab_path: str) -> None:
     """Raise ConfigError unless the config's vocab_size equals the vocab file's line count."""
     expected = read_config(config_path)["vocab_size"]
     actual = len(load_vocab(vocab_path))
     if expected != actual:
         raise ConfigError(
             f"{config_path}: vocab_size is {expected} but {vocab_path} has {actual} tokens; "
-            "the config and the vocabulary must come from the same checkpoint")
+            "the config and the vocabulary must come from the same checkpoint"
+        )
 
 
 def _jieba_cut(text):
@@ -68,28 +70,32 @@ class SentenceTokenizer:
 
             jieba.setLogLevel(logging.WARNING)
         self._tokenizer = Bert4kerasTokenizer(
-            token_dict, do_lower_case=do_lower_case,
-            pre_tokenize=_jieba_cut if word_level else None)
+            token_dict, do_lower_case=do_lower_case, pre_tokenize=_jieba_cut if word_level else None
+        )
         self.token_dict = token_dict
         self.vocab_size = len(token_dict)
 
-    def encode(self, text):
+    def encode(self, text: str) -> list:
         """Token ids of one sentence, [CLS] ... [SEP]."""
         return self._tokenizer.encode(text, maxlen=self.maxlen)[0]
 
-    def encode_pair(self, first, second):
+    def encode_pair(self, first: str, second: str) -> list:
         """Token ids of a concatenated pair, [CLS] a [SEP] b [SEP] (longer side truncated first)."""
         return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
 
-    def encode_all(self, texts):
+    def encode_all(self, texts) -> list:
         return [np.asarray(self.encode(t), dtype=np.int32) for t in texts]
 
-    def encode_pairs(self, firsts, seconds):
+    def encode_pairs(self, firsts, seconds) -> list:
         return [np.asarray(self.encode_pair(a, b), dtype=np.int32) for a, b in zip(firsts, seconds)]
 
-    def tokenize(self, text):
+    def tokenize(self, text: str) -> list:
         return self._tokenizer.tokenize(text, maxlen=self.maxlen)
 
-    def get_config(self):
-        return {"vocab_path": self.vocab_path, "maxlen": self.maxlen,
-                "word_level": self.word_level, "do_lower_case": self.do_lower_case}
+    def get_config(self) -> dict:
+        return {
+            "vocab_path": self.vocab_path,
+            "maxlen": self.maxlen,
+            "word_level": self.word_level,
+            "do_lower_case": self.do_lower_case,
+        }

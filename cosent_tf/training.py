@@ -24,6 +24,7 @@ aimed at the same folder stops with an error. Nothing is written before the data
 vocabulary and checkpoint have been read and checked; :mod:`cosent_tf.run_folder` has the
 rules for finished and unfinished runs already in the folder.
 """
+
 import dataclasses
 import logging
 import os
@@ -122,8 +123,9 @@ def load_run_data(cfg: RunConfig) -> tuple:
         tasks = MATCHING_TASKS
     else:
         tasks = (cfg.task,)
-    evaluation = {t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict))
-                  for t in tasks}
+    evaluation = {
+        t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict)) for t in tasks
+    }
     if task.data != CNSD:
         train_path = task_file(folder, cfg.task, "train")
         if os.path.exists(train_path):
@@ -134,15 +136,22 @@ def load_run_data(cfg: RunConfig) -> tuple:
             cut = int(round(len(valid) * cfg.train_from_valid))
             train, valid = valid.subset(np.sort(order[:cut])), valid.subset(np.sort(order[cut:]))
             evaluation[cfg.task] = (valid, test)
-            notes.append(f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
-                         f"of valid ({len(train)} pairs) and validated on the rest; NOT comparable "
-                         "with published numbers")
+            notes.append(
+                f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
+                f"of valid ({len(train)} pairs) and validated on the rest; NOT comparable "
+                "with published numbers"
+            )
         else:
-            raise DataError(train_path, f"the {cfg.task} train split is not here (file does not exist); "
-                            "pass --train-from-valid FRACTION to train on a seeded part of valid instead")
+            raise DataError(
+                train_path,
+                f"the {cfg.task} train split is not here (file does not exist); "
+                "pass --train-from-valid FRACTION to train on a seeded part of valid instead",
+            )
     train = train.sample(cfg.max_train_pairs, cfg.seed)
-    evaluation = {t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
-                  for t, (v, s) in evaluation.items()}
+    evaluation = {
+        t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
+        for t, (v, s) in evaluation.items()
+    }
     if cfg.loss == "cosent":
         _require_two_labels(train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
     for valid, _ in evaluation.values():
@@ -152,8 +161,10 @@ def load_run_data(cfg: RunConfig) -> tuple:
 
 def _require_two_labels(pairs, consequence):
     if len(np.unique(pairs.labels)) < 2:
-        raise DataError(pairs.source, f"all {len(pairs)} pairs (after any sampling) have the label "
-                                      f"{pairs.labels[0]:g}: {consequence}")
+        raise DataError(
+            pairs.source,
+            f"all {len(pairs)} pairs (after any sampling) have the label {pairs.labels[0]:g}: {consequence}",
+        )
 
 
 class Matcher:
@@ -169,16 +180,18 @@ class Matcher:
         if cfg.kind == "interaction" and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
         check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
-        self.tokenizer = SentenceTokenizer(cfg.vocab, cfg.maxlen,
-                                           word_level=get_architecture(cfg.architecture).word_level)
+        self.tokenizer = SentenceTokenizer(
+            cfg.vocab, cfg.maxlen, word_level=get_architecture(cfg.architecture).word_level
+        )
         settings = dict(maxlen=cfg.maxlen, word_level=self.tokenizer.word_level)
         if cfg.kind == "feature":
             self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.architecture, cfg.pooling, vocab_path=cfg.vocab)
             self.spec = ModelSpec("feature", cfg.architecture, pooling=cfg.pooling, **settings)
         else:
             head = self.loss.interaction_head
-            self.model = build_interaction_model(cfg.config, cfg.checkpoint, cfg.architecture, head,
-                                                 vocab_path=cfg.vocab)
+            self.model = build_interaction_model(
+                cfg.config, cfg.checkpoint, cfg.architecture, head, vocab_path=cfg.vocab
+            )
             self.spec = ModelSpec("interaction", cfg.architecture, pooling=None, head=head, **settings)
 
     def prepare(self, pairs: PairData):
@@ -193,8 +206,9 @@ class Matcher:
     def training_model(self, labels):
         """(the Keras model to fit, its loss, the labels it is fitted on)."""
         cfg, task = self.cfg, self.task
-        loss = self.loss.build(scale=cfg.scale, epsilon=cfg.epsilon, max_label=task.max_label,
-                               positive_above=task.positive_above)
+        loss = self.loss.build(
+            scale=cfg.scale, epsilon=cfg.epsilon, max_label=task.max_label, positive_above=task.positive_above
+        )
         labels = task.classes(labels) if self.loss.on_classes else labels
         model = self.model
         if self.loss.training_head is not None:
@@ -203,8 +217,7 @@ class Matcher:
         return model, loss, labels
 
     def dataset(self, prepared, labels, start_step):
-        options = dict(group_by_length=self.cfg.group_by_length, seed=self.cfg.seed, start_step=start_step,
-                       repeat=True)
+        options = dict(group_by_length=self.cfg.group_by_length, seed=self.cfg.seed, start_step=start_step, repeat=True)
         if self.cfg.kind == "feature":
             return pair_dataset(*prepared, labels, self.cfg.batch_size, **options)
         return interaction_dataset(prepared, labels, self.cfg.batch_size, **options)
@@ -246,24 +259,32 @@ def _train(cfg, overwrite):
             return int(model.optimizer.iterations.numpy())
 
         def evaluate_valid(_):
-            return mean_over_tasks({t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
-                                    for t in evaluation})
+            return mean_over_tasks(
+                {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
+            )
 
         batches_per_pass = -(-len(train_pairs) // cfg.batch_size)
         steps_per_epoch = cfg.steps_per_epoch or batches_per_pass
         validation = ValidationCheckpoint(
-            evaluate_valid, os.path.join(cfg.output_dir, "best.weights.h5"), every_steps=cfg.eval_every,
-            csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"))
+            evaluate_valid,
+            os.path.join(cfg.output_dir, "best.weights.h5"),
+            every_steps=cfg.eval_every,
+            csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"),
+        )
         backup_dir = os.path.join(cfg.output_dir, "backup")
         backup = StepBackup(backup_dir, cfg.backup_every)
         guard = StopOnNonFiniteLoss(
-            kept=[("the best weights so far", validation.weights_path),
-                  ("the last saved training state", backup_dir)],
-            advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.")
+            kept=[("the best weights so far", validation.weights_path), ("the last saved training state", backup_dir)],
+            advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.",
+        )
         try:  # the backup goes last: an epoch's state is saved after its validation
-            model.fit(matcher.dataset(train_inputs, labels, optimizer_step), epochs=cfg.epochs,
-                      steps_per_epoch=steps_per_epoch, callbacks=[guard, validation, backup],
-                      verbose=1 if os.isatty(1) else 2)
+            model.fit(
+                matcher.dataset(train_inputs, labels, optimizer_step),
+                epochs=cfg.epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=[guard, validation, backup],
+                verbose=1 if os.isatty(1) else 2,
+            )
         finally:
             backup.restore_signal_handlers()
         logger.info("training done; scoring valid and test with the best weights")
@@ -275,27 +296,41 @@ def _train(cfg, overwrite):
             binary = get_task(name).binary
             per_task[name] = {
                 "valid": task_metrics(valid_scores, valid.labels, binary=binary),
-                "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary)}
+                "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
+            }
             saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
-        with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, **saved_scores)
-        plot_valid_curve(validation.history, os.path.join(cfg.output_dir, "valid_curve.png"),
-                         f"{cfg.kind} {cfg.loss} on {cfg.task}")
+        with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **saved_scores)
+        plot_valid_curve(
+            validation.history, os.path.join(cfg.output_dir, "valid_curve.png"), f"{cfg.kind} {cfg.loss} on {cfg.task}"
+        )
         metrics = {
-            "task": cfg.task, "kind": cfg.kind, "loss": cfg.loss, "architecture": cfg.architecture,
-            "best_epoch": validation.best_epoch, "steps": optimizer_step(),
-            "train_pairs": len(train_pairs), "comparable": not notes, "notes": notes,
+            "task": cfg.task,
+            "kind": cfg.kind,
+            "loss": cfg.loss,
+            "architecture": cfg.architecture,
+            "best_epoch": validation.best_epoch,
+            "steps": optimizer_step(),
+            "train_pairs": len(train_pairs),
+            "comparable": not notes,
+            "notes": notes,
             "valid": mean_over_tasks({t: m["valid"] for t, m in per_task.items()}),
             "test": mean_over_tasks({t: m["test"] for t, m in per_task.items()}),
-            "tasks": per_task, "wall_seconds": round(time.time() - started, 1),
+            "tasks": per_task,
+            "wall_seconds": round(time.time() - started, 1),
         }
         tuned = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
         matcher.spec.threshold = tuned
-        matcher.spec.source = {"task": cfg.task, "loss": cfg.loss, "run": os.path.abspath(cfg.output_dir),
-                               "best_epoch": validation.best_epoch, "test": metrics["test"]}
-        save_model_dir(os.path.join(cfg.output_dir, "model"), matcher.model, matcher.spec, cfg.config, cfg.vocab,
-                       overwrite=True)
+        matcher.spec.source = {
+            "task": cfg.task,
+            "loss": cfg.loss,
+            "run": os.path.abspath(cfg.output_dir),
+            "best_epoch": validation.best_epoch,
+            "test": metrics["test"],
+        }
+        save_model_dir(
+            os.path.join(cfg.output_dir, "model"), matcher.model, matcher.spec, cfg.config, cfg.vocab, overwrite=True
+        )
         write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
         return metrics

@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Feature model trained with CoSENT (--loss mse|contrastive|sbert for the baselines): ``python scripts/cosent.py TASK [options]``."""
+"""Feature model trained with CoSENT (``--loss mse|contrastive|sbert`` for the baselines).
+
+``python scripts/cosent.py TASK [options]``
+"""
+
 from cosent_tf.cli import train_main
 
 if __name__ == "__main__":

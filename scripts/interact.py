@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Interaction model with a 2-way softmax and cross-entropy; Spearman and accuracy: ``python scripts/interact.py TASK [options]``."""
+"""Interaction model with a 2-way softmax and cross-entropy; Spearman and accuracy.
+
+``python scripts/interact.py TASK [options]``
+"""
+
 from cosent_tf.cli import train_main
 
 if __name__ == "__main__":

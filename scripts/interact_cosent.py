@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Interaction model with CoSENT on its scalar score; Spearman and accuracy: ``python scripts/interact_cosent.py TASK [options]``."""
+"""Interaction model with CoSENT on its scalar score; Spearman and accuracy.
+
+``python scripts/interact_cosent.py TASK [options]``
+"""
+
 from cosent_tf.cli import train_main
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Tables and plots over finished runs: ``python scripts/report.py runs/* --output-dir docs/results``."""
-from cosent_tf.report import main
+
+from cosent_tf.cli import report_main
 
 if __name__ == "__main__":
-    main()
+    report_main()

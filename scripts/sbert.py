@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Feature model trained with the Sentence-BERT softmax head, evaluated by cosine: ``python scripts/sbert.py TASK [options]``."""
+"""Feature model trained with the Sentence-BERT softmax head, evaluated by cosine.
+
+``python scripts/sbert.py TASK [options]``
+"""
+
 from cosent_tf.cli import train_main
 
 if __name__ == "__main__":

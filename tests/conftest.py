@@ -11,21 +11,31 @@ SHARED_DATA = os.environ.get("COSENT_SHARED_DATA", os.path.join(ROOT, "..", "sha
 SHARED_VOCAB = os.path.join(SHARED_DATA, "vocab", "bert-base-chinese-vocab.txt")
 
 requires_shared_data = pytest.mark.skipif(
-    not os.path.isdir(SHARED_DATA), reason=f"shared data not found at {SHARED_DATA}")
+    not os.path.isdir(SHARED_DATA), reason=f"shared data not found at {SHARED_DATA}"
+)
 
 
 def pytest_configure(config):
     # Outside CI the data-dependent tests skip, saying why; in CI a skip would hide them.
     if os.environ.get("CI", "").lower() in ("1", "true") and not os.path.isdir(SHARED_DATA):
-        raise pytest.UsageError(f"CI is set but the shared data folder {SHARED_DATA} is missing: the tests that "
-                                "need it would be skipped; set COSENT_SHARED_DATA or put ../shared beside the clone")
+        raise pytest.UsageError(
+            f"CI is set but the shared data folder {SHARED_DATA} is missing: the tests that "
+            "need it would be skipped; set COSENT_SHARED_DATA or put ../shared beside the clone"
+        )
 
 
-def write_config(path, vocab_size=21128, hidden=16, layers=2, heads=2, intermediate=32, max_position=64,
-                 **extra):
-    config = dict(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                  num_attention_heads=heads, intermediate_size=intermediate, hidden_act="gelu",
-                  max_position_embeddings=max_position, type_vocab_size=2, **extra)
+def write_config(path, vocab_size=21128, hidden=16, layers=2, heads=2, intermediate=32, max_position=64, **extra):
+    config = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        hidden_act="gelu",
+        max_position_embeddings=max_position,
+        type_vocab_size=2,
+        **extra,
+    )
     with open(path, "w") as f:
         json.dump(config, f)
     return str(path)
@@ -48,8 +58,9 @@ def _fresh_keras_state():
     assert leaked == "float32", f"the test left the global dtype policy {leaked!r} set"
 
 
-def make_model_dir(directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None,
-                   vocab=SHARED_VOCAB):
+def make_model_dir(
+    directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None, vocab=SHARED_VOCAB
+):
     """A model folder holding a random tiny model; returns the Keras model it holds."""
     from cosent_tf import ModelSpec, build_encoder, build_interaction_model, save_model_dir
 

@@ -28,6 +28,7 @@ print("ONEDNN_PRIMITIVE_CACHE_CAPACITY=" + os.environ["ONEDNN_PRIMITIVE_CACHE_CA
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", [None, "1024"])
 def test_onednn_primitive_cache_is_off_unless_the_user_sets_it(preset):
     """Training reuses no primitive from oneDNN's own cache (see backend's docstring).
@@ -39,8 +40,9 @@ def test_onednn_primitive_cache_is_off_unless_the_user_sets_it(preset):
     env.update(ONEDNN_VERBOSE="2", PYTHONPATH=ROOT)
     if preset is not None:
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = preset
-    result = subprocess.run([sys.executable, "-c", TRAIN_A_FEW_STEPS], env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_A_FEW_STEPS], env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert f"ONEDNN_PRIMITIVE_CACHE_CAPACITY={preset or 0}" in log

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cosent_tf import CheckpointError, ConfigError, build_encoder, build_interaction_model, save_checkpoint
-from cosent_tf import checkpoints
+from cosent_tf import CheckpointError, ConfigError, build_encoder, build_interaction_model, checkpoints, save_checkpoint
 from cosent_tf.checkpoints import checkpoint_files
 
 from conftest import write_config
@@ -25,8 +24,7 @@ def test_round_trip_gives_identical_outputs(model, tiny_config, tmp_path):
     mean_loaded = build_encoder(config, prefix, architecture=model, pooling="last-avg")
     mean_reference = build_encoder(tiny_config, architecture=model, pooling="last-avg")
     mean_reference.set_weights(encoder.get_weights()[:-2])  # all but the pooler kernel and bias
-    np.testing.assert_array_equal(mean_loaded.predict(INPUTS, verbose=0),
-                                  mean_reference.predict(INPUTS, verbose=0))
+    np.testing.assert_array_equal(mean_loaded.predict(INPUTS, verbose=0), mean_reference.predict(INPUTS, verbose=0))
 
 
 def test_bert_checkpoint_uses_google_names_and_loads_by_folder(tiny_config, tmp_path):
@@ -57,11 +55,16 @@ def test_interaction_model_shares_the_transformer_weights(tiny_config, tmp_path)
 
 def test_missing_variables_are_listed(tiny_config, tmp_path):
     save_checkpoint(build_encoder(tiny_config, pooling="cls"), tmp_path / "ckpt", tiny_config)
-    with pytest.raises(CheckpointError, match=r"has no pooler \(bert/pooler/dense/kernel, bert/pooler/dense/bias "
-                                              r"missing\), so pooling 'pooler' cannot be used with it"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"has no pooler \(bert/pooler/dense/kernel, bert/pooler/dense/bias "
+        r"missing\), so pooling 'pooler' cannot be used with it",
+    ):
         build_encoder(tiny_config, str(tmp_path / "ckpt"), pooling="pooler")
     deeper = write_config(tmp_path / "deeper.json", layers=3)
-    with pytest.raises(CheckpointError, match=r"missing 16 variable\(s\): bert/encoder/layer_2/attention/self/query/kernel"):
+    with pytest.raises(
+        CheckpointError, match=r"missing 16 variable\(s\): bert/encoder/layer_2/attention/self/query/kernel"
+    ):
         build_encoder(deeper, str(tmp_path / "ckpt"))
 
 
@@ -100,15 +103,20 @@ def test_a_checkpoint_file_naming_another_folder_is_refused(tiny_config, tmp_pat
     for name in ("a", "b"):
         save_checkpoint(build_encoder(tiny_config), tmp_path / name, tiny_config)
     (tmp_path / "b" / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / "a" / "bert_model.ckpt"}"\n')
-    with pytest.raises(CheckpointError, match="b: its 'checkpoint' file names .*a/bert_model.ckpt, outside this folder"):
+    with pytest.raises(
+        CheckpointError, match="b: its 'checkpoint' file names .*a/bert_model.ckpt, outside this folder"
+    ):
         build_encoder(tiny_config, str(tmp_path / "b"))
 
 
 def test_a_checkpoint_deeper_than_its_config_is_refused(tmp_path):
     deep, shallow = write_config(tmp_path / "deep.json", layers=2), write_config(tmp_path / "shallow.json", layers=1)
     save_checkpoint(build_encoder(deep), tmp_path / "ckpt", deep)
-    with pytest.raises(CheckpointError, match=r"16 variable\(s\) of layers beyond the config's num_hidden_layers 1 "
-                                              r"\(bert/encoder/layer_1/"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"16 variable\(s\) of layers beyond the config's num_hidden_layers 1 "
+        r"\(bert/encoder/layer_1/",
+    ):
         build_encoder(shallow, str(tmp_path / "ckpt"))
 
 
@@ -120,20 +128,27 @@ def test_truncated_or_corrupted_checkpoints_are_named(tiny_config, tmp_path):
     flipped[len(whole) // 2] ^= 0xFF
     for damaged in (bytes(flipped), whole[: len(whole) // 2]):  # "Checksum does not match", "Read less bytes"
         data.write_bytes(damaged)
-        with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint's weights .*; "
-                                                  "it may be truncated or corrupted"):
+        with pytest.raises(
+            CheckpointError,
+            match="bert_model.ckpt: cannot read this checkpoint's weights .*; it may be truncated or corrupted",
+        ):
             build_encoder(tiny_config, str(tmp_path / "ckpt"))
     index = tmp_path / "ckpt" / "bert_model.ckpt.index"
     index.write_bytes(index.read_bytes()[:40])
-    with pytest.raises(CheckpointError, match="bert_model.ckpt: cannot read this checkpoint .*; "
-                                              "it may be truncated or corrupted"):
+    with pytest.raises(
+        CheckpointError, match="bert_model.ckpt: cannot read this checkpoint .*; it may be truncated or corrupted"
+    ):
         build_encoder(tiny_config, str(tmp_path / "ckpt"))
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"layers": 0}, "num_hidden_layers must be a positive integer, got 0"),
-    ({"hidden": -16}, "hidden_size must be a positive integer, got -16"),
-    ({"heads": 3}, "hidden_size 16 is not a multiple of num_attention_heads 3")])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"layers": 0}, "num_hidden_layers must be a positive integer, got 0"),
+        ({"hidden": -16}, "hidden_size must be a positive integer, got -16"),
+        ({"heads": 3}, "hidden_size 16 is not a multiple of num_attention_heads 3"),
+    ],
+)
 def test_config_values_are_checked(tmp_path, settings, message):
     config = write_config(tmp_path / "config.json", **settings)
     with pytest.raises(ConfigError, match=f"config.json: {message}"):

@@ -46,24 +46,47 @@ def test_search_build_then_query(model_dir, tmp_path):
     main(["search", "build", str(model_dir), str(tmp_path / "texts.txt"), str(tmp_path / "index")])
     assert len(VectorIndex.load(tmp_path / "index")) == 5
     (tmp_path / "queries.txt").write_text("我想换手机\nＱＱ号码是多少？\n", encoding="utf-8")
-    main(["search", "query", str(tmp_path / "index"), str(tmp_path / "queries.txt"), str(tmp_path / "hits.jsonl"),
-          "--top-k", "3"])
+    main(
+        [
+            "search",
+            "query",
+            str(tmp_path / "index"),
+            str(tmp_path / "queries.txt"),
+            str(tmp_path / "hits.jsonl"),
+            "--top-k",
+            "3",
+        ]
+    )
     results = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["query"] for r in results] == ["我想换手机", "ＱＱ号码是多少？"]
     assert [r["hits"][0]["index"] for r in results] == [3, 2] and len(results[0]["hits"]) == 3
     assert results[0]["hits"][0]["text"] == "我想换手机"
     make_model_dir(tmp_path / "other", str(tmp_path / "tiny_config.json"))
-    with pytest.raises(SystemExit, match=r"index: the index was built with the model .*model, not .*other; its "
-                                         "vectors cannot be compared with another model's"):
-        main(["search", "query", str(tmp_path / "index"), str(tmp_path / "queries.txt"),
-              str(tmp_path / "other-hits.jsonl"), "--model-dir", str(tmp_path / "other")])
+    with pytest.raises(
+        SystemExit,
+        match=r"index: the index was built with the model .*model, not .*other; its "
+        "vectors cannot be compared with another model's",
+    ):
+        main(
+            [
+                "search",
+                "query",
+                str(tmp_path / "index"),
+                str(tmp_path / "queries.txt"),
+                str(tmp_path / "other-hits.jsonl"),
+                "--model-dir",
+                str(tmp_path / "other"),
+            ]
+        )
 
 
 def test_export_writes_a_saved_model(model_dir, tmp_path):
     main(["export", str(model_dir), str(tmp_path / "exported")])
     assert (tmp_path / "exported" / "saved_model.pb").exists()
-    with pytest.raises(SystemExit, match="exported: already holds a SavedModel export; nothing was written: "
-                                         "replace it with --overwrite"):
+    with pytest.raises(
+        SystemExit,
+        match="exported: already holds a SavedModel export; nothing was written: replace it with --overwrite",
+    ):
         main(["export", str(model_dir), str(tmp_path / "exported")])
     before = os.stat(tmp_path / "exported" / "saved_model.pb").st_mtime_ns
     main(["export", str(model_dir), str(tmp_path / "exported"), "--overwrite"])
@@ -71,24 +94,37 @@ def test_export_writes_a_saved_model(model_dir, tmp_path):
 
 
 def listing(folder):
-    return sorted(os.path.relpath(os.path.join(root, name), folder)
-                  for root, dirs, files in os.walk(folder) for name in dirs + files)
+    return sorted(
+        os.path.relpath(os.path.join(root, name), folder)
+        for root, dirs, files in os.walk(folder)
+        for name in dirs + files
+    )
 
 
-@pytest.mark.parametrize("arguments, message", [
-    # A training run's folder: the model folder and the run's other outputs stay.
-    (["export", "{run}/model", "{run}", "--overwrite"], "would hold the input"),
-    (["export", "{run}/model", "{run}/model"], "would lie inside the input"),
-    (["export", "{run}/model", "{run}/model/served"], "would lie inside the input"),
-    (["export", "{run}/model", "{tmp}/texts-folder"], r"texts-folder: already exists and is not a SavedModel "
-                                                       r"export \(it holds texts.txt\)"),
-    (["search", "build", "{run}/model", "{tmp}/texts-folder/texts.txt", "{tmp}/texts-folder", "--overwrite"],
-     "would hold the input"),
-    (["search", "build", "{run}/model", "{tmp}/texts.txt", "{tmp}/texts-folder"],
-     "already exists and is not a cosent-tf index"),
-    (["encode", "{run}/model", "{tmp}/texts.txt", "{tmp}/texts.txt"], "is also an input of this command"),
-    (["encode", "{run}/model", "{tmp}/texts.txt", "{run}"], "is a folder; give the path of a file"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        # A training run's folder: the model folder and the run's other outputs stay.
+        (["export", "{run}/model", "{run}", "--overwrite"], "would hold the input"),
+        (["export", "{run}/model", "{run}/model"], "would lie inside the input"),
+        (["export", "{run}/model", "{run}/model/served"], "would lie inside the input"),
+        (
+            ["export", "{run}/model", "{tmp}/texts-folder"],
+            r"texts-folder: already exists and is not a SavedModel "
+            r"export \(it holds texts.txt\)",
+        ),
+        (
+            ["search", "build", "{run}/model", "{tmp}/texts-folder/texts.txt", "{tmp}/texts-folder", "--overwrite"],
+            "would hold the input",
+        ),
+        (
+            ["search", "build", "{run}/model", "{tmp}/texts.txt", "{tmp}/texts-folder"],
+            "already exists and is not a cosent-tf index",
+        ),
+        (["encode", "{run}/model", "{tmp}/texts.txt", "{tmp}/texts.txt"], "is also an input of this command"),
+        (["encode", "{run}/model", "{tmp}/texts.txt", "{run}"], "is a folder; give the path of a file"),
+    ],
+)
 def test_outputs_never_replace_inputs_or_other_files(arguments, message, model_dir, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -104,14 +140,19 @@ def test_outputs_never_replace_inputs_or_other_files(arguments, message, model_d
     assert (tmp_path / "texts.txt").read_bytes() == texts
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["encode", "{tmp}/missing", "{tmp}/texts.txt", "{tmp}/out.npy"], "missing: model folder not found"),
-    (["encode", "{model}", "{tmp}/nothere.txt", "{tmp}/out.npy"], "nothere.txt: cannot open"),
-    (["encode", "{model}", "{tmp}/latin1.txt", "{tmp}/out.npy"], "latin1.txt, line 2: not valid UTF-8"),
-    (["similarity", "{model}", "{tmp}/texts.txt", "{tmp}/out.tsv"],
-     r"texts.txt, line 1: expected two tab-separated texts \(text_a<TAB>text_b\), found no tab"),
-    (["search", "query", "{tmp}/noindex", "{tmp}/texts.txt", "{tmp}/out.jsonl"], "not a complete cosent-tf index"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["encode", "{tmp}/missing", "{tmp}/texts.txt", "{tmp}/out.npy"], "missing: model folder not found"),
+        (["encode", "{model}", "{tmp}/nothere.txt", "{tmp}/out.npy"], "nothere.txt: cannot open"),
+        (["encode", "{model}", "{tmp}/latin1.txt", "{tmp}/out.npy"], "latin1.txt, line 2: not valid UTF-8"),
+        (
+            ["similarity", "{model}", "{tmp}/texts.txt", "{tmp}/out.tsv"],
+            r"texts.txt, line 1: expected two tab-separated texts \(text_a<TAB>text_b\), found no tab",
+        ),
+        (["search", "query", "{tmp}/noindex", "{tmp}/texts.txt", "{tmp}/out.jsonl"], "not a complete cosent-tf index"),
+    ],
+)
 def test_bad_input_is_named_and_nothing_is_written(arguments, message, model_dir, tmp_path):
     (tmp_path / "latin1.txt").write_bytes("好\n".encode() + "café\n".encode("latin-1"))
     arguments = [a.format(tmp=tmp_path, model=model_dir) for a in arguments]
@@ -121,6 +162,7 @@ def test_bad_input_is_named_and_nothing_is_written(arguments, message, model_dir
     assert not os.path.exists(arguments[-1])
 
 
+@pytest.mark.slow
 def test_console_script_is_installed_with_help():
     script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
     result = subprocess.run([script, "search", "query", "--help"], capture_output=True, text=True, timeout=300)

@@ -12,11 +12,19 @@ from conftest import SHARED_DATA, requires_shared_data
 
 # Line counts stated in ../shared/data/README.md.
 SENTEVAL_COUNTS = {
-    ("STS-B", "train"): 5231, ("STS-B", "valid"): 1458, ("STS-B", "test"): 1361,
-    ("BQ", "train"): 100000, ("BQ", "valid"): 10000, ("BQ", "test"): 10000,
-    ("ATEC", "train"): 38467, ("ATEC", "valid"): 20000, ("ATEC", "test"): 20000,
-    ("LCQMC", "valid"): 8802, ("LCQMC", "test"): 12500,
-    ("PAWSX", "valid"): 2000, ("PAWSX", "test"): 2000,
+    ("STS-B", "train"): 5231,
+    ("STS-B", "valid"): 1458,
+    ("STS-B", "test"): 1361,
+    ("BQ", "train"): 100000,
+    ("BQ", "valid"): 10000,
+    ("BQ", "test"): 10000,
+    ("ATEC", "train"): 38467,
+    ("ATEC", "valid"): 20000,
+    ("ATEC", "test"): 20000,
+    ("LCQMC", "valid"): 8802,
+    ("LCQMC", "test"): 12500,
+    ("PAWSX", "valid"): 2000,
+    ("PAWSX", "test"): 2000,
 }
 NLI_COUNTS = {"cnsd-snli/dev.jsonl": 9314, "cnsd-snli/test.jsonl": 9176, "cnsd-mnli/dev.jsonl": 12241}
 
@@ -42,7 +50,7 @@ def test_shared_nli_files_have_readme_counts(name):
 
 def test_wrong_field_counts_are_skipped_counted_and_reported(tmp_path, caplog):
     path = tmp_path / "X.train.data"
-    path.write_text("a\tb\t1\nonly two\tfields\na\tb\tc\t1\n\n\"q\"\"x\"\tb\t0\n", encoding="utf-8")
+    path.write_text('a\tb\t1\nonly two\tfields\na\tb\tc\t1\n\n"q""x"\tb\t0\n', encoding="utf-8")
     with caplog.at_level(logging.WARNING):
         data = read_senteval(path)
     assert data.texts_a == ["a", '"q""x"'] and list(data.labels) == [1.0, 0.0]
@@ -60,7 +68,7 @@ def test_unparsable_label_names_file_and_line(tmp_path, label):
 
 def test_bad_utf8_missing_and_empty_files(tmp_path):
     path = tmp_path / "latin1.data"
-    path.write_bytes("a\tb\t1\n".encode() + "caf\xe9\tb\t0\n".encode("latin-1"))
+    path.write_bytes(b"a\tb\t1\n" + "caf\xe9\tb\t0\n".encode("latin-1"))
     with pytest.raises(DataError, match="latin1.data, line 2: not valid UTF-8"):
         read_senteval(path)
     with pytest.raises(DataError, match="absent.data: cannot open"):
@@ -79,10 +87,12 @@ def test_missing_split_names_the_file(tmp_path):
 
 
 def test_nli_reader(tmp_path):
-    rows = [{"sentence1": "a", "sentence2": "b", "gold_label": "entailment"},
-            {"sentence1": "c", "sentence2": "d", "gold_label": "-"},
-            {"sentence1": "e", "sentence2": "f", "gold_label": "contradiction"},
-            {"sentence1": "g", "sentence2": "h", "gold_label": "neutral"}]
+    rows = [
+        {"sentence1": "a", "sentence2": "b", "gold_label": "entailment"},
+        {"sentence1": "c", "sentence2": "d", "gold_label": "-"},
+        {"sentence1": "e", "sentence2": "f", "gold_label": "contradiction"},
+        {"sentence1": "g", "sentence2": "h", "gold_label": "neutral"},
+    ]
     path = tmp_path / "dev.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
     data = read_nli(path)
@@ -145,8 +155,14 @@ bad_line = st.lists(text, min_size=0, max_size=5).filter(lambda fields: len(fiel
 def test_readers_survive_arbitrary_bytes(tmp_path, content):
     path = tmp_path / "fuzz.data"
     path.write_bytes(content)
-    for reader in (read_senteval, read_nli, read_lines, read_pair_lines,
-                   lambda p: read_senteval(p, strict=True), lambda p: read_nli(p, strict=True)):
+    for reader in (
+        read_senteval,
+        read_nli,
+        read_lines,
+        read_pair_lines,
+        lambda p: read_senteval(p, strict=True),
+        lambda p: read_nli(p, strict=True),
+    ):
         try:
             reader(path)
         except DataError as error:
@@ -154,8 +170,11 @@ def test_readers_survive_arbitrary_bytes(tmp_path, content):
 
 
 @FUZZ
-@given(st.lists(st.one_of(good_line.map(lambda f: ("good", f)), bad_line.map(lambda f: ("bad", f))), min_size=1,
-                max_size=30))
+@given(
+    st.lists(
+        st.one_of(good_line.map(lambda f: ("good", f)), bad_line.map(lambda f: ("bad", f))), min_size=1, max_size=30
+    )
+)
 def test_senteval_keeps_every_well_formed_line_and_reports_the_rest(tmp_path, lines):
     path = tmp_path / "fuzz.data"
     raw = ["\t".join(item) if kind == "good" else item for kind, item in lines]
@@ -178,12 +197,19 @@ def test_senteval_keeps_every_well_formed_line_and_reports_the_rest(tmp_path, li
 
 
 @FUZZ
-@given(st.lists(st.tuples(text, text, st.sampled_from(["entailment", "neutral", "contradiction", "-", 7, None])),
-                min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.tuples(text, text, st.sampled_from(["entailment", "neutral", "contradiction", "-", 7, None])),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_nli_keeps_every_labelled_record(tmp_path, records):
     path = tmp_path / "fuzz.jsonl"
-    path.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "gold_label": g}) + "\n"
-                            for a, b, g in records), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"sentence1": a, "sentence2": b, "gold_label": g}) + "\n" for a, b, g in records),
+        encoding="utf-8",
+    )
     kept = [(a, b, g) for a, b, g in records if g in ("entailment", "neutral", "contradiction")]
     if not kept:
         with pytest.raises(DataError, match="no usable pairs"):
@@ -194,11 +220,17 @@ def test_nli_keeps_every_labelled_record(tmp_path, records):
     assert len(data.skipped_lines) == len(records) - len(kept)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("甲\t乙\t2", "label '2' is not 0 or 1"), ("甲\t乙\t0.5", "label '0.5' is not 0 or 1"),
-    ("甲\t乙\tnan", "label 'nan' is not finite"), ("甲\t乙\tyes", "label 'yes' is not a number"),
-    ("甲\t乙\t0_1", "label '0_1' is not a plain decimal number"),
-    ("甲\t乙\t１", "label '１' is not a plain decimal number")])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("甲\t乙\t2", "label '2' is not 0 or 1"),
+        ("甲\t乙\t0.5", "label '0.5' is not 0 or 1"),
+        ("甲\t乙\tnan", "label 'nan' is not finite"),
+        ("甲\t乙\tyes", "label 'yes' is not a number"),
+        ("甲\t乙\t0_1", "label '0_1' is not a plain decimal number"),
+        ("甲\t乙\t１", "label '１' is not a plain decimal number"),
+    ],
+)
 def test_out_of_range_labels_are_errors_for_binary_tasks(tmp_path, line, message):
     folder = tmp_path / "BQ"
     folder.mkdir()
@@ -231,8 +263,13 @@ def test_empty_texts_and_repeated_pairs_are_kept_reported_or_strict_errors(tmp_p
 
 def test_nli_strict_refuses_unlabelled_records(tmp_path):
     path = tmp_path / "nli.jsonl"
-    path.write_text(json.dumps({"sentence1": "甲", "sentence2": "乙", "gold_label": "neutral"}) + "\n"
-                    + json.dumps({"sentence1": "甲", "sentence2": "丙", "gold_label": "-"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({"sentence1": "甲", "sentence2": "乙", "gold_label": "neutral"})
+        + "\n"
+        + json.dumps({"sentence1": "甲", "sentence2": "丙", "gold_label": "-"})
+        + "\n",
+        encoding="utf-8",
+    )
     assert len(read_nli(path)) == 1
     with pytest.raises(DataError, match="line 2: with a gold_label outside .*, skipped: '-'"):
         read_nli(path, strict=True)

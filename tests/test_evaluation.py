@@ -1,14 +1,18 @@
-import os
-
 import numpy as np
 import pytest
 from scipy import stats
 
-from cosent_tf import build_encoder
-from cosent_tf.callbacks import ValidationCheckpoint
-from cosent_tf.evaluation import accuracy_at, best_threshold, spearman
-from cosent_tf.inference import batched_outputs, cosine_scores
-from cosent_tf.backend import keras
+from cosent_tf import build_encoder, build_interaction_model
+from cosent_tf.evaluation import (
+    accuracy_at,
+    best_threshold,
+    mean_over_tasks,
+    pair_cosines,
+    pair_scores,
+    spearman,
+    task_metrics,
+)
+from cosent_tf.inference import cosine_scores, interaction_scores
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -35,38 +39,29 @@ def test_spearman_matches_scipy():
     assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).correlation)
 
 
-def test_encode_returns_input_order(tiny_config):
+def test_binary_tasks_get_accuracy_at_the_threshold_tuned_on_valid():
+    valid_scores, valid_labels = [0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]  # best cut: 0.5
+    metrics = task_metrics([0.3, 0.6, 0.7, 0.4], [0, 1, 1, 1], valid_scores, valid_labels, binary=True)
+    assert metrics["threshold"] == pytest.approx(0.5) and metrics["accuracy"] == pytest.approx(0.75)
+    assert set(task_metrics([0.3, 0.6, 0.7], [0, 1, 2], valid_scores, valid_labels)) == {"spearman", "pearson"}
+
+
+def test_several_tasks_are_headlined_by_their_mean_spearman():
+    one = {"BQ": {"spearman": 0.5, "pearson": 0.4}}
+    assert mean_over_tasks(one) == one["BQ"]
+    two = mean_over_tasks({"BQ": {"spearman": 0.5}, "ATEC": {"spearman": 0.1}})
+    assert two == {"spearman": pytest.approx(0.3), "BQ.spearman": 0.5, "ATEC.spearman": 0.1}
+
+
+def test_pair_scores_score_through_inference(tiny_config):
     encoder = build_encoder(tiny_config, pooling="last-avg")
-    token_ids = [np.array([101] + [672 + i] * n + [102], np.int32) for i, n in enumerate([5, 1, 9, 3, 3, 7])]
-    vectors = batched_outputs(encoder, token_ids, batch_size=4)
-    for ids, vector in zip(token_ids, vectors):
-        single = encoder.predict([ids[None], np.zeros_like(ids)[None]], verbose=0)[0]
-        np.testing.assert_allclose(vector, single, atol=1e-5)
-    cosines = cosine_scores(encoder, token_ids[:3], token_ids[3:], batch_size=4)
-    expected = [np.dot(vectors[i], vectors[i + 3]) / np.linalg.norm(vectors[i]) / np.linalg.norm(vectors[i + 3])
-                for i in range(3)]
-    np.testing.assert_allclose(cosines, expected, rtol=1e-5)
-
-
-def test_validation_checkpoint_keeps_the_best_epoch(tmp_path):
-    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
-    model.compile(keras.optimizers.SGD(0.1), loss="mse")
-    scores = iter([0.1, 0.5, 0.3])
-    snapshots = []
-
-    def evaluate(m):
-        snapshots.append(m.get_weights())
-        return {"spearman": next(scores)}
-
-    path = tmp_path / "best.weights.h5"
-    callback = ValidationCheckpoint(evaluate, str(path))
-    x = np.random.default_rng(0).normal(size=(16, 3))
-    model.fit(x, x[:, :2] * 3, epochs=3, callbacks=[callback], verbose=0)
-    assert callback.best_epoch == 2 and callback.best == 0.5
-    for restored, best in zip(model.get_weights(), snapshots[1]):
-        np.testing.assert_array_equal(restored, best)
-    fresh = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
-    fresh.load_weights(str(path))
-    for loaded, best in zip(fresh.get_weights(), snapshots[1]):
-        np.testing.assert_array_equal(loaded, best)
-    assert os.listdir(tmp_path) == ["best.weights.h5"]
+    ids = [np.array([101, 672 + i, 102], np.int32) for i in range(4)]
+    np.testing.assert_allclose(
+        pair_scores(encoder, "feature", (ids[:2], ids[2:])), cosine_scores(encoder, ids[:2], ids[2:])
+    )
+    with pytest.warns(DeprecationWarning, match="cosine_scores"):
+        np.testing.assert_allclose(pair_cosines(encoder, ids[:2], ids[2:]), cosine_scores(encoder, ids[:2], ids[2:]))
+    scorer = build_interaction_model(tiny_config, head="softmax")
+    np.testing.assert_allclose(pair_scores(scorer, "interaction", ids), interaction_scores(scorer, ids))
+    with pytest.raises(ValueError, match="unknown model kind 'siamese'"):
+        pair_scores(encoder, "siamese", ids)

@@ -5,12 +5,12 @@ import sys
 
 import numpy as np
 import pytest
+from test_graph_tokenization import EDGE_CASES, shared_test_sentences
 
 from cosent_tf import ConfigError, PairScorer, SentenceEncoder
 from cosent_tf.export import export_saved_model
 
 from conftest import make_model_dir, requires_shared_data, write_config
-from test_graph_tokenization import EDGE_CASES, shared_test_sentences
 
 pytestmark = requires_shared_data
 
@@ -34,12 +34,18 @@ def serve(saved_model, columns, tmp_path):
     (tmp_path / "inputs.json").write_text(json.dumps(columns, ensure_ascii=False), encoding="utf-8")
     # A server's environment: none of the Keras 2 switches cosent_tf sets for itself.
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
-    result = subprocess.run([sys.executable, "-c", SERVE, str(saved_model), str(tmp_path / "inputs.json"),
-                             str(tmp_path / "served.npy")], capture_output=True, text=True, timeout=600, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE, str(saved_model), str(tmp_path / "inputs.json"), str(tmp_path / "served.npy")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return np.load(tmp_path / "served.npy")
 
 
+@pytest.mark.slow
 def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=64)
     assert export_saved_model(tmp_path / "model", tmp_path / "exported") == ["encode_ids", "serving_default"]
@@ -52,6 +58,7 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_p
     assert info["kind"] == "feature" and info["maxlen"] == 64
 
 
+@pytest.mark.slow
 def test_saved_model_scores_pairs_like_pair_scorer(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head="score", maxlen=24)
     export_saved_model(tmp_path / "model", tmp_path / "exported")
@@ -62,12 +69,14 @@ def test_saved_model_scores_pairs_like_pair_scorer(tiny_config, tmp_path):
     assert np.abs(served - expected).max() < 1e-5
 
 
+@pytest.mark.slow
 def test_saved_model_cli_lists_the_string_signature(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config)
     export_saved_model(tmp_path / "model", tmp_path / "exported")
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    result = subprocess.run([cli, "show", "--all", "--dir", str(tmp_path / "exported")],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [cli, "show", "--all", "--dir", str(tmp_path / "exported")], capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     serving = result.stdout.split("signature_def['serving_default']")[1]
     assert "inputs['sentences']" in serving and "DT_STRING" in serving and "outputs['embeddings']" in serving

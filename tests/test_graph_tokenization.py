@@ -14,9 +14,22 @@ pytestmark = requires_shared_data
 # Mixed scripts, full-width forms, accents, digits, control and zero-width characters,
 # white space of several kinds, a word too long for WordPiece, and empty input.
 EDGE_CASES = [
-    "ＱＱ号码，多少？（急）…①②", "iPhone6s Plus 32G，¥5888元", "Héllo WÖRLD naïve Ｃａｆé", "ß İstanbul ﬁle",
-    "a\u2028b\u2029c\x00d\ufffde\u200bf\u3000g\tend\r\n", "", "   ", "x" * 201, "y" * 200, "豈更車賈滑",
-    "한국어 텍스트", "𠀋𠀍 emoji 😀 text", "##", "[CLS] [UNK] [SEP]", "3.14159,1e-5%", "ＡＢＣａｂｃ１２３",
+    "ＱＱ号码，多少？（急）…①②",
+    "iPhone6s Plus 32G，¥5888元",
+    "Héllo WÖRLD naïve Ｃａｆé",
+    "ß İstanbul ﬁle",
+    "a\u2028b\u2029c\x00d\ufffde\u200bf\u3000g\tend\r\n",
+    "",
+    "   ",
+    "x" * 201,
+    "y" * 200,
+    "豈更車賈滑",
+    "한국어 텍스트",
+    "𠀋𠀍 emoji 😀 text",
+    "##",
+    "[CLS] [UNK] [SEP]",
+    "3.14159,1e-5%",
+    "ＡＢＣａｂｃ１２３",
 ]
 
 

@@ -4,8 +4,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex
-from cosent_tf.inference import top_k_cosine
+from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
+from cosent_tf.inference import batched_outputs, cosine_scores, top_k_cosine
 
 from conftest import make_model_dir, requires_shared_data
 
@@ -167,3 +167,18 @@ def test_bf16_encoder_traces_under_its_own_policy_and_stays_close(encoder_and_mo
     vectors = bf16.encode(TEXTS)  # traced while the global policy is float32 again
     assert vectors.dtype == np.float32
     assert np.min(np.sum(vectors * encoder.encode(TEXTS), axis=1)) > 0.99
+
+
+def test_batched_outputs_come_back_in_input_order(tiny_config):
+    encoder = build_encoder(tiny_config, pooling="last-avg")
+    token_ids = [np.array([101] + [672 + i] * n + [102], np.int32) for i, n in enumerate([5, 1, 9, 3, 3, 7])]
+    vectors = batched_outputs(encoder, token_ids, batch_size=4)
+    for ids, vector in zip(token_ids, vectors):
+        single = encoder.predict([ids[None], np.zeros_like(ids)[None]], verbose=0)[0]
+        np.testing.assert_allclose(vector, single, atol=1e-5)
+    cosines = cosine_scores(encoder, token_ids[:3], token_ids[3:], batch_size=4)
+    expected = [
+        np.dot(vectors[i], vectors[i + 3]) / np.linalg.norm(vectors[i]) / np.linalg.norm(vectors[i + 3])
+        for i in range(3)
+    ]
+    np.testing.assert_allclose(cosines, expected, rtol=1e-5)

@@ -6,8 +6,15 @@ import sys
 import pytest
 
 from cosent_tf import ConfigError
-from cosent_tf.io import (FolderKind, atomic_directory, atomic_path, check_output_file, check_output_folder,
-                          folder_lock, write_json)
+from cosent_tf.io import (
+    FolderKind,
+    atomic_directory,
+    atomic_path,
+    check_output_file,
+    check_output_folder,
+    folder_lock,
+    write_json,
+)
 
 KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
 
@@ -15,11 +22,10 @@ KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
 def test_atomic_path_keeps_old_file_on_failure(tmp_path):
     target = tmp_path / "metrics.json"
     write_json(target, {"a": 1})
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            with open(tmp, "w") as f:
-                f.write('{"a": ')  # half-written
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        with open(tmp, "w") as f:
+            f.write('{"a": ')  # half-written
+        raise RuntimeError("killed")
     assert target.read_text() == '{\n  "a": 1\n}\n'
     assert os.listdir(tmp_path) == ["metrics.json"]
 
@@ -29,18 +35,20 @@ def test_atomic_directory_replaces_only_an_output_of_its_kind_when_asked(tmp_pat
     with atomic_directory(target, KIND) as tmp:
         for name in ("marker", "part-1"):
             open(os.path.join(tmp, name), "w").close()
-    with pytest.raises(ConfigError, match="already holds a test output; nothing was written: replace it with "
-                                          "--overwrite"):
-        with atomic_directory(target, KIND) as tmp:
-            raise AssertionError("the block must not run")
+    with (
+        pytest.raises(
+            ConfigError, match="already holds a test output; nothing was written: replace it with --overwrite"
+        ),
+        atomic_directory(target, KIND) as tmp,
+    ):
+        raise AssertionError("the block must not run")
     with atomic_directory(target, KIND, overwrite=True) as tmp:
         for name in ("marker", "part-2"):
             open(os.path.join(tmp, name), "w").close()
     assert sorted(os.listdir(target)) == ["marker", "part-2"]
-    with pytest.raises(RuntimeError):
-        with atomic_directory(target, KIND, overwrite=True) as tmp:
-            open(os.path.join(tmp, "marker"), "w").close()
-            raise RuntimeError
+    with pytest.raises(RuntimeError), atomic_directory(target, KIND, overwrite=True) as tmp:
+        open(os.path.join(tmp, "marker"), "w").close()
+        raise RuntimeError
     assert sorted(os.listdir(target)) == ["marker", "part-2"] and os.listdir(tmp_path) == ["out"]
 
 
@@ -50,10 +58,15 @@ def test_a_folder_holding_anything_else_is_never_replaced(tmp_path):
     for name in ("marker", "metrics.json"):
         (target / name).write_text("keep me")
     for overwrite in (False, True):
-        with pytest.raises(ConfigError, match=r"run: already exists and is not a test output \(it holds marker, "
-                                              r"metrics.json\); nothing was written"):
-            with atomic_directory(target, KIND, overwrite=overwrite):
-                raise AssertionError("the block must not run")
+        with (
+            pytest.raises(
+                ConfigError,
+                match=r"run: already exists and is not a test output \(it holds marker, "
+                r"metrics.json\); nothing was written",
+            ),
+            atomic_directory(target, KIND, overwrite=overwrite),
+        ):
+            raise AssertionError("the block must not run")
     assert sorted(os.listdir(target)) == ["marker", "metrics.json"] and os.listdir(tmp_path) == ["run"]
     (tmp_path / "a-file").write_text("keep me")
     with pytest.raises(ConfigError, match="a-file: exists and is not a folder"):
@@ -93,9 +106,11 @@ with folder_lock(sys.argv[1]):
 """
 
 
+@pytest.mark.slow
 def test_folder_lock_names_its_holder_and_dies_with_it(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / "run")], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ConfigError, match=f"run: in use by another run \\(process {holder.pid}\\)"):

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, PaddingMask, Pooling, build_encoder
+from cosent_tf.backend import dtype_policy, tf
 from cosent_tf.layers import POOLING_MODES
-from cosent_tf.backend import dtype_policy, keras, tf
 
 
 def masked_reference(mode, first, last, mask):

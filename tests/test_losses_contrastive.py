@@ -26,7 +26,8 @@ def test_negative_below_threshold_costs_nothing():
 def test_scores_binarised_and_config_round_trips():
     vectors = np.array([[1, 0], [1, 0]], np.float32)
     # STS-B score 4 > 2.5 is positive: cosine 1 costs nothing.
-    assert float(ThresholdContrastiveLoss(0.5, positive_above=2.5)(np.array([4, 4]), vectors)) == \
-        pytest.approx(0.0, abs=1e-6)
+    assert float(ThresholdContrastiveLoss(0.5, positive_above=2.5)(np.array([4, 4]), vectors)) == pytest.approx(
+        0.0, abs=1e-6
+    )
     restored = keras.losses.deserialize(keras.losses.serialize(ThresholdContrastiveLoss(0.9, 2.5)))
     assert (restored.epsilon, restored.positive_above) == (0.9, 2.5)

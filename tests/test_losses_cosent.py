@@ -4,17 +4,21 @@ import numpy as np
 import pytest
 
 from cosent_tf import CoSENTLoss
-from cosent_tf.losses import cosent_loss
 from cosent_tf.backend import keras, tf
+from cosent_tf.losses import cosent_loss
 
 
 def brute_force_cosent(labels, vectors, scale):
     """Double loop over pairs of pairs, float64, straight from the formula."""
     vectors = np.asarray(vectors, dtype=np.float64)
     pair_labels = np.asarray(labels, dtype=np.float64).reshape(-1)[::2]
-    cosines = [float(np.dot(vectors[2 * k], vectors[2 * k + 1])
-                     / (np.linalg.norm(vectors[2 * k]) * np.linalg.norm(vectors[2 * k + 1])))
-               for k in range(len(pair_labels))]
+    cosines = [
+        float(
+            np.dot(vectors[2 * k], vectors[2 * k + 1])
+            / (np.linalg.norm(vectors[2 * k]) * np.linalg.norm(vectors[2 * k + 1]))
+        )
+        for k in range(len(pair_labels))
+    ]
     terms = [0.0]
     for high in range(len(pair_labels)):
         for low in range(len(pair_labels)):
@@ -144,8 +148,9 @@ def test_trains_in_model_fit(loss):
     pairs = 64
     labels = rng.integers(0, 2, pairs).astype(np.float32)
     first = rng.normal(size=(pairs, 6)).astype(np.float32)
-    second = np.where(labels[:, None] > 0, first + 0.1 * rng.normal(size=(pairs, 6)),
-                      rng.normal(size=(pairs, 6))).astype(np.float32)
+    second = np.where(
+        labels[:, None] > 0, first + 0.1 * rng.normal(size=(pairs, 6)), rng.normal(size=(pairs, 6))
+    ).astype(np.float32)
     x = np.stack([first, second], axis=1).reshape(2 * pairs, 6)
     y = np.repeat(labels, 2)
     encoder = keras.Sequential([keras.layers.Input((6,)), keras.layers.Dense(4)])

@@ -1,15 +1,21 @@
 """Every loss on degenerate and random batches: finite values and gradients, float32 and bf16."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-
-from cosent_tf import (CoSENTLoss, CosineMSELoss, InteractionCoSENTLoss, SentenceBertHead, SentenceBertSoftmaxLoss,
-                       ThresholdContrastiveLoss)
-from cosent_tf.backend import tf
-
 from test_losses_cosent import brute_force_cosent
+
+from cosent_tf import (
+    CoSENTLoss,
+    CosineMSELoss,
+    InteractionCoSENTLoss,
+    SentenceBertHead,
+    SentenceBertSoftmaxLoss,
+    ThresholdContrastiveLoss,
+)
+from cosent_tf.backend import tf
 
 FEATURE_LOSSES = {
     "cosent": lambda y, x: CoSENTLoss(20.0)(y, x),
@@ -33,8 +39,10 @@ def degenerate_batches():
     return {
         "identical sentences": (np.repeat(vector, 8, axis=0), [1, 1, 0, 0, 1, 1, 0, 0]),
         "zero vectors": (np.zeros((8, 8)), [1, 1, 0, 0, 1, 1, 0, 0]),
-        "one zero vector per pair": (np.concatenate([np.zeros((4, 8)), rng.normal(size=(4, 8))])[[0, 4, 1, 5, 2, 6, 3, 7]],
-                                     [1, 1, 0, 0, 1, 1, 0, 0]),
+        "one zero vector per pair": (
+            np.concatenate([np.zeros((4, 8)), rng.normal(size=(4, 8))])[[0, 4, 1, 5, 2, 6, 3, 7]],
+            [1, 1, 0, 0, 1, 1, 0, 0],
+        ),
         "a single pair": (rng.normal(size=(2, 8)), [1, 1]),
         "all labels equal": (rng.normal(size=(8, 8)), [1] * 8),
         "huge vectors": (rng.normal(size=(8, 8)) * 1e18, [1, 1, 0, 0, 1, 1, 0, 0]),
@@ -52,8 +60,10 @@ def test_feature_losses_stay_finite_on_degenerate_batches(name, batch, dtype):
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16], ids=["float32", "bfloat16"])
-@pytest.mark.parametrize("scores, labels", [
-    ([[0.0]], [1]), ([[3.0], [3.0], [3.0]], [1, 0, 1]), ([[1e30], [-1e30]], [0, 1]), ([[2.0], [1.0]], [1, 1])])
+@pytest.mark.parametrize(
+    "scores, labels",
+    [([[0.0]], [1]), ([[3.0], [3.0], [3.0]], [1, 0, 1]), ([[1e30], [-1e30]], [0, 1]), ([[2.0], [1.0]], [1, 1])],
+)
 def test_interaction_loss_stays_finite_on_degenerate_batches(scores, labels, dtype):
     value, gradient = loss_and_gradient(InteractionCoSENTLoss(), labels, np.asarray(scores, np.float32), dtype)
     assert np.isfinite(value) and value >= 0 and np.all(np.isfinite(gradient))
@@ -90,8 +100,10 @@ def test_every_feature_loss_is_finite_on_random_batches(batch, name, dtype):
 
 
 @settings(max_examples=30, deadline=None)
-@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 16), st.just(1)), elements=st.floats(-1e6, 1e6, width=32)),
-       st.data())
+@given(
+    hnp.arrays(np.float32, st.tuples(st.integers(1, 16), st.just(1)), elements=st.floats(-1e6, 1e6, width=32)),
+    st.data(),
+)
 def test_interaction_loss_is_finite_on_random_scores(scores, data):
     labels = data.draw(hnp.arrays(np.float32, len(scores), elements=st.sampled_from([0.0, 1.0, 2.0])))
     value, gradient = loss_and_gradient(InteractionCoSENTLoss(), labels, scores, tf.float32)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import InteractionCoSENTLoss
-from cosent_tf.losses import interaction_cosent_loss
 from cosent_tf.backend import keras, tf
+from cosent_tf.losses import interaction_cosent_loss
 
 
 def brute_force(labels, scores):
@@ -30,8 +30,9 @@ def test_matches_brute_force(seed):
 
 def test_hand_computed_and_equal_labels():
     # label 1 scored 0.0, label 0 scored 3.0: log(1 + e^3)
-    assert float(interaction_cosent_loss(np.array([1.0, 0.0]), np.array([[0.0], [3.0]]))) == \
-        pytest.approx(math.log1p(math.exp(3.0)), rel=1e-12)
+    assert float(interaction_cosent_loss(np.array([1.0, 0.0]), np.array([[0.0], [3.0]]))) == pytest.approx(
+        math.log1p(math.exp(3.0)), rel=1e-12
+    )
     assert float(interaction_cosent_loss(np.ones(5), np.arange(5.0)[:, None])) == 0.0
 
 

@@ -26,5 +26,6 @@ def test_head_rejects_odd_batches_and_serialises():
         SentenceBertHead(2)(np.ones((3, 4), np.float32))
     head = SentenceBertHead.from_config(SentenceBertHead(3, name="h").get_config())
     assert head.num_classes == 3
-    assert isinstance(keras.losses.deserialize(keras.losses.serialize(SentenceBertSoftmaxLoss())),
-                      SentenceBertSoftmaxLoss)
+    assert isinstance(
+        keras.losses.deserialize(keras.losses.serialize(SentenceBertSoftmaxLoss())), SentenceBertSoftmaxLoss
+    )

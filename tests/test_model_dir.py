@@ -17,9 +17,16 @@ def outputs(model, token_ids):
     return model.predict([ids, np.zeros_like(ids)], verbose=0)
 
 
-@pytest.mark.parametrize("kind, pooling, head", [("feature", "cls", None), ("feature", "pooler", None),
-                                                 ("feature", "last-avg", None), ("interaction", None, "score"),
-                                                 ("interaction", None, "softmax")])
+@pytest.mark.parametrize(
+    "kind, pooling, head",
+    [
+        ("feature", "cls", None),
+        ("feature", "pooler", None),
+        ("feature", "last-avg", None),
+        ("interaction", None, "score"),
+        ("interaction", None, "softmax"),
+    ],
+)
 def test_model_folder_round_trips_outputs_and_settings(kind, pooling, head, tiny_config, tmp_path):
     original = make_model_dir(tmp_path / "model", tiny_config, kind, pooling, head, maxlen=20, threshold=0.25)
     spec, loaded, tokenizer = load_model_dir(tmp_path / "model")
@@ -28,8 +35,13 @@ def test_model_folder_round_trips_outputs_and_settings(kind, pooling, head, tiny
     token_ids = tokenizer.encode("今天天气怎么样？ABC123")
     np.testing.assert_array_equal(outputs(loaded, token_ids), outputs(original, token_ids))
     assert sorted(os.listdir(tmp_path / "model")) == [
-        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index", "checkpoint",
-        SPEC_FILE, "vocab.txt"]
+        "bert_config.json",
+        "bert_model.ckpt.data-00000-of-00001",
+        "bert_model.ckpt.index",
+        "checkpoint",
+        SPEC_FILE,
+        "vocab.txt",
+    ]
 
 
 def test_missing_and_incomplete_folders_are_named(tiny_config, tmp_path):
@@ -66,17 +78,19 @@ def test_bad_descriptions_are_explained(tiny_config, tmp_path):
     with pytest.raises(ConfigError, match=r"cosent_model.json, line \d+: not valid JSON"):
         read_spec(folder)
     (folder / SPEC_FILE).write_text(text)
-    for changes, message in [({"kind": "siamese"}, "kind 'siamese' is not one of feature, interaction"),
-                             ({"format_version": 99}, "format version 99 is newer"),
-                             ({"format": "other"}, "not a cosent-tf model description"),
-                             ({"maxlen": 2}, "maxlen must be an integer of at least 3"),
-                             ({"architecture": "gpt"}, "unknown architecture 'gpt'"),
-                             ({"threshold": float("nan")}, "threshold must be a finite number or null, got nan"),
-                             ({"threshold": "0.5"}, "threshold must be a finite number or null, got '0.5'"),
-                             ({"do_lower_case": "false"}, "do_lower_case has the wrong type \\('false'\\)"),
-                             ({"architecture": ["bert"]}, r"architecture has the wrong type \(\['bert'\]\)"),
-                             ({"maxlen": True}, "maxlen must be an integer"),
-                             ({"pooling": "mean"}, "pooling 'mean' is not one of")]:
+    for changes, message in [
+        ({"kind": "siamese"}, "kind 'siamese' is not one of feature, interaction"),
+        ({"format_version": 99}, "format version 99 is newer"),
+        ({"format": "other"}, "not a cosent-tf model description"),
+        ({"maxlen": 2}, "maxlen must be an integer of at least 3"),
+        ({"architecture": "gpt"}, "unknown architecture 'gpt'"),
+        ({"threshold": float("nan")}, "threshold must be a finite number or null, got nan"),
+        ({"threshold": "0.5"}, "threshold must be a finite number or null, got '0.5'"),
+        ({"do_lower_case": "false"}, "do_lower_case has the wrong type \\('false'\\)"),
+        ({"architecture": ["bert"]}, r"architecture has the wrong type \(\['bert'\]\)"),
+        ({"maxlen": True}, "maxlen must be an integer"),
+        ({"pooling": "mean"}, "pooling 'mean' is not one of"),
+    ]:
         (folder / SPEC_FILE).write_text(text)
         edit_spec(folder, **changes)
         with pytest.raises(ConfigError, match=message):

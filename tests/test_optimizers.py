@@ -31,8 +31,12 @@ def test_fused_adam_matches_keras_adam(options):
 
 
 def test_fused_adam_keeps_keras_amsgrad():
-    np.testing.assert_allclose(_train(FusedAdam(0.05, amsgrad=True))[1],
-                               _train(keras.optimizers.Adam(0.05, amsgrad=True))[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        _train(FusedAdam(0.05, amsgrad=True))[1],
+        _train(keras.optimizers.Adam(0.05, amsgrad=True))[1],
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_fused_adam_round_trips_through_config():

@@ -25,7 +25,7 @@ def test_pair_batches_are_interleaved_and_complete(group):
             assert batch_labels[row + 1] == k
             np.testing.assert_array_equal(token_ids[row][: len(ids_a[k])], ids_a[k])
             np.testing.assert_array_equal(token_ids[row + 1][: len(ids_b[k])], ids_b[k])
-            assert not token_ids[row][len(ids_a[k]):].any() and not token_ids[row + 1][len(ids_b[k]):].any()
+            assert not token_ids[row][len(ids_a[k]) :].any() and not token_ids[row + 1][len(ids_b[k]) :].any()
             seen.append(k)
         # Padded only to this batch's own longest sequence.
         longest = max(max(len(ids_a[int(k)]), len(ids_b[int(k)])) for k in batch_labels[::2])
@@ -48,8 +48,10 @@ def test_shuffle_is_seeded_and_changes_per_epoch():
 
 def test_grouping_by_length_cuts_padding():
     lengths = np.random.default_rng(0).integers(3, 60, 3200)
+
     def padded_tokens(group):
         return sum(len(b) * lengths[b].max() for b in batch_indices(lengths, 32, 0, True, group, seed=0))
+
     assert padded_tokens(True) < 0.7 * padded_tokens(False)
     batches = batch_indices(lengths, 32, 0, True, True, seed=0)
     assert sorted(np.concatenate(batches)) == list(range(3200))
@@ -125,10 +127,13 @@ def test_batches_reach_the_model_as_made_while_training(kind, tiny_config):
         def train_step(self, data):
             (token_ids, _), labels = data
             rows, columns = tf.shape(token_ids)[0], tf.shape(token_ids)[1]
-            weights = (tf.range(1, rows + 1, dtype=tf.int64)[:, None] * 131
-                       + tf.range(1, columns + 1, dtype=tf.int64)[None, :])
-            received = {"ids": tf.reduce_sum(tf.cast(token_ids, tf.int64) * weights),
-                        "labels": tf.reduce_sum(tf.cast(labels, tf.float64))}
+            weights = (
+                tf.range(1, rows + 1, dtype=tf.int64)[:, None] * 131 + tf.range(1, columns + 1, dtype=tf.int64)[None, :]
+            )
+            received = {
+                "ids": tf.reduce_sum(tf.cast(token_ids, tf.int64) * weights),
+                "labels": tf.reduce_sum(tf.cast(labels, tf.float64)),
+            }
             super().train_step(data)
             return received
 
@@ -149,7 +154,8 @@ def test_batches_reach_the_model_as_made_while_training(kind, tiny_config):
     model.compile(optimizer=FusedAdam(1e-3), loss=loss)
     seen = []
     record = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: seen.append((int(logs["ids"]), float(logs["labels"]))))
+        on_train_batch_end=lambda batch, logs: seen.append((int(logs["ids"]), float(logs["labels"])))
+    )
     model.fit(make(), epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
     assert seen == expected
 

@@ -17,8 +17,14 @@ def fake_run(folder, task, kind, loss, spearmans, accuracy=None, comparable=True
         if accuracy is not None:
             test.update(accuracy=accuracy, threshold=0.5)
         tasks[name] = {"valid": {"spearman": value}, "test": test}
-    metrics = {"task": task, "kind": kind, "loss": loss, "comparable": comparable, "tasks": tasks,
-               "test": {"spearman": float(np.mean(list(spearmans.values())))}}
+    metrics = {
+        "task": task,
+        "kind": kind,
+        "loss": loss,
+        "comparable": comparable,
+        "tasks": tasks,
+        "test": {"spearman": float(np.mean(list(spearmans.values())))},
+    }
     with open(os.path.join(folder, "metrics.json"), "w") as f:
         json.dump(metrics, f)
     with open(os.path.join(folder, "config.json"), "w") as f:
@@ -34,12 +40,19 @@ def fake_run(folder, task, kind, loss, spearmans, accuracy=None, comparable=True
 
 
 def test_tables_follow_the_published_layout(tmp_path):
-    runs = [fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.8),
-            fake_run(tmp_path / "b", "STS-B", "feature", "cosent", {"STS-B": 0.6}),
-            fake_run(tmp_path / "c", "BQ", "feature", "sbert", {"BQ": 0.5}),
-            fake_run(tmp_path / "d", "LCQMC", "interaction", "ce", {"LCQMC": 0.4}, accuracy=0.7, comparable=False),
-            fake_run(tmp_path / "e", "NLI", "feature", "cosent",
-                     {t: 0.1 * (i + 1) for i, t in enumerate(["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"])})]
+    runs = [
+        fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.8),
+        fake_run(tmp_path / "b", "STS-B", "feature", "cosent", {"STS-B": 0.6}),
+        fake_run(tmp_path / "c", "BQ", "feature", "sbert", {"BQ": 0.5}),
+        fake_run(tmp_path / "d", "LCQMC", "interaction", "ce", {"LCQMC": 0.4}, accuracy=0.7, comparable=False),
+        fake_run(
+            tmp_path / "e",
+            "NLI",
+            "feature",
+            "cosent",
+            {t: 0.1 * (i + 1) for i, t in enumerate(["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"])},
+        ),
+    ]
     text = tables(load_runs(runs + [str(tmp_path / "unfinished")]))
     assert "| method | ATEC | BQ | LCQMC | PAWSX | STS-B | Avg |" in text
     assert "| BERT + CoSENT | – | 70.00 | – | – | 60.00 | 65.00* |" in text
@@ -51,8 +64,10 @@ def test_tables_follow_the_published_layout(tmp_path):
 
 
 def test_report_writes_tables_and_plots(tmp_path):
-    runs = [fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}),
-            fake_run(tmp_path / "b", "BQ", "feature", "mse", {"BQ": 0.6})]
+    runs = [
+        fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}),
+        fake_run(tmp_path / "b", "BQ", "feature", "mse", {"BQ": 0.6}),
+    ]
     written = write_report(runs, str(tmp_path / "out"), preface="Random init.")
     assert [os.path.basename(p) for p in written] == ["results.md", "convergence.png", "cosine_density.png"]
     assert (tmp_path / "out" / "results.md").read_text().startswith("Random init.")

@@ -23,7 +23,11 @@ def test_the_table_holds_the_original_experiments_settings():
     assert BINARY_TASKS == ("ATEC", "BQ", "LCQMC", "PAWSX")
     assert (TASKS["PAWSX"].maxlen, TASKS["PAWSX"].interaction_maxlen) == (128, 256)
     assert (TASKS["BQ"].maxlen, TASKS["BQ"].interaction_maxlen, TASKS["BQ"].batch_size, TASKS["BQ"].epochs) == (
-        64, 128, 32, 5)
+        64,
+        128,
+        32,
+        5,
+    )
     nli = TASKS["NLI"]
     assert (nli.batch_size, nli.epochs, nli.steps_per_epoch, nli.max_label) == (64, 10, 5000, 2.0)
     assert TASKS["STS-B"].max_label == 5.0 and not TASKS["STS-B"].binary

@@ -1,7 +1,8 @@
 import os
 
 import pytest
-from bert4keras.tokenizers import Tokenizer, load_vocab as b4k_load_vocab
+from bert4keras.tokenizers import Tokenizer
+from bert4keras.tokenizers import load_vocab as b4k_load_vocab
 
 from cosent_tf import DataError, SentenceTokenizer, read_senteval
 from cosent_tf.tokenization import load_vocab

@@ -9,18 +9,25 @@ import sys
 import numpy as np
 import pytest
 
-from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint
-from cosent_tf.io import folder_lock
-from cosent_tf import training
+from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint, training
 from cosent_tf.cli import train_main
 from cosent_tf.data import nli_files
+from cosent_tf.io import folder_lock
 from cosent_tf.training import RunConfig, load_run_data, train
 
 from conftest import ROOT, write_config
 
 CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
-RUN_FILES = [".lock", "best.weights.h5", "config.json", "metrics.json", "model", "test_scores.npz", "valid_curve.png",
-             "valid_metrics.csv"]
+RUN_FILES = [
+    ".lock",
+    "best.weights.h5",
+    "config.json",
+    "metrics.json",
+    "model",
+    "test_scores.npz",
+    "valid_curve.png",
+    "valid_metrics.csv",
+]
 
 
 def tiny_pairs(rng, count, scores):
@@ -43,10 +50,10 @@ def write_tiny_data(root, seed=0, counts=(48, 24, 24)):
             (root / "senteval_cn" / task / f"{task}.{split}.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.makedirs(root / "cnsd" / "cnsd-snli", exist_ok=True)
     names = ["contradiction", "contradiction", "neutral", "neutral", "entailment", "entailment"]
-    rows = [{"sentence1": a, "sentence2": b, "gold_label": names[shared]}
-            for a, b, shared in tiny_pairs(rng, 40, True)]
+    rows = [{"sentence1": a, "sentence2": b, "gold_label": names[shared]} for a, b, shared in tiny_pairs(rng, 40, True)]
     (root / "cnsd" / "cnsd-snli" / "dev.jsonl").write_text(
-        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
+    )
 
 
 @pytest.fixture
@@ -55,8 +62,18 @@ def tiny_setup(tmp_path):
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     config = write_config(tmp_path / "config.json", vocab_size=len(vocab), hidden=16, layers=1, max_position=256)
     write_tiny_data(tmp_path / "data")
-    return tmp_path, ["--data-dir", str(tmp_path / "data"), "--config", config,
-                      "--vocab", str(tmp_path / "vocab.txt"), "--batch-size", "8", "--lr", "1e-3"]
+    return tmp_path, [
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--config",
+        config,
+        "--vocab",
+        str(tmp_path / "vocab.txt"),
+        "--batch-size",
+        "8",
+        "--lr",
+        "1e-3",
+    ]
 
 
 def read_csv(path):
@@ -64,20 +81,40 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-SCRIPTS = [("cosent.py", "BQ"), ("cosent.py", "STS-B", "--loss", "mse"),
-           ("cosent.py", "BQ", "--loss", "contrastive", "--epsilon", "0.2"), ("sbert.py", "STS-B"),
-           ("cosent_nli.py",), ("sbert_nli.py",), ("interact.py", "BQ"), ("interact_cosent.py", "PAWSX")]
+SCRIPTS = [
+    ("cosent.py", "BQ"),
+    ("cosent.py", "STS-B", "--loss", "mse"),
+    ("cosent.py", "BQ", "--loss", "contrastive", "--epsilon", "0.2"),
+    ("sbert.py", "STS-B"),
+    ("cosent_nli.py",),
+    ("sbert_nli.py",),
+    ("interact.py", "BQ"),
+    ("interact_cosent.py", "PAWSX"),
+]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", SCRIPTS, ids=[" ".join(c) for c in SCRIPTS])
 def test_every_script_runs_end_to_end(command, tiny_setup):
     tmp_path, options = tiny_setup
     out = tmp_path / "run"
     extra = ["--steps-per-epoch", "3", "--max-eval-pairs", "12"] if command[0].endswith("_nli.py") else []
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", command[0]), *command[1:], "--epochs", "2",
-         "--output-dir", str(out), *options, *extra],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", command[0]),
+            *command[1:],
+            "--epochs",
+            "2",
+            "--output-dir",
+            str(out),
+            *options,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(os.listdir(out)) == RUN_FILES  # the backup is gone once the run has finished
     metrics = json.loads((out / "metrics.json").read_text())
@@ -122,12 +159,18 @@ def test_same_seed_same_result_and_periodic_validation(tiny_setup):
 def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
     tmp_path, options = tiny_setup
     (tmp_path / "data" / "senteval_cn" / "LCQMC" / "LCQMC.train.data").unlink()
-    cfg = RunConfig(task="LCQMC", data_dir=str(tmp_path / "data"), config=str(tmp_path / "config.json"),
-                    vocab=str(tmp_path / "vocab.txt"), output_dir=str(tmp_path / "run"))
+    cfg = RunConfig(
+        task="LCQMC",
+        data_dir=str(tmp_path / "data"),
+        config=str(tmp_path / "config.json"),
+        vocab=str(tmp_path / "vocab.txt"),
+        output_dir=str(tmp_path / "run"),
+    )
     with pytest.raises(DataError, match=r"LCQMC/LCQMC.train.data: the LCQMC train split is not here"):
         train(cfg)
-    metrics = train_main(["LCQMC", "--epochs", "1", "--train-from-valid", "0.5",
-                    "--output-dir", str(tmp_path / "carved")] + options)
+    metrics = train_main(
+        ["LCQMC", "--epochs", "1", "--train-from-valid", "0.5", "--output-dir", str(tmp_path / "carved")] + options
+    )
     assert metrics["comparable"] is False and "NOT comparable" in metrics["notes"][0]
     assert metrics["train_pairs"] == 12
 
@@ -138,8 +181,21 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
     config, vocab = str(tmp_path / "config.json"), str(tmp_path / "vocab.txt")
     save_checkpoint(build_encoder(config), tmp_path / "ckpt", config, vocab_path=vocab)
     checkpoint = str(tmp_path / "ckpt" / "bert_model.ckpt") if as_prefix else str(tmp_path / "ckpt")
-    train_main(["BQ", "--epochs", "1", "--data-dir", str(tmp_path / "data"), "--checkpoint", checkpoint,
-          "--batch-size", "8", "--output-dir", str(tmp_path / "from-ckpt")])
+    train_main(
+        [
+            "BQ",
+            "--epochs",
+            "1",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--checkpoint",
+            checkpoint,
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(tmp_path / "from-ckpt"),
+        ]
+    )
     used = json.loads((tmp_path / "from-ckpt" / "config.json").read_text())
     assert used["config"] == str(tmp_path / "ckpt" / "bert_config.json")
     assert used["vocab"] == str(tmp_path / "ckpt" / "vocab.txt")
@@ -155,14 +211,15 @@ def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
     random.seed(5), np.random.seed(5), tf.random.set_seed(5)
     expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
     random.seed(5), np.random.seed(5), tf.random.set_seed(5)
-    metrics = train_main(["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options)
+    metrics = train_main(
+        ["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options
+    )
     assert np.isfinite(metrics["test"]["spearman"])
     assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
     assert keras.mixed_precision.global_policy().name == "float32"
     encoder = build_encoder(options[options.index("--config") + 1])
     assert {weight.dtype for weight in encoder.weights} == {tf.float32}
     assert encoder.get_layer("Embedding-Token").compute_dtype == "float32"
-
 
 
 def run_until(command, line_start, send):
@@ -176,14 +233,28 @@ def run_until(command, line_start, send):
     return process.returncode, stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("send", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, tiny_setup):
     tmp_path, options = tiny_setup
     # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM).
-    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2",
-               "--steps-per-epoch", "12", "--eval-every", "3", "--backup-every", "3", *options]
-    reference = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")],
-                               capture_output=True, text=True, timeout=600)
+    command = [
+        sys.executable,
+        os.path.join(ROOT, "scripts", "cosent.py"),
+        "BQ",
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        "12",
+        "--eval-every",
+        "3",
+        "--backup-every",
+        "3",
+        *options,
+    ]
+    reference = subprocess.run(
+        command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
+    )
     assert reference.returncode == 0, reference.stderr[-3000:]
 
     out = tmp_path / "interrupted"
@@ -213,11 +284,13 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, tiny_setup
     assert not (out / "backup").exists()
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_training_finishes_without_training_again(tiny_setup):
     tmp_path, options = tiny_setup
     command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2", *options]
-    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True,
-                           timeout=600)
+    whole = subprocess.run(
+        command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
+    )
     assert whole.returncode == 0, whole.stderr[-3000:]
     out = tmp_path / "killed"
     code, _ = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
@@ -243,17 +316,23 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
         with pytest.raises(SystemExit, match=message):
             train_main(argv)
 
-    refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options,
-            r"holds a finished run \(metrics.json\); nothing was written: pass --overwrite")
-    refused(["BQ", "--epochs", "1", "--output-dir", str(out)] + options + ["--data-dir", str(tmp_path / "nowhere")],
-            "BQ.valid.data: the BQ valid split is not here")  # inputs are read before the folder is touched
+    refused(
+        ["BQ", "--epochs", "1", "--output-dir", str(out)] + options,
+        r"holds a finished run \(metrics.json\); nothing was written: pass --overwrite",
+    )
+    refused(
+        ["BQ", "--epochs", "1", "--output-dir", str(out)] + options + ["--data-dir", str(tmp_path / "nowhere")],
+        "BQ.valid.data: the BQ valid split is not here",
+    )  # inputs are read before the folder is touched
     assert {name: (out / name).read_text() for name in finished} == finished
 
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    refused(["BQ", "--output-dir", str(mine)] + options,
-            r"mine: already exists and is not a cosent-tf training run \(it holds notes.txt\)")
+    refused(
+        ["BQ", "--output-dir", str(mine)] + options,
+        r"mine: already exists and is not a cosent-tf training run \(it holds notes.txt\)",
+    )
     assert os.listdir(mine) == ["notes.txt"]  # not even a lock file
 
     (tmp_path / "a-file").write_text("keep me")
@@ -261,11 +340,26 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     assert (tmp_path / "a-file").read_text() == "keep me"
 
     with folder_lock(tmp_path / "busy"):
-        refused(["BQ", "--output-dir", str(tmp_path / "busy")] + options,
-                f"busy: in use by another training run \\(process {os.getpid()}\\)")
+        refused(
+            ["BQ", "--output-dir", str(tmp_path / "busy")] + options,
+            f"busy: in use by another training run \\(process {os.getpid()}\\)",
+        )
 
-    refused(["BQ", "--checkpoint", str(out / "model"), "--data-dir", str(tmp_path / "data"), "--batch-size", "8",
-             "--output-dir", str(out), "--overwrite"], "holds the run's input")
+    refused(
+        [
+            "BQ",
+            "--checkpoint",
+            str(out / "model"),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(out),
+            "--overwrite",
+        ],
+        "holds the run's input",
+    )
     again = train_main(["BQ", "--epochs", "1", "--seed", "7", "--output-dir", str(out), "--overwrite"] + options)
     assert json.loads((out / "config.json").read_text())["seed"] == 7
     assert json.loads((out / "metrics.json").read_text())["test"] == again["test"] != first["test"]
@@ -279,52 +373,42 @@ def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
     (out / "backup").mkdir()
     (out / "backup" / "state").write_text("")
     saved = (out / "config.json").read_text()
-    for extra, difference in [(["--lr", "5e-2"], "lr 0.001 there, 0.05 now"),
-                              (["--batch-size", "16"], "batch_size 8 there, 16 now"),
-                              (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)")]:
-        with pytest.raises(SystemExit, match=f"holds an unfinished run with other settings \\({difference}\\); "
-                                             "nothing was written: resume it with its own settings"):
+    for extra, difference in [
+        (["--lr", "5e-2"], "lr 0.001 there, 0.05 now"),
+        (["--batch-size", "16"], "batch_size 8 there, 16 now"),
+        (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)"),
+    ]:
+        with pytest.raises(
+            SystemExit,
+            match=f"holds an unfinished run with other settings \\({difference}\\); "
+            "nothing was written: resume it with its own settings",
+        ):
             train_main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options + extra)
     assert (out / "config.json").read_text() == saved
 
 
-def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
-    import tensorflow as tf
-
-    from cosent_tf import NonFiniteLossError
-    from cosent_tf.backend import keras
-    from cosent_tf.callbacks import StopOnNonFiniteLoss
-
-    def batches():  # four good batches, then NaN targets: the loss breaks at step 5 (epoch 2)
-        for step in range(1, 100):
-            x = np.ones((4, 2), np.float32)
-            yield x, np.full((4, 1), np.nan if step >= 5 else 1.0, np.float32)
-
-    dataset = tf.data.Dataset.from_generator(batches, output_signature=(
-        tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((None, 1), tf.float32)))
-    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
-    model.compile(keras.optimizers.SGD(0.01), loss="mse")
-    backup = tmp_path / "backup"
-    epoch_ends = []
-    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epoch_ends.append(model.get_weights()))
-    with pytest.raises(NonFiniteLossError, match=r"became nan at step 5 \(batch 2 of the epoch\); training stopped. the state is in .*backup. lower --lr"):
-        model.fit(dataset, epochs=3, steps_per_epoch=3, verbose=0,
-                  callbacks=[keras.callbacks.BackupAndRestore(str(backup)), StopOnNonFiniteLoss([("the state", str(backup))], "lower --lr"), record])
-    assert len(epoch_ends) == 1  # stopped inside epoch 2
-    # The backup still holds epoch 1's state: a fresh model restored from it has exactly those weights.
-    restored = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
-    restored.compile(keras.optimizers.SGD(0.01), loss="mse")
-    restored.fit(dataset.take(0), epochs=1, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(backup))])
-    for got, expected in zip(restored.get_weights(), epoch_ends[0]):
-        np.testing.assert_array_equal(got, expected)
-
-
+@pytest.mark.slow
 def test_script_reports_a_diverged_run_without_a_traceback(tiny_setup):
     tmp_path, options = tiny_setup
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--loss", "mse", "--epochs", "2",
-         "--output-dir", str(tmp_path / "nan"), *options, "--lr", "1e30"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "cosent.py"),
+            "BQ",
+            "--loss",
+            "mse",
+            "--epochs",
+            "2",
+            "--output-dir",
+            str(tmp_path / "nan"),
+            *options,
+            "--lr",
+            "1e30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert "error: the training loss became nan at step" in result.stderr
     assert "Nothing was saved yet" in result.stderr and "Traceback" not in result.stderr
@@ -337,11 +421,19 @@ def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup)
     assert not (tmp_path / "long" / "backup").exists()
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("--batch-size", "0", "must be at least 1, got 0"), ("--epochs", "0", "must be at least 1, got 0"),
-    ("--max-train-pairs", "-5", "must be at least 1, got -5"), ("--lr", "0", "must be above 0, got 0"),
-    ("--lr", "nan", "must be above 0, got nan"), ("--train-from-valid", "1.5", "must be above 0 and at most 1"),
-    ("--maxlen", "two", "'two' is not an integer"), ("--eval-every", "-1", "must be at least 0, got -1")])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--batch-size", "0", "must be at least 1, got 0"),
+        ("--epochs", "0", "must be at least 1, got 0"),
+        ("--max-train-pairs", "-5", "must be at least 1, got -5"),
+        ("--lr", "0", "must be above 0, got 0"),
+        ("--lr", "nan", "must be above 0, got nan"),
+        ("--train-from-valid", "1.5", "must be above 0 and at most 1"),
+        ("--maxlen", "two", "'two' is not an integer"),
+        ("--eval-every", "-1", "must be at least 0, got -1"),
+    ],
+)
 def test_numbers_from_the_command_line_are_checked(option, value, message, capsys):
     with pytest.raises(SystemExit) as stopped:
         train_main(["BQ", option, value])
@@ -349,9 +441,13 @@ def test_numbers_from_the_command_line_are_checked(option, value, message, capsy
     assert f"argument {option}: {message}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("split, message", [
-    ("train", "all 48 pairs \\(after any sampling\\) have the label 1: CoSENT ranks pairs by their labels"),
-    ("valid", "all 24 pairs \\(after any sampling\\) have the label 1: Spearman is undefined on them")])
+@pytest.mark.parametrize(
+    "split, message",
+    [
+        ("train", "all 48 pairs \\(after any sampling\\) have the label 1: CoSENT ranks pairs by their labels"),
+        ("valid", "all 24 pairs \\(after any sampling\\) have the label 1: Spearman is undefined on them"),
+    ],
+)
 def test_a_split_whose_labels_are_all_equal_is_refused(split, message, tiny_setup):
     tmp_path, options = tiny_setup
     path = tmp_path / "data" / "senteval_cn" / "BQ" / f"BQ.{split}.data"
@@ -382,8 +478,9 @@ def test_nli_files_are_read_once_through_links_back_up_the_tree(tiny_setup):
     for link, target in [(data / "loop", "."), (data / "cnsd" / "again", "."), (data / "up", "..")]:
         os.symlink(target, link)
     assert nli_files(str(data)) == [str(data / "cnsd" / "cnsd-snli" / "dev.jsonl")]
-    cfg = RunConfig(task="NLI", data_dir=str(data), config=str(tmp_path / "config.json"),
-                    vocab=str(tmp_path / "vocab.txt")).resolved()
+    cfg = RunConfig(
+        task="NLI", data_dir=str(data), config=str(tmp_path / "config.json"), vocab=str(tmp_path / "vocab.txt")
+    ).resolved()
     train_pairs, _, _ = load_run_data(cfg)
     assert len(train_pairs) == 40
 

@@ -1,4 +1,5 @@
 """Helpers shared by the losses that read interleaved sentence-pair batches."""
+
 from ..backend import tf
 
 
@@ -14,11 +15,14 @@ def check_interleaved(y_pred):
         if rows % 2:
             raise ValueError(
                 f"an interleaved pair batch needs an even number of rows, got {rows}: "
-                "rows 2k and 2k+1 must be the two sentences of pair k")
+                "rows 2k and 2k+1 must be the two sentences of pair k"
+            )
         return []
-    return [tf.debugging.assert_equal(
-        tf.shape(y_pred)[0] % 2, 0,
-        message="an interleaved pair batch needs an even number of rows")]
+    return [
+        tf.debugging.assert_equal(
+            tf.shape(y_pred)[0] % 2, 0, message="an interleaved pair batch needs an even number of rows"
+        )
+    ]
 
 
 def pair_labels(y_true, dtype):

@@ -1,4 +1,5 @@
 """Direct cosine optimisation with a negative threshold (the CoSENT paper's Table I)."""
+
 from ..backend import keras, tf
 from ._pairs import interleaved_cosines, pair_labels
 
@@ -24,7 +25,8 @@ class ThresholdContrastiveLoss(keras.losses.Loss):
     Scores are binarised with ``positive_above`` (use 2.5 for STS-B).
 
     Reference: Huang et al., "CoSENT: Consistent Sentence Embedding via Similarity
-    Ranking", IEEE/ACM TASLP 2024, Table I.
+    Ranking", IEEE/ACM Transactions on Audio, Speech and Language Processing 32 (2024),
+    2800-2813, Table I.
     """
 
     def __init__(self, epsilon=0.5, positive_above=0.5, name="threshold_contrastive", **kwargs):

@@ -1,4 +1,5 @@
 """CoSENT: a ranking loss on the cosine of sentence vectors (Su, 2022)."""
+
 import numpy as np
 
 from ..backend import keras, tf
@@ -48,8 +49,10 @@ class CoSENTLoss(keras.losses.Loss):
     Returns one scalar for the batch (it is a ranking over pairs of pairs, not a mean of
     per-sample terms).
 
-    Reference: Su Jianlin, "CoSENT (1)", https://kexue.fm/archives/8847 (2022); Huang et
-    al., "CoSENT: Consistent Sentence Embedding via Similarity Ranking", IEEE/ACM TASLP 2024.
+    References: Su Jianlin, "CoSENT (1)", https://kexue.fm/archives/8847 (2022), with the
+    original bert4keras experiments at https://github.com/bojone/CoSENT; Huang et al.,
+    "CoSENT: Consistent Sentence Embedding via Similarity Ranking", IEEE/ACM Transactions
+    on Audio, Speech and Language Processing 32 (2024), 2800-2813.
     """
 
     def __init__(self, scale=20.0, name="cosent", **kwargs):

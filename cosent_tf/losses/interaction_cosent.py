@@ -1,4 +1,5 @@
 """CoSENT on the scalar score of an interaction (cross-encoder) model."""
+
 from ..backend import keras, tf
 from .cosent import ranking_loss
 
@@ -28,7 +29,8 @@ class InteractionCoSENTLoss(keras.losses.Loss):
             of the concatenated pair, no activation).
         y_true: labels, shape (B,) or (B, 1), in any order-carrying form (0/1, ranks, scores).
 
-    Reference: Su Jianlin, "CoSENT (2)", https://kexue.fm/archives/9341 (2022).
+    References: Su Jianlin, "CoSENT (2)", https://kexue.fm/archives/9341 (2022); the
+    original experiments at https://github.com/bojone/CoSENT.
     """
 
     def __init__(self, name="interaction_cosent", **kwargs):

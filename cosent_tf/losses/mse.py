@@ -1,4 +1,5 @@
 """Mean squared error between the cosine of a pair and its normalised label."""
+
 from ..backend import keras, tf
 from ._pairs import interleaved_cosines, pair_labels
 
@@ -19,7 +20,8 @@ class CosineMSELoss(keras.losses.Loss):
     Inputs: interleaved vectors (2B, d) and labels (2B,) or (2B, 1) as for CoSENTLoss;
     ``max_label`` is 1 for 0/1 labels, 5 for STS-B scores, 2 for NLI ranks.
 
-    Reference: sentence-transformers' CosineSimilarityLoss; the CoSENT paper's MSE baseline.
+    Reference: sentence-transformers' CosineSimilarityLoss (https://www.sbert.net); the MSE
+    baseline of Su Jianlin, "CoSENT (1)", https://kexue.fm/archives/8847 (2022).
     """
 
     def __init__(self, max_label=1.0, name="cosine_mse", **kwargs):

@@ -1,5 +1,6 @@
 """Every loss the engine trains with: one entry each, read by the engine, its command line and
 the result tables. Adding a loss is one entry in :data:`LOSSES`."""
+
 import dataclasses
 from typing import Callable
 
@@ -52,15 +53,37 @@ LOSSES = {
     (entry.kind, entry.name): entry
     for entry in (
         LossEntry("cosent", FEATURE, "CoSENT", lambda scale, **_: CoSENTLoss(scale)),
-        LossEntry("sbert", FEATURE, "Sentence-BERT", lambda **_: SentenceBertSoftmaxLoss(), on_classes=True,
-                  training_head=_sentence_bert_head),
+        LossEntry(
+            "sbert",
+            FEATURE,
+            "Sentence-BERT",
+            lambda **_: SentenceBertSoftmaxLoss(),
+            on_classes=True,
+            training_head=_sentence_bert_head,
+        ),
         LossEntry("mse", FEATURE, "MSE", lambda max_label, **_: CosineMSELoss(max_label=max_label)),
-        LossEntry("contrastive", FEATURE, "Contrastive",
-                  lambda epsilon, positive_above, **_: ThresholdContrastiveLoss(epsilon, positive_above=positive_above)),
-        LossEntry("ce", INTERACTION, "CE", lambda **_: keras.losses.SparseCategoricalCrossentropy(), on_classes=True,
-                  interaction_head="softmax"),
-        LossEntry("cosent", INTERACTION, "CoSENT", lambda **_: InteractionCoSENTLoss(), interaction_head="score",
-                  batch_size=64),
+        LossEntry(
+            "contrastive",
+            FEATURE,
+            "Contrastive",
+            lambda epsilon, positive_above, **_: ThresholdContrastiveLoss(epsilon, positive_above=positive_above),
+        ),
+        LossEntry(
+            "ce",
+            INTERACTION,
+            "CE",
+            lambda **_: keras.losses.SparseCategoricalCrossentropy(),
+            on_classes=True,
+            interaction_head="softmax",
+        ),
+        LossEntry(
+            "cosent",
+            INTERACTION,
+            "CoSENT",
+            lambda **_: InteractionCoSENTLoss(),
+            interaction_head="score",
+            batch_size=64,
+        ),
     )
 }
 

@@ -1,4 +1,5 @@
 """Sentence-BERT's softmax classification objective on [u, v, |u - v|]."""
+
 from ..backend import keras, tf
 from ._pairs import check_interleaved
 
@@ -16,8 +17,12 @@ class SentenceBertHead(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_classes = num_classes
         self.classifier = keras.layers.Dense(
-            num_classes, activation="softmax", dtype="float32", name="classifier",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02))
+            num_classes,
+            activation="softmax",
+            dtype="float32",
+            name="classifier",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+        )
 
     def call(self, vectors):
         with tf.control_dependencies(check_interleaved(vectors)):

@@ -1,0 +1,101 @@
+import os
+
+import numpy as np
+import pytest
+
+from cosent_tf.backend import keras
+from cosent_tf.callbacks import ValidationCheckpoint, read_history
+
+
+def test_validation_checkpoint_keeps_the_best_epoch(tmp_path):
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), loss="mse")
+    scores = iter([0.1, 0.5, 0.3])
+    snapshots = []
+
+    def evaluate(m):
+        snapshots.append(m.get_weights())
+        return {"spearman": next(scores)}
+
+    path = tmp_path / "best.weights.h5"
+    callback = ValidationCheckpoint(evaluate, str(path))
+    x = np.random.default_rng(0).normal(size=(16, 3))
+    model.fit(x, x[:, :2] * 3, epochs=3, callbacks=[callback], verbose=0)
+    assert callback.best_epoch == 2 and callback.best == 0.5
+    for restored, best in zip(model.get_weights(), snapshots[1]):
+        np.testing.assert_array_equal(restored, best)
+    fresh = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    fresh.load_weights(str(path))
+    for loaded, best in zip(fresh.get_weights(), snapshots[1]):
+        np.testing.assert_array_equal(loaded, best)
+    assert os.listdir(tmp_path) == ["best.weights.h5"]
+
+
+def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
+    import tensorflow as tf
+
+    from cosent_tf import NonFiniteLossError
+    from cosent_tf.backend import keras
+    from cosent_tf.callbacks import StopOnNonFiniteLoss
+
+    def batches():  # four good batches, then NaN targets: the loss breaks at step 5 (epoch 2)
+        for step in range(1, 100):
+            x = np.ones((4, 2), np.float32)
+            yield x, np.full((4, 1), np.nan if step >= 5 else 1.0, np.float32)
+
+    dataset = tf.data.Dataset.from_generator(
+        batches, output_signature=(tf.TensorSpec((None, 2), tf.float32), tf.TensorSpec((None, 1), tf.float32))
+    )
+    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), loss="mse")
+    backup = tmp_path / "backup"
+    epoch_ends = []
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epoch_ends.append(model.get_weights()))
+    with pytest.raises(
+        NonFiniteLossError,
+        match=r"became nan at step 5 \(batch 2 of the epoch\); training stopped. the state is in .*backup. lower --lr",
+    ):
+        model.fit(
+            dataset,
+            epochs=3,
+            steps_per_epoch=3,
+            verbose=0,
+            callbacks=[
+                keras.callbacks.BackupAndRestore(str(backup)),
+                StopOnNonFiniteLoss([("the state", str(backup))], "lower --lr"),
+                record,
+            ],
+        )
+    assert len(epoch_ends) == 1  # stopped inside epoch 2
+    # The backup still holds epoch 1's state: a fresh model restored from it has exactly those weights.
+    restored = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1)])
+    restored.compile(keras.optimizers.SGD(0.01), loss="mse")
+    restored.fit(dataset.take(0), epochs=1, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(backup))])
+    for got, expected in zip(restored.get_weights(), epoch_ends[0]):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_every_evaluation_is_a_row_and_a_resumed_run_keeps_the_rows_up_to_its_step(tmp_path):
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), loss="mse")
+    scores = iter([0.2, 0.4, 0.1, 0.3, 0.9, 0.8])
+    csv_path = str(tmp_path / "valid_metrics.csv")
+    callback = ValidationCheckpoint(lambda m: {"spearman": next(scores)}, every_steps=2, csv_path=csv_path)
+    x = np.random.default_rng(0).normal(size=(16, 3))
+    model.fit(x, x[:, :2], batch_size=4, epochs=2, callbacks=[callback], verbose=0)
+    rows = read_history(csv_path)
+    assert [(r["epoch"], r["step"], r["end_of_epoch"]) for r in rows] == [
+        (1, 2, False),
+        (1, 4, True),
+        (2, 6, False),
+        (2, 8, True),
+    ]
+    assert [r["spearman"] for r in rows] == [0.2, 0.4, 0.1, 0.3]
+    assert (callback.best, callback.best_epoch) == (0.4, 1)
+    # A run resumed at step 4 (end of epoch 1) keeps the rows up to there and its best.
+    resumed = ValidationCheckpoint(lambda m: {"spearman": next(scores)}, csv_path=csv_path)
+    model.optimizer.iterations.assign(4)
+    resumed.set_model(model)
+    resumed.on_train_begin()
+    resumed.on_epoch_begin(1)
+    assert [r["step"] for r in resumed.history] == [2, 4] and (resumed.best, resumed.best_epoch) == (0.4, 1)
