@@ -24,22 +24,13 @@ from .errors import CosentError, TrainingInterrupted
 from .io import atomic_path, check_output_file, check_output_folder, write_text
 
 
-class _Below(logging.Filter):
-    def __init__(self, level):
-        super().__init__()
-        self.level = level
-
-    def filter(self, record):
-        return record.levelno < self.level
-
-
 @contextlib.contextmanager
 def console_logging():
     """Within the block the package's log shows on the console: progress on stdout,
     warnings and errors on stderr. The handlers are removed afterwards."""
     package = logging.getLogger("cosent_tf")
     out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
-    out.addFilter(_Below(logging.WARNING))
+    out.addFilter(lambda record: record.levelno < logging.WARNING)
     out.setLevel(logging.INFO)
     err.setLevel(logging.WARNING)
     previous_level, previous_propagate = package.level, package.propagate

@@ -32,13 +32,14 @@ from .checkpoints import (
 from .errors import CheckpointError, ConfigError
 from .io import FolderKind, atomic_directory, is_inside
 from .layers import POOLING_MODES
+from .losses.registry import KINDS
 from .models import INTERACTION_HEADS, build_encoder, build_interaction_model, check_maxlen
 from .tokenization import SentenceTokenizer
 
 SPEC_FILE = "cosent_model.json"
 FORMAT = "cosent-tf-model"
-FORMAT_VERSION = 1
-KINDS = ("feature", "interaction")
+# Version 2 (cosent-tf 0.2) renamed "model" to "architecture"; version 1 folders still load.
+FORMAT_VERSION = 2
 HEAD_PREFIX = "cosent/"
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
 
@@ -139,7 +140,7 @@ def read_spec(directory: str) -> ModelSpec:
             f"{spec_path}: format version {record['format_version']} is newer than this "
             f"cosent-tf reads ({FORMAT_VERSION}); upgrade cosent-tf"
         )
-    if "model" in record:  # format version 1 before 0.2 called the architecture "model"
+    if "model" in record:  # format version 1
         record.setdefault("architecture", record.pop("model"))
     fields = {f.name for f in dataclasses.fields(ModelSpec)}
     spec = ModelSpec(**{k: v for k, v in record.items() if k in fields})

@@ -252,55 +252,10 @@ def _train(cfg, overwrite):
         if start:
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
-        model, loss, labels = matcher.training_model(train_pairs.labels)
-        model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
-
-        def optimizer_step():
-            return int(model.optimizer.iterations.numpy())
-
-        def evaluate_valid(_):
-            return mean_over_tasks(
-                {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
-            )
-
-        batches_per_pass = -(-len(train_pairs) // cfg.batch_size)
-        steps_per_epoch = cfg.steps_per_epoch or batches_per_pass
-        validation = ValidationCheckpoint(
-            evaluate_valid,
-            os.path.join(cfg.output_dir, "best.weights.h5"),
-            every_steps=cfg.eval_every,
-            csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"),
-        )
         backup_dir = os.path.join(cfg.output_dir, "backup")
-        backup = StepBackup(backup_dir, cfg.backup_every)
-        guard = StopOnNonFiniteLoss(
-            kept=[("the best weights so far", validation.weights_path), ("the last saved training state", backup_dir)],
-            advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.",
-        )
-        try:  # the backup goes last: an epoch's state is saved after its validation
-            model.fit(
-                matcher.dataset(train_inputs, labels, optimizer_step),
-                epochs=cfg.epochs,
-                steps_per_epoch=steps_per_epoch,
-                callbacks=[guard, validation, backup],
-                verbose=1 if os.isatty(1) else 2,
-            )
-        finally:
-            backup.restore_signal_handlers()
+        validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir)
         logger.info("training done; scoring valid and test with the best weights")
-
-        per_task, saved_scores = {}, {}
-        for name, (valid_inputs, test_inputs) in prepared.items():
-            valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
-            valid, test = evaluation[name]
-            binary = get_task(name).binary
-            per_task[name] = {
-                "valid": task_metrics(valid_scores, valid.labels, binary=binary),
-                "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
-            }
-            saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
-        with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp, open(tmp, "wb") as f:
-            np.savez(f, **saved_scores)
+        per_task = _test(cfg, matcher, prepared, evaluation)
         plot_valid_curve(
             validation.history, os.path.join(cfg.output_dir, "valid_curve.png"), f"{cfg.kind} {cfg.loss} on {cfg.task}"
         )
@@ -310,7 +265,7 @@ def _train(cfg, overwrite):
             "loss": cfg.loss,
             "architecture": cfg.architecture,
             "best_epoch": validation.best_epoch,
-            "steps": optimizer_step(),
+            "steps": steps,
             "train_pairs": len(train_pairs),
             "comparable": not notes,
             "notes": notes,
@@ -319,8 +274,7 @@ def _train(cfg, overwrite):
             "tasks": per_task,
             "wall_seconds": round(time.time() - started, 1),
         }
-        tuned = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
-        matcher.spec.threshold = tuned
+        matcher.spec.threshold = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
         matcher.spec.source = {
             "task": cfg.task,
             "loss": cfg.loss,
@@ -334,3 +288,58 @@ def _train(cfg, overwrite):
         write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
         return metrics
+
+
+def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir):
+    """Train with validation, best-weight keeping and backups; (the validation callback, steps done)."""
+    model, loss, labels = matcher.training_model(train_pairs.labels)
+    model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
+
+    def optimizer_step():
+        return int(model.optimizer.iterations.numpy())
+
+    def evaluate_valid(_):
+        return mean_over_tasks(
+            {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
+        )
+
+    validation = ValidationCheckpoint(
+        evaluate_valid,
+        os.path.join(cfg.output_dir, "best.weights.h5"),
+        every_steps=cfg.eval_every,
+        csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"),
+    )
+    backup = StepBackup(backup_dir, cfg.backup_every)
+    guard = StopOnNonFiniteLoss(
+        kept=[("the best weights so far", validation.weights_path), ("the last saved training state", backup_dir)],
+        advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.",
+    )
+    try:  # the backup goes last: an epoch's state is saved after its validation
+        model.fit(
+            matcher.dataset(train_inputs, labels, optimizer_step),
+            epochs=cfg.epochs,
+            steps_per_epoch=cfg.steps_per_epoch or -(-len(train_pairs) // cfg.batch_size),
+            callbacks=[guard, validation, backup],
+            verbose=1 if os.isatty(1) else 2,
+        )
+    finally:
+        backup.restore_signal_handlers()
+    return validation, optimizer_step()
+
+
+def _test(cfg, matcher, prepared, evaluation):
+    """Valid and test metrics per task (accuracy at the valid-tuned threshold for binary tasks);
+    the test scores and labels go to ``test_scores.npz``."""
+    per_task, saved_scores = {}, {}
+    for name, (valid_inputs, test_inputs) in prepared.items():
+        valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
+        valid, test = evaluation[name]
+        binary = get_task(name).binary
+        per_task[name] = {
+            "valid": task_metrics(valid_scores, valid.labels, binary=binary),
+            "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
+        }
+        saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
+    with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **saved_scores)
+    return per_task

@@ -52,3 +52,35 @@ def test_onednn_primitive_cache_is_off_unless_the_user_sets_it(preset):
         assert hits == 0
     else:
         assert hits > 0
+
+
+def test_scopes_put_the_dtype_policy_and_every_generator_back_even_on_error():
+    import random
+
+    import numpy as np
+
+    from cosent_tf.backend import dtype_policy, keras, random_seed, tf
+
+    random.seed(3), np.random.seed(3), tf.random.set_seed(3)
+    expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
+    random.seed(3), np.random.seed(3), tf.random.set_seed(3)
+    with pytest.raises(RuntimeError), random_seed(42), dtype_policy("mixed_bfloat16"):
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        seeded = (random.random(), np.random.random())
+        raise RuntimeError("a failing run")
+    assert keras.mixed_precision.global_policy().name == "float32"
+    assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
+    with random_seed(42):
+        assert (random.random(), np.random.random()) == seeded  # the same seed, the same draws
+
+
+def test_architectures_are_named_with_their_choices():
+    from cosent_tf import ConfigError
+    from cosent_tf.backend import get_architecture, policy_name
+
+    assert get_architecture("wobert").word_level and not get_architecture("nezha").learned_positions
+    with pytest.raises(ConfigError, match="unknown architecture 'gpt'; choose one of albert, bert, nezha"):
+        get_architecture("gpt")
+    assert (policy_name("bf16"), policy_name("float32")) == ("mixed_bfloat16", "float32")
+    with pytest.raises(ConfigError, match="unknown precision 'fp16'"):
+        policy_name("fp16")

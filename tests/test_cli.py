@@ -1,4 +1,5 @@
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import SentenceEncoder, VectorIndex
-from cosent_tf.cli import main
+from cosent_tf.cli import console_logging, main
 
 from conftest import make_model_dir, requires_shared_data
 
@@ -167,3 +168,15 @@ def test_console_script_is_installed_with_help():
     script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
     result = subprocess.run([script, "search", "query", "--help"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "--top-k" in result.stdout
+
+
+def test_console_logging_shows_progress_on_stdout_and_warnings_on_stderr_while_it_lasts(capsys):
+    log = logging.getLogger("cosent_tf.training")
+    handlers = list(logging.getLogger("cosent_tf").handlers)
+    with console_logging():
+        log.info("progress")
+        log.warning("careful")
+        log.debug("detail")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("progress\n", "careful\n")
+    assert logging.getLogger("cosent_tf").handlers == handlers

@@ -117,11 +117,11 @@ def test_a_numpy_threshold_is_saved_as_a_plain_number(tiny_config, tmp_path):
     assert read_spec(tmp_path / "model").threshold == 0.25
 
 
-def test_a_description_from_before_0_2_names_the_architecture_model(tiny_config, tmp_path):
+def test_a_format_1_description_names_the_architecture_model(tiny_config, tmp_path):
     folder = tmp_path / "model"
     make_model_dir(folder, tiny_config)
     record = json.loads((folder / SPEC_FILE).read_text())
-    record["model"] = record.pop("architecture")
-    record["model"] = "roberta"
+    del record["architecture"]
+    record.update(model="roberta", format_version=1)
     (folder / SPEC_FILE).write_text(json.dumps(record))
     assert read_spec(folder).architecture == "roberta"
