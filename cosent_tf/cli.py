@@ -21,7 +21,7 @@ import numpy as np
 
 from .data import read_lines, read_pair_lines
 from .errors import CosentError, TrainingInterrupted
-from .io import atomic_path, check_output_file, check_output_folder, write_text
+from .io import atomic_path, check_output_file, check_output_folder, write_json, write_text
 
 
 @contextlib.contextmanager
@@ -29,7 +29,11 @@ def console_logging():
     """Within the block the package's log shows on the console: progress on stdout,
     warnings and errors on stderr. The handlers are removed afterwards."""
     package = logging.getLogger("cosent_tf")
+    if any(getattr(handler, "console", False) for handler in package.handlers):
+        yield  # already shown on the console by an enclosing block
+        return
     out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
+    out.console = err.console = True
     out.addFilter(lambda record: record.levelno < logging.WARNING)
     out.setLevel(logging.INFO)
     err.setLevel(logging.WARNING)
@@ -120,9 +124,103 @@ def _export(args):
     print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}")
 
 
+def _train(args):
+    from .training import RunConfig
+
+    settings = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "overwrite", "name")}
+    settings["task"] = args.name or os.path.splitext(os.path.basename(args.train_file))[0]
+    _run_training(RunConfig(**settings), args.overwrite)
+
+
+def _file_format(args):
+    from .data import PairFileFormat
+
+    return PairFileFormat(args.file_format, args.text_a_field, args.text_b_field, args.label_field)
+
+
+def _evaluate(args):
+    from .data import read_pair_file, read_retrieval_files
+    from .evaluation import accuracy_at, correlation_metrics, pair_retrieval_sets, retrieval_metrics
+    from .inference import PairScorer, SentenceEncoder
+    from .model_dir import read_spec
+    from .tasks import Task
+
+    beir = [args.queries, args.corpus, args.qrels]
+    if any(beir) and not all(beir):
+        raise CosentError("--queries, --corpus and --qrels go together: pass all three")
+    if not args.file and not any(beir):
+        raise CosentError("nothing to evaluate: pass a pair FILE, or --queries, --corpus and --qrels")
+    inputs = [p for p in [args.file, *beir] if p]
+    outputs = [args.output + ".json", args.output + ".tsv"] if args.output else []
+    for path in outputs:
+        check_output_file(path, inputs)
+    spec = read_spec(args.model_dir)
+    if (args.retrieval or any(beir)) and spec.kind != "feature":
+        raise CosentError(
+            f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
+        )
+    matcher = (PairScorer if spec.kind == "interaction" else SentenceEncoder).load(args.model_dir, args.precision)
+    metrics, lines = {"model_dir": args.model_dir}, None
+    if args.file:
+        pairs = read_pair_file(args.file, _file_format(args), args.strict)
+        scores = matcher.similarity(pairs.texts_a, pairs.texts_b, args.batch_size)
+        metrics.update(
+            file=args.file, pairs=len(pairs), labels=pairs.label_kind, **correlation_metrics(scores, pairs.labels)
+        )
+        threshold = matcher.threshold if args.threshold is None else args.threshold
+        predictions = None
+        if pairs.label_kind == "binary" and threshold is not None:
+            predictions = (scores > threshold).astype(int)
+            metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
+        elif pairs.label_kind == "binary":
+            print("no accuracy: the model folder has no tuned threshold; pass --threshold", file=sys.stderr)
+        if args.retrieval:
+            task = Task.for_labels("file", pairs.label_kind, pairs.labels.min(), pairs.labels.max())
+            queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
+            if not queries:
+                raise CosentError(f"{args.file}: no positive pair, so nothing to retrieve")
+            metrics["retrieval"] = retrieval_metrics(
+                matcher.encode(queries, args.batch_size), matcher.encode(corpus, args.batch_size), relevant
+            )
+        lines = [
+            "\t".join([a, b, f"{label:g}", f"{score:.6f}"] + ([] if predictions is None else [str(p)]))
+            for a, b, label, score, p in zip(
+                pairs.texts_a, pairs.texts_b, pairs.labels, scores, predictions if predictions is not None else scores
+            )
+        ]
+    if any(beir):
+        queries, corpus, relevant = read_retrieval_files(*beir)
+        metrics["beir"] = retrieval_metrics(
+            matcher.encode(queries, args.batch_size), matcher.encode(corpus, args.batch_size), relevant
+        )
+    print(json.dumps(metrics, indent=2, ensure_ascii=False))
+    if args.output:
+        write_json(outputs[0], metrics)
+        if lines is not None:
+            write_text(outputs[1], "".join(line + "\n" for line in lines))
+
+
+def _add_file_format_options(sub):
+    from .data import FILE_FORMATS
+
+    sub.add_argument(
+        "--format",
+        dest="file_format",
+        choices=FILE_FORMATS,
+        help="default: from the extension (.tsv .txt .data: TSV; .csv: CSV; .jsonl .json: JSONL)",
+    )
+    sub.add_argument("--text-a-field", default="sentence1", help="CSV column / JSON field of the first text")
+    sub.add_argument("--text-b-field", default="sentence2", help="CSV column / JSON field of the second text")
+    sub.add_argument(
+        "--label-field", default="label", help="CSV column / JSON field of the label (gold_label for CNSD)"
+    )
+
+
 def argument_parser():
     parser = argparse.ArgumentParser(
-        prog="cosent-tf", description="Use a trained cosent-tf model folder (a training run's OUTPUT_DIR/model)."
+        prog="cosent-tf",
+        description="Train on your own pair files, and evaluate and use a trained model folder "
+        "(a training run's OUTPUT_DIR/model).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -135,6 +233,71 @@ def argument_parser():
         sub.add_argument("--batch-size", type=int, default=64)
         sub.add_argument("--precision", default="float32", choices=["float32", "bf16"])
         sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
+
+    sub = command(
+        "train",
+        _train,
+        "Train a matcher on your own pair files (TSV, CSV or JSONL; labels 0/1, graded scores or NLI words) "
+        "with the engine of the benchmark scripts: the same outputs, resume and checks.",
+    )
+    sub.add_argument("--train", dest="train_file", required=True, metavar="FILE")
+    sub.add_argument(
+        "--valid",
+        dest="valid_file",
+        metavar="FILE",
+        help="default: a seeded --valid-fraction of --train, held out (the run says so)",
+    )
+    sub.add_argument(
+        "--test",
+        dest="test_file",
+        metavar="FILE",
+        help="default: none, and the final metrics are the valid ones (the run says so)",
+    )
+    sub.add_argument("--valid-fraction", type=_number(float, 0, 1, low_included=False), default=0.1, metavar="FRACTION")
+    sub.add_argument("--name", help="the task's name in outputs (default: the train file's name)")
+    sub.add_argument(
+        "--kind",
+        default="feature",
+        choices=["feature", "interaction"],
+        help="a sentence encoder scored by cosine, or a cross-encoder",
+    )
+    sub.add_argument(
+        "--loss",
+        default="cosent",
+        help="feature: cosent, sbert, mse, contrastive; interaction: cosent, ce (default cosent)",
+    )
+    sub.add_argument(
+        "--allow-single-label",
+        action="store_true",
+        help="train even if every train pair has the same label (nothing to rank)",
+    )
+    _add_file_format_options(sub)
+    _add_run_options(sub)
+
+    sub = command(
+        "evaluate",
+        _evaluate,
+        "Spearman, Pearson and (binary labels) accuracy at the model's tuned threshold on a pair file; "
+        "--retrieval adds Recall@1/5/10, MRR@10 and nDCG@10 for a feature model.",
+    )
+    sub.add_argument("model_dir")
+    sub.add_argument("file", nargs="?", help="pair file (TSV, CSV or JSONL, as for train)")
+    sub.add_argument("--threshold", type=float, help="for accuracy (default: the model folder's tuned one)")
+    sub.add_argument(
+        "--retrieval",
+        action="store_true",
+        help="rank, for each first text with a positive pair, every distinct second text",
+    )
+    sub.add_argument("--queries", help="BEIR/MTEB-layout queries.jsonl (with --corpus and --qrels)")
+    sub.add_argument("--corpus", help="BEIR/MTEB-layout corpus.jsonl")
+    sub.add_argument("--qrels", help="BEIR/MTEB-layout qrels TSV (query-id, corpus-id, score)")
+    sub.add_argument(
+        "--output",
+        metavar="PREFIX",
+        help="write PREFIX.json (the metrics) and PREFIX.tsv (each pair with its label, score and 0/1 prediction)",
+    )
+    _add_file_format_options(sub)
+    inference_options(sub)
 
     sub = command("encode", _encode, "Embed a text file (one sentence a line) into an .npy matrix.")
     sub.add_argument("model_dir")
@@ -222,25 +385,12 @@ def _number(number_type, low, high=None, low_included=True):
     return parse
 
 
-def training_parser(kind: str = "feature", loss: str = "cosent", task: str = None) -> argparse.ArgumentParser:
-    """Options of a training script for ``kind`` models; ``task`` fixed, or the first argument."""
+def _add_run_options(parser):
+    """The engine's options (model, batching, optimisation, output), common to every way of training."""
     from .backend import ARCHITECTURES, PRECISIONS
     from .layers import POOLING_MODES
-    from .losses import loss_names
-    from .tasks import MATCHING_TASKS
     from .training import RunConfig
 
-    parser = argparse.ArgumentParser(
-        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test."
-    )
-    if task is None:
-        parser.add_argument("task", choices=MATCHING_TASKS)
-    parser.add_argument("--loss", default=loss, choices=loss_names(kind))
-    parser.add_argument(
-        "--data-dir",
-        default=RunConfig.data_dir,
-        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder",
-    )
     parser.add_argument(
         "--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)"
     )
@@ -256,7 +406,12 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
     )
     parser.add_argument("--pooling", default=RunConfig.pooling, choices=POOLING_MODES)
     defaults = "default: the task's, as in the original scripts (cosent_tf.tasks)"
-    parser.add_argument("--maxlen", type=_number(int, 3), help=defaults)
+    parser.add_argument(
+        "--maxlen",
+        type=_number(int, 3),
+        help="tokens per text (interaction: per pair), [CLS] and [SEP] included; longer ones are cut, and the "
+        "run reports how many and the longest; time and memory grow with it (attention with its square); " + defaults,
+    )
     parser.add_argument("--batch-size", type=_number(int, 1), help="pairs per batch; " + defaults)
     parser.add_argument("--epochs", type=_number(int, 1), help=defaults)
     parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default: one pass over train (NLI 5000)")
@@ -268,13 +423,6 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
     parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
-    parser.add_argument(
-        "--train-from-valid",
-        type=_number(float, 0, 1, low_included=False),
-        metavar="FRACTION",
-        help="when the task has no train split, train on this seeded part of valid "
-        "(results are then not comparable with published numbers)",
-    )
     parser.add_argument(
         "--eval-every",
         type=_number(int, 0),
@@ -303,20 +451,43 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
         action="store_true",
         help="train over a finished run (or one with other settings) in --output-dir, removing its outputs first",
     )
+
+
+def training_parser(kind: str = "feature", loss: str = "cosent", task: str = None) -> argparse.ArgumentParser:
+    """Options of a training script for ``kind`` models; ``task`` fixed, or the first argument."""
+    from .losses import loss_names
+    from .tasks import MATCHING_TASKS
+    from .training import RunConfig
+
+    parser = argparse.ArgumentParser(
+        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test."
+    )
+    if task is None:
+        parser.add_argument("task", choices=MATCHING_TASKS)
+    parser.add_argument("--loss", default=loss, choices=loss_names(kind))
+    parser.add_argument(
+        "--data-dir",
+        default=RunConfig.data_dir,
+        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder",
+    )
+    parser.add_argument(
+        "--train-from-valid",
+        type=_number(float, 0, 1, low_included=False),
+        metavar="FRACTION",
+        help="when the task has no train split, train on this seeded part of valid "
+        "(results are then not comparable with published numbers)",
+    )
+    _add_run_options(parser)
     return parser
 
 
-def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str = None) -> dict:
-    """Parse a training script's command line, train, and print the final metrics as JSON."""
-    from .training import RunConfig, train
+def _run_training(cfg, overwrite):
+    """Train ``cfg``, print the final metrics as JSON; errors and signals become an exit status."""
+    from .training import train
 
-    args = vars(training_parser(kind, loss, task).parse_args(argv))
-    if task is not None:
-        args["task"] = task
-    overwrite = args.pop("overwrite")
     try:
         with console_logging():
-            metrics = train(RunConfig(kind=kind, **args), overwrite)
+            metrics = train(cfg, overwrite)
     except TrainingInterrupted as stopped:
         print(f"stopped: {stopped}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stopped.signal_number) from None
@@ -329,8 +500,15 @@ def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str
     return metrics
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str = None) -> dict:
+    """Parse a training script's command line, train, and print the final metrics as JSON."""
+    from .training import RunConfig
+
+    args = vars(training_parser(kind, loss, task).parse_args(argv))
+    if task is not None:
+        args["task"] = task
+    overwrite = args.pop("overwrite")
+    return _run_training(RunConfig(kind=kind, **args), overwrite)
 
 
 def report_main(argv=None) -> None:
@@ -344,3 +522,7 @@ def report_main(argv=None) -> None:
     args = parser.parse_args(argv)
     for path in write_report(args.runs, args.output_dir, args.preface):
         print(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """Readers for the senteval_cn matching files, CNSD NLI jsonl, and plain text inputs."""
 
+import csv
 import dataclasses
 import fnmatch
 import json
@@ -22,13 +23,17 @@ NLI_LABELS = {"contradiction": 0, "neutral": 1, "entailment": 2}
 
 @dataclasses.dataclass
 class PairData:
-    """Aligned sentence pairs with one float label each."""
+    """Aligned sentence pairs with one float label each.
+
+    ``label_words``: the labels were NLI words (contradiction 0 < neutral 1 < entailment 2).
+    """
 
     texts_a: list
     texts_b: list
     labels: np.ndarray
     source: str = ""
     skipped_lines: list = dataclasses.field(default_factory=list)
+    label_words: bool = False
 
     def __len__(self):
         return len(self.labels)
@@ -41,6 +46,7 @@ class PairData:
             self.labels[indices],
             self.source,
             list(self.skipped_lines),
+            self.label_words,
         )
 
     def sample(self, count: int, seed: int) -> "PairData":
@@ -58,7 +64,15 @@ class PairData:
             np.concatenate([p.labels for p in parts]).astype(np.float32),
             ", ".join(p.source for p in parts),
             [],
+            all(p.label_words for p in parts),
         )
+
+    @property
+    def label_kind(self) -> str:
+        """``nli`` (NLI words), ``binary`` (numbers, all 0 or 1) or ``graded`` (other numbers)."""
+        if self.label_words:
+            return "nli"
+        return "binary" if set(np.unique(self.labels)) <= {0.0, 1.0} else "graded"
 
 
 def _decoded_lines(path):
@@ -296,3 +310,251 @@ def nli_files(data_dir) -> list:
         if fnmatch.fnmatchcase(os.path.basename(folder), "cnsd-*"):
             paths.extend(os.path.join(folder, name) for name in files if name.endswith(".jsonl"))
     return sorted(paths)
+
+
+# ---------------------------------------------------------------- a user's own pair files
+
+FILE_FORMATS = ("tsv", "csv", "jsonl")
+EXTENSION_FORMATS = {".tsv": "tsv", ".txt": "tsv", ".data": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PairFileFormat:
+    """How to read a pair file: the format (None: from the extension), and for CSV and JSONL
+    the names of the two text fields and the label field."""
+
+    format: str = None
+    text_a_field: str = "sentence1"
+    text_b_field: str = "sentence2"
+    label_field: str = "label"
+
+    def format_of(self, path) -> str:
+        if self.format is not None:
+            if self.format not in FILE_FORMATS:
+                raise DataError(path, f"unknown format {self.format!r}; choose one of {', '.join(FILE_FORMATS)}")
+            return self.format
+        extension = os.path.splitext(os.fspath(path))[1].lower()
+        if extension not in EXTENSION_FORMATS:
+            raise DataError(
+                path,
+                f"cannot tell the format from the extension {extension!r}; name it with "
+                f"--format ({', '.join(FILE_FORMATS)})",
+            )
+        return EXTENSION_FORMATS[extension]
+
+    @property
+    def fields(self) -> tuple:
+        return self.text_a_field, self.text_b_field, self.label_field
+
+
+_SKIP = object()  # a label that marks a line to leave out, as NLI's "-"
+
+
+def _file_label(path, number, value):
+    """(label, is an NLI word) of a label cell, or _SKIP for NLI's '-'."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataError(path, f"label {value!r} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number)
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise DataError(path, f"label {value!r} is not finite", line=number)
+        return float(value), False
+    text = value.strip()
+    if text.lower() in NLI_LABELS:
+        return float(NLI_LABELS[text.lower()]), True
+    if text == "-":
+        return _SKIP
+    if not PLAIN_DECIMAL.fullmatch(text):
+        raise DataError(path, f"label {value!r} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number)
+    label = float(text)
+    if not math.isfinite(label):
+        raise DataError(path, f"label {value!r} is not finite", line=number)
+    return label, False
+
+
+def _is_label(text):
+    try:
+        return _file_label("", 0, text) is not None
+    except DataError:
+        return False
+
+
+def _tsv_records(path, problems, file_format):
+    for number, line in _decoded_lines(path):
+        fields = _without_newline(line).lstrip("\ufeff" if number == 1 else "").split("\t")
+        if len(fields) != 3:
+            problems.add(
+                number, "without exactly 3 tab-separated fields, skipped", f": found {len(fields)}", skipped=True
+            )
+            continue
+        if number == 1 and not _is_label(fields[2]):
+            logger.info("%s: line 1 is a header (%s), not a pair", path, " | ".join(fields))
+            continue
+        yield number, fields[0], fields[1], fields[2]
+
+
+def _csv_records(path, problems, file_format):
+    lines = (line.lstrip("\ufeff") if number == 1 else line for number, line in _decoded_lines(path))
+    reader = csv.reader(lines, strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        missing = [name for name in file_format.fields if name not in header]
+        if missing:
+            raise DataError(
+                path,
+                f"no column {', '.join(map(repr, missing))}; the header has "
+                f"{', '.join(map(repr, header))} (name the columns with --text-a-field, "
+                "--text-b-field and --label-field)",
+                line=1,
+            )
+        columns = [header.index(name) for name in file_format.fields]
+        start = reader.line_num + 1
+        for row in reader:
+            number, start = start, reader.line_num + 1
+            if not row:
+                problems.add(number, "blank, skipped", skipped=True)
+                continue
+            if len(row) != len(header):
+                raise DataError(path, f"a row of {len(row)} fields under a header of {len(header)}", line=number)
+            yield number, *(row[c] for c in columns)
+    except csv.Error as e:
+        raise DataError(path, f"not valid CSV ({e})", line=reader.line_num) from None
+
+
+def _jsonl_records(path, problems, file_format):
+    text_fields = file_format.fields[:2]
+    for number, line in _decoded_lines(path):
+        if not line.strip():
+            problems.add(number, "blank, skipped", skipped=True)
+            continue
+        try:
+            record = json.loads(line.lstrip("\ufeff"))
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
+        if not isinstance(record, dict):
+            raise DataError(path, "expected a JSON object", line=number)
+        missing = [name for name in file_format.fields if name not in record]
+        if missing:
+            raise DataError(
+                path,
+                f"no field {', '.join(map(repr, missing))}; this line has "
+                f"{', '.join(map(repr, record)) or 'no fields'} (name the fields with "
+                "--text-a-field, --text-b-field and --label-field)",
+                line=number,
+            )
+        wrong = [name for name in text_fields if not isinstance(record[name], str)]
+        if wrong:
+            raise DataError(path, f"{' and '.join(wrong)} must be a string", line=number)
+        yield number, record[text_fields[0]], record[text_fields[1]], record[file_format.label_field]
+
+
+_RECORDS = {"tsv": _tsv_records, "csv": _csv_records, "jsonl": _jsonl_records}
+
+
+def read_pair_file(path, file_format: PairFileFormat = PairFileFormat(), strict: bool = False) -> PairData:
+    """Read a user's pair file: TSV (``text_a<TAB>text_b<TAB>label``, an optional header line),
+    CSV with a header, or JSONL, one object a line.
+
+    Labels are numbers (0/1, or graded scores of any range) or the NLI words
+    (contradiction 0 < neutral 1 < entailment 2, any case), the same kind on every line;
+    a ``-`` label (NLI's "no agreement") leaves its line out. Skipped and flagged lines are
+    reported as by :func:`read_senteval` (errors with ``strict``); everything else that
+    is wrong is an error naming the file and line.
+    """
+    path = os.fspath(path)
+    records = _RECORDS[file_format.format_of(path)]
+    texts_a, texts_b, labels, seen, first_kind = [], [], [], {}, None
+    problems = _LineProblems(path, strict)
+    for number, text_a, text_b, raw_label in records(path, problems, file_format):
+        label = _file_label(path, number, raw_label)
+        if label is _SKIP:
+            problems.add(number, "with the label '-', skipped", skipped=True)
+            continue
+        value, is_word = label
+        if first_kind is None:
+            first_kind = (number, is_word, raw_label)
+        elif is_word != first_kind[1]:
+            kinds = ("an NLI word", "a number")
+            raise DataError(
+                path,
+                f"label {raw_label!r} is {kinds[not is_word]}, but line {first_kind[0]}'s "
+                f"{first_kind[2]!r} is {kinds[not first_kind[1]]}: use one kind of label",
+                line=number,
+            )
+        _check_texts(problems, number, [text_a, text_b], seen)
+        texts_a.append(text_a)
+        texts_b.append(text_b)
+        labels.append(value)
+    problems.report()
+    if not labels:
+        raise DataError(path, "no usable pairs in this file")
+    return PairData(
+        texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped, label_words=bool(first_kind[1])
+    )
+
+
+def _jsonl_objects(path, fields):
+    """(line number, object) of a JSONL file whose objects all have ``fields`` (strings)."""
+    for number, line in _decoded_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.lstrip("\ufeff"))
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
+        if not isinstance(record, dict):
+            raise DataError(path, "expected a JSON object", line=number)
+        missing = [name for name in fields if name not in record]
+        if missing:
+            raise DataError(
+                path,
+                f"no field {', '.join(map(repr, missing))}; this line has "
+                f"{', '.join(map(repr, record)) or 'no fields'}",
+                line=number,
+            )
+        yield number, record
+
+
+def read_retrieval_files(queries_path, corpus_path, qrels_path) -> tuple:
+    """A retrieval test in the BEIR/MTEB layout: ``(queries, corpus, relevant)``.
+
+    ``queries.jsonl`` holds ``{"_id", "text"}`` objects, ``corpus.jsonl`` ``{"_id", "text"}``
+    with an optional ``title`` (put before the text), and the qrels TSV holds
+    ``query-id<TAB>corpus-id<TAB>score`` lines (a header line is allowed); a score above 0
+    marks a relevant text. Queries without a relevant text are left out. ``relevant[i]`` is
+    the set of corpus indices relevant to query i.
+    """
+    query_text, corpus_index, corpus = {}, {}, []
+    for _, record in _jsonl_objects(queries_path, ("_id", "text")):
+        query_text.setdefault(str(record["_id"]), str(record["text"]))
+    for number, record in _jsonl_objects(corpus_path, ("_id", "text")):
+        key = str(record["_id"])
+        if key in corpus_index:
+            raise DataError(corpus_path, f"_id {key!r} repeats an earlier document", line=number)
+        corpus_index[key] = len(corpus)
+        title = str(record.get("title") or "").strip()
+        corpus.append(f"{title} {record['text']}" if title else str(record["text"]))
+    relevant = {}
+    for number, line in _decoded_lines(qrels_path):
+        fields = _without_newline(line).split("\t")
+        if number == 1 and fields[:2] == ["query-id", "corpus-id"]:
+            continue
+        if not line.strip():
+            continue
+        if len(fields) != 3:
+            raise DataError(
+                qrels_path, f"expected query-id<TAB>corpus-id<TAB>score, found {len(fields)} field(s)", line=number
+            )
+        query, document, score = fields
+        if query not in query_text:
+            raise DataError(qrels_path, f"query-id {query!r} is not in {queries_path}", line=number)
+        if document not in corpus_index:
+            raise DataError(qrels_path, f"corpus-id {document!r} is not in {corpus_path}", line=number)
+        if not PLAIN_DECIMAL.fullmatch(score.strip()):
+            raise DataError(qrels_path, f"score {score!r} is not a number", line=number)
+        if float(score) > 0:
+            relevant.setdefault(query, set()).add(corpus_index[document])
+    if not relevant:
+        raise DataError(qrels_path, "no relevant (score > 0) query-document pair in this file")
+    return [query_text[q] for q in relevant], corpus, list(relevant.values())

@@ -1,6 +1,7 @@
 """Metrics as the original experiments report them: Spearman (and Pearson) of scores against
-labels, and accuracy at the threshold that is best on valid. Scores come from
-:mod:`cosent_tf.inference`."""
+labels, and accuracy at the threshold that is best on valid; and retrieval metrics
+(Recall@k, MRR@10, nDCG@10), since a high Spearman can hide a poor retriever. Scores and
+nearest neighbours come from :mod:`cosent_tf.inference`."""
 
 import warnings
 
@@ -82,6 +83,61 @@ def mean_over_tasks(per_task: dict) -> dict:
     for task, metrics in per_task.items():
         flat.update({f"{task}.{k}": v for k, v in metrics.items()})
     return flat
+
+
+RECALL_AT = (1, 5, 10)
+RANK_CUTOFF = 10  # MRR@10 and nDCG@10
+
+
+def pair_retrieval_sets(texts_a, texts_b, positive) -> tuple:
+    """A retrieval test made of pairs: ``(queries, corpus, relevant)``.
+
+    The queries are the distinct first sentences with at least one positive pair; the
+    corpus is every distinct second sentence; ``relevant[i]`` is the set of corpus indices
+    paired positively with query ``i``. Texts keep their order of first appearance.
+    """
+    corpus_index = {}
+    for text in texts_b:
+        corpus_index.setdefault(text, len(corpus_index))
+    relevant = {}
+    for text_a, text_b, is_positive in zip(texts_a, texts_b, positive):
+        if is_positive:
+            relevant.setdefault(text_a, set()).add(corpus_index[text_b])
+    return list(relevant), list(corpus_index), list(relevant.values())
+
+
+def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_AT) -> dict:
+    """Recall@k, MRR@10 and nDCG@10 (binary relevance) of exact cosine search, means over queries.
+
+    ``query_vectors`` and ``corpus_vectors`` are unit rows; ``relevant[i]`` is the set of
+    corpus indices relevant to query i (not empty). Recall@k is the share of a query's
+    relevant texts in its top k; MRR@10 is 1/rank of the first relevant text in the top 10
+    (0 if none); nDCG@10 is DCG = sum of 1/log2(rank + 1) over relevant texts in the top 10,
+    divided by the DCG of a perfect ranking.
+    """
+    depth = max(*recall_at, RANK_CUTOFF)
+    _, ranked = inference.top_k_cosine(np.asarray(query_vectors, np.float32), corpus_vectors, depth)
+    discounts = 1.0 / np.log2(np.arange(2, depth + 2))
+    recall = {k: [] for k in recall_at}
+    reciprocal_ranks, ndcgs = [], []
+    for row, wanted in zip(ranked, relevant):
+        hits = np.array([index in wanted for index in row])
+        for k in recall_at:
+            recall[k].append(hits[:k].sum() / len(wanted))
+        first = np.flatnonzero(hits[:RANK_CUTOFF])
+        reciprocal_ranks.append(1.0 / (first[0] + 1) if len(first) else 0.0)
+        ideal = discounts[: min(len(wanted), RANK_CUTOFF)].sum()
+        ndcgs.append((hits[:RANK_CUTOFF] * discounts[: len(hits[:RANK_CUTOFF])]).sum() / ideal)
+    metrics = {f"recall@{k}": float(np.mean(values)) for k, values in recall.items()}
+    metrics.update(
+        {
+            f"mrr@{RANK_CUTOFF}": float(np.mean(reciprocal_ranks)),
+            f"ndcg@{RANK_CUTOFF}": float(np.mean(ndcgs)),
+            "queries": len(relevant),
+            "corpus": len(corpus_vectors),
+        }
+    )
+    return metrics
 
 
 def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):

@@ -3,10 +3,11 @@
 Serving needs TensorFlow and tensorflow-text only (tensorflow-text's WordPiece op is in
 the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signatures:
 
-* feature model: ``serving_default(sentences: string[batch]) -> {"embeddings": float32[batch, dim]}``
-  (L2-normalised), and ``encode_ids(token_ids, segment_ids)`` for pre-tokenised input;
+* feature model: ``serving_default(sentences: string[batch]) -> {"embeddings": float32[batch, dim],
+  "truncated": bool[batch]}`` (L2-normalised; ``truncated``: the text was longer than the model's
+  maxlen and was cut), and ``encode_ids(token_ids, segment_ids)`` for pre-tokenised input;
 * interaction model: ``serving_default(first: string[batch], second: string[batch])
-  -> {"scores": float32[batch]}``, and ``score_ids(token_ids, segment_ids)``.
+  -> {"scores": float32[batch], "truncated": bool[batch]}``, and ``score_ids(token_ids, segment_ids)``.
 
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
 """
@@ -42,8 +43,8 @@ class _Served(tf.Module):
 
     @tf.function(input_signature=[_TEXTS])
     def embed(self, sentences):
-        token_ids = self.tokenizer.encode(sentences)
-        return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids))}
+        token_ids, truncated = self.tokenizer.encode_and_flag(sentences)
+        return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
 
     @tf.function(input_signature=[_IDS, _IDS])
     def embed_ids(self, token_ids, segment_ids):
@@ -51,8 +52,8 @@ class _Served(tf.Module):
 
     @tf.function(input_signature=[_TEXTS, _TEXTS])
     def score(self, first, second):
-        token_ids = self.tokenizer.encode_pairs(first, second)
-        return {"scores": self._scores(token_ids, tf.zeros_like(token_ids))}
+        token_ids, truncated = self.tokenizer.encode_pairs_and_flag(first, second)
+        return {"scores": self._scores(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
 
     @tf.function(input_signature=[_IDS, _IDS])
     def score_ids(self, token_ids, segment_ids):

@@ -137,17 +137,26 @@ class GraphTokenizer(tf.Module):
         return self._wordpiece.tokenize(words).merge_dims(-2, -1)
 
     def encode(self, texts):
-        content = self.tokenize(texts)[:, : self.maxlen - 2]
-        return self._assemble([content])
+        return self.encode_and_flag(texts)[0]
 
     def encode_pairs(self, firsts, seconds):
+        return self.encode_pairs_and_flag(firsts, seconds)[0]
+
+    def encode_and_flag(self, texts):
+        """(token ids, whether each text was longer than maxlen and cut)."""
+        tokens = self.tokenize(texts)
+        return self._assemble([tokens[:, : self.maxlen - 2]]), tokens.row_lengths() > self.maxlen - 2
+
+    def encode_pairs_and_flag(self, firsts, seconds):
+        """(token ids of each concatenated pair, whether the pair was longer than maxlen and cut)."""
         first, second = self.tokenize(firsts), self.tokenize(seconds)
         first_length, second_length = first.row_lengths(), second.row_lengths()
+        cut = first_length + second_length > self.maxlen - 3
         # bert4keras pops from the longer side (the first on ties) until both fit; closed form:
         budget = tf.cast(self.maxlen - 3, tf.int64)
         first_keep = tf.minimum(first_length, tf.maximum(budget - second_length, budget // 2))
         second_keep = tf.minimum(second_length, tf.maximum(budget - first_length, budget - budget // 2))
-        return self._assemble([_head(first, first_keep), _head(second, second_keep)])
+        return self._assemble([_head(first, first_keep), _head(second, second_keep)]), cut
 
     def _assemble(self, parts):
         rows = parts[0].nrows()

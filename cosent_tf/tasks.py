@@ -14,6 +14,7 @@ from .errors import ConfigError
 
 SENTEVAL = "senteval"  # TASK/TASK.{train,valid,test}.data, text1<TAB>text2<TAB>label
 CNSD = "cnsd"  # cnsd-*/*.jsonl NLI files; validated and tested on every senteval task
+FILES = "files"  # a user's own train (valid, test) files: see Task.for_labels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Task:
             ``label > positive_above``. Otherwise labels already are classes (0/1, or
             NLI's ranks 0 < 1 < 2).
         positive_above: a label above this marks a similar pair.
-        data: the file layout, :data:`SENTEVAL` or :data:`CNSD`.
+        data: the file layout, :data:`SENTEVAL`, :data:`CNSD` or :data:`FILES`.
         maxlen, interaction_maxlen: token limits of a feature and an interaction model.
         batch_size: pairs per batch; epochs; steps_per_epoch (None: one pass over train).
     """
@@ -58,6 +59,29 @@ class Task:
     def positive(self, labels) -> np.ndarray:
         """Whether each pair counts as similar."""
         return np.asarray(labels) > self.positive_above
+
+    @classmethod
+    def for_labels(cls, name: str, kind: str, low: float = 0.0, high: float = 1.0) -> "Task":
+        """A task of a user's own files, from what its train labels are.
+
+        ``kind`` is ``binary`` (0/1), ``nli`` (ranks 0-2 from NLI words) or ``graded`` (scores
+        in ``low``-``high``, similar above the middle of the range). Defaults are the
+        benchmark tasks' (maxlen 64, interaction 128, batch 32, 5 epochs).
+        """
+        if kind == "binary":
+            return cls(name, data=FILES)
+        if kind == "nli":
+            return cls(name, label_range=(0.0, 2.0), binary=False, positive_above=1.0, data=FILES)
+        if kind == "graded":
+            return cls(
+                name,
+                label_range=(float(low), float(high)),
+                binary=False,
+                graded=True,
+                positive_above=(float(low) + float(high)) / 2,
+                data=FILES,
+            )
+        raise ConfigError(f"unknown label kind {kind!r}; choose binary, nli or graded")
 
 
 TASKS = {

@@ -1,5 +1,6 @@
 """Tokenisation: bert4keras's WordPiece Tokenizer, with jieba pre-tokenisation for word models."""
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -42,6 +43,28 @@ def check_vocab_size(config_path: str, vocab_path: str) -> None:
         )
 
 
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Truncation:
+    """How many of ``total`` sequences were longer than ``maxlen`` tokens (and cut), and the
+    longest one's length before cutting."""
+
+    what: str
+    total: int
+    truncated: int
+    longest: int
+    maxlen: int
+
+    def __str__(self):
+        share = f" ({self.truncated / self.total:.1%})" if self.total else ""
+        return (
+            f"{self.what}: {self.truncated} of {self.total}{share} longer than maxlen {self.maxlen} tokens "
+            f"were cut; the longest had {self.longest}"
+        )
+
+
 def _jieba_cut(text):
     import jieba
 
@@ -74,6 +97,7 @@ class SentenceTokenizer:
         )
         self.token_dict = token_dict
         self.vocab_size = len(token_dict)
+        self.last_truncation = None  # the Truncation of the latest encode_all / encode_pairs
 
     def encode(self, text: str) -> list:
         """Token ids of one sentence, [CLS] ... [SEP]."""
@@ -83,11 +107,27 @@ class SentenceTokenizer:
         """Token ids of a concatenated pair, [CLS] a [SEP] b [SEP] (longer side truncated first)."""
         return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
 
-    def encode_all(self, texts) -> list:
-        return [np.asarray(self.encode(t), dtype=np.int32) for t in texts]
+    def encode_all(self, texts, what: str = "texts") -> list:
+        """Token ids of each text (int32 arrays); logs a :class:`Truncation` report."""
+        return self._encode_many([(t,) for t in texts], what)
 
-    def encode_pairs(self, firsts, seconds) -> list:
-        return [np.asarray(self.encode_pair(a, b), dtype=np.int32) for a, b in zip(firsts, seconds)]
+    def encode_pairs(self, firsts, seconds, what: str = "pairs") -> list:
+        """Token ids of each concatenated pair (int32 arrays); logs a :class:`Truncation` report."""
+        return self._encode_many(list(zip(firsts, seconds)), what)
+
+    def _encode_many(self, items, what):
+        encoded, truncated, longest = [], 0, 0
+        for texts in items:
+            ids = self._tokenizer.encode(*texts)[0]  # uncut first: most texts fit, and then once is enough
+            longest = max(longest, len(ids))
+            if len(ids) > self.maxlen:
+                truncated += 1
+                ids = self._tokenizer.encode(*texts, maxlen=self.maxlen)[0]
+            encoded.append(np.asarray(ids, dtype=np.int32))
+        self.last_truncation = Truncation(what, len(items), truncated, longest, self.maxlen)
+        if items:
+            logger.info("%s", self.last_truncation)
+        return encoded
 
     def tokenize(self, text: str) -> list:
         return self._tokenizer.tokenize(text, maxlen=self.maxlen)

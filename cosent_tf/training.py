@@ -36,9 +36,10 @@ import numpy as np
 from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed
 from .callbacks import StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files
-from .data import PairData, load_task, nli_files, read_nli, senteval_dir, task_file
+from .data import PairData, PairFileFormat, load_task, nli_files, read_nli, read_pair_file, senteval_dir, task_file
 from .errors import DataError
-from .evaluation import mean_over_tasks, pair_scores, task_metrics
+from .evaluation import mean_over_tasks, pair_retrieval_sets, pair_scores, retrieval_metrics, task_metrics
+from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
 from .losses import get_loss
 from .model_dir import ModelSpec, save_model_dir
@@ -47,7 +48,7 @@ from .optimizers import FusedAdam
 from .pipeline import interaction_dataset, pair_dataset
 from .report import plot_valid_curve
 from .run_folder import check_run_folder, prepare_run_folder
-from .tasks import CNSD, MATCHING_TASKS, get_task
+from .tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
 from .tokenization import SentenceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -88,11 +89,22 @@ class RunConfig:
     backup_every: int = 0
     precision: str = "float32"
     output_dir: str = None
+    # A user's own files instead of a benchmark task (``task`` then names the run's task).
+    train_file: str = None
+    valid_file: str = None
+    test_file: str = None
+    file_format: str = None
+    text_a_field: str = "sentence1"
+    text_b_field: str = "sentence2"
+    label_field: str = "label"
+    valid_fraction: float = 0.1
+    allow_single_label: bool = False
 
     def resolved(self) -> "RunConfig":
         """Fill in the original experiments' defaults (from the task and loss tables), and
         the config, vocab and output paths."""
-        task, loss = get_task(self.task), get_loss(self.kind, self.loss)
+        task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
+        loss = get_loss(self.kind, self.loss)
         values = dataclasses.asdict(self)
         interaction = self.kind == "interaction"
         values["maxlen"] = self.maxlen or (task.interaction_maxlen if interaction else task.maxlen)
@@ -112,8 +124,40 @@ class RunConfig:
         return RunConfig(**values)
 
 
-def load_run_data(cfg: RunConfig) -> tuple:
-    """(train pairs, {task: (valid, test)}, notes) for a configuration."""
+@dataclasses.dataclass
+class RunData:
+    """What a run trains and tests on: train pairs, (valid, test) per evaluated task and the
+    :class:`~cosent_tf.tasks.Task` of each, the task train's labels belong to, and notes
+    for the user (recorded in metrics.json)."""
+
+    train: PairData
+    evaluation: dict
+    tasks: dict
+    task: Task
+    notes: list
+
+
+def load_run_data(cfg: RunConfig) -> RunData:
+    """The data of a configuration: a benchmark task's files, NLI, or the user's own files."""
+    data = _load_files(cfg) if cfg.train_file else _load_benchmark(cfg)
+    data.train = data.train.sample(cfg.max_train_pairs, cfg.seed)
+    data.evaluation = {
+        t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
+        for t, (v, s) in data.evaluation.items()
+    }
+    if data.task.data == FILES and not cfg.allow_single_label:
+        _require_two_labels(
+            data.train,
+            "there is nothing to rank, so CoSENT would learn nothing (pass --allow-single-label to train anyway)",
+        )
+    elif cfg.loss == "cosent":
+        _require_two_labels(data.train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
+    for valid, _ in data.evaluation.values():
+        _require_two_labels(valid, "Spearman is undefined on them, so no epoch could be chosen as the best")
+    return data
+
+
+def _load_benchmark(cfg):
     folder, notes, task = senteval_dir(cfg.data_dir), [], get_task(cfg.task)
     if task.data == CNSD:
         paths = nli_files(cfg.data_dir)
@@ -132,9 +176,7 @@ def load_run_data(cfg: RunConfig) -> tuple:
             train = load_task(folder, cfg.task, "train", cfg.strict)
         elif cfg.train_from_valid:
             valid, test = evaluation[cfg.task]
-            order = np.random.default_rng(cfg.seed).permutation(len(valid))
-            cut = int(round(len(valid) * cfg.train_from_valid))
-            train, valid = valid.subset(np.sort(order[:cut])), valid.subset(np.sort(order[cut:]))
+            train, valid = _hold_out(valid, cfg.train_from_valid, cfg.seed)
             evaluation[cfg.task] = (valid, test)
             notes.append(
                 f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
@@ -147,16 +189,52 @@ def load_run_data(cfg: RunConfig) -> tuple:
                 f"the {cfg.task} train split is not here (file does not exist); "
                 "pass --train-from-valid FRACTION to train on a seeded part of valid instead",
             )
-    train = train.sample(cfg.max_train_pairs, cfg.seed)
-    evaluation = {
-        t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
-        for t, (v, s) in evaluation.items()
-    }
-    if cfg.loss == "cosent":
-        _require_two_labels(train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
-    for valid, _ in evaluation.values():
-        _require_two_labels(valid, "Spearman is undefined on them, so no epoch could be chosen as the best")
-    return train, evaluation, notes
+    return RunData(train, evaluation, {t: get_task(t) for t in evaluation}, task, notes)
+
+
+def _hold_out(pairs, fraction, seed):
+    """(a seeded ``fraction`` of ``pairs``, the rest), each in file order."""
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    cut = int(round(len(pairs) * fraction))
+    return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
+
+
+def _load_files(cfg):
+    file_format = PairFileFormat(cfg.file_format, cfg.text_a_field, cfg.text_b_field, cfg.label_field)
+    train = read_pair_file(cfg.train_file, file_format, cfg.strict)
+    low, high = float(train.labels.min()), float(train.labels.max())
+    task = Task.for_labels(cfg.task, train.label_kind, low, high)
+    logger.info("%s: %d pairs, %s labels from %g to %g", cfg.train_file, len(train), train.label_kind, low, high)
+    notes = []
+    if cfg.valid_file:
+        valid = read_pair_file(cfg.valid_file, file_format, cfg.strict)
+    else:
+        valid, train = _hold_out(train, cfg.valid_fraction, cfg.seed)
+        notes.append(
+            f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} ({len(valid)} pairs) "
+            f"is held out as valid; {len(train)} pairs are trained on"
+        )
+    if cfg.test_file:
+        test = read_pair_file(cfg.test_file, file_format, cfg.strict)
+    else:
+        test = valid
+        notes.append(
+            "no --test file: the test metrics are the valid ones, measured on the data the best epoch "
+            "(and the threshold) were chosen on, so they flatter the model"
+        )
+    for other in (valid, test):
+        _require_same_kind(train, other)
+    return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes)
+
+
+def _require_same_kind(train, other):
+    kinds = (train.label_kind, other.label_kind)
+    if train.label_words != other.label_words or (kinds[0] == "binary" and kinds[1] != "binary"):
+        raise DataError(
+            other.source,
+            f"its labels are {kinds[1]} but those of the train file {train.source} are "
+            f"{kinds[0]}: the files must label pairs the same way",
+        )
 
 
 def _require_two_labels(pairs, consequence):
@@ -175,8 +253,8 @@ class Matcher:
     head). The loss table entry says how it is trained.
     """
 
-    def __init__(self, cfg: RunConfig):
-        self.cfg, self.task, self.loss = cfg, get_task(cfg.task), get_loss(cfg.kind, cfg.loss)
+    def __init__(self, cfg: RunConfig, task: Task):
+        self.cfg, self.task, self.loss = cfg, task, get_loss(cfg.kind, cfg.loss)
         if cfg.kind == "interaction" and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
         check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
@@ -197,11 +275,26 @@ class Matcher:
     def prepare(self, pairs: PairData):
         """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise."""
         if self.cfg.kind == "feature":
-            return self.tokenizer.encode_all(pairs.texts_a), self.tokenizer.encode_all(pairs.texts_b)
-        return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b)
+            return (
+                self.tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"),
+                self.tokenizer.encode_all(pairs.texts_b, f"{pairs.source}, second texts"),
+            )
+        return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b, f"{pairs.source}, pairs")
 
     def scores(self, prepared):
         return pair_scores(self.model, self.cfg.kind, prepared)
+
+    def retrieval(self, pairs: PairData, task: Task) -> dict:
+        """Retrieval metrics of a feature model over the pairs: see
+        :func:`cosent_tf.evaluation.pair_retrieval_sets`."""
+        queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
+        if not queries:
+            return {}
+
+        def vectors(texts):
+            return l2_normalize(batched_outputs(self.model, self.tokenizer.encode_all(texts, "retrieval texts")))
+
+        return retrieval_metrics(vectors(queries), vectors(corpus), relevant)
 
     def training_model(self, labels):
         """(the Keras model to fit, its loss, the labels it is fitted on)."""
@@ -237,13 +330,14 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
 
 def _train(cfg, overwrite):
     started = time.time()
-    train_pairs, evaluation, notes = load_run_data(cfg)
+    data = load_run_data(cfg)
+    train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
     for note in notes:
         logger.warning("NOTE: %s", note)
     sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
     logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
 
-    matcher = Matcher(cfg)
+    matcher = Matcher(cfg, data.task)
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
     check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
@@ -255,7 +349,7 @@ def _train(cfg, overwrite):
         backup_dir = os.path.join(cfg.output_dir, "backup")
         validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir)
         logger.info("training done; scoring valid and test with the best weights")
-        per_task = _test(cfg, matcher, prepared, evaluation)
+        per_task = _test(cfg, matcher, prepared, evaluation, data.tasks)
         plot_valid_curve(
             validation.history, os.path.join(cfg.output_dir, "valid_curve.png"), f"{cfg.kind} {cfg.loss} on {cfg.task}"
         )
@@ -267,7 +361,7 @@ def _train(cfg, overwrite):
             "best_epoch": validation.best_epoch,
             "steps": steps,
             "train_pairs": len(train_pairs),
-            "comparable": not notes,
+            "comparable": not notes and data.task.data != FILES,
             "notes": notes,
             "valid": mean_over_tasks({t: m["valid"] for t, m in per_task.items()}),
             "test": mean_over_tasks({t: m["test"] for t, m in per_task.items()}),
@@ -327,18 +421,21 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
     return validation, optimizer_step()
 
 
-def _test(cfg, matcher, prepared, evaluation):
-    """Valid and test metrics per task (accuracy at the valid-tuned threshold for binary tasks);
-    the test scores and labels go to ``test_scores.npz``."""
+def _test(cfg, matcher, prepared, evaluation, tasks):
+    """Valid and test metrics per task (accuracy at the valid-tuned threshold for binary tasks,
+    and retrieval metrics of a feature model on a binary task's test pairs); the test scores
+    and labels go to ``test_scores.npz``."""
     per_task, saved_scores = {}, {}
     for name, (valid_inputs, test_inputs) in prepared.items():
         valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
         valid, test = evaluation[name]
-        binary = get_task(name).binary
+        binary = tasks[name].binary
         per_task[name] = {
             "valid": task_metrics(valid_scores, valid.labels, binary=binary),
             "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
         }
+        if binary and cfg.kind == "feature":
+            per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
         saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
     with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp, open(tmp, "wb") as f:
         np.savez(f, **saved_scores)

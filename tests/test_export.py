@@ -20,29 +20,39 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # registers the WordPiece op
-saved_model, inputs, output = sys.argv[1:4]
+saved_model, inputs, output, key = sys.argv[1:5]
 served = tf.saved_model.load(saved_model).signatures["serving_default"]
 columns = json.load(open(inputs, encoding="utf-8"))
 result = served(**{name: tf.constant(texts) for name, texts in columns.items()})
-np.save(output, next(iter(result.values())).numpy())
+np.save(output, result[key].numpy())
+np.save(output + ".truncated.npy", result["truncated"].numpy())
 extra = {"cosent_tf", "bert4keras", "tf_keras"} & set(sys.modules)
 assert not extra, f"serving imported {extra}"
 """
 
 
-def serve(saved_model, columns, tmp_path):
+def serve(saved_model, columns, tmp_path, key):
+    """(the served ``key`` output, its ``truncated`` flags), from a process that imports only TensorFlow."""
     (tmp_path / "inputs.json").write_text(json.dumps(columns, ensure_ascii=False), encoding="utf-8")
     # A server's environment: none of the Keras 2 switches cosent_tf sets for itself.
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
     result = subprocess.run(
-        [sys.executable, "-c", SERVE, str(saved_model), str(tmp_path / "inputs.json"), str(tmp_path / "served.npy")],
+        [
+            sys.executable,
+            "-c",
+            SERVE,
+            str(saved_model),
+            str(tmp_path / "inputs.json"),
+            str(tmp_path / "served.npy"),
+            key,
+        ],
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return np.load(tmp_path / "served.npy")
+    return np.load(tmp_path / "served.npy"), np.load(tmp_path / "served.npy.truncated.npy")
 
 
 @pytest.mark.slow
@@ -50,8 +60,12 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_p
     make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=64)
     assert export_saved_model(tmp_path / "model", tmp_path / "exported") == ["encode_ids", "serving_default"]
     sentences = shared_test_sentences()[0] + EDGE_CASES
-    served = serve(tmp_path / "exported", {"sentences": sentences}, tmp_path)
-    expected = SentenceEncoder.load(tmp_path / "model").encode(sentences)
+    served, truncated = serve(tmp_path / "exported", {"sentences": sentences}, tmp_path, "embeddings")
+    encoder = SentenceEncoder.load(tmp_path / "model")
+    expected = encoder.encode(sentences)
+    full_lengths = [len(encoder.tokenizer._tokenizer.encode(s)[0]) for s in sentences]
+    np.testing.assert_array_equal(truncated, np.array(full_lengths) > 64)
+    assert truncated.sum() == encoder.tokenizer.last_truncation.truncated
     assert served.shape == expected.shape == (len(sentences), 16)
     assert np.abs(served - expected).max() < 1e-5
     info = json.loads((tmp_path / "exported" / "assets.extra" / "cosent_model.json").read_text())
@@ -64,8 +78,12 @@ def test_saved_model_scores_pairs_like_pair_scorer(tiny_config, tmp_path):
     export_saved_model(tmp_path / "model", tmp_path / "exported")
     _, pairs = shared_test_sentences()
     firsts, seconds = pairs[0].texts_a[:500] + EDGE_CASES, pairs[0].texts_b[:500] + EDGE_CASES[::-1]
-    served = serve(tmp_path / "exported", {"first": firsts, "second": seconds}, tmp_path)
-    expected = PairScorer.load(tmp_path / "model").score(firsts, seconds)
+    served, truncated = serve(tmp_path / "exported", {"first": firsts, "second": seconds}, tmp_path, "scores")
+    scorer = PairScorer.load(tmp_path / "model")
+    expected = scorer.score(firsts, seconds)
+    full_lengths = [len(scorer.tokenizer._tokenizer.encode(a, b)[0]) for a, b in zip(firsts, seconds)]
+    np.testing.assert_array_equal(truncated, np.array(full_lengths) > 24)
+    assert 0 < truncated.sum() == scorer.tokenizer.last_truncation.truncated
     assert np.abs(served - expected).max() < 1e-5
 
 
