@@ -145,11 +145,12 @@ def load_run_data(cfg: RunConfig) -> RunData:
         t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
         for t, (v, s) in data.evaluation.items()
     }
-    if data.task.data == FILES and not cfg.allow_single_label:
-        _require_two_labels(
-            data.train,
-            "there is nothing to rank, so CoSENT would learn nothing (pass --allow-single-label to train anyway)",
-        )
+    if data.task.data == FILES:
+        if not cfg.allow_single_label:
+            _require_two_labels(
+                data.train,
+                "there is nothing to rank, so CoSENT would learn nothing (pass --allow-single-label to train anyway)",
+            )
     elif cfg.loss == "cosent":
         _require_two_labels(data.train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
     for valid, _ in data.evaluation.values():

@@ -180,3 +180,56 @@ def test_console_logging_shows_progress_on_stdout_and_warnings_on_stderr_while_i
     out, err = capsys.readouterr()
     assert (out, err) == ("progress\n", "careful\n")
     assert logging.getLogger("cosent_tf").handlers == handlers
+
+
+def printed_json(capsys):
+    """The JSON object a command printed after its progress lines."""
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{") :])
+
+
+def test_evaluate_scores_a_pair_file_and_a_beir_triple(model_dir, tmp_path, capsys, tiny_config):
+    from cosent_tf.evaluation import retrieval_metrics
+
+    (tmp_path / "pairs.csv").write_text(
+        "sentence1,sentence2,label\n今天,明天,1\n天气,下雨,0\n手机,号码,1\n", encoding="utf-8"
+    )
+    main(["evaluate", str(model_dir), str(tmp_path / "pairs.csv"), "--output", str(tmp_path / "eval")])
+    encoder = SentenceEncoder.load(model_dir)
+    scores = encoder.similarity(["今天", "天气", "手机"], ["明天", "下雨", "号码"])
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    assert metrics["threshold"] == 0.5 and metrics["accuracy"] == pytest.approx(np.mean((scores > 0.5) == [1, 0, 1]))
+    assert printed_json(capsys)["spearman"] == pytest.approx(metrics["spearman"])
+    rows = [line.split("\t") for line in (tmp_path / "eval.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [float(r[3]) for r in rows] == pytest.approx(scores, abs=1e-6) and [r[4] for r in rows] == [
+        str(int(s > 0.5)) for s in scores
+    ]
+
+    (tmp_path / "q.jsonl").write_text(
+        '{"_id": "1", "text": "今天天气"}\n{"_id": "2", "text": "手机"}\n', encoding="utf-8"
+    )
+    (tmp_path / "c.jsonl").write_text(
+        "".join(json.dumps({"_id": str(i), "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(SENTENCES)),
+        encoding="utf-8",
+    )
+    (tmp_path / "r.tsv").write_text("1\t0\t1\n1\t4\t1\n2\t3\t2\n", encoding="utf-8")
+    main(
+        [
+            "evaluate",
+            str(model_dir),
+            "--queries",
+            str(tmp_path / "q.jsonl"),
+            "--corpus",
+            str(tmp_path / "c.jsonl"),
+            "--qrels",
+            str(tmp_path / "r.tsv"),
+        ]
+    )
+    expected = retrieval_metrics(encoder.encode(["今天天气", "手机"]), encoder.encode(SENTENCES), [{0, 4}, {3}])
+    assert printed_json(capsys)["beir"] == pytest.approx(expected)
+
+    make_model_dir(tmp_path / "scorer", tiny_config, kind="interaction")
+    with pytest.raises(SystemExit, match="retrieval metrics need a feature model"):
+        main(["evaluate", str(tmp_path / "scorer"), str(tmp_path / "pairs.csv"), "--retrieval"])
+    with pytest.raises(SystemExit, match="--queries, --corpus and --qrels go together"):
+        main(["evaluate", str(model_dir), "--queries", str(tmp_path / "q.jsonl")])

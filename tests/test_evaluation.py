@@ -8,7 +8,9 @@ from cosent_tf.evaluation import (
     best_threshold,
     mean_over_tasks,
     pair_cosines,
+    pair_retrieval_sets,
     pair_scores,
+    retrieval_metrics,
     spearman,
     task_metrics,
 )
@@ -65,3 +67,37 @@ def test_pair_scores_score_through_inference(tiny_config):
     np.testing.assert_allclose(pair_scores(scorer, "interaction", ids), interaction_scores(scorer, ids))
     with pytest.raises(ValueError, match="unknown model kind 'siamese'"):
         pair_scores(encoder, "siamese", ids)
+
+
+def test_pairs_become_queries_with_positives_and_a_corpus_of_every_second_text():
+    queries, corpus, relevant = pair_retrieval_sets(
+        ["a", "a", "b", "c", "c"], ["x", "y", "x", "z", "y"], [True, False, False, True, True]
+    )
+    assert (queries, corpus, relevant) == (["a", "c"], ["x", "y", "z"], [{0}, {2, 1}])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_retrieval_metrics_match_a_hand_count_on_random_vectors(seed):
+    rng = np.random.default_rng(seed)
+    corpus = rng.normal(size=(30, 8)).astype(np.float32)
+    corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
+    queries = corpus[rng.choice(30, 6, replace=False)] + 0.3 * rng.normal(size=(6, 8)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    relevant = [set(rng.choice(30, int(rng.integers(1, 4)), replace=False).tolist()) for _ in range(6)]
+    got = retrieval_metrics(queries, corpus, relevant)
+    ranks = [
+        [int(np.sum(row > row[d])) + 1 for d in sorted(wanted)] for row, wanted in zip(queries @ corpus.T, relevant)
+    ]  # 1-based rank of each relevant text (no ties in random floats)
+    for k in (1, 5, 10):
+        assert got[f"recall@{k}"] == pytest.approx(np.mean([np.mean([r <= k for r in rs]) for rs in ranks]))
+    assert got["mrr@10"] == pytest.approx(np.mean([1 / min(rs) if min(rs) <= 10 else 0 for rs in ranks]))
+    ideal = [sum(1 / np.log2(i + 2) for i in range(min(len(rs), 10))) for rs in ranks]
+    dcg = [sum(1 / np.log2(r + 1) for r in rs if r <= 10) for rs in ranks]
+    assert got["ndcg@10"] == pytest.approx(np.mean(np.array(dcg) / ideal))
+    assert (got["queries"], got["corpus"]) == (6, 30)
+
+
+def test_a_perfect_ranking_scores_one():
+    vectors = np.eye(4, dtype=np.float32)
+    got = retrieval_metrics(vectors, vectors, [{0}, {1}, {2}, {3}])
+    assert [got[k] for k in ("recall@1", "recall@10", "mrr@10", "ndcg@10")] == [1.0, 1.0, 1.0, 1.0]

@@ -50,3 +50,19 @@ def test_vocab_errors(tmp_path):
     repeated.write_text("[PAD]\n[UNK]\n好\n[CLS]\n好\n", encoding="utf-8")
     with pytest.raises(DataError, match="repeated.txt, line 5: token '好' repeats line 3"):
         load_vocab(repeated)
+
+
+@requires_shared_data
+def test_truncation_is_counted_and_reported(caplog):
+    import logging
+
+    tokenizer = SentenceTokenizer(SHARED_VOCAB, maxlen=6)
+    with caplog.at_level(logging.INFO, logger="cosent_tf"):
+        ids = tokenizer.encode_all(["今天天气很好啊", "好", "我们"], what="queries")
+    assert [len(x) for x in ids] == [6, 3, 4] and list(ids[0]) == tokenizer.encode("今天天气很好啊")
+    report = tokenizer.last_truncation
+    assert (report.total, report.truncated, report.longest, report.maxlen) == (3, 1, 9, 6)
+    assert "queries: 1 of 3 (33.3%) longer than maxlen 6 tokens were cut; the longest had 9" in caplog.text
+    pairs = tokenizer.encode_pairs(["今天", "好"], ["天气很好", "坏"])
+    assert [list(p) for p in pairs] == [tokenizer.encode_pair("今天", "天气很好"), tokenizer.encode_pair("好", "坏")]
+    assert (tokenizer.last_truncation.truncated, tokenizer.last_truncation.longest) == (1, 9)

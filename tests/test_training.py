@@ -481,7 +481,7 @@ def test_nli_files_are_read_once_through_links_back_up_the_tree(tiny_setup):
     cfg = RunConfig(
         task="NLI", data_dir=str(data), config=str(tmp_path / "config.json"), vocab=str(tmp_path / "vocab.txt")
     ).resolved()
-    train_pairs, _, _ = load_run_data(cfg)
+    train_pairs = load_run_data(cfg).train
     assert len(train_pairs) == 40
 
 
@@ -571,6 +571,7 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup):
         assert extension != "tsv" or "resumed at step" in result.stdout
         assert "no --valid file: a seeded 10% of" in result.stderr  # the held-out valid is said
         results[extension] = json.loads((out / "metrics.json").read_text())
+
     # The three formats hold the same pairs, so the runs are the same run.
     def flat(test):
         return {**{k: v for k, v in test.items() if k != "retrieval"}, **test["retrieval"]}
@@ -613,3 +614,62 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup):
     assert (evaluated["retrieval"]["queries"], evaluated["retrieval"]["corpus"]) == (len(queries), len(corpus))
     scored = (tmp_path / "eval.tsv").read_text(encoding="utf-8").splitlines()
     assert len(scored) == 40 and scored[0].split("\t")[:3] == [str(v) for v in test_rows[0]]
+
+
+def test_own_files_that_cannot_train_are_refused_before_anything_is_written(tiny_setup):
+    from cosent_tf.cli import main as cosent_tf
+
+    tmp_path, options = tiny_setup
+    options = [o for i, o in enumerate(options) if "--data-dir" not in options[max(i - 1, 0) : i + 1]]
+    rng = np.random.default_rng(2)
+    rows = tiny_pairs(rng, 40, scores=False)
+    (tmp_path / "train.tsv").write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows), encoding="utf-8")
+    (tmp_path / "graded.tsv").write_text("".join(f"{a}\t{b}\t{y * 2.5}\n" for a, b, y in rows), encoding="utf-8")
+    (tmp_path / "words.tsv").write_text("".join(f"{a}\t{b}\tneutral\n" for a, b, y in rows), encoding="utf-8")
+    (tmp_path / "ones.tsv").write_text("".join(f"{a}\t{b}\t1\n" for a, b, y in rows), encoding="utf-8")
+    out = tmp_path / "run"
+
+    def refused(arguments, message):
+        with pytest.raises(SystemExit, match=message):
+            cosent_tf(["train", *arguments, "--epochs", "1", *options, "--output-dir", str(out)])
+        assert not out.exists()
+
+    refused(
+        ["--train", str(tmp_path / "train.tsv"), "--valid", str(tmp_path / "graded.tsv")],
+        r"graded.tsv: its labels are graded but those of the train file .*train.tsv are binary",
+    )
+    refused(
+        ["--train", str(tmp_path / "train.tsv"), "--test", str(tmp_path / "words.tsv")],
+        r"words.tsv: its labels are nli but those of the train file .* are binary",
+    )
+    refused(
+        ["--train", str(tmp_path / "ones.tsv"), "--valid", str(tmp_path / "train.tsv")],
+        r"ones.tsv: all 40 pairs \(after any sampling\) have the label 1: there is nothing to rank.*"
+        r"--allow-single-label",
+    )
+    refused(
+        ["--train", str(tmp_path / "train.tsv"), "--kind", "interaction", "--loss", "mse"],
+        r"unknown interaction loss 'mse'; choose one of ce, cosent",
+    )
+    metrics = cosent_tf(
+        [
+            "train",
+            "--train",
+            str(tmp_path / "ones.tsv"),
+            "--valid",
+            str(tmp_path / "train.tsv"),
+            "--allow-single-label",
+            "--epochs",
+            "1",
+            *options,
+            "--output-dir",
+            str(out),
+        ]
+    )
+    assert metrics == 0 and (out / "metrics.json").exists()
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["task"] == "ones" and saved["notes"] == [
+        "no --test file: the test metrics are the valid ones, measured on the data the best epoch (and the "
+        "threshold) were chosen on, so they flatter the model"
+    ]
+    assert saved["test"]["spearman"] == saved["valid"]["spearman"]
