@@ -6,7 +6,7 @@ DATA ?= ../shared/data
 
 BENCH_VENV := .venv-bench
 
-.PHONY: install demo test lint bench soak
+.PHONY: install demo test lint bench soak mutants
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -49,3 +49,9 @@ bench: $(STAMP) $(BENCH_VENV)/.installed
 SOAK_ARGS ?= --runs 200
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+# Planted bugs that the fast tests must catch (not part of CI; about 10 minutes): writes
+# tools/mutants.json. MUTANTS_ARGS="--only scale" runs a subset.
+MUTANTS_ARGS ?=
+mutants: $(STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) tools/mutants.py $(MUTANTS_ARGS)

@@ -1,5 +1,6 @@
 import json
 import os
+import tempfile
 
 import pytest
 
@@ -13,6 +14,29 @@ SHARED_VOCAB = os.path.join(SHARED_DATA, "vocab", "bert-base-chinese-vocab.txt")
 requires_shared_data = pytest.mark.skipif(
     not os.path.isdir(SHARED_DATA), reason=f"shared data not found at {SHARED_DATA}"
 )
+
+
+def write_vocab(path, size=21128):
+    """A BERT-style vocabulary of ``size`` tokens made here, for tests that need a vocabulary but
+    not the shared one: [PAD], [unused1-99], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103 (the
+    ids of the Chinese BERT vocab), printable ASCII and full-width punctuation, then CJK
+    ideographs from U+4E00 until the size is reached."""
+    tokens = ["[PAD]"] + [f"[unused{i}]" for i in range(1, 100)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += [chr(c) for c in range(33, 127)] + list("，。？！：；、（）“”")
+    tokens += [chr(c) for c in range(0x4E00, 0x4E00 + size - len(tokens))]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    return str(path)
+
+
+_MADE_VOCAB = []
+
+
+def made_vocab():
+    """The path of a vocabulary written once per test session by :func:`write_vocab`."""
+    if not _MADE_VOCAB:
+        _MADE_VOCAB.append(write_vocab(os.path.join(tempfile.mkdtemp(prefix="cosent-tf-tests-"), "vocab.txt")))
+    return _MADE_VOCAB[0]
 
 
 def pytest_configure(config):
@@ -59,7 +83,7 @@ def _fresh_keras_state():
 
 
 def make_model_dir(
-    directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None, vocab=SHARED_VOCAB
+    directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None, vocab=None
 ):
     """A model folder holding a random tiny model; returns the Keras model it holds."""
     from cosent_tf import ModelSpec, build_encoder, build_interaction_model, save_model_dir
@@ -69,5 +93,5 @@ def make_model_dir(
     else:
         model, spec = build_interaction_model(config, head=head), ModelSpec("interaction", head=head, maxlen=maxlen)
     spec.threshold = threshold
-    save_model_dir(directory, model, spec, config, vocab)
+    save_model_dir(directory, model, spec, config, vocab or made_vocab())
     return model

@@ -10,9 +10,8 @@ import pytest
 from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.cli import console_logging, main
 
-from conftest import make_model_dir, requires_shared_data
+from conftest import make_model_dir
 
-pytestmark = requires_shared_data
 SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
 
 

@@ -12,8 +12,6 @@ from cosent_tf.export import export_saved_model
 
 from conftest import make_model_dir, requires_shared_data, write_config
 
-pytestmark = requires_shared_data
-
 # Runs in a fresh interpreter that imports TensorFlow and tensorflow-text only.
 SERVE = """
 import json, sys
@@ -55,6 +53,7 @@ def serve(saved_model, columns, tmp_path, key):
     return np.load(tmp_path / "served.npy"), np.load(tmp_path / "served.npy.truncated.npy")
 
 
+@requires_shared_data
 @pytest.mark.slow
 def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=64)
@@ -72,6 +71,7 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_p
     assert info["kind"] == "feature" and info["maxlen"] == 64
 
 
+@requires_shared_data
 @pytest.mark.slow
 def test_saved_model_scores_pairs_like_pair_scorer(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head="score", maxlen=24)

@@ -7,9 +7,8 @@ import pytest
 from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
 from cosent_tf.inference import batched_outputs, cosine_scores, top_k_cosine
 
-from conftest import make_model_dir, requires_shared_data
+from conftest import make_model_dir
 
-pytestmark = requires_shared_data
 TEXTS = ["今天天气怎么样", "", "ＱＱ号码是多少？", "iPhone 6s 多少钱", "今天天气怎么样", "好"]
 
 

@@ -7,9 +7,7 @@ import pytest
 from cosent_tf import CheckpointError, ConfigError, load_model_dir
 from cosent_tf.model_dir import SPEC_FILE, read_spec
 
-from conftest import make_model_dir, requires_shared_data, write_config
-
-pytestmark = requires_shared_data
+from conftest import make_model_dir, write_config
 
 
 def outputs(model, token_ids):

@@ -5,7 +5,7 @@ from cosent_tf import ConfigError, build_encoder, build_interaction_model
 from cosent_tf.backend import keras
 from cosent_tf.models import build_transformer
 
-from conftest import SHARED_VOCAB, requires_shared_data, write_config
+from conftest import made_vocab, write_config
 
 TOKENS = np.array([[101, 872, 1962, 102], [101, 2769, 102, 0]], np.int32)
 
@@ -79,11 +79,10 @@ def test_encoder_serialises_through_its_config(tiny_config):
     np.testing.assert_allclose(clone.predict(inputs, verbose=0), encoder.predict(inputs, verbose=0), atol=1e-6)
 
 
-@requires_shared_data
 def test_vocab_size_mismatch_names_both_files(tmp_path):
     config = write_config(tmp_path / "config.json", vocab_size=1000)
-    with pytest.raises(ConfigError, match=r"vocab_size is 1000 but .*bert-base-chinese-vocab.txt has 21128"):
-        build_encoder(config, vocab_path=SHARED_VOCAB)
+    with pytest.raises(ConfigError, match=r"vocab_size is 1000 but .*vocab.txt has 21128 tokens"):
+        build_encoder(config, vocab_path=made_vocab())
 
 
 def test_the_old_keyword_model_still_chooses_the_architecture(tiny_config):

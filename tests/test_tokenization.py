@@ -7,7 +7,7 @@ from bert4keras.tokenizers import load_vocab as b4k_load_vocab
 from cosent_tf import DataError, SentenceTokenizer, read_senteval
 from cosent_tf.tokenization import load_vocab
 
-from conftest import SHARED_DATA, SHARED_VOCAB, requires_shared_data
+from conftest import SHARED_DATA, SHARED_VOCAB, made_vocab, requires_shared_data
 
 
 @requires_shared_data
@@ -19,12 +19,11 @@ def test_character_level_equals_bert4keras_on_real_sentences():
         assert tokenizer.encode(text) == reference.encode(text, maxlen=64)[0]
 
 
-@requires_shared_data
 def test_truncation_and_pairs():
-    tokenizer = SentenceTokenizer(SHARED_VOCAB, maxlen=6)
+    tokenizer = SentenceTokenizer(made_vocab(), maxlen=6)
     ids = tokenizer.encode("一二三四五六七八")
     assert len(ids) == 6 and ids[0] == 101 and ids[-1] == 102
-    pair = SentenceTokenizer(SHARED_VOCAB, maxlen=9).encode_pair("你好", "一二三四五六七")
+    pair = SentenceTokenizer(made_vocab(), maxlen=9).encode_pair("你好", "一二三四五六七")
     # [CLS] 你 好 [SEP] + the longer side truncated first: 一 二 三 四 [SEP]
     assert len(pair) == 9 and pair.count(102) == 2 and pair[1:3] == tokenizer.encode("你好")[1:3]
 
@@ -52,11 +51,10 @@ def test_vocab_errors(tmp_path):
         load_vocab(repeated)
 
 
-@requires_shared_data
 def test_truncation_is_counted_and_reported(caplog):
     import logging
 
-    tokenizer = SentenceTokenizer(SHARED_VOCAB, maxlen=6)
+    tokenizer = SentenceTokenizer(made_vocab(), maxlen=6)
     with caplog.at_level(logging.INFO, logger="cosent_tf"):
         ids = tokenizer.encode_all(["今天天气很好啊", "好", "我们"], what="queries")
     assert [len(x) for x in ids] == [6, 3, 4] and list(ids[0]) == tokenizer.encode("今天天气很好啊")
