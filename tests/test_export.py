@@ -58,7 +58,7 @@ def serve(saved_model, columns, tmp_path, key):
 def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=64)
     assert export_saved_model(tmp_path / "model", tmp_path / "exported") == ["encode_ids", "serving_default"]
-    sentences = shared_test_sentences()[0] + EDGE_CASES
+    sentences = shared_test_sentences()[0][::50] + EDGE_CASES  # token parity on all of them: test_graph_tokenization
     served, truncated = serve(tmp_path / "exported", {"sentences": sentences}, tmp_path, "embeddings")
     encoder = SentenceEncoder.load(tmp_path / "model")
     expected = encoder.encode(sentences)

@@ -1,3 +1,4 @@
+import functools
 import os
 
 import numpy as np
@@ -45,9 +46,15 @@ def rows(matrix):
     return [[int(i) for i in row if i != 0] for row in matrix]
 
 
-def shared_test_sentences():
+@functools.lru_cache(maxsize=1)
+def _shared_test_pairs():
     folder = os.path.join(SHARED_DATA, "senteval_cn")
-    pairs = [load_task(folder, task, "test") for task in ("STS-B", "LCQMC")]
+    return tuple(load_task(folder, task, "test") for task in ("STS-B", "LCQMC"))
+
+
+def shared_test_sentences():
+    """Every STS-B and LCQMC test sentence (read once per session), and the two tasks' pairs."""
+    pairs = list(_shared_test_pairs())
     return [t for p in pairs for t in p.texts_a + p.texts_b], pairs
 
 

@@ -93,29 +93,55 @@ SCRIPTS = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", SCRIPTS, ids=[" ".join(c) for c in SCRIPTS])
+# What each script hands the engine: (kind, loss, task fixed by the script).
+SCRIPT_ENTRIES = {
+    "cosent.py": ("feature", "cosent", None),
+    "sbert.py": ("feature", "sbert", None),
+    "cosent_nli.py": ("feature", "cosent", "NLI"),
+    "sbert_nli.py": ("feature", "sbert", "NLI"),
+    "interact.py": ("interaction", "ce", None),
+    "interact_cosent.py": ("interaction", "cosent", None),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPT_ENTRIES))
+def test_each_script_hands_the_engine_its_kind_loss_and_task(script, monkeypatch):
+    import runpy
+
+    from cosent_tf import cli
+
+    called = {}
+    monkeypatch.setattr(
+        cli,
+        "train_main",
+        lambda argv=None, kind=None, loss=None, task=None: called.update(kind=kind, loss=loss, task=task),
+    )
+    runpy.run_path(os.path.join(ROOT, "scripts", script), run_name="__main__")
+    assert (called["kind"], called["loss"], called["task"]) == SCRIPT_ENTRIES[script]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(c, marks=[pytest.mark.slow] if c == SCRIPTS[0] else []) for c in SCRIPTS],
+    ids=[" ".join(c) for c in SCRIPTS],
+)
 def test_every_script_runs_end_to_end(command, tiny_setup):
+    """The first one runs as a process (the scripts' entry point), the others in this one."""
     tmp_path, options = tiny_setup
     out = tmp_path / "run"
     extra = ["--steps-per-epoch", "3", "--max-eval-pairs", "12"] if command[0].endswith("_nli.py") else []
-    result = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "scripts", command[0]),
-            *command[1:],
-            "--epochs",
-            "2",
-            "--output-dir",
-            str(out),
-            *options,
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    argv = [*command[1:], "--epochs", "2", "--output-dir", str(out), *options, *extra]
+    if command == SCRIPTS[0]:
+        result = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "scripts", command[0]), *argv],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    else:
+        kind, loss, task = SCRIPT_ENTRIES[command[0]]
+        train_main(argv, kind=kind, loss=loss, task=task)
     assert sorted(os.listdir(out)) == RUN_FILES  # the backup is gone once the run has finished
     metrics = json.loads((out / "metrics.json").read_text())
     assert -1 <= metrics["test"]["spearman"] <= 1 and metrics["best_epoch"] in (1, 2)
@@ -138,7 +164,8 @@ def test_every_script_runs_end_to_end(command, tiny_setup):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     scores = np.load(out / "test_scores.npz")
     assert len(scores[f"{'BQ' if task == 'NLI' else task}.scores"]) > 0
-    assert json.loads(result.stdout.strip().splitlines()[-1])["test"] == metrics["test"]
+    if command == SCRIPTS[0]:  # the process printed the final metrics as its last line
+        assert json.loads(result.stdout.strip().splitlines()[-1])["test"] == metrics["test"]
     if task != "NLI":  # the model folder reproduces the run's test scores and carries its threshold
         matcher = (PairScorer if metrics["kind"] == "interaction" else SentenceEncoder).load(out / "model")
         test = read_senteval(tmp_path / "data" / "senteval_cn" / task / f"{task}.test.data")
@@ -233,10 +260,10 @@ def run_until(command, line_start, send):
     return process.returncode, stderr
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("send", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, tiny_setup):
-    tmp_path, options = tiny_setup
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(the tiny set-up, the resume tests' command, its uninterrupted run's folder), made once."""
+    tmp_path, options = tiny_setup.__wrapped__(tmp_path_factory.mktemp("resume"))
     # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM).
     command = [
         sys.executable,
@@ -256,8 +283,14 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, tiny_setup
         command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
+    return tmp_path, command
 
-    out = tmp_path / "interrupted"
+
+@pytest.mark.slow
+@pytest.mark.parametrize("send", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, uninterrupted):
+    tmp_path, command = uninterrupted
+    out = tmp_path / f"interrupted-{send.name}"
     # By the time step 6's validation is printed, step 3's state is on disk.
     code, stderr = run_until(command + ["--output-dir", str(out)], "step 6 valid", send)
     assert not (out / "metrics.json").exists()
