@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint, training
 from cosent_tf.cli import train_main
@@ -163,7 +164,10 @@ def test_every_script_runs_end_to_end(command, tiny_setup):
     with open(out / "valid_curve.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     scores = np.load(out / "test_scores.npz")
-    assert len(scores[f"{'BQ' if task == 'NLI' else task}.scores"]) > 0
+    for name, result_of_task in metrics["tasks"].items():  # test Spearman and Pearson of the saved scores
+        saved, labels = scores[f"{name}.scores"], scores[f"{name}.labels"]
+        assert len(saved) > 0 and result_of_task["test"]["pearson"] == pytest.approx(stats.pearsonr(saved, labels)[0])
+        assert result_of_task["test"]["spearman"] == pytest.approx(stats.spearmanr(saved, labels).correlation)
     if command == SCRIPTS[0]:  # the process printed the final metrics as its last line
         assert json.loads(result.stdout.strip().splitlines()[-1])["test"] == metrics["test"]
     if task != "NLI":  # the model folder reproduces the run's test scores and carries its threshold
