@@ -18,73 +18,87 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # registers the WordPiece op
-saved_model, inputs, output, key = sys.argv[1:5]
-served = tf.saved_model.load(saved_model).signatures["serving_default"]
+saved_model, inputs, output, key, ids_signature = sys.argv[1:6]
+signatures = tf.saved_model.load(saved_model).signatures
 columns = json.load(open(inputs, encoding="utf-8"))
-result = served(**{name: tf.constant(texts) for name, texts in columns.items()})
-np.save(output, result[key].numpy())
-np.save(output + ".truncated.npy", result["truncated"].numpy())
+result = signatures["serving_default"](**{name: tf.constant(texts) for name, texts in columns["strings"].items()})
+ids = signatures[ids_signature](**{name: tf.constant(v, dtype=tf.int32) for name, v in columns["ids"].items()})
+np.savez(output, strings=result[key].numpy(), truncated=result["truncated"].numpy(), ids=ids[key].numpy())
 extra = {"cosent_tf", "bert4keras", "tf_keras"} & set(sys.modules)
 assert not extra, f"serving imported {extra}"
 """
 
 
-def serve(saved_model, columns, tmp_path, key):
-    """(the served ``key`` output, its ``truncated`` flags), from a process that imports only TensorFlow."""
+def serve(saved_model, strings, token_ids, tmp_path, key, ids_signature):
+    """What a process that imports only TensorFlow gets from the SavedModel: the ``key`` output of
+    ``serving_default`` on ``strings`` and its ``truncated`` flags, and of ``ids_signature`` on
+    the padded ``token_ids`` (segment ids 0)."""
+    padded = np.zeros((len(token_ids), max(len(t) for t in token_ids)), np.int32)
+    for row, ids in enumerate(token_ids):
+        padded[row, : len(ids)] = ids
+    columns = {"strings": strings, "ids": {"token_ids": padded.tolist(), "segment_ids": np.zeros_like(padded).tolist()}}
     (tmp_path / "inputs.json").write_text(json.dumps(columns, ensure_ascii=False), encoding="utf-8")
     # A server's environment: none of the Keras 2 switches cosent_tf sets for itself.
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            SERVE,
-            str(saved_model),
-            str(tmp_path / "inputs.json"),
-            str(tmp_path / "served.npy"),
-            key,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    command = [
+        sys.executable,
+        "-c",
+        SERVE,
+        str(saved_model),
+        str(tmp_path / "inputs.json"),
+        str(tmp_path / "served.npz"),
+        key,
+        ids_signature,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    return np.load(tmp_path / "served.npy"), np.load(tmp_path / "served.npy.truncated.npy")
+    served = np.load(tmp_path / "served.npz")
+    return served["strings"], served["truncated"], served["ids"]
 
 
 @requires_shared_data
 @pytest.mark.slow
-def test_saved_model_embeds_raw_strings_like_sentence_encoder(tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=64)
+@pytest.mark.parametrize("pooling", ["last-avg", "cls"])  # cls: the first-token path of the last block
+def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, pooling=pooling, maxlen=64)
     assert export_saved_model(tmp_path / "model", tmp_path / "exported") == ["encode_ids", "serving_default"]
     sentences = shared_test_sentences()[0][::50] + EDGE_CASES  # token parity on all of them: test_graph_tokenization
-    served, truncated = serve(tmp_path / "exported", {"sentences": sentences}, tmp_path, "embeddings")
     encoder = SentenceEncoder.load(tmp_path / "model")
+    ids = encoder.tokenizer.encode_all(sentences)
+    served, truncated, served_ids = serve(
+        tmp_path / "exported", {"sentences": sentences}, ids, tmp_path, "embeddings", "encode_ids"
+    )
     expected = encoder.encode(sentences)
     full_lengths = [len(encoder.tokenizer._tokenizer.encode(s)[0]) for s in sentences]
     np.testing.assert_array_equal(truncated, np.array(full_lengths) > 64)
     assert truncated.sum() == encoder.tokenizer.last_truncation.truncated
     assert served.shape == expected.shape == (len(sentences), 16)
     assert np.abs(served - expected).max() < 1e-5
+    assert np.abs(served_ids - expected).max() < 1e-5  # padded to the batch's longest: padding is masked
     info = json.loads((tmp_path / "exported" / "assets.extra" / "cosent_model.json").read_text())
     assert info["kind"] == "feature" and info["maxlen"] == 64
 
 
 @requires_shared_data
 @pytest.mark.slow
-def test_saved_model_scores_pairs_like_pair_scorer(tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head="score", maxlen=24)
+@pytest.mark.parametrize("head", ["score", "softmax"])
+def test_saved_model_scores_pairs_like_pair_scorer(head, tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head=head, maxlen=24)
     export_saved_model(tmp_path / "model", tmp_path / "exported")
     _, pairs = shared_test_sentences()
     firsts, seconds = pairs[0].texts_a[:500] + EDGE_CASES, pairs[0].texts_b[:500] + EDGE_CASES[::-1]
-    served, truncated = serve(tmp_path / "exported", {"first": firsts, "second": seconds}, tmp_path, "scores")
     scorer = PairScorer.load(tmp_path / "model")
+    ids = scorer.tokenizer.encode_pairs(firsts, seconds)
+    served, truncated, served_ids = serve(
+        tmp_path / "exported", {"first": firsts, "second": seconds}, ids, tmp_path, "scores", "score_ids"
+    )
     expected = scorer.score(firsts, seconds)
     full_lengths = [len(scorer.tokenizer._tokenizer.encode(a, b)[0]) for a, b in zip(firsts, seconds)]
     np.testing.assert_array_equal(truncated, np.array(full_lengths) > 24)
     assert 0 < truncated.sum() == scorer.tokenizer.last_truncation.truncated
-    assert np.abs(served - expected).max() < 1e-5
+    assert np.abs(served - expected).max() < 1e-5 and np.abs(served_ids - expected).max() < 1e-5
+    if head == "softmax":  # the score is P(similar)
+        assert np.all((served >= 0) & (served <= 1))
 
 
 @pytest.mark.slow
