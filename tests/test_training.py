@@ -291,24 +291,34 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("send", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, uninterrupted):
+@pytest.mark.parametrize(
+    "send, when",
+    [
+        (signal.SIGKILL, "step 6 valid"),
+        (signal.SIGTERM, "step 6 valid"),
+        (signal.SIGINT, "step 6 valid"),
+        (signal.SIGTERM, "epoch 1 valid"),
+    ],
+    ids=["SIGKILL", "SIGTERM", "SIGINT", "SIGTERM at the epoch's end"],
+)
+def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, uninterrupted):
     tmp_path, command = uninterrupted
-    out = tmp_path / f"interrupted-{send.name}"
+    out = tmp_path / f"interrupted-{send.name}-{when.split()[0]}"
     # By the time step 6's validation is printed, step 3's state is on disk.
-    code, stderr = run_until(command + ["--output-dir", str(out)], "step 6 valid", send)
+    code, stderr = run_until(command + ["--output-dir", str(out)], when, send)
     assert not (out / "metrics.json").exists()
-    if send == signal.SIGTERM:
-        assert code == 128 + signal.SIGTERM and "Traceback" not in stderr
-        saved_at = int(re.search(r"SIGTERM received: training state saved after step (\d+)", stderr).group(1))
-    else:
+    if send == signal.SIGKILL:
         assert code == -signal.SIGKILL
         saved_at = None
+    else:  # 143 for SIGTERM, 130 for SIGINT, and the step the state was saved after
+        assert code == 128 + send and "Traceback" not in stderr
+        saved_at = int(re.search(rf"{send.name} received: training state saved after step (\d+)", stderr).group(1))
+        assert saved_at >= (12 if when.startswith("epoch") else 6)
 
     resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     step = int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1))
-    assert 3 <= step < 24 and step % 12 != 0 or send == signal.SIGTERM
+    assert 3 <= step < 24 and step % 12 != 0 or send != signal.SIGKILL
     assert saved_at in (None, step)
     whole_rows, rows = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
     assert [(r["epoch"], r["step"]) for r in rows] == [(r["epoch"], r["step"]) for r in whole_rows]
@@ -876,3 +886,33 @@ def test_the_threshold_is_tuned_on_valid_not_on_test(tiny_setup):
     on_test = best_threshold(encoder.similarity(test.texts_a, test.texts_b), test.labels)[0]
     assert metrics["test"]["threshold"] == pytest.approx(on_valid, abs=1e-7) == encoder.threshold
     assert on_test != on_valid  # the two splits give different thresholds, so the test can tell them apart
+
+
+def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup, monkeypatch, capsys):
+    from cosent_tf.backend import tf
+    from cosent_tf.losses import CoSENTLoss, registry
+
+    tmp_path, options = tiny_setup
+    out = tmp_path / "nan"
+    argv = ["BQ", "--epochs", "2", "--output-dir", str(out), *options]  # 6 steps an epoch
+    calls = tf.Variable(0)
+
+    class NanFromStepEight(CoSENTLoss):
+        def call(self, y_true, y_pred):
+            calls.assign_add(1)
+            return tf.where(calls > 7, tf.constant(float("nan")), super().call(y_true, y_pred))
+
+    monkeypatch.setattr(registry, "CoSENTLoss", NanFromStepEight)
+    with pytest.raises(
+        SystemExit,
+        match=r"the training loss became nan at step 8 \(batch 2 of the epoch\); training "
+        r"stopped\. the best weights so far is in .*; the last saved training state",
+    ):
+        train_main(argv)
+    monkeypatch.undo()
+    assert (out / "backup").is_dir() and (out / "best.weights.h5").exists() and not (out / "metrics.json").exists()
+    capsys.readouterr()
+    metrics = train_main(argv)  # the same command, now with a finite loss
+    assert "resumed at step 6: best valid spearman so far" in capsys.readouterr().out
+    assert metrics["steps"] == 12 and [r["epoch"] for r in read_csv(out / "valid_metrics.csv")] == ["1", "2"]
+    assert not (out / "backup").exists()
