@@ -1,4 +1,5 @@
 import json
+import os
 import tracemalloc
 
 import numpy as np
@@ -181,3 +182,22 @@ def test_batched_outputs_come_back_in_input_order(tiny_config):
         for i in range(3)
     ]
     np.testing.assert_allclose(cosines, expected, rtol=1e-5)
+
+
+def test_a_failed_index_save_leaves_the_previous_index_whole(tmp_path, monkeypatch):
+    index = VectorIndex(np.eye(3, dtype=np.float32), ["a", "b", "c"])
+    index.save(tmp_path / "index")
+    before = {name: (tmp_path / "index" / name).read_bytes() for name in os.listdir(tmp_path / "index")}
+
+    def crash(path, array, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"\x93NUMPY partial")
+        raise KeyboardInterrupt  # as if the process were stopped while writing the vectors
+
+    monkeypatch.setattr(np, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        VectorIndex(np.ones((2, 3), dtype=np.float32), ["x", "y"]).save(tmp_path / "index", overwrite=True)
+    monkeypatch.undo()
+    assert {name: (tmp_path / "index" / name).read_bytes() for name in os.listdir(tmp_path / "index")} == before
+    assert sorted(os.listdir(tmp_path)) == ["index"]  # no temporary folder left behind
+    assert VectorIndex.load(tmp_path / "index").texts == ["a", "b", "c"]

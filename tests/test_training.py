@@ -916,3 +916,31 @@ def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup
     assert "resumed at step 6: best valid spearman so far" in capsys.readouterr().out
     assert metrics["steps"] == 12 and [r["epoch"] for r in read_csv(out / "valid_metrics.csv")] == ["1", "2"]
     assert not (out / "backup").exists()
+
+
+def test_every_output_of_a_run_arrives_whole_by_rename(tiny_setup, monkeypatch):
+    """Each output is written under a temporary name and renamed into place, so a process
+    killed while writing it leaves the previous file (or none), never a partial one."""
+    tmp_path, options = tiny_setup
+    renamed, real_replace = [], os.replace
+
+    def replace(source, target):
+        renamed.append((os.path.basename(source), os.path.basename(target)))
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    out = tmp_path / "run"
+    train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options])
+    monkeypatch.undo()
+    targets = {target: source for source, target in renamed}
+    for name in (
+        "config.json",
+        "best.weights.h5",
+        "valid_metrics.csv",
+        "valid_curve.png",
+        "test_scores.npz",
+        "model",
+        "metrics.json",
+    ):
+        assert name in targets and targets[name].startswith(".tmp-"), (name, renamed)
+    assert not [name for name in os.listdir(out) if name.startswith((".tmp-", ".old-"))]
