@@ -155,7 +155,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(loss):
             step = int(self.model.optimizer.iterations.numpy())
-            kept = [f"{what} is in {path}" for what, path in self.kept if os.path.exists(path)]
+            kept = [f"{what}: {path}" for what, path in self.kept if os.path.exists(path)]
             raise NonFiniteLossError(
                 f"the training loss became {loss} at step {step} (batch {batch + 1} of the epoch); "
                 "training stopped. "

@@ -53,7 +53,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
     record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epoch_ends.append(model.get_weights()))
     with pytest.raises(
         NonFiniteLossError,
-        match=r"became nan at step 5 \(batch 2 of the epoch\); training stopped. the state is in .*backup. lower --lr",
+        match=r"became nan at step 5 \(batch 2 of the epoch\); training stopped. the state: .*backup. lower --lr",
     ):
         model.fit(
             dataset,

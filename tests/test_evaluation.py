@@ -101,3 +101,10 @@ def test_a_perfect_ranking_scores_one():
     vectors = np.eye(4, dtype=np.float32)
     got = retrieval_metrics(vectors, vectors, [{0}, {1}, {2}, {3}])
     assert [got[k] for k in ("recall@1", "recall@10", "mrr@10", "ndcg@10")] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_score_at_the_threshold_counts_as_dissimilar():
+    # best_threshold predicts 1 for score > threshold; accuracy_at must apply the same rule.
+    assert accuracy_at([0.5, 0.7, 0.2], [0, 1, 0], 0.5) == 1.0
+    threshold, accuracy = best_threshold([0.2, 0.5, 0.5, 0.9], [0, 0, 0, 1])
+    assert accuracy_at([0.2, 0.5, 0.5, 0.9], [0, 0, 0, 1], threshold) == accuracy == 1.0

@@ -906,7 +906,7 @@ def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup
     with pytest.raises(
         SystemExit,
         match=r"the training loss became nan at step 8 \(batch 2 of the epoch\); training "
-        r"stopped\. the best weights so far is in .*; the last saved training state",
+        r"stopped\. the best weights so far: .*; the last saved training state: ",
     ):
         train_main(argv)
     monkeypatch.undo()

@@ -1,0 +1,201 @@
+"""The README's promises, checked against what the code prints.
+
+Each message quoted in the README's bad-input table is produced here from real bad input and
+must match the quote, with the table's placeholders (PATH, CONFIG, VOCAB, CKPT, OUTPUT_DIR,
+N, B, M, S and ...) standing for what varies.
+"""
+
+import os
+import re
+
+import pytest
+
+from cosent_tf import CheckpointError, ConfigError, DataError, build_encoder, save_checkpoint
+from cosent_tf.cli import main as cosent_tf
+from cosent_tf.cli import train_main
+from cosent_tf.data import read_nli, read_pair_file, read_senteval
+from cosent_tf.tokenization import check_vocab_size, load_vocab
+
+from conftest import ROOT, made_vocab, write_config
+
+with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    README = f.read()
+TABLE = README[README.index("| input | what the user sees |") :].split("\n\n")[0]
+
+
+def quote_pattern(quote):
+    """A regular expression for a quoted message: placeholders match what they stand for."""
+    pattern = re.escape(quote)
+    pattern = pattern.replace(r"\ \.\.\.", ".*").replace(r"\.\.\.", ".*")
+    for name in ("PATH", "CONFIG", "VOCAB", "CKPT", "OUTPUT_DIR"):
+        pattern = re.sub(rf"\b{name}\b", ".+?", pattern)
+    return re.sub(r"\b[NBMS]\b", r"\\d+", pattern)
+
+
+def message(action):
+    try:
+        action()
+    except (DataError, ConfigError, CheckpointError) as error:
+        return str(error)
+    except SystemExit as error:
+        return str(error.code)
+    raise AssertionError("no error")
+
+
+def write(path, content):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.write_bytes if isinstance(content, bytes) else lambda c: path.write_text(c, encoding="utf-8"))(content)
+    return path
+
+
+def data_cases(tmp_path):
+    yield "PATH: cannot open (...)", lambda: read_senteval(tmp_path / "absent.data")
+    bad = write(tmp_path / "latin1.data", b"a\tb\t1\n" + "caf\xe9\tb\t0\n".encode("latin-1"))
+    yield "PATH, line N: not valid UTF-8 at byte B (...)", lambda: read_senteval(bad)
+    yield "PATH, line N: label 'yes' is not a number", lambda: read_senteval(write(tmp_path / "y.data", "a\tb\tyes\n"))
+    yield "is not finite", lambda: read_senteval(write(tmp_path / "inf.data", "a\tb\tinf\n"))
+    bq = tmp_path / "BQ" / "BQ.train.data"
+    bq.parent.mkdir()
+    write(bq, "a\tb\t2\n")
+    from cosent_tf.data import load_task
+
+    yield "BQ.train.data, line N: label '2' is not 0 or 1", lambda: load_task(tmp_path, "BQ", "train")
+    yield "label '5.5' is outside 0-5", lambda: read_senteval(write(tmp_path / "s.data", "a\tb\t5.5\n"), task="STS-B")
+    yield (
+        "PATH, line N: label '0_5' is not a plain decimal number",
+        lambda: read_senteval(write(tmp_path / "u.data", "a\tb\t0_5\n")),
+    )
+    yield (
+        "PATH, line N: without exactly 3 tab-separated fields, skipped: found 2 (an error under --strict)",
+        lambda: read_senteval(write(tmp_path / "f.data", "a\tb\n"), strict=True),
+    )
+    yield "PATH, line N: not valid JSON (...)", lambda: read_nli(write(tmp_path / "j.jsonl", "{oops\n"))
+    yield "missing field(s) ...", lambda: read_nli(write(tmp_path / "m.jsonl", '{"sentence1": "a"}\n'))
+    yield (
+        "sentence1 must be a string",
+        lambda: read_nli(write(tmp_path / "n.jsonl", '{"sentence1": 1, "sentence2": "b", "gold_label": "neutral"}\n')),
+    )
+
+
+def own_file_cases(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    yield (
+        "pairs.tsv, line N: label 'yes' is not a number or an NLI word (contradiction/neutral/entailment)",
+        lambda: read_pair_file(write(pairs, "a\tb\t1\nc\td\tyes\n")),
+    )
+    yield (
+        "pairs.tsv, line N: label 'neutral' is an NLI word, but line 1's '1' is a number: use one kind of label",
+        lambda: read_pair_file(write(pairs, "a\tb\t1\nc\td\tneutral\n")),
+    )
+
+    yield (
+        "a.csv, line 1: no column 'sentence1'; the header has 'q1', 'sentence2', 'label' (name the columns with "
+        "--text-a-field ...)",
+        lambda: read_pair_file(write(tmp_path / "a.csv", "q1,sentence2,label\na,b,1\n")),
+    )
+    yield (
+        "a.csv, line N: a row of 2 fields under a header of 3",
+        lambda: read_pair_file(write(tmp_path / "a.csv", "sentence1,sentence2,label\na,b,1\nc,d\n")),
+    )
+    yield (
+        "a.csv, line N: not valid CSV (...)",
+        lambda: read_pair_file(write(tmp_path / "a.csv", 'sentence1,sentence2,label\n"a,b,1\n')),
+    )
+    yield (
+        "a.jsonl, line N: no field 'sentence2'; this line has 'sentence1', 'label' (...)",
+        lambda: read_pair_file(write(tmp_path / "a.jsonl", '{"sentence1": "a", "label": 1}\n')),
+    )
+    yield (
+        "sentence2 must be a string",
+        lambda: read_pair_file(write(tmp_path / "a.jsonl", '{"sentence1": "a", "sentence2": 2, "label": 1}\n')),
+    )
+    yield "a.tsv: no usable pairs in this file", lambda: read_pair_file(write(tmp_path / "a.tsv", ""))
+    yield (
+        "a.xlsx: cannot tell the format from the extension '.xlsx'; name it with --format (tsv, csv, jsonl)",
+        lambda: read_pair_file(write(tmp_path / "a.xlsx", "")),
+    )
+
+
+def model_cases(tmp_path):
+    small = write_config(tmp_path / "small.json", vocab_size=1000)
+    yield "CONFIG: vocab_size is 1000 but VOCAB has 21128 tokens", lambda: check_vocab_size(small, made_vocab())
+    zero = write_config(tmp_path / "zero.json", layers=0)
+    yield "CONFIG: num_hidden_layers must be a positive integer, got 0", lambda: build_encoder(zero)
+    odd = write_config(tmp_path / "odd.json", hidden=64, heads=3)
+    yield "CONFIG: hidden_size 64 is not a multiple of num_attention_heads 3", lambda: build_encoder(odd)
+    repeated = write(tmp_path / "vocab.txt", "[PAD]\n[UNK]\n好\n[CLS]\n好\n")
+    yield "VOCAB, line N: token '好' repeats line M", lambda: load_vocab(repeated)
+    deep = write_config(tmp_path / "deep.json", layers=2)
+    shallow = write_config(tmp_path / "shallow.json", layers=1)
+    save_checkpoint(build_encoder(deep), tmp_path / "ckpt", deep)
+    yield (
+        "CKPT: does not fit the model config: the checkpoint has 16 variable(s) of layers beyond the config's "
+        "num_hidden_layers 1 (...)",
+        lambda: build_encoder(shallow, str(tmp_path / "ckpt")),
+    )
+    yield (
+        "CKPT: this checkpoint has no pooler (bert/pooler/dense/kernel, ... missing), so pooling 'pooler' cannot be "
+        "used with it; choose cls, ...",
+        lambda: build_encoder(deep, str(tmp_path / "ckpt"), pooling="pooler"),
+    )
+    wide = write_config(tmp_path / "wide.json", layers=2, intermediate=48)
+    yield "... (16, 32) != (16, 48)", lambda: build_encoder(wide, str(tmp_path / "ckpt"))
+    data = next(p for p in os.listdir(tmp_path / "ckpt") if p.startswith("bert_model.ckpt.data"))
+    broken = tmp_path / "broken"
+    save_checkpoint(build_encoder(deep), broken, deep)
+    with open(broken / data, "r+b") as f:
+        f.truncate(100)
+    yield (
+        "CKPT: cannot read this checkpoint's weights (...); it may be truncated or corrupted",
+        lambda: build_encoder(deep, str(broken)),
+    )
+    long = write_config(tmp_path / "long.json", max_position=512)
+    for split in ("train", "valid", "test"):
+        write(tmp_path / "data" / "BQ" / f"BQ.{split}.data", "一\t二\t1\n三\t四\t0\n")
+    yield (
+        "CONFIG: maxlen 600 is longer than the model's 512 position embeddings ...",
+        lambda: train_main(
+            ["BQ", "--config", long, "--vocab", made_vocab(), "--maxlen", "600", "--data-dir", str(tmp_path / "data")]
+        ),
+    )
+
+
+CASES = {"data": data_cases, "own files": own_file_cases, "model": model_cases}
+
+
+@pytest.mark.parametrize("group", sorted(CASES))
+def test_each_message_of_the_bad_input_table_is_what_the_code_prints(group, tmp_path):
+    for quote, action in CASES[group](tmp_path):
+        assert f"`{quote}" in TABLE or quote in TABLE, f"the README's table no longer quotes: {quote}"
+        printed = message(action)
+        assert re.search(quote_pattern(quote), printed), f"README: {quote}\nprinted: {printed}"
+
+
+def test_an_option_out_of_range_is_named(capsys):
+    with pytest.raises(SystemExit):
+        train_main(["BQ", "--batch-size", "0"])
+    assert "argument --batch-size: must be at least 1, got 0" in capsys.readouterr().err
+    assert "`argument --batch-size: must be at least 1, got 0`" in TABLE
+
+
+def test_an_unknown_qrels_id_is_named(tmp_path):
+    from cosent_tf.data import read_retrieval_files
+
+    queries = write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "a"}\n')
+    corpus = write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "b"}\n')
+    qrels = write(tmp_path / "qrels.tsv", "q1\td9\t1\n")
+    quote = "qrels.tsv, line N: corpus-id 'd9' is not in corpus.jsonl"
+    assert quote in TABLE
+    assert re.search(
+        quote_pattern(quote).replace("corpus\\.jsonl", ".*corpus\\.jsonl"),
+        message(lambda: read_retrieval_files(queries, corpus, qrels)),
+    )
+
+
+def test_cosent_tf_help_lists_the_commands_the_readme_shows(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cosent_tf(["--help"])
+    assert stopped.value.code == 0
+    listed = capsys.readouterr().out
+    for command in re.findall(r"^cosent-tf (\w+)", README, flags=re.MULTILINE):
+        assert command in listed, command
