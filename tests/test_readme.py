@@ -138,6 +138,11 @@ def model_cases(tmp_path):
         "used with it; choose cls, ...",
         lambda: build_encoder(deep, str(tmp_path / "ckpt"), pooling="pooler"),
     )
+    save_checkpoint(build_encoder(shallow), tmp_path / "shallow-ckpt", shallow)
+    yield (
+        "CKPT: does not fit the model config: missing 16 variable(s): ...",
+        lambda: build_encoder(deep, str(tmp_path / "shallow-ckpt")),
+    )
     wide = write_config(tmp_path / "wide.json", layers=2, intermediate=48)
     yield "... (16, 32) != (16, 48)", lambda: build_encoder(wide, str(tmp_path / "ckpt"))
     data = next(p for p in os.listdir(tmp_path / "ckpt") if p.startswith("bert_model.ckpt.data"))
@@ -152,6 +157,14 @@ def model_cases(tmp_path):
     long = write_config(tmp_path / "long.json", max_position=512)
     for split in ("train", "valid", "test"):
         write(tmp_path / "data" / "BQ" / f"BQ.{split}.data", "一\t二\t1\n三\t四\t0\n")
+    write(tmp_path / "ones" / "BQ" / "BQ.train.data", "".join(f"{i}\t{i}\t1\n" for i in range(48)))
+    for split in ("valid", "test"):
+        write(tmp_path / "ones" / "BQ" / f"BQ.{split}.data", "一\t二\t1\n三\t四\t0\n")
+    yield (
+        "PATH: all 48 pairs (after any sampling) have the label 1: CoSENT ranks pairs by their labels, so every "
+        "step's loss would be 0",
+        lambda: train_main(["BQ", "--config", long, "--vocab", made_vocab(), "--data-dir", str(tmp_path / "ones")]),
+    )
     yield (
         "CONFIG: maxlen 600 is longer than the model's 512 position embeddings ...",
         lambda: train_main(
