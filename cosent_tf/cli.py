@@ -140,10 +140,9 @@ def _file_format(args):
 
 def _evaluate(args):
     from .data import read_pair_file, read_retrieval_files
-    from .evaluation import accuracy_at, correlation_metrics, pair_retrieval_sets, retrieval_metrics
+    from .evaluation import evaluate_pairs, retrieval_metrics
     from .inference import PairScorer, SentenceEncoder
     from .model_dir import read_spec
-    from .tasks import Task
 
     beir = [args.queries, args.corpus, args.qrels]
     if any(beir) and not all(beir):
@@ -163,31 +162,16 @@ def _evaluate(args):
     metrics, lines = {"model_dir": args.model_dir}, None
     if args.file:
         pairs = read_pair_file(args.file, _file_format(args), args.strict)
-        scores = matcher.similarity(pairs.texts_a, pairs.texts_b, args.batch_size)
-        metrics.update(
-            file=args.file, pairs=len(pairs), labels=pairs.label_kind, **correlation_metrics(scores, pairs.labels)
+        pair_metrics, scores, predictions = evaluate_pairs(
+            matcher, pairs, args.threshold, args.retrieval, args.batch_size
         )
-        threshold = matcher.threshold if args.threshold is None else args.threshold
-        predictions = None
-        if pairs.label_kind == "binary" and threshold is not None:
-            predictions = (scores > threshold).astype(int)
-            metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
-        elif pairs.label_kind == "binary":
+        metrics.update(file=args.file, **pair_metrics)
+        if pairs.label_kind == "binary" and predictions is None:
             print("no accuracy: the model folder has no tuned threshold; pass --threshold", file=sys.stderr)
-        if args.retrieval:
-            task = Task.for_labels("file", pairs.label_kind, pairs.labels.min(), pairs.labels.max())
-            queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
-            if not queries:
-                raise CosentError(f"{args.file}: no positive pair, so nothing to retrieve")
-            metrics["retrieval"] = retrieval_metrics(
-                matcher.encode(queries, args.batch_size), matcher.encode(corpus, args.batch_size), relevant
-            )
-        lines = [
-            "\t".join([a, b, f"{label:g}", f"{score:.6f}"] + ([] if predictions is None else [str(p)]))
-            for a, b, label, score, p in zip(
-                pairs.texts_a, pairs.texts_b, pairs.labels, scores, predictions if predictions is not None else scores
-            )
-        ]
+        columns = [pairs.texts_a, pairs.texts_b, [f"{y:g}" for y in pairs.labels], [f"{x:.6f}" for x in scores]]
+        if predictions is not None:
+            columns.append([str(p) for p in predictions])
+        lines = ["\t".join(row) for row in zip(*columns)]
     if any(beir):
         queries, corpus, relevant = read_retrieval_files(*beir)
         metrics["beir"] = retrieval_metrics(

@@ -9,6 +9,7 @@ import numpy as np
 from scipy import stats
 
 from . import inference
+from .tasks import Task
 
 
 def spearman(scores, labels) -> float:
@@ -138,6 +139,32 @@ def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_
         }
     )
     return metrics
+
+
+def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = False, batch_size: int = 64) -> tuple:
+    """Score labelled pairs with a loaded :class:`~cosent_tf.inference.SentenceEncoder` or
+    :class:`~cosent_tf.inference.PairScorer`: ``(metrics, scores, predictions)``.
+
+    Metrics are Spearman and Pearson; for 0/1 labels also accuracy at ``threshold`` (default:
+    the model's tuned one; predictions are None without one); with ``retrieval`` (a
+    sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``.
+    """
+    scores = matcher.similarity(pairs.texts_a, pairs.texts_b, batch_size)
+    metrics = {"pairs": len(pairs), "labels": pairs.label_kind, **correlation_metrics(scores, pairs.labels)}
+    threshold = matcher.threshold if threshold is None else threshold
+    predictions = None
+    if pairs.label_kind == "binary" and threshold is not None:
+        predictions = (scores > threshold).astype(int)
+        metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
+    if retrieval:
+        task = Task.for_labels("pairs", pairs.label_kind, pairs.labels.min(), pairs.labels.max())
+        queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
+        if not queries:
+            raise ValueError(f"{pairs.source}: no positive pair, so nothing to retrieve")
+        metrics["retrieval"] = retrieval_metrics(
+            matcher.encode(queries, batch_size), matcher.encode(corpus, batch_size), relevant
+        )
+    return metrics, scores, predictions
 
 
 def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
