@@ -424,25 +424,8 @@ def _csv_records(path, problems, file_format):
 
 def _jsonl_records(path, problems, file_format):
     text_fields = file_format.fields[:2]
-    for number, line in _decoded_lines(path):
-        if not line.strip():
-            problems.add(number, "blank, skipped", skipped=True)
-            continue
-        try:
-            record = json.loads(line.lstrip("\ufeff"))
-        except json.JSONDecodeError as e:
-            raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
-        if not isinstance(record, dict):
-            raise DataError(path, "expected a JSON object", line=number)
-        missing = [name for name in file_format.fields if name not in record]
-        if missing:
-            raise DataError(
-                path,
-                f"no field {', '.join(map(repr, missing))}; this line has "
-                f"{', '.join(map(repr, record)) or 'no fields'} (name the fields with "
-                "--text-a-field, --text-b-field and --label-field)",
-                line=number,
-            )
+    hint = " (name the fields with --text-a-field, --text-b-field and --label-field)"
+    for number, record in _jsonl_objects(path, file_format.fields, problems, hint):
         wrong = [name for name in text_fields if not isinstance(record[name], str)]
         if wrong:
             raise DataError(path, f"{' and '.join(wrong)} must be a string", line=number)
@@ -494,10 +477,13 @@ def read_pair_file(path, file_format: PairFileFormat = PairFileFormat(), strict:
     )
 
 
-def _jsonl_objects(path, fields):
-    """(line number, object) of a JSONL file whose objects all have ``fields`` (strings)."""
+def _jsonl_objects(path, fields, problems=None, hint=""):
+    """(line number, object) of a JSONL file whose objects all have ``fields``; blank lines are
+    left out (and reported to ``problems`` when given)."""
     for number, line in _decoded_lines(path):
         if not line.strip():
+            if problems is not None:
+                problems.add(number, "blank, skipped", skipped=True)
             continue
         try:
             record = json.loads(line.lstrip("\ufeff"))
@@ -510,7 +496,7 @@ def _jsonl_objects(path, fields):
             raise DataError(
                 path,
                 f"no field {', '.join(map(repr, missing))}; this line has "
-                f"{', '.join(map(repr, record)) or 'no fields'}",
+                f"{', '.join(map(repr, record)) or 'no fields'}{hint}",
                 line=number,
             )
         yield number, record
