@@ -120,7 +120,7 @@ def _search_query(args):
 def _export(args):
     from .export import export_saved_model
 
-    signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite)
+    signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision)
     print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}")
 
 
@@ -331,6 +331,12 @@ def argument_parser():
     sub.add_argument("model_dir")
     sub.add_argument("output_dir", help="a new or empty folder (or an earlier export, with --overwrite)")
     sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier SavedModel")
+    sub.add_argument(
+        "--precision",
+        default="float32",
+        choices=["float32", "bf16"],
+        help="bf16: serve in mixed bfloat16 (fast on CPUs with AVX512-BF16 or AMX, and on GPUs)",
+    )
     return parser
 
 

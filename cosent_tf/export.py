@@ -15,7 +15,7 @@ Word-level (jieba) models cannot tokenise inside a graph and are refused.
 import json
 import os
 
-from .backend import model_precision, tf
+from .backend import dtype_policy, model_precision, policy_name, tf
 from .errors import ConfigError
 from .graph_tokenization import GraphTokenizer
 from .io import FolderKind, atomic_directory, check_output_folder
@@ -65,16 +65,18 @@ SAVED_MODEL = FolderKind(
 )
 
 
-def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False) -> list:
+def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32") -> list:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
     Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
     model's description, with the tuned threshold) for the serving side. An existing
     ``out_dir`` must be empty, or a SavedModel and ``overwrite`` true; it may not hold or
-    lie inside ``model_dir``.
+    lie inside ``model_dir``. ``precision='bf16'`` serves the model in mixed bfloat16 (outputs
+    stay float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
     """
     check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
-    spec, model, sentence_tokenizer = load_model_dir(model_dir)
+    with dtype_policy(policy_name(precision)):
+        spec, model, sentence_tokenizer = load_model_dir(model_dir)
     if spec.word_level:
         raise ConfigError(
             f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
@@ -95,6 +97,7 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False) ->
                     "signatures": sorted(signatures),
                     "kind": spec.kind,
                     "maxlen": spec.maxlen,
+                    "precision": precision,
                     "threshold": spec.threshold,
                     "source": spec.source,
                 },

@@ -58,12 +58,15 @@ def serve(saved_model, strings, token_ids, tmp_path, key, ids_signature):
 
 @requires_shared_data
 @pytest.mark.slow
-@pytest.mark.parametrize("pooling", ["last-avg", "cls"])  # cls: the first-token path of the last block
-def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, tiny_config, tmp_path):
+@pytest.mark.parametrize(
+    "pooling, precision", [("last-avg", "float32"), ("cls", "float32"), ("cls", "bf16")]
+)  # cls: the first-token path of the last block
+def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision, tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config, pooling=pooling, maxlen=64)
-    assert export_saved_model(tmp_path / "model", tmp_path / "exported") == ["encode_ids", "serving_default"]
+    exported = export_saved_model(tmp_path / "model", tmp_path / "exported", precision=precision)
+    assert exported == ["encode_ids", "serving_default"]
     sentences = shared_test_sentences()[0][::50] + EDGE_CASES  # token parity on all of them: test_graph_tokenization
-    encoder = SentenceEncoder.load(tmp_path / "model")
+    encoder = SentenceEncoder.load(tmp_path / "model", precision)
     ids = encoder.tokenizer.encode_all(sentences)
     served, truncated, served_ids = serve(
         tmp_path / "exported", {"sentences": sentences}, ids, tmp_path, "embeddings", "encode_ids"
@@ -76,7 +79,7 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, tiny_conf
     assert np.abs(served - expected).max() < 1e-5
     assert np.abs(served_ids - expected).max() < 1e-5  # padded to the batch's longest: padding is masked
     info = json.loads((tmp_path / "exported" / "assets.extra" / "cosent_model.json").read_text())
-    assert info["kind"] == "feature" and info["maxlen"] == 64
+    assert info["kind"] == "feature" and info["maxlen"] == 64 and info["precision"] == precision
 
 
 @requires_shared_data
