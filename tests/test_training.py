@@ -333,23 +333,18 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, unin
 
 
 @pytest.mark.slow
-def test_a_run_killed_after_training_finishes_without_training_again(tiny_setup):
-    tmp_path, options = tiny_setup
-    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2", *options]
-    whole = subprocess.run(
-        command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
-    )
-    assert whole.returncode == 0, whole.stderr[-3000:]
+def test_a_run_killed_after_training_finishes_without_training_again(uninterrupted):
+    tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
     out = tmp_path / "killed"
     code, _ = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit
     rerun = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resumed at step 12" in rerun.stdout and "epoch 1 valid" not in rerun.stdout  # no epoch trained again
+    assert "resumed at step 24" in rerun.stdout and "epoch 1 valid" not in rerun.stdout  # no epoch trained again
     expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["best_epoch"] == expected["best_epoch"] and metrics["steps"] == 12
+    assert metrics["best_epoch"] == expected["best_epoch"] and metrics["steps"] == 24
     assert metrics["test"]["spearman"] == pytest.approx(expected["test"]["spearman"], abs=1e-6)
     assert sorted(os.listdir(out)) == RUN_FILES
 
