@@ -13,6 +13,9 @@ Keras 2. What this module works around:
 * bert4keras creates a Dropout layer inside the attention's ``call``, so it takes the
   global dtype policy of the moment the model is traced: a mixed-bfloat16 model traced
   under a float32 policy fails. ``model_precision`` restores the model's own policy.
+* TensorFlow's native code prints start-up notices (absl, oneDNN, CPU features, CUDA probing)
+  that ``TF_CPP_MIN_LOG_LEVEL`` does not silence; they are held back while TensorFlow is
+  imported here (every other line passes on; ``COSENT_TF_VERBOSE=1`` keeps them).
 * tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
   it registers ops at import and is not needed for training.
 * TensorFlow's default CPU allocator hands large buffers (a 21128-row embedding's
@@ -36,6 +39,16 @@ eager seed state.
 """
 
 import os
+import sys
+
+# TensorFlow resolves tf.keras (and bert4keras's Keras) at its own import: imported before
+# cosent_tf without TF_USE_LEGACY_KERAS=1, it has Keras 3, and models fail much later.
+_TENSORFLOW_FIRST = "tensorflow" in sys.modules and os.environ.get("TF_USE_LEGACY_KERAS") != "1"
+if _TENSORFLOW_FIRST:
+    raise ImportError(
+        "tensorflow was imported before cosent_tf, so it set up Keras 3, which bert4keras cannot use: "
+        "import cosent_tf first (it sets up Keras 2), or set TF_USE_LEGACY_KERAS=1 before importing tensorflow"
+    )
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_KERAS", "1")
@@ -46,10 +59,53 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+# What TensorFlow's native code prints at start-up whatever TF_CPP_MIN_LOG_LEVEL says: absl's
+# notice, oneDNN's, the CPU-feature note, and CUDA probing on a machine without a GPU.
+_STARTUP_LINES = re.compile(
+    r"All log messages before absl::InitializeLog|oneDNN custom operations are on|Could not find cuda drivers"
+    r"|failed call to cuInit|Unable to register cu|This TensorFlow binary is optimized to use"
+    r"|rebuild TensorFlow with the appropriate compiler flags"
+)
+
+
+@contextlib.contextmanager
+def _startup_lines_held_back():
+    """For the block, hold back what native code writes to stderr (file descriptor 2); then
+    pass on every line but TensorFlow's start-up lines. ``COSENT_TF_VERBOSE=1`` shows them."""
+    if os.environ.get("COSENT_TF_VERBOSE") == "1":
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr: nothing to hold back
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not _STARTUP_LINES.search(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
+
+
+with _startup_lines_held_back():
+    import tensorflow as tf  # noqa: E402
+
+    tf.config.list_physical_devices()  # probes the devices now, while their notices are held back
 import tf_keras as keras  # noqa: E402
 
 if os.environ["TF_USE_LEGACY_KERAS"] != "1" or tf.keras.__name__.split(".")[0] != "tf_keras":

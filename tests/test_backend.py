@@ -84,3 +84,32 @@ def test_architectures_are_named_with_their_choices():
     assert (policy_name("bf16"), policy_name("float32")) == ("mixed_bfloat16", "float32")
     with pytest.raises(ConfigError, match="unknown precision 'fp16'"):
         policy_name("fp16")
+
+
+def test_tensorflow_start_up_lines_are_held_back_and_everything_else_passes(capfd):
+    from cosent_tf.backend import _startup_lines_held_back
+
+    with _startup_lines_held_back():
+        os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on. You may see...\n")
+        os.write(2, b"E0000 cuda_platform.cc:52] failed call to cuInit: INTERNAL\n")
+        os.write(2, b"a real problem\n")
+    assert capfd.readouterr().err == "a real problem\n"
+
+
+@pytest.mark.slow
+def test_importing_cosent_tf_prints_nothing_and_importing_tensorflow_first_is_refused():
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS", "COSENT_TF_VERBOSE")}
+    quiet = subprocess.run(
+        [sys.executable, "-c", "import cosent_tf"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert quiet.returncode == 0 and quiet.stdout == quiet.stderr == ""
+    first = subprocess.run(
+        [sys.executable, "-c", "import tensorflow; import cosent_tf"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert first.returncode != 0
+    assert "ImportError: tensorflow was imported before cosent_tf" in first.stderr
+    assert "import cosent_tf first" in first.stderr
