@@ -63,12 +63,10 @@ def _encode(args):
 
 
 def _similarity(args):
-    from .inference import PairScorer, SentenceEncoder
-    from .model_dir import read_spec
+    from .inference import load_matcher
 
     check_output_file(args.output, [args.pairs])
-    cls = PairScorer if read_spec(args.model_dir).kind == "interaction" else SentenceEncoder
-    matcher = cls.load(args.model_dir, args.precision)
+    matcher = load_matcher(args.model_dir, args.precision)
     texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict)
     scores = matcher.similarity(texts_a, texts_b, args.batch_size)
     columns = [[f"{s:.6f}" for s in scores]]
@@ -140,8 +138,8 @@ def _file_format(args):
 
 def _evaluate(args):
     from .data import read_pair_file, read_retrieval_files
-    from .evaluation import evaluate_pairs, retrieval_metrics
-    from .inference import PairScorer, SentenceEncoder
+    from .evaluation import evaluate_pairs, retrieval_by
+    from .inference import load_matcher
     from .model_dir import read_spec
 
     beir = [args.queries, args.corpus, args.qrels]
@@ -158,7 +156,7 @@ def _evaluate(args):
         raise CosentError(
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )
-    matcher = (PairScorer if spec.kind == "interaction" else SentenceEncoder).load(args.model_dir, args.precision)
+    matcher = load_matcher(args.model_dir, args.precision)
     metrics, lines = {"model_dir": args.model_dir}, None
     if args.file:
         pairs = read_pair_file(args.file, _file_format(args), args.strict)
@@ -174,9 +172,7 @@ def _evaluate(args):
         lines = ["\t".join(row) for row in zip(*columns)]
     if any(beir):
         queries, corpus, relevant = read_retrieval_files(*beir)
-        metrics["beir"] = retrieval_metrics(
-            matcher.encode(queries, args.batch_size), matcher.encode(corpus, args.batch_size), relevant
-        )
+        metrics["beir"] = retrieval_by(lambda texts: matcher.encode(texts, args.batch_size), queries, corpus, relevant)
     print(json.dumps(metrics, indent=2, ensure_ascii=False))
     if args.output:
         write_json(outputs[0], metrics)

@@ -141,6 +141,18 @@ def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_
     return metrics
 
 
+def retrieval_by(encode, queries, corpus, relevant) -> dict:
+    """:func:`retrieval_metrics` of the unit vectors ``encode(texts)`` gives for queries and corpus."""
+    return retrieval_metrics(encode(queries), encode(corpus), relevant)
+
+
+def pair_retrieval(encode, pairs, task) -> dict:
+    """Retrieval metrics over labelled pairs (:func:`pair_retrieval_sets`, positives as ``task``
+    says), with vectors from ``encode``; None when no pair is positive."""
+    queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
+    return retrieval_by(encode, queries, corpus, relevant) if queries else None
+
+
 def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = False, batch_size: int = 64) -> tuple:
     """Score labelled pairs with a loaded :class:`~cosent_tf.inference.SentenceEncoder` or
     :class:`~cosent_tf.inference.PairScorer`: ``(metrics, scores, predictions)``.
@@ -158,12 +170,9 @@ def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = Fa
         metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
     if retrieval:
         task = Task.for_labels("pairs", pairs.label_kind, pairs.labels.min(), pairs.labels.max())
-        queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
-        if not queries:
+        metrics["retrieval"] = pair_retrieval(lambda texts: matcher.encode(texts, batch_size), pairs, task)
+        if metrics["retrieval"] is None:
             raise ValueError(f"{pairs.source}: no positive pair, so nothing to retrieve")
-        metrics["retrieval"] = retrieval_metrics(
-            matcher.encode(queries, batch_size), matcher.encode(corpus, batch_size), relevant
-        )
     return metrics, scores, predictions
 
 

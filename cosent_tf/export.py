@@ -15,7 +15,7 @@ Word-level (jieba) models cannot tokenise inside a graph and are refused.
 import json
 import os
 
-from .backend import dtype_policy, model_precision, policy_name, tf
+from .backend import model_precision, tf
 from .errors import ConfigError
 from .graph_tokenization import GraphTokenizer
 from .io import FolderKind, atomic_directory, check_output_folder
@@ -75,8 +75,7 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
     stay float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
     """
     check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
-    with dtype_policy(policy_name(precision)):
-        spec, model, sentence_tokenizer = load_model_dir(model_dir)
+    spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
     if spec.word_level:
         raise ConfigError(
             f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "

@@ -14,10 +14,10 @@ import weakref
 import numpy as np
 from tqdm.auto import tqdm
 
-from .backend import dtype_policy, keras, model_precision, policy_name, tf
+from .backend import keras, model_precision, tf
 from .errors import ConfigError, DataError
 from .io import FolderKind, atomic_directory
-from .model_dir import load_model_dir
+from .model_dir import load_model_dir, read_spec
 from .pipeline import length_sorted_batches, restore_order
 
 # Auto progress bars appear from this many texts on.
@@ -112,10 +112,9 @@ class _Matcher:
     @classmethod
     def load(cls, path: str, precision: str = "float32"):
         """Load a model folder; ``precision='bf16'`` computes in mixed bfloat16."""
-        with dtype_policy(policy_name(precision)):
-            spec, model, tokenizer = load_model_dir(path)
+        spec, model, tokenizer = load_model_dir(path, precision)
         if spec.kind != cls.KIND:
-            other = PairScorer if spec.kind == "interaction" else SentenceEncoder
+            other = MATCHERS[spec.kind]
             raise ConfigError(f"{path}: holds a model of kind {spec.kind!r}; load it with {other.__name__}")
         return cls(model, tokenizer, spec, os.path.abspath(path))
 
@@ -195,6 +194,14 @@ class PairScorer(_Matcher):
         )
 
     score = similarity
+
+
+MATCHERS = {SentenceEncoder.KIND: SentenceEncoder, PairScorer.KIND: PairScorer}
+
+
+def load_matcher(path: str, precision: str = "float32"):
+    """The :class:`SentenceEncoder` or :class:`PairScorer` of a model folder, as its kind says."""
+    return MATCHERS[read_spec(path).kind].load(path, precision)
 
 
 class VectorIndex:

@@ -20,7 +20,7 @@ import math
 import numbers
 import os
 
-from .backend import get_architecture, keras, tf
+from .backend import dtype_policy, get_architecture, keras, policy_name, tf
 from .checkpoints import (
     CHECKPOINT_ENTRIES,
     CHECKPOINT_PREFIX,
@@ -162,19 +162,21 @@ def read_spec(directory: str) -> ModelSpec:
     return spec
 
 
-def load_model_dir(directory: str) -> tuple:
-    """(spec, Keras model, SentenceTokenizer) of a model folder."""
+def load_model_dir(directory: str, precision: str = "float32") -> tuple:
+    """(spec, Keras model, SentenceTokenizer) of a model folder; ``precision='bf16'`` builds the
+    model to compute in mixed bfloat16."""
     directory = os.fspath(directory)
     spec = read_spec(directory)
     config_path, prefix, vocab_path = (
         os.path.join(directory, name) for name in (CONFIG_FILE, CHECKPOINT_PREFIX, VOCAB_FILE)
     )
     check_maxlen(config_path, spec.architecture, spec.maxlen)
-    if spec.kind == "feature":
-        model = build_encoder(config_path, prefix, spec.architecture, spec.pooling, vocab_path=vocab_path)
-    else:
-        model = build_interaction_model(config_path, prefix, spec.architecture, spec.head, vocab_path=vocab_path)
-        _load_head(model, spec.head, prefix)
+    with dtype_policy(policy_name(precision)):
+        if spec.kind == "feature":
+            model = build_encoder(config_path, prefix, spec.architecture, spec.pooling, vocab_path=vocab_path)
+        else:
+            model = build_interaction_model(config_path, prefix, spec.architecture, spec.head, vocab_path=vocab_path)
+            _load_head(model, spec.head, prefix)
     tokenizer = SentenceTokenizer(vocab_path, spec.maxlen, spec.word_level, spec.do_lower_case)
     return spec, model, tokenizer
 

@@ -38,7 +38,7 @@ from .callbacks import StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files
 from .data import PairData, PairFileFormat, load_task, nli_files, read_nli, read_pair_file, senteval_dir, task_file
 from .errors import DataError
-from .evaluation import mean_over_tasks, pair_retrieval_sets, pair_scores, retrieval_metrics, task_metrics
+from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
 from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
 from .losses import get_loss
@@ -286,16 +286,13 @@ class Matcher:
         return pair_scores(self.model, self.cfg.kind, prepared)
 
     def retrieval(self, pairs: PairData, task: Task) -> dict:
-        """Retrieval metrics of a feature model over the pairs: see
-        :func:`cosent_tf.evaluation.pair_retrieval_sets`."""
-        queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
-        if not queries:
-            return {}
+        """Retrieval metrics of a feature model over the pairs (:func:`cosent_tf.evaluation.pair_retrieval`);
+        empty when no pair is positive."""
 
         def vectors(texts):
             return l2_normalize(batched_outputs(self.model, self.tokenizer.encode_all(texts, "retrieval texts")))
 
-        return retrieval_metrics(vectors(queries), vectors(corpus), relevant)
+        return pair_retrieval(vectors, pairs, task) or {}
 
     def training_model(self, labels):
         """(the Keras model to fit, its loss, the labels it is fitted on)."""
