@@ -29,11 +29,7 @@ def console_logging():
     """Within the block the package's log shows on the console: progress on stdout,
     warnings and errors on stderr. The handlers are removed afterwards."""
     package = logging.getLogger("cosent_tf")
-    if any(getattr(handler, "console", False) for handler in package.handlers):
-        yield  # already shown on the console by an enclosing block
-        return
     out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
-    out.console = err.console = True
     out.addFilter(lambda record: record.levelno < logging.WARNING)
     out.setLevel(logging.INFO)
     err.setLevel(logging.WARNING)
@@ -468,12 +464,12 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
 
 
 def _run_training(cfg, overwrite):
-    """Train ``cfg``, print the final metrics as JSON; errors and signals become an exit status."""
+    """Train ``cfg``, print the final metrics as JSON; errors and signals become an exit status.
+    The caller shows the log (:func:`console_logging`)."""
     from .training import train
 
     try:
-        with console_logging():
-            metrics = train(cfg, overwrite)
+        metrics = train(cfg, overwrite)
     except TrainingInterrupted as stopped:
         print(f"stopped: {stopped}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stopped.signal_number) from None
@@ -494,7 +490,8 @@ def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str
     if task is not None:
         args["task"] = task
     overwrite = args.pop("overwrite")
-    return _run_training(RunConfig(kind=kind, **args), overwrite)
+    with console_logging():
+        return _run_training(RunConfig(kind=kind, **args), overwrite)
 
 
 def report_main(argv=None) -> None:
