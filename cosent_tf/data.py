@@ -352,8 +352,11 @@ _SKIP = object()  # a label that marks a line to leave out, as NLI's "-"
 
 def _file_label(path, number, value):
     """(label, is an NLI word) of a label cell, or _SKIP for NLI's '-'."""
+    not_a_label = DataError(
+        path, f"label {value!r} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number
+    )
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise DataError(path, f"label {value!r} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number)
+        raise not_a_label
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise DataError(path, f"label {value!r} is not finite", line=number)
@@ -364,7 +367,7 @@ def _file_label(path, number, value):
     if text == "-":
         return _SKIP
     if not PLAIN_DECIMAL.fullmatch(text):
-        raise DataError(path, f"label {value!r} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number)
+        raise not_a_label
     label = float(text)
     if not math.isfinite(label):
         raise DataError(path, f"label {value!r} is not finite", line=number)
@@ -373,9 +376,10 @@ def _file_label(path, number, value):
 
 def _is_label(text):
     try:
-        return _file_label("", 0, text) is not None
+        _file_label("", 0, text)
     except DataError:
         return False
+    return True
 
 
 def _tsv_records(path, problems, file_format):
