@@ -5,7 +5,7 @@ with open("README.md", encoding="utf-8") as f:
 
 setup(
     name="cosent-tf",
-    version="0.2.0",
+    version="0.3.0",
     description="CoSENT and its baselines for Chinese text matching on TensorFlow/Keras 2 (bert4keras)",
     long_description=README,
     long_description_content_type="text/markdown",
@@ -31,7 +31,12 @@ setup(
         "jieba>=0.42",
         "tqdm>=4.60",
         "matplotlib>=3.7",
+        "safetensors>=0.4",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6"]},
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6"],
+        # reading a Hugging Face folder's pytorch_model.bin (model.safetensors needs no torch)
+        "torch": ["torch>=2.1"],
+    },
     entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:main"]},
 )

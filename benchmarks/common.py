@@ -1,7 +1,7 @@
 """What every contestant of ``benchmarks/run.py`` shares: settings, data, measurement.
 
 Imports neither TensorFlow nor torch: the sentence-transformers contestant runs in its
-own virtual environment (``.venv-bench``) and reads the data through this module too.
+own virtual environment (``.venv-reference``) and reads the data through this module too.
 A contestant is run as ``python benchmarks/CONTESTANT.py JOB PRECISION OUTPUT_JSON``
 (JOB ``train`` or ``encode``), in a process of its own so that its peak RSS is its own.
 Each job reports ``REPEATS`` rates measured after one warm-up: the training pass after

@@ -16,7 +16,7 @@ one warm-up (see common.py):
 It writes ``benchmarks/results.json`` (every repetition) and ``benchmarks/RESULTS.md``
 (medians with min-max, and the ratios the speed targets are stated in).
 
-    .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-bench/bin/python]
+    .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-reference/bin/python]
 """
 
 import argparse
@@ -242,7 +242,7 @@ def main():
         help="seconds of timed work (all repetitions) after which a slow job stops and reports",
     )
     parser.add_argument(
-        "--bench-python", default=".venv-bench/bin/python", help="the Python with torch and sentence-transformers"
+        "--bench-python", default=".venv-reference/bin/python", help="the Python with torch and sentence-transformers"
     )
     parser.add_argument("--output-dir", default=HERE)
     parser.add_argument("--skip-accuracy", action="store_true", help="leave out the three short STS-B runs")

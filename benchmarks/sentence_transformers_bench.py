@@ -12,7 +12,7 @@ pooling, tokenised by ``BertTokenizerFast`` over the shared Chinese vocab, maxle
 * bf16: ``torch.autocast("cpu", dtype=torch.bfloat16)`` around forward and loss, the
   counterpart of Keras's mixed_bfloat16 (weights stay float32).
 
-Runs in ``.venv-bench`` (torch 2.13.0 CPU + sentence-transformers); never imported by
+Runs in ``.venv-reference`` (torch 2.13.0 CPU + sentence-transformers); never imported by
 the package.
 """
 

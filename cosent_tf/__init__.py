@@ -8,7 +8,7 @@ from . import backend  # noqa: F401  (sets up Keras 2 before anything imports Te
 from .checkpoints import save_checkpoint
 from .data import PairData, load_task, read_nli, read_senteval
 from .errors import CheckpointError, ConfigError, CosentError, DataError, NonFiniteLossError, TrainingInterrupted
-from .export import export_saved_model
+from .export import export_hf, export_saved_model
 from .inference import Hit, PairScorer, SentenceEncoder, VectorIndex
 from .layers import PaddingMask, Pooling
 from .losses import (
@@ -27,7 +27,7 @@ from .tasks import TASKS, Task
 from .tokenization import SentenceTokenizer
 from .training import RunConfig, train
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     # models and their parts
@@ -62,6 +62,7 @@ __all__ = [
     "save_model_dir",
     "load_model_dir",
     "export_saved_model",
+    "export_hf",
     "SentenceEncoder",
     "PairScorer",
     "VectorIndex",

@@ -1,11 +1,22 @@
-"""Google-format TF checkpoints (``bert_config.json``, ``bert_model.ckpt.*``, ``vocab.txt``):
-reading and checking the config, finding, checking and loading the weights, and writing them."""
+"""Checkpoints: reading and checking the config, finding, checking and loading the weights,
+and writing them.
 
+Two formats are read: Google-format TF checkpoints (``bert_config.json``,
+``bert_model.ckpt.*``, ``vocab.txt``), which is also what cosent-tf writes, and Hugging Face
+(or sentence-transformers) folders, whose weights :mod:`cosent_tf.huggingface` renames to the
+Google names first. Either way the weights arrive as a :class:`CheckpointVariables`.
+"""
+
+import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
 
+import numpy as np
+
+from . import huggingface
 from .backend import keras, tf, transformer_class
 from .errors import CheckpointError, ConfigError
 from .io import FolderKind, atomic_directory, is_inside
@@ -16,10 +27,16 @@ VOCAB_FILE = "vocab.txt"
 CHECKPOINT_ENTRIES = (CONFIG_FILE, CHECKPOINT_PREFIX + ".*", "checkpoint", VOCAB_FILE)
 CHECKPOINT_FOLDER = FolderKind("a checkpoint folder", CHECKPOINT_PREFIX + ".index", CHECKPOINT_ENTRIES)
 REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+# A layer outside the transformer (an interaction model's head) is saved as HEAD_SCOPE<layer>/kernel|bias.
+HEAD_SCOPE = "cosent/"
+logger = logging.getLogger(__name__)
 
 
 def read_config(config_path: str) -> dict:
-    """A BERT-style config json as a dict, its sizes checked; errors name the file (and line)."""
+    """A BERT-style config json as a dict, its sizes checked; errors name the file (and line).
+
+    A Hugging Face ``config.json`` (it has ``model_type``) is translated to the Google format.
+    """
     try:
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
@@ -27,6 +44,10 @@ def read_config(config_path: str) -> dict:
         raise ConfigError(f"{config_path}: cannot read the model config ({e.strerror})") from e
     except json.JSONDecodeError as e:
         raise ConfigError(f"{config_path}, line {e.lineno}: not valid JSON ({e.msg})") from e
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_path}: the model config is not a JSON object")
+    if "model_type" in config:
+        config = huggingface.bert_config(config, config_path)
     missing = [k for k in (*REQUIRED_CONFIG, "hidden_act") if k not in config]
     if missing:
         raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
@@ -78,6 +99,54 @@ def resolve_checkpoint(checkpoint_path: str) -> str:
     return path
 
 
+@dataclasses.dataclass
+class CheckpointVariables:
+    """A checkpoint's variables under Google names.
+
+    ``where`` names it in messages; ``shapes`` is {name: shape}; ``source`` is what
+    bert4keras loads from (a TF checkpoint prefix, or {name: array} of a Hugging Face
+    folder); ``unused`` lists a Hugging Face folder's weights no Google name stands for, and
+    ``own_names`` gives a Google name's state-dict key, which its messages use.
+    """
+
+    where: str
+    shapes: dict
+    source: object
+    unused: list = dataclasses.field(default_factory=list)
+    own_names: dict = dataclasses.field(default_factory=dict)
+
+    def own_name(self, name):
+        return self.own_names.get(name, name)
+
+    def value(self, name):
+        if isinstance(self.source, dict):
+            return self.source[name]
+        return tf.train.load_variable(self.source, name)
+
+
+def open_checkpoint(checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
+    """The variables of a Google-format checkpoint (prefix or folder) or a Hugging Face folder.
+
+    ``head_scope`` (``cosent/<head layer>``) is the name a Hugging Face ``classifier`` is read as.
+    """
+    if huggingface.is_hf_folder(checkpoint_path):
+        arrays, unused, names = huggingface.google_arrays(checkpoint_path, head_scope)
+        shapes = {name: tuple(value.shape) for name, value in arrays.items()}
+        return CheckpointVariables(os.fspath(checkpoint_path), shapes, arrays, unused, names)
+    _refuse_hub_name(checkpoint_path)
+    prefix = resolve_checkpoint(checkpoint_path)
+    return CheckpointVariables(prefix, list_checkpoint_variables(prefix), prefix)
+
+
+def _refuse_hub_name(path):
+    if huggingface.looks_like_hub_name(path):
+        raise CheckpointError(
+            f"{path}: no such folder here, and it reads as a Hugging Face hub name, but nothing is downloaded: "
+            f"download the model where there is internet (huggingface-cli download {path} --local-dir FOLDER), "
+            "then pass FOLDER"
+        )
+
+
 def _mapped_variables(transformer):
     """(checkpoint name, Keras variable) for every variable the built transformer has."""
     mapping = {transformer.prefixed(k): v for k, v in transformer.variable_mapping().items()}
@@ -88,20 +157,21 @@ def _mapped_variables(transformer):
     return pairs
 
 
-def check_checkpoint(transformer, checkpoint_prefix: str) -> None:
+def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
     """Raise CheckpointError listing every variable the model needs that is absent or misshapen."""
-    available = list_checkpoint_variables(checkpoint_prefix)
+    available, where = checkpoint.shapes, checkpoint.where
     missing, wrong_shape = [], []
     for name, variable in _mapped_variables(transformer):
         if name not in available:
-            missing.append(name)
+            missing.append(checkpoint.own_name(name))
         elif tuple(available[name]) != tuple(variable.shape):
-            wrong_shape.append(f"{name} {tuple(available[name])} != {tuple(variable.shape)}")
+            wrong_shape.append(f"{checkpoint.own_name(name)} {tuple(available[name])} != {tuple(variable.shape)}")
     problems = []
     if missing and all("pooler" in name for name in missing):
         raise CheckpointError(
-            f"{checkpoint_prefix}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
-            "'pooler' cannot be used with it; choose cls, last-avg, first-last-avg or max"
+            f"{where}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
+            "'pooler' cannot be used with it (nor --head pooler); choose cls, last-avg, first-last-avg or max "
+            "(or --head cls)"
         )
     if missing:
         problems.append(
@@ -118,26 +188,85 @@ def check_checkpoint(transformer, checkpoint_prefix: str) -> None:
     if deeper:
         problems.append(
             f"the checkpoint has {len(deeper)} variable(s) of layers beyond the config's "
-            f"num_hidden_layers {layers} ({deeper[0]} ...)"
+            f"num_hidden_layers {layers} ({checkpoint.own_name(deeper[0])} ...)"
         )
     if problems:
-        raise CheckpointError(f"{checkpoint_prefix}: does not fit the model config: " + ". ".join(problems))
+        raise CheckpointError(f"{where}: does not fit the model config: " + ". ".join(problems))
 
 
-def load_checkpoint(transformer, checkpoint_path: str) -> str:
-    """Load a checkpoint (prefix or folder) into a built bert4keras transformer, checked first.
-
-    Returns the checkpoint prefix loaded.
-    """
-    prefix = resolve_checkpoint(checkpoint_path)
-    check_checkpoint(transformer, prefix)
+def load_checkpoint(transformer, checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
+    """Load a checkpoint (Google prefix or folder, or a Hugging Face folder) into a built
+    bert4keras transformer, checked first. Returns the checkpoint's variables (for a head)."""
+    checkpoint = open_checkpoint(checkpoint_path, head_scope)
+    check_checkpoint(transformer, checkpoint)
     try:
-        transformer.load_weights_from_checkpoint(prefix)
+        transformer.load_weights_from_checkpoint(checkpoint.source)
     except (tf.errors.OpError, ValueError, IndexError) as e:
         raise CheckpointError(
-            f"{prefix}: cannot read this checkpoint's weights ({_first_line(e)}); it may be truncated or corrupted"
+            f"{checkpoint.where}: cannot read this checkpoint's weights ({_first_line(e)}); "
+            "it may be truncated or corrupted"
         ) from None
-    return prefix
+    if isinstance(checkpoint.source, dict):  # a Hugging Face folder: say what it had that is left out
+        needed = {name for name, _ in _mapped_variables(transformer)}
+        left_out = [
+            checkpoint.own_name(n)
+            for n in sorted(checkpoint.shapes)
+            if n not in needed and not n.startswith(HEAD_SCOPE)
+        ]
+        unused = checkpoint.unused + left_out
+        if unused:
+            logger.info("%s: %d weight(s) not used by this model: %s", checkpoint.where, len(unused), ", ".join(unused))
+    return checkpoint
+
+
+def head_variables(model, layer_name: str) -> list:
+    """(checkpoint name, variable) of a layer outside the transformer (an interaction head)."""
+    layer = model.get_layer(layer_name)
+    return [
+        (f"{HEAD_SCOPE}{layer.name}/{weight.name.split('/')[-1].split(':')[0]}", weight) for weight in layer.weights
+    ]
+
+
+def load_head(model, layer_name: str, checkpoint: CheckpointVariables, required: bool = True) -> bool:
+    """Fill a head layer from the checkpoint; returns whether it did.
+
+    A head that is absent or of another shape is an error when ``required``; otherwise the
+    head keeps its fresh weights (a shape mismatch is logged: another number of labels).
+    """
+    variables = head_variables(model, layer_name)
+    problems = []
+    for name, weight in variables:
+        if name not in checkpoint.shapes:
+            problems.append(f"the interaction head's variable {name} is missing")
+        elif tuple(checkpoint.shapes[name]) != tuple(weight.shape):
+            problems.append(f"{name} has shape {tuple(checkpoint.shapes[name])}, the model needs {tuple(weight.shape)}")
+    if problems and required:
+        raise CheckpointError(f"{checkpoint.where}: " + "; ".join(problems))
+    if problems:
+        if any(name in checkpoint.shapes for name, _ in variables):
+            logger.warning("%s: %s; the head starts from random weights", checkpoint.where, "; ".join(problems))
+        return False
+    values = [checkpoint.value(name) for name, _ in variables]
+    for (_, weight), value in zip(variables, values):
+        weight.assign(np.asarray(value, dtype=weight.dtype.as_numpy_dtype))
+    return True
+
+
+def model_arrays(keras_model, config, architecture: str = "bert") -> dict:
+    """{Google checkpoint name: array} of ``keras_model``'s transformer weights (the layers it has)."""
+    config = dict(config)
+    config.setdefault("max_position", config.get("max_position_embeddings", 512))
+    mapping = transformer_class(architecture)(**config).variable_mapping()
+    arrays = {}
+    layer_names = {layer.name for layer in keras_model.layers}
+    for layer_name, checkpoint_names in mapping.items():
+        if layer_name not in layer_names:
+            continue
+        weights = keras_model.get_layer(layer_name).trainable_weights
+        for name, weight in zip(checkpoint_names, weights):
+            value = weight.numpy()
+            arrays[name] = value.T if name == "cls/seq_relationship/output_weights" else value
+    return arrays
 
 
 def _write_variables(keras_model, config, architecture, prefix, extra=None):
@@ -147,24 +276,9 @@ def _write_variables(keras_model, config, architecture, prefix, extra=None):
     op. ``extra`` ({name: array}) adds variables of layers outside the transformer;
     loaders that do not know them ignore them.
     """
-    config = dict(config)
-    config.setdefault("max_position", config.get("max_position_embeddings", 512))
-    mapping = transformer_class(architecture)(**config).variable_mapping()
-    names, values = [], []
-    layer_names = {layer.name for layer in keras_model.layers}
-    for layer_name, checkpoint_names in mapping.items():
-        if layer_name not in layer_names:
-            continue
-        weights = keras_model.get_layer(layer_name).trainable_weights
-        for name, weight in zip(checkpoint_names, weights):
-            value = weight.numpy()
-            if name == "cls/seq_relationship/output_weights":
-                value = value.T
-            names.append(name)
-            values.append(tf.constant(value))
-    for name, value in (extra or {}).items():
-        names.append(name)
-        values.append(tf.constant(value))
+    arrays = {**model_arrays(keras_model, config, architecture), **(extra or {})}
+    names = list(arrays)
+    values = [tf.constant(value) for value in arrays.values()]
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=values)
     return names
 
@@ -207,15 +321,28 @@ def write_checkpoint_folder(model, directory, config, architecture="bert", vocab
         f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
-    if vocab_path is not None:
+    if vocab_path is not None and os.fspath(vocab_path).endswith(".json"):  # a Hugging Face tokenizer.json
+        tokens, _ = huggingface.read_tokenizer_json(vocab_path)
+        with open(os.path.join(directory, VOCAB_FILE), "w", encoding="utf-8") as f:
+            f.writelines(token + "\n" for token in tokens)
+    elif vocab_path is not None:
         shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
     return names
 
 
-def checkpoint_files(directory: str) -> tuple:
-    """(config, checkpoint prefix, vocab) paths of a Google-format checkpoint folder."""
-    return (
-        os.path.join(directory, CONFIG_FILE),
-        os.path.join(directory, CHECKPOINT_PREFIX),
-        os.path.join(directory, VOCAB_FILE),
-    )
+def checkpoint_files(checkpoint: str) -> tuple:
+    """(config, checkpoint, vocab) paths of a checkpoint folder, or of the folder of a Google prefix.
+
+    Google format: ``bert_config.json``, the ``bert_model.ckpt`` prefix (or the one given),
+    ``vocab.txt``. A Hugging Face (or sentence-transformers) folder: its transformer's
+    ``config.json``, the folder itself, and ``vocab.txt`` or else ``tokenizer.json``. A hub
+    name (nothing is downloaded) is a CheckpointError that says how to get the folder.
+    """
+    checkpoint = os.fspath(checkpoint)
+    if huggingface.is_hf_folder(checkpoint):
+        config = os.path.join(huggingface.transformer_folder(checkpoint), huggingface.CONFIG_FILE)
+        return config, checkpoint, huggingface.vocab_path(checkpoint)
+    _refuse_hub_name(checkpoint)
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    prefix = os.path.join(folder, CHECKPOINT_PREFIX) if os.path.isdir(checkpoint) else checkpoint
+    return os.path.join(folder, CONFIG_FILE), prefix, os.path.join(folder, VOCAB_FILE)

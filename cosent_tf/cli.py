@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from .data import read_lines, read_pair_lines
-from .errors import CosentError, TrainingInterrupted
+from .errors import ConfigError, CosentError, TrainingInterrupted
 from .io import atomic_path, check_output_file, check_output_folder, write_json, write_text
 
 
@@ -112,8 +112,14 @@ def _search_query(args):
 
 
 def _export(args):
-    from .export import export_saved_model
+    from .export import export_hf, export_saved_model
 
+    if args.format == "hf":
+        if args.precision != "float32":
+            raise ConfigError("--precision is for --format savedmodel; a Hugging Face folder holds float32 weights")
+        written = export_hf(args.model_dir, args.output_dir, args.overwrite)
+        print(f"{args.output_dir}: Hugging Face folder ({written})")
+        return
     signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision)
     print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}")
 
@@ -318,11 +324,19 @@ def argument_parser():
         "export",
         _export,
         "Write a TensorFlow SavedModel whose serving signature takes raw UTF-8 strings "
-        "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text).",
+        "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text), or with --format hf "
+        "a Hugging Face folder: sentence-transformers for a feature model, BertForSequenceClassification "
+        "for an interaction model trained with --head pooler.",
     )
-    sub.add_argument("model_dir")
+    sub.add_argument("model_dir", help="a cosent-tf model folder (or a Hugging Face one)")
     sub.add_argument("output_dir", help="a new or empty folder (or an earlier export, with --overwrite)")
-    sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier SavedModel")
+    sub.add_argument(
+        "--format",
+        default="savedmodel",
+        choices=["savedmodel", "hf"],
+        help="savedmodel (default) or hf (model.safetensors, tokenizer and sentence-transformers files)",
+    )
+    sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier export")
     sub.add_argument(
         "--precision",
         default="float32",
@@ -371,12 +385,17 @@ def _add_run_options(parser):
     """The engine's options (model, batching, optimisation, output), common to every way of training."""
     from .backend import ARCHITECTURES, PRECISIONS
     from .layers import POOLING_MODES
+    from .models import HEAD_INPUTS
     from .training import RunConfig
 
     parser.add_argument(
         "--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)"
     )
-    parser.add_argument("--checkpoint", help="Google-format checkpoint folder or prefix")
+    parser.add_argument(
+        "--checkpoint",
+        help="a Google-format checkpoint folder or prefix, a Hugging Face model folder (model.safetensors or "
+        "pytorch_model.bin), or a sentence-transformers folder, whose pooling is then the default",
+    )
     parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
     parser.add_argument(
         "--architecture",
@@ -386,7 +405,19 @@ def _add_run_options(parser):
         choices=sorted(ARCHITECTURES),
         help="the transformer family (--model is its old name)",
     )
-    parser.add_argument("--pooling", default=RunConfig.pooling, choices=POOLING_MODES)
+    parser.add_argument(
+        "--pooling",
+        choices=POOLING_MODES,
+        help="feature models (default: a sentence-transformers checkpoint's, else cls)",
+    )
+    parser.add_argument(
+        "--head",
+        dest="head_input",
+        choices=HEAD_INPUTS,
+        help="what an interaction model's head reads: cls, the [CLS] hidden state (the original experiments), or "
+        "pooler, BERT's pooler (dense + tanh on [CLS]) as Hugging Face's BertForSequenceClassification, which "
+        "`cosent-tf export --format hf` needs (default: pooler for such a checkpoint, else cls)",
+    )
     defaults = "default: the task's, as in the original scripts (cosent_tf.tasks)"
     parser.add_argument(
         "--maxlen",

@@ -53,13 +53,14 @@ def accuracy_at(scores, labels, threshold: float) -> float:
     return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
 
 
-def pair_scores(model, kind: str, inputs, batch_size: int = 64) -> np.ndarray:
+def pair_scores(model, kind: str, inputs, batch_size: int = 64, sep_id: int = None) -> np.ndarray:
     """One score per pair: the cosine of a feature model's two vectors (``inputs`` = (ids_a,
-    ids_b)), or an interaction model's score of the concatenated pair (``inputs`` = pair ids)."""
+    ids_b)), or an interaction model's score of the concatenated pair (``inputs`` = pair ids;
+    ``sep_id`` for a model with pair segment ids)."""
     if kind == "feature":
         return inference.cosine_scores(model, *inputs, batch_size=batch_size)
     if kind == "interaction":
-        return inference.interaction_scores(model, inputs, batch_size=batch_size)
+        return inference.interaction_scores(model, inputs, batch_size=batch_size, sep_id=sep_id)
     raise ValueError(f"unknown model kind {kind!r}; choose feature or interaction")
 
 

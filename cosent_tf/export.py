@@ -1,4 +1,5 @@
-"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings.
+"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings, or as a
+Hugging Face folder (:func:`export_hf`).
 
 Serving needs TensorFlow and tensorflow-text only (tensorflow-text's WordPiece op is in
 the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signatures:
@@ -15,21 +16,28 @@ Word-level (jieba) models cannot tokenise inside a graph and are refused.
 import json
 import os
 
+import numpy as np
+
+from . import huggingface
 from .backend import model_precision, tf
+from .checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from .errors import ConfigError
 from .graph_tokenization import GraphTokenizer
 from .io import FolderKind, atomic_directory, check_output_folder
 from .model_dir import load_model_dir
+from .models import head_layer_name
+from .pipeline import pair_segment_ids
 
 _TEXTS = tf.TensorSpec(shape=[None], dtype=tf.string)
 _IDS = tf.TensorSpec(shape=[None, None], dtype=tf.int32)
 
 
 class _Served(tf.Module):
-    def __init__(self, model, tokenizer):
+    def __init__(self, model, tokenizer, pair_segments=False):
         super().__init__(name="cosent_tf")
         self.model = model
         self.tokenizer = tokenizer
+        self.pair_segments = pair_segments
 
     def _outputs(self, token_ids, segment_ids):
         with model_precision(self.model):
@@ -53,7 +61,11 @@ class _Served(tf.Module):
     @tf.function(input_signature=[_TEXTS, _TEXTS])
     def score(self, first, second):
         token_ids, truncated = self.tokenizer.encode_pairs_and_flag(first, second)
-        return {"scores": self._scores(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
+        if self.pair_segments:
+            segment_ids = pair_segment_ids(token_ids, self.tokenizer.sep_id)
+        else:
+            segment_ids = tf.zeros_like(token_ids)
+        return {"scores": self._scores(token_ids, segment_ids), "truncated": truncated}
 
     @tf.function(input_signature=[_IDS, _IDS])
     def score_ids(self, token_ids, segment_ids):
@@ -82,7 +94,7 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
             "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder"
         )
     token_dict = sentence_tokenizer.token_dict
-    served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case))
+    served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.pair_segments)
     if spec.kind == "feature":
         signatures = {"serving_default": served.embed, "encode_ids": served.embed_ids}
     else:
@@ -105,3 +117,105 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
                 ensure_ascii=False,
             )
     return sorted(signatures)
+
+
+HF_FOLDER = FolderKind(
+    "a Hugging Face export",
+    huggingface.CONFIG_FILE,
+    (
+        huggingface.CONFIG_FILE,
+        huggingface.SAFETENSORS_FILE,
+        huggingface.VOCAB_FILE,
+        huggingface.TOKENIZER_CONFIG,
+        "special_tokens_map.json",
+        huggingface.MODULES_FILE,
+        huggingface.SENTENCE_CONFIG,
+        "1_Pooling",
+        "2_Normalize",
+        "README.md",
+    ),
+)
+# Architectures whose weights and tokenizer are Hugging Face's BertModel and BertTokenizer.
+HF_ARCHITECTURES = ("bert", "roberta")
+
+
+def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
+    """Write ``out_dir`` (atomically) as a Hugging Face folder of the model folder ``model_dir``.
+
+    A feature model becomes a sentence-transformers folder (``BertModel`` weights as
+    ``model.safetensors``, the tokenizer, ``modules.json`` with its pooling and Normalize) that
+    ``SentenceTransformer(out_dir)`` loads and encodes as :class:`cosent_tf.SentenceEncoder`
+    does. An interaction model trained with ``--head pooler`` becomes a
+    ``BertForSequenceClassification`` (num_labels 1 for a score, 2 for the softmax head) that
+    ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load.
+    Returns what was written (``sentence-transformers`` or ``sequence-classification``).
+    """
+    check_output_folder(out_dir, HF_FOLDER, overwrite, inputs=[model_dir])
+    spec, model, tokenizer = load_model_dir(model_dir)
+    if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
+        raise ConfigError(
+            f"{model_dir}: a {spec.architecture} model cannot be written as a Hugging Face BERT folder "
+            f"(only {', '.join(HF_ARCHITECTURES)} with a character vocabulary); export it as a SavedModel"
+        )
+    if spec.kind == "interaction" and not (spec.head_input == "pooler" and spec.pair_segments):
+        raise ConfigError(
+            f"{model_dir}: this interaction model's head reads the [CLS] hidden state directly (as the original "
+            "experiments), which BertForSequenceClassification cannot express: it scores through BERT's pooler. "
+            "Train with --head pooler to export to Hugging Face, or export it as a SavedModel"
+        )
+    if spec.kind == "feature" and spec.pooling not in huggingface.ST_POOLING.values():
+        raise ConfigError(
+            f"{model_dir}: pooling {spec.pooling!r} cannot be expressed in sentence-transformers, which pools with "
+            f"{', '.join(huggingface.ST_POOLING)} ({', '.join(huggingface.ST_POOLING.values())} here); "
+            "export it as a SavedModel"
+        )
+    config = read_config(checkpoint_files(model_dir)[0])
+    arrays = model_arrays(model, config, spec.architecture)
+    layers = config["num_hidden_layers"]
+    tokens = list(tokenizer.token_dict)
+    with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
+        if spec.kind == "feature":
+            written = "sentence-transformers"
+            if "bert/pooler/dense/kernel" not in arrays:
+                # BertModel always has a pooler, which sentence-transformers' pooling never reads: zeros
+                # keep transformers from reporting it missing at every load.
+                hidden = config["hidden_size"]
+                arrays["bert/pooler/dense/kernel"] = np.zeros((hidden, hidden), np.float32)
+                arrays["bert/pooler/dense/bias"] = np.zeros((hidden,), np.float32)
+            weights = huggingface.hf_weights(arrays, layers)
+            huggingface.write_hf_folder(tmp, weights, huggingface.hf_config(config))
+            huggingface.write_sentence_transformers_modules(
+                tmp, spec.pooling, config["hidden_size"], spec.maxlen, spec.do_lower_case
+            )
+        else:
+            written = "sequence-classification"
+            scope = HEAD_SCOPE + head_layer_name(spec.head)
+            head = model.get_layer(head_layer_name(spec.head))
+            arrays[scope + "/kernel"], arrays[scope + "/bias"] = (w.numpy() for w in head.weights)
+            weights = huggingface.hf_weights(arrays, layers, scope, prefix="bert.")
+            labels = {value: key for key, value in huggingface.CLASSIFIER_HEADS.items()}[spec.head]
+            hf_config = huggingface.hf_config(config, ("BertForSequenceClassification",), num_labels=labels)
+            huggingface.write_hf_folder(tmp, weights, hf_config)
+        huggingface.write_tokenizer(tmp, tokens, spec.do_lower_case, spec.maxlen)
+        with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
+            f.write(_model_card(spec, written, model_dir))
+    return written
+
+
+def _model_card(spec, written, model_dir):
+    usage = (
+        "from sentence_transformers import SentenceTransformer\n"
+        "model = SentenceTransformer('THIS_FOLDER')\n"
+        "vectors = model.encode(['第一句', '第二句'])"
+        if written == "sentence-transformers"
+        else "from sentence_transformers import CrossEncoder\n"
+        "model = CrossEncoder('THIS_FOLDER')\n"
+        "scores = model.predict([('第一句', '第二句')])"
+    )
+    source = json.dumps(spec.source, ensure_ascii=False, sort_keys=True)
+    return (
+        f"# {written} model exported by cosent-tf\n\n"
+        f"Exported from the cosent-tf model folder `{os.path.abspath(model_dir)}` "
+        f"({spec.kind} model, {spec.pooling or spec.head}, maxlen {spec.maxlen}).\n\n"
+        f"Training record: `{source}`\n\n```python\n{usage}\n```\n"
+    )

@@ -18,7 +18,7 @@ from .backend import keras, model_precision, tf
 from .errors import ConfigError, DataError
 from .io import FolderKind, atomic_directory
 from .model_dir import load_model_dir, read_spec
-from .pipeline import length_sorted_batches, restore_order
+from .pipeline import length_sorted_batches, restore_order, segment_ids
 
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
@@ -43,15 +43,18 @@ def inference_function(model: keras.Model):
     return function
 
 
-def batched_outputs(model: keras.Model, token_ids: list, batch_size: int = 64, show_progress: bool = False):
+def batched_outputs(
+    model: keras.Model, token_ids: list, batch_size: int = 64, show_progress: bool = False, sep_id: int = None
+):
     """A model's outputs (float32 numpy) in input order, computed in length-sorted batches.
 
-    Each batch is padded only to its own longest sequence; segment ids are all 0.
+    Each batch is padded only to its own longest sequence; segment ids are all 0, or with
+    ``sep_id`` those of concatenated pairs (:func:`cosent_tf.pipeline.segment_ids`).
     """
     function = inference_function(model)
     order, batches = length_sorted_batches(token_ids, batch_size)
     outputs = [
-        function(ids, np.zeros_like(ids)).numpy()
+        function(ids, segment_ids(ids, sep_id)).numpy()
         for _, ids in tqdm(
             batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding", disable=not show_progress
         )
@@ -73,9 +76,12 @@ def cosine_scores(encoder: keras.Model, ids_a: list, ids_b: list, batch_size: in
     return np.sum(first * second, axis=1)
 
 
-def interaction_scores(model: keras.Model, pair_ids: list, batch_size: int = 64, show_progress=False):
-    """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax."""
-    return batched_outputs(model, pair_ids, batch_size, show_progress)[:, -1]
+def interaction_scores(
+    model: keras.Model, pair_ids: list, batch_size: int = 64, show_progress=False, sep_id: int = None
+):
+    """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax.
+    ``sep_id`` marks the second text with segment id 1 (models with ``pair_segments``)."""
+    return batched_outputs(model, pair_ids, batch_size, show_progress, sep_id)[:, -1]
 
 
 def check_texts(texts, name="texts"):
@@ -190,7 +196,11 @@ class PairScorer(_Matcher):
     def similarity(self, texts_a, texts_b, batch_size: int = 64, show_progress: bool = None) -> np.ndarray:
         texts_a, texts_b = check_pairs(texts_a, texts_b)
         return interaction_scores(
-            self.model, self.tokenizer.encode_pairs(texts_a, texts_b), batch_size, _show(show_progress, len(texts_a))
+            self.model,
+            self.tokenizer.encode_pairs(texts_a, texts_b),
+            batch_size,
+            _show(show_progress, len(texts_a)),
+            self.tokenizer.sep_id if self.spec is not None and self.spec.pair_segments else None,
         )
 
     score = similarity

@@ -3,8 +3,9 @@
 Layout (a Google-format checkpoint folder plus one file)::
 
     MODEL_DIR/
-      cosent_model.json        kind, architecture, pooling or head, maxlen, tokenizer settings,
-                               tuned threshold (when known), and the run it came from
+      cosent_model.json        kind, architecture, pooling or head (and what the head reads),
+                               maxlen, tokenizer settings, tuned threshold (when known), and
+                               the run it came from
       bert_config.json         the transformer's config
       bert_model.ckpt.*        the transformer's weights under Google names (an
                                interaction model's head under ``cosent/<layer>/...``)
@@ -12,6 +13,10 @@ Layout (a Google-format checkpoint folder plus one file)::
 
 Because the weights are a Google-format checkpoint, the folder also serves as
 ``--checkpoint`` for further fine-tuning and loads in bert4keras itself.
+
+:func:`load_model_dir` also loads a Hugging Face folder as a model: a sentence-transformers
+folder (or a bare ``BertModel``, mean-pooled as sentence-transformers would) as a feature
+model, and a ``BertForSequenceClassification`` as an interaction model with its head.
 """
 
 import dataclasses
@@ -20,27 +25,36 @@ import math
 import numbers
 import os
 
-from .backend import dtype_policy, get_architecture, keras, policy_name, tf
+from . import huggingface
+from .backend import dtype_policy, get_architecture, keras, policy_name
 from .checkpoints import (
     CHECKPOINT_ENTRIES,
     CHECKPOINT_PREFIX,
     CONFIG_FILE,
     VOCAB_FILE,
-    list_checkpoint_variables,
+    checkpoint_files,
+    head_variables,
     write_checkpoint_folder,
 )
-from .errors import CheckpointError, ConfigError
+from .errors import ConfigError
 from .io import FolderKind, atomic_directory, is_inside
 from .layers import POOLING_MODES
 from .losses.registry import KINDS
-from .models import INTERACTION_HEADS, build_encoder, build_interaction_model, check_maxlen
+from .models import (
+    HEAD_INPUTS,
+    INTERACTION_HEADS,
+    build_encoder,
+    build_interaction_model,
+    check_maxlen,
+    head_layer_name,
+)
 from .tokenization import SentenceTokenizer
 
 SPEC_FILE = "cosent_model.json"
 FORMAT = "cosent-tf-model"
-# Version 2 (cosent-tf 0.2) renamed "model" to "architecture"; version 1 folders still load.
-FORMAT_VERSION = 2
-HEAD_PREFIX = "cosent/"
+# Version 2 (cosent-tf 0.2) renamed "model" to "architecture"; version 3 (0.3) added
+# "head_input". Older folders still load.
+FORMAT_VERSION = 3
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
 
 
@@ -51,12 +65,17 @@ class ModelSpec:
     ``threshold`` is the score above which a pair counts as similar, tuned for accuracy
     on valid during training (a cosine for feature models, the head's output for
     interaction models); ``None`` when the training task had no binary labels.
+    ``head_input`` is what an interaction head reads (:data:`cosent_tf.models.HEAD_INPUTS`);
+    ``pair_segments``: the second text of a pair has segment id 1 (as in BERT's pre-training and
+    Hugging Face cross-encoders), rather than 0 as in the original interaction experiments.
     """
 
     kind: str = "feature"
     architecture: str = "bert"
     pooling: str = "cls"
     head: str = None
+    head_input: str = "cls"
+    pair_segments: bool = False
     maxlen: int = 64
     do_lower_case: bool = True
     word_level: bool = False
@@ -70,7 +89,9 @@ class ModelSpec:
             "architecture": str,
             "pooling": (str, type(None)),
             "head": (str, type(None)),
+            "head_input": str,
             "do_lower_case": bool,
+            "pair_segments": bool,
             "word_level": bool,
             "source": dict,
         }
@@ -86,6 +107,8 @@ class ModelSpec:
             raise ConfigError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.kind == "interaction" and self.head not in INTERACTION_HEADS:
             raise ConfigError(f"{where}: an interaction model needs head in {INTERACTION_HEADS}, got {self.head!r}")
+        if self.head_input not in HEAD_INPUTS:
+            raise ConfigError(f"{where}: head_input {self.head_input!r} is not one of {', '.join(HEAD_INPUTS)}")
         try:
             get_architecture(self.architecture)
         except ConfigError as e:
@@ -106,7 +129,7 @@ def save_model_dir(
     spec.check(SPEC_FILE)
     extra = {}
     if spec.kind == "interaction":
-        extra = {name: weight.numpy() for name, weight in _head_variables(keras_model, spec.head)}
+        extra = {name: weight.numpy() for name, weight in head_variables(keras_model, head_layer_name(spec.head))}
     with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
         write_checkpoint_folder(keras_model, tmp, config, spec.architecture, vocab_path, extra)
         record = {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(spec)}
@@ -118,13 +141,18 @@ def save_model_dir(
 
 
 def read_spec(directory: str) -> ModelSpec:
-    """The :class:`ModelSpec` of a model folder; errors name the folder and what is wrong."""
+    """The :class:`ModelSpec` of a model folder, or of a Hugging Face folder (see
+    :func:`hf_spec`); errors name the folder and what is wrong."""
     if not os.path.isdir(directory):
         raise ConfigError(f"{directory}: model folder not found")
     spec_path = os.path.join(directory, SPEC_FILE)
+    if not os.path.exists(spec_path) and huggingface.is_hf_folder(directory):
+        return hf_spec(directory)
     if not os.path.exists(spec_path):
         raise ConfigError(
-            f"{directory}: not a cosent-tf model folder (no {SPEC_FILE}); a training run writes one as OUTPUT_DIR/model"
+            f"{directory}: not a cosent-tf model folder (no {SPEC_FILE}; a training run writes one as "
+            "OUTPUT_DIR/model), nor a Hugging Face or sentence-transformers folder (config.json with "
+            "model.safetensors or pytorch_model.bin)"
         )
     try:
         with open(spec_path, encoding="utf-8") as f:
@@ -162,44 +190,60 @@ def read_spec(directory: str) -> ModelSpec:
     return spec
 
 
+def hf_spec(directory: str) -> ModelSpec:
+    """The :class:`ModelSpec` a Hugging Face folder is used as.
+
+    A ``BertForSequenceClassification`` (num_labels 1: a score; 2: P(label 1)) is an interaction
+    model with its head on the pooler; anything else is a feature model pooled as its
+    sentence-transformers modules say, or (a bare transformers folder) by the mean, as
+    sentence-transformers does. maxlen is ``max_seq_length``, else the tokenizer's
+    ``model_max_length``, else the position embeddings' count.
+    """
+    config = huggingface.read_hf_config(directory)
+    where = os.path.join(huggingface.transformer_folder(directory), huggingface.CONFIG_FILE)
+    huggingface.bert_config(config, where)  # refuses what cannot be built, before anything else
+    modules = None
+    if huggingface.is_sentence_transformers_folder(directory):
+        modules = huggingface.read_sentence_transformers(directory)
+    positions = int(config.get("max_position_embeddings", 512))
+    maxlen = (modules and modules.maxlen) or huggingface.model_max_length(directory) or positions
+    settings = dict(
+        architecture="bert",
+        maxlen=min(maxlen, positions),
+        do_lower_case=huggingface.do_lower_case(directory),
+        source={"huggingface": os.path.abspath(directory)},
+    )
+    labels = huggingface.classifier_labels(config)
+    if labels is not None:
+        if labels not in huggingface.CLASSIFIER_HEADS:
+            raise ConfigError(
+                f"{where}: a classifier of {labels} labels cannot be used as a pair scorer; "
+                f"cosent-tf reads 1 (a score) or 2 (label 1 is 'similar')"
+            )
+        head = huggingface.CLASSIFIER_HEADS[labels]
+        return ModelSpec("interaction", pooling=None, head=head, head_input="pooler", pair_segments=True, **settings)
+    return ModelSpec("feature", pooling=modules.pooling if modules else "last-avg", **settings)
+
+
 def load_model_dir(directory: str, precision: str = "float32") -> tuple:
-    """(spec, Keras model, SentenceTokenizer) of a model folder; ``precision='bf16'`` builds the
-    model to compute in mixed bfloat16."""
+    """(spec, Keras model, SentenceTokenizer) of a model folder (or a Hugging Face folder);
+    ``precision='bf16'`` builds the model to compute in mixed bfloat16."""
     directory = os.fspath(directory)
     spec = read_spec(directory)
-    config_path, prefix, vocab_path = (
-        os.path.join(directory, name) for name in (CONFIG_FILE, CHECKPOINT_PREFIX, VOCAB_FILE)
-    )
+    config_path, checkpoint, vocab_path = checkpoint_files(directory)
     check_maxlen(config_path, spec.architecture, spec.maxlen)
     with dtype_policy(policy_name(precision)):
         if spec.kind == "feature":
-            model = build_encoder(config_path, prefix, spec.architecture, spec.pooling, vocab_path=vocab_path)
+            model = build_encoder(config_path, checkpoint, spec.architecture, spec.pooling, vocab_path=vocab_path)
         else:
-            model = build_interaction_model(config_path, prefix, spec.architecture, spec.head, vocab_path=vocab_path)
-            _load_head(model, spec.head, prefix)
+            model = build_interaction_model(
+                config_path,
+                checkpoint,
+                spec.architecture,
+                spec.head,
+                vocab_path=vocab_path,
+                head_input=spec.head_input,
+                require_head=True,
+            )
     tokenizer = SentenceTokenizer(vocab_path, spec.maxlen, spec.word_level, spec.do_lower_case)
     return spec, model, tokenizer
-
-
-def _head_variables(model, head):
-    """(checkpoint name, variable) of an interaction model's head (the layer outside the transformer)."""
-    layer = model.get_layer("Match-" + head.capitalize())
-    return [
-        (f"{HEAD_PREFIX}{layer.name}/{weight.name.split('/')[-1].split(':')[0]}", weight) for weight in layer.weights
-    ]
-
-
-def _load_head(model, head, prefix):
-    available = list_checkpoint_variables(prefix)
-    variables = _head_variables(model, head)
-    values = []
-    for name, weight in variables:
-        if name not in available:
-            raise CheckpointError(f"{prefix}: the interaction head's variable {name} is missing")
-        if tuple(available[name]) != tuple(weight.shape):
-            raise CheckpointError(
-                f"{prefix}: {name} has shape {tuple(available[name])}, the model needs {tuple(weight.shape)}"
-            )
-        values.append(tf.train.load_variable(prefix, name))
-    for (_, weight), value in zip(variables, values):
-        weight.assign(value)

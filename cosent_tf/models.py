@@ -3,12 +3,29 @@
 import warnings
 
 from .backend import IndependentTruncatedNormal, get_architecture, keras, transformer_class
-from .checkpoints import load_checkpoint, read_config
+from .checkpoints import HEAD_SCOPE, checkpoint_files, load_checkpoint, load_head, read_config
 from .errors import ConfigError
 from .layers import POOLING_MODES, PaddingMask, Pooling
 from .tokenization import check_vocab_size
 
 INTERACTION_HEADS = ("score", "softmax")
+# What an interaction head reads: the [CLS] hidden state (the original experiments), or BERT's
+# pooler, dense + tanh on it (Hugging Face's BertForSequenceClassification).
+HEAD_INPUTS = ("cls", "pooler")
+
+
+def head_layer_name(head: str) -> str:
+    """The Keras layer name of an interaction head (``Match-Score`` / ``Match-Softmax``)."""
+    return "Match-" + head.capitalize()
+
+
+def _config_of(config_path, checkpoint_path):
+    """``config_path``, or the config of the checkpoint's folder when it is None."""
+    if config_path is not None:
+        return config_path
+    if checkpoint_path is None:
+        raise ConfigError("a model needs a config: pass config_path, or a checkpoint folder that holds one")
+    return checkpoint_files(checkpoint_path)[0]
 
 
 def build_transformer(config_path: str, checkpoint_path: str = None, architecture: str = "bert", **overrides):
@@ -57,9 +74,11 @@ def build_encoder(
     """A Keras model from [token_ids, segment_ids] to sentence vectors (float32).
 
     Args:
-        config_path: a BERT-style ``*_config.json``.
-        checkpoint_path: a Google-format TF checkpoint prefix or its directory; ``None``
-            builds a randomly initialised model (every kernel drawn independently).
+        config_path: a BERT-style ``*_config.json`` (or a Hugging Face ``config.json``);
+            ``None`` takes the checkpoint folder's.
+        checkpoint_path: a Google-format TF checkpoint prefix or its directory, or a Hugging
+            Face / sentence-transformers model folder (see :mod:`cosent_tf.huggingface`);
+            ``None`` builds a randomly initialised model (every kernel drawn independently).
         architecture: one of ``bert``, ``roberta`` (RoBERTa-wwm checkpoints are BERT
             format), ``wobert``, ``nezha``, ``albert``, ``roformer``.
         pooling: one of ``cls``, ``last-avg``, ``first-last-avg``, ``max``, ``pooler``.
@@ -68,6 +87,7 @@ def build_encoder(
         overrides: passed to the bert4keras constructor (e.g. ``dropout_rate=0.1``).
     """
     architecture = _architecture_argument(architecture, model)
+    config_path = _config_of(config_path, checkpoint_path)
     if pooling not in POOLING_MODES:
         raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
     if vocab_path is not None:
@@ -97,30 +117,46 @@ def build_interaction_model(
     vocab_path: str = None,
     name: str = "interaction",
     model: str = None,
+    head_input: str = "cls",
+    require_head: bool = False,
     **overrides,
 ) -> keras.Model:
     """A cross-encoder: [token_ids, segment_ids] of a concatenated pair to a match score.
 
-    ``head='score'`` gives one unbounded score per pair (Dense(1) on [CLS], for
+    ``head='score'`` gives one unbounded score per pair (Dense(1), for
     InteractionCoSENTLoss); ``head='softmax'`` gives the two-way probabilities of the
-    cross-entropy baseline (column 1 is P(similar)). Both are float32.
+    cross-entropy baseline (column 1 is P(similar)). Both are float32. ``head_input`` is
+    what the head reads: ``cls``, the [CLS] hidden state (the original experiments), or
+    ``pooler``, BERT's pooler (as Hugging Face's ``BertForSequenceClassification``, whose
+    folders load here with their classifier). A checkpoint that holds the head's weights
+    fills the head too; otherwise it starts random, or, with ``require_head``, it is an error.
     """
     architecture = _architecture_argument(architecture, model)
+    config_path = _config_of(config_path, checkpoint_path)
     if head not in INTERACTION_HEADS:
         raise ConfigError(f"unknown interaction head {head!r}; choose one of {', '.join(INTERACTION_HEADS)}")
+    if head_input not in HEAD_INPUTS:
+        raise ConfigError(f"unknown head input {head_input!r}; choose one of {', '.join(HEAD_INPUTS)}")
     if vocab_path is not None:
         check_vocab_size(config_path, vocab_path)
-    transformer = build_transformer(config_path, checkpoint_path, architecture, **overrides)
-    cls = Pooling("cls", name="Pooling")(_cls_input(transformer, architecture))
+    transformer = build_transformer(config_path, None, architecture, with_pool=head_input == "pooler", **overrides)
+    if head_input == "pooler":
+        features = transformer.output
+    else:
+        features = Pooling("cls", name="Pooling")(_cls_input(transformer, architecture))
     units, activation = (1, None) if head == "score" else (2, "softmax")
     output = keras.layers.Dense(
         units,
         activation=activation,
         dtype="float32",
-        name="Match-" + head.capitalize(),
+        name=head_layer_name(head),
         kernel_initializer=IndependentTruncatedNormal(0.02),
-    )(cls)
-    return keras.Model(transformer.inputs, output, name=name)
+    )(features)
+    interaction = keras.Model(transformer.inputs, output, name=name)
+    if checkpoint_path is not None:
+        checkpoint = load_checkpoint(transformer, checkpoint_path, HEAD_SCOPE + head_layer_name(head))
+        load_head(interaction, head_layer_name(head), checkpoint, required=require_head)
+    return interaction
 
 
 def first_layer_output(transformer):

@@ -119,6 +119,23 @@ def pair_dataset(
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
 
+def pair_segment_ids(token_ids, sep_id: int):
+    """Segment ids of padded concatenated pairs ``[CLS] a [SEP] b [SEP]``: 1 on ``b`` and its
+    [SEP], 0 elsewhere (padding included), as BERT's tokenizer and Hugging Face cross-encoders
+    give them. Takes a NumPy array or a tensor (also inside a graph); returns an int32 tensor."""
+    token_ids = tf.convert_to_tensor(token_ids, tf.int32)
+    seps_before = tf.cumsum(tf.cast(tf.equal(token_ids, sep_id), tf.int32), axis=1, exclusive=True)
+    return tf.cast((seps_before > 0) & tf.not_equal(token_ids, 0), tf.int32)
+
+
+def segment_ids(token_ids: np.ndarray, sep_id: int = None) -> np.ndarray:
+    """Segment ids of a padded batch: all 0 (``sep_id`` None, as the original interaction
+    experiments), or those of concatenated pairs (:func:`pair_segment_ids`)."""
+    if sep_id is None:
+        return np.zeros_like(token_ids)
+    return pair_segment_ids(token_ids, sep_id).numpy()
+
+
 def interaction_dataset(
     pair_ids: list,
     labels,
@@ -128,11 +145,13 @@ def interaction_dataset(
     seed: int = 0,
     start_step=0,
     repeat: bool = False,
+    sep_id: int = None,
 ) -> tf.data.Dataset:
     """Concatenated-pair batches for an interaction model: ``((token_ids, segment_ids), labels)``.
 
-    Segment ids are all 0, as in the original interaction experiments. Batching options
-    as for :func:`pair_dataset`.
+    Segment ids are all 0, as in the original interaction experiments, or with ``sep_id``
+    (the [SEP] token's id) 1 on the second text (:func:`pair_segment_ids`). Batching
+    options as for :func:`pair_dataset`.
     """
     if len(pair_ids) != len(labels):
         raise ValueError(f"{len(pair_ids)} token sequences but {len(labels)} labels")
@@ -142,7 +161,7 @@ def interaction_dataset(
     def make_batches():
         for index in stream():
             token_ids = pad_batch([pair_ids[i] for i in index])
-            yield (token_ids, np.zeros_like(token_ids)), labels[index]
+            yield (token_ids, segment_ids(token_ids, sep_id)), labels[index]
 
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 

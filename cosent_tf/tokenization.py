@@ -2,16 +2,21 @@
 
 import dataclasses
 import logging
+import os
 
 import numpy as np
 
+from . import huggingface
 from .backend import Bert4kerasTokenizer
 from .checkpoints import read_config
 from .errors import ConfigError, DataError
 
 
 def load_vocab(vocab_path: str) -> list:
-    """Token list of a BERT vocab file (one token per line); errors name the file and line."""
+    """Token list of a BERT vocab file (one token per line), or of a Hugging Face
+    ``tokenizer.json``'s WordPiece model; errors name the file and line."""
+    if os.fspath(vocab_path).endswith(".json"):
+        return huggingface.read_tokenizer_json(vocab_path)[0]
     try:
         with open(vocab_path, "rb") as f:
             raw_lines = f.read().splitlines()
@@ -97,6 +102,7 @@ class SentenceTokenizer:
         )
         self.token_dict = token_dict
         self.vocab_size = len(token_dict)
+        self.sep_id = token_dict.get("[SEP]")
         self.last_truncation = None  # the Truncation of the latest encode_all / encode_pairs
 
     def encode(self, text: str) -> list:

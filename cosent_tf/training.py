@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from . import huggingface
 from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed
 from .callbacks import StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files
@@ -42,7 +43,7 @@ from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metri
 from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
 from .losses import get_loss
-from .model_dir import ModelSpec, save_model_dir
+from .model_dir import ModelSpec, hf_spec, save_model_dir
 from .models import build_encoder, build_interaction_model, check_maxlen
 from .optimizers import FusedAdam
 from .pipeline import interaction_dataset, pair_dataset
@@ -71,7 +72,8 @@ class RunConfig:
     checkpoint: str = None
     vocab: str = None
     architecture: str = "bert"
-    pooling: str = "cls"
+    pooling: str = None
+    head_input: str = None
     maxlen: int = None
     batch_size: int = None
     epochs: int = None
@@ -111,12 +113,18 @@ class RunConfig:
         values["batch_size"] = self.batch_size or loss.batch_size or task.batch_size
         values["epochs"] = self.epochs or task.epochs
         values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
+        values["pooling"] = self.pooling or "cls"
+        values["head_input"] = self.head_input or "cls"
         if self.checkpoint:
-            # A checkpoint folder, or a prefix inside one, brings its config and vocab along.
-            folder = self.checkpoint if os.path.isdir(self.checkpoint) else os.path.dirname(self.checkpoint)
-            config, _, vocab = checkpoint_files(folder)
+            # A checkpoint folder, or a prefix inside one, brings its config and vocab along; a
+            # Hugging Face folder also its pooling or head (see cosent_tf.model_dir.hf_spec).
+            config, _, vocab = checkpoint_files(self.checkpoint)
             values["config"] = self.config or config
             values["vocab"] = self.vocab or vocab
+            if huggingface.is_hf_folder(self.checkpoint):
+                spec = hf_spec(self.checkpoint)
+                values["pooling"] = self.pooling or spec.pooling or "cls"
+                values["head_input"] = self.head_input or spec.head_input
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG
         values["vocab"] = values["vocab"] or os.path.join(self.data_dir, "vocab", "bert-base-chinese-vocab.txt")
         prefix = "interact-" if interaction else ""
@@ -259,19 +267,29 @@ class Matcher:
         if cfg.kind == "interaction" and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
         check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
+        lower_case = huggingface.do_lower_case(cfg.checkpoint) if huggingface.is_hf_folder(cfg.checkpoint) else True
         self.tokenizer = SentenceTokenizer(
-            cfg.vocab, cfg.maxlen, word_level=get_architecture(cfg.architecture).word_level
+            cfg.vocab, cfg.maxlen, get_architecture(cfg.architecture).word_level, lower_case
         )
-        settings = dict(maxlen=cfg.maxlen, word_level=self.tokenizer.word_level)
+        settings = dict(maxlen=cfg.maxlen, word_level=self.tokenizer.word_level, do_lower_case=lower_case)
         if cfg.kind == "feature":
             self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.architecture, cfg.pooling, vocab_path=cfg.vocab)
             self.spec = ModelSpec("feature", cfg.architecture, pooling=cfg.pooling, **settings)
         else:
             head = self.loss.interaction_head
             self.model = build_interaction_model(
-                cfg.config, cfg.checkpoint, cfg.architecture, head, vocab_path=cfg.vocab
+                cfg.config, cfg.checkpoint, cfg.architecture, head, vocab_path=cfg.vocab, head_input=cfg.head_input
             )
-            self.spec = ModelSpec("interaction", cfg.architecture, pooling=None, head=head, **settings)
+            self.spec = ModelSpec(
+                "interaction",
+                cfg.architecture,
+                pooling=None,
+                head=head,
+                head_input=cfg.head_input,
+                pair_segments=cfg.head_input == "pooler",  # a Hugging Face style cross-encoder
+                **settings,
+            )
+        self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
 
     def prepare(self, pairs: PairData):
         """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise."""
@@ -283,7 +301,7 @@ class Matcher:
         return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b, f"{pairs.source}, pairs")
 
     def scores(self, prepared):
-        return pair_scores(self.model, self.cfg.kind, prepared)
+        return pair_scores(self.model, self.cfg.kind, prepared, sep_id=self.sep_id)
 
     def retrieval(self, pairs: PairData, task: Task) -> dict:
         """Retrieval metrics of a feature model over the pairs (:func:`cosent_tf.evaluation.pair_retrieval`);
@@ -311,7 +329,7 @@ class Matcher:
         options = dict(group_by_length=self.cfg.group_by_length, seed=self.cfg.seed, start_step=start_step, repeat=True)
         if self.cfg.kind == "feature":
             return pair_dataset(*prepared, labels, self.cfg.batch_size, **options)
-        return interaction_dataset(prepared, labels, self.cfg.batch_size, **options)
+        return interaction_dataset(prepared, labels, self.cfg.batch_size, sep_id=self.sep_id, **options)
 
 
 def train(cfg: RunConfig, overwrite: bool = False) -> dict:

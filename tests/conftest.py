@@ -2,6 +2,7 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 
 import cosent_tf  # noqa: F401  (sets up Keras 2 before TensorFlow is imported anywhere)
@@ -83,7 +84,15 @@ def _fresh_keras_state():
 
 
 def make_model_dir(
-    directory, config, kind="feature", pooling="cls", head="score", maxlen=32, threshold=None, vocab=None
+    directory,
+    config,
+    kind="feature",
+    pooling="cls",
+    head="score",
+    maxlen=32,
+    threshold=None,
+    vocab=None,
+    head_input="cls",
 ):
     """A model folder holding a random tiny model; returns the Keras model it holds."""
     from cosent_tf import ModelSpec, build_encoder, build_interaction_model, save_model_dir
@@ -91,7 +100,58 @@ def make_model_dir(
     if kind == "feature":
         model, spec = build_encoder(config, pooling=pooling), ModelSpec("feature", pooling=pooling, maxlen=maxlen)
     else:
-        model, spec = build_interaction_model(config, head=head), ModelSpec("interaction", head=head, maxlen=maxlen)
+        model = build_interaction_model(config, head=head, head_input=head_input)
+        pair_segments = head_input == "pooler"
+        spec = ModelSpec("interaction", head=head, head_input=head_input, pair_segments=pair_segments, maxlen=maxlen)
     spec.threshold = threshold
     save_model_dir(directory, model, spec, config, vocab or made_vocab())
     return model
+
+
+CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
+
+
+def tiny_pairs(rng, count, scores):
+    """Pairs whose label is how many characters the two sentences share (learnable)."""
+    rows = []
+    for _ in range(count):
+        first = "".join(rng.choice(list(CHARACTERS), 6))
+        shared = int(rng.integers(0, 6))
+        second = first[:shared] + "".join(rng.choice(list(CHARACTERS), 6 - shared))
+        rows.append((first, second, shared if scores else int(shared >= 3)))
+    return rows
+
+
+def write_tiny_data(root, seed=0, counts=(48, 24, 24)):
+    rng = np.random.default_rng(seed)
+    for task in ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"):
+        os.makedirs(root / "senteval_cn" / task, exist_ok=True)
+        for split, count in zip(("train", "valid", "test"), counts):
+            lines = [f"{a}\t{b}\t{label}" for a, b, label in tiny_pairs(rng, count, task == "STS-B")]
+            (root / "senteval_cn" / task / f"{task}.{split}.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.makedirs(root / "cnsd" / "cnsd-snli", exist_ok=True)
+    names = ["contradiction", "contradiction", "neutral", "neutral", "entailment", "entailment"]
+    rows = [{"sentence1": a, "sentence2": b, "gold_label": names[shared]} for a, b, shared in tiny_pairs(rng, 40, True)]
+    (root / "cnsd" / "cnsd-snli" / "dev.jsonl").write_text(
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
+    )
+
+
+@pytest.fixture
+def tiny_setup(tmp_path):
+    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(CHARACTERS)
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = write_config(tmp_path / "config.json", vocab_size=len(vocab), hidden=16, layers=1, max_position=256)
+    write_tiny_data(tmp_path / "data")
+    return tmp_path, [
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--config",
+        config,
+        "--vocab",
+        str(tmp_path / "vocab.txt"),
+        "--batch-size",
+        "8",
+        "--lr",
+        "1e-3",
+    ]

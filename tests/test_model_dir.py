@@ -46,7 +46,7 @@ def test_missing_and_incomplete_folders_are_named(tiny_config, tmp_path):
     with pytest.raises(ConfigError, match="nowhere: model folder not found"):
         read_spec(str(tmp_path / "nowhere"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match=f"not a cosent-tf model folder \\(no {SPEC_FILE}\\)"):
+    with pytest.raises(ConfigError, match=f"not a cosent-tf model folder \\(no {SPEC_FILE};"):
         read_spec(str(tmp_path / "empty"))
     make_model_dir(tmp_path / "model", tiny_config)
     os.remove(tmp_path / "model" / "vocab.txt")

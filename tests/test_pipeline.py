@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import interaction_dataset, pair_dataset
-from cosent_tf.pipeline import batch_indices, length_sorted_batches, pad_batch, restore_order
+from cosent_tf.pipeline import batch_indices, length_sorted_batches, pad_batch, pair_segment_ids, restore_order
 
 
 def make_pairs(count, seed=0):
@@ -173,3 +173,19 @@ def test_shuffled_and_grouped_interaction_batches_keep_each_pairs_label():
             np.testing.assert_array_equal(batch_labels, labels[pairs])
             seen.extend(pairs)
         assert sorted(seen) == list(range(203)) and seen != sorted(seen)  # all of them, shuffled
+
+
+def test_pair_segment_ids_mark_the_second_text_and_its_sep_only():
+    # [CLS] a a [SEP] b [SEP] pad pad / [CLS] a [SEP] b b b [SEP] pad, with [SEP] = 102
+    ids = np.array([[101, 7, 8, 102, 9, 102, 0, 0], [101, 7, 102, 9, 9, 9, 102, 0]])
+    expected = [[0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1, 0]]
+    np.testing.assert_array_equal(pair_segment_ids(ids, 102).numpy(), expected)
+
+
+def test_interaction_batches_carry_pair_segments_only_when_asked():
+    pairs = [np.array([101, 7, 102, 9, 102]), np.array([101, 8, 8, 102, 9, 9, 102])]
+    plain = next(iter(interaction_dataset(pairs, [1.0, 0.0], batch_size=2, shuffle=False)))
+    paired = next(iter(interaction_dataset(pairs, [1.0, 0.0], batch_size=2, shuffle=False, sep_id=102)))
+    assert not plain[0][1].numpy().any()
+    np.testing.assert_array_equal(paired[0][1].numpy(), pair_segment_ids(paired[0][0], 102).numpy())
+    assert paired[0][1].numpy().sum() == 2 + 3

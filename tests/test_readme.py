@@ -27,7 +27,7 @@ def quote_pattern(quote):
     """A regular expression for a quoted message: placeholders match what they stand for."""
     pattern = re.escape(quote)
     pattern = pattern.replace(r"\ \.\.\.", ".*").replace(r"\.\.\.", ".*")
-    for name in ("PATH", "CONFIG", "VOCAB", "CKPT", "OUTPUT_DIR"):
+    for name in ("PATH", "CONFIG", "VOCAB", "CKPT", "OUTPUT_DIR", "MODEL_DIR"):
         pattern = re.sub(rf"\b{name}\b", ".+?", pattern)
     return re.sub(r"\b[NBMS]\b", r"\\d+", pattern)
 
@@ -135,7 +135,7 @@ def model_cases(tmp_path):
     )
     yield (
         "CKPT: this checkpoint has no pooler (bert/pooler/dense/kernel, ... missing), so pooling 'pooler' cannot be "
-        "used with it; choose cls, ...",
+        "used with it (nor --head pooler); choose cls, ...",
         lambda: build_encoder(deep, str(tmp_path / "ckpt"), pooling="pooler"),
     )
     save_checkpoint(build_encoder(shallow), tmp_path / "shallow-ckpt", shallow)
@@ -173,7 +173,61 @@ def model_cases(tmp_path):
     )
 
 
-CASES = {"data": data_cases, "own files": own_file_cases, "model": model_cases}
+def hugging_face_cases(tmp_path):
+    import json
+    import sys
+
+    from conftest import make_model_dir
+
+    yield (
+        "hfl/chinese-roberta-wwm-ext: no such folder here, and it reads as a Hugging Face hub name, but nothing "
+        "is downloaded: download the model where there is internet (huggingface-cli download ...), then pass FOLDER",
+        lambda: build_encoder(None, "hfl/chinese-roberta-wwm-ext"),
+    )
+    config = write_config(tmp_path / "config.json")
+    make_model_dir(tmp_path / "model", config, pooling="last-avg")
+    assert cosent_tf(["export", "--format", "hf", str(tmp_path / "model"), str(tmp_path / "hf")]) == 0
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    write(tmp_path / "hf" / "config.json", json.dumps({**hf_config, "model_type": "xlm-roberta"}))
+    yield (
+        "PATH: model_type 'xlm-roberta' is not supported from Hugging Face folders; cosent-tf reads model_type "
+        "'bert' (...)",
+        lambda: build_encoder(None, str(tmp_path / "hf")),
+    )
+    write(tmp_path / "hf" / "config.json", json.dumps(hf_config))
+    (tmp_path / "hf" / "model.safetensors").rename(tmp_path / "hf" / "pytorch_model.bin")
+    saved = sys.modules.pop("torch", None)
+    sys.modules["torch"] = None  # as if torch were not installed
+    try:
+        yield (
+            "PATH: reading pytorch_model.bin needs torch: pip install cosent-tf[torch] (...)",
+            lambda: build_encoder(None, str(tmp_path / "hf")),
+        )
+    finally:
+        del sys.modules["torch"]
+        if saved is not None:
+            sys.modules["torch"] = saved
+    write(
+        tmp_path / "hf" / "modules.json",
+        '[{"path": "", "type": "sentence_transformers.models.Transformer"}, '
+        '{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}, '
+        '{"name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]',
+    )
+    yield (
+        "PATH: module '2' (sentence_transformers.models.Dense) is not supported; cosent-tf reads one each of "
+        "Transformer, Pooling, Normalize (Normalize optional)",
+        lambda: build_encoder(None, str(tmp_path / "hf")),
+    )
+    make_model_dir(tmp_path / "cross", config, kind="interaction")
+    yield (
+        "MODEL_DIR: this interaction model's head reads the [CLS] hidden state directly (as the original "
+        "experiments), which BertForSequenceClassification cannot express: it scores through BERT's pooler. "
+        "Train with --head pooler to export to Hugging Face, or export it as a SavedModel",
+        lambda: cosent_tf(["export", "--format", "hf", str(tmp_path / "cross"), str(tmp_path / "out")]),
+    )
+
+
+CASES = {"data": data_cases, "own files": own_file_cases, "model": model_cases, "hugging face": hugging_face_cases}
 
 
 @pytest.mark.parametrize("group", sorted(CASES))

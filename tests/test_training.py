@@ -17,9 +17,8 @@ from cosent_tf.io import folder_lock
 from cosent_tf.run_folder import RUN_OUTPUTS
 from cosent_tf.training import RunConfig, load_run_data, train
 
-from conftest import ROOT, write_config
+from conftest import CHARACTERS, ROOT, tiny_pairs, tiny_setup, write_config
 
-CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
 RUN_FILES = [
     ".lock",
     "best.weights.h5",
@@ -30,52 +29,6 @@ RUN_FILES = [
     "valid_curve.png",
     "valid_metrics.csv",
 ]
-
-
-def tiny_pairs(rng, count, scores):
-    """Pairs whose label is how many characters the two sentences share (learnable)."""
-    rows = []
-    for _ in range(count):
-        first = "".join(rng.choice(list(CHARACTERS), 6))
-        shared = int(rng.integers(0, 6))
-        second = first[:shared] + "".join(rng.choice(list(CHARACTERS), 6 - shared))
-        rows.append((first, second, shared if scores else int(shared >= 3)))
-    return rows
-
-
-def write_tiny_data(root, seed=0, counts=(48, 24, 24)):
-    rng = np.random.default_rng(seed)
-    for task in ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"):
-        os.makedirs(root / "senteval_cn" / task, exist_ok=True)
-        for split, count in zip(("train", "valid", "test"), counts):
-            lines = [f"{a}\t{b}\t{label}" for a, b, label in tiny_pairs(rng, count, task == "STS-B")]
-            (root / "senteval_cn" / task / f"{task}.{split}.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.makedirs(root / "cnsd" / "cnsd-snli", exist_ok=True)
-    names = ["contradiction", "contradiction", "neutral", "neutral", "entailment", "entailment"]
-    rows = [{"sentence1": a, "sentence2": b, "gold_label": names[shared]} for a, b, shared in tiny_pairs(rng, 40, True)]
-    (root / "cnsd" / "cnsd-snli" / "dev.jsonl").write_text(
-        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
-    )
-
-
-@pytest.fixture
-def tiny_setup(tmp_path):
-    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(CHARACTERS)
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    config = write_config(tmp_path / "config.json", vocab_size=len(vocab), hidden=16, layers=1, max_position=256)
-    write_tiny_data(tmp_path / "data")
-    return tmp_path, [
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--config",
-        config,
-        "--vocab",
-        str(tmp_path / "vocab.txt"),
-        "--batch-size",
-        "8",
-        "--lr",
-        "1e-3",
-    ]
 
 
 def read_csv(path):
