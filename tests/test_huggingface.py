@@ -336,3 +336,32 @@ def test_training_starts_from_a_sentence_transformers_folder_and_keeps_its_setti
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (recorded["pooling"], recorded["config"]) == ("max", str(tmp_path / "st" / "config.json"))
     assert read_spec(str(tmp_path / "run" / "model")).pooling == "max"
+
+
+def test_an_interaction_run_from_a_classifier_folder_starts_from_its_head(tiny_setup, caplog):
+    from cosent_tf.tasks import get_task
+    from cosent_tf.training import Matcher
+
+    tmp_path, options = tiny_setup
+    vocab, config = (options[options.index(flag) + 1] for flag in ("--vocab", "--config"))
+    make_model_dir(tmp_path / "source", config, kind="interaction", head_input="pooler", vocab=vocab)
+    export_hf(str(tmp_path / "source"), str(tmp_path / "cross"))
+    cfg = RunConfig(task="BQ", kind="interaction", loss="cosent", checkpoint=str(tmp_path / "cross")).resolved()
+    assert (cfg.head_input, cfg.config, cfg.vocab) == (
+        "pooler",
+        str(tmp_path / "cross" / "config.json"),
+        str(tmp_path / "cross" / "vocab.txt"),
+    )
+    matcher = Matcher(cfg, get_task("BQ"))
+    assert matcher.spec.pair_segments and matcher.sep_id == matcher.tokenizer.sep_id
+    texts_a, texts_b = ["我是你", "他们不在"], ["你是我", "他在"]
+    scores = matcher.scores(matcher.tokenizer.encode_pairs(texts_a, texts_b))
+    np.testing.assert_allclose(scores, PairScorer.load(str(tmp_path / "cross")).similarity(texts_a, texts_b), atol=1e-6)
+    # a two-label classifier cannot fill CoSENT's one-score head: it starts fresh, and says so
+    make_model_dir(tmp_path / "two", config, kind="interaction", head="softmax", head_input="pooler", vocab=vocab)
+    export_hf(str(tmp_path / "two"), str(tmp_path / "cross-2"))
+    cfg = RunConfig(task="BQ", kind="interaction", loss="cosent", checkpoint=str(tmp_path / "cross-2")).resolved()
+    with caplog.at_level(logging.WARNING):
+        Matcher(cfg, get_task("BQ"))
+    assert "cosent/Match-Score/kernel has shape (16, 2), the model needs (16, 1)" in caplog.text
+    assert "the head starts from random weights" in caplog.text
