@@ -4,28 +4,69 @@ The names here are the package's user-level API; building blocks (loss functions
 metrics, pipeline primitives, checkpoint checks) stay in their submodules.
 """
 
-from . import backend  # noqa: F401  (sets up Keras 2 before anything imports TensorFlow)
-from .checkpoints import save_checkpoint
-from .data import PairData, load_task, read_nli, read_senteval
-from .errors import CheckpointError, ConfigError, CosentError, DataError, NonFiniteLossError, TrainingInterrupted
-from .export import export_hf, export_saved_model
-from .inference import Hit, PairScorer, SentenceEncoder, VectorIndex
-from .layers import PaddingMask, Pooling
-from .losses import (
-    CoSENTLoss,
-    CosineMSELoss,
-    InteractionCoSENTLoss,
-    SentenceBertHead,
-    SentenceBertSoftmaxLoss,
-    ThresholdContrastiveLoss,
-)
-from .model_dir import ModelSpec, load_model_dir, save_model_dir
-from .models import build_encoder, build_interaction_model
-from .optimizers import FusedAdam
-from .pipeline import interaction_dataset, pair_dataset
-from .tasks import TASKS, Task
-from .tokenization import SentenceTokenizer
-from .training import RunConfig, train
+import importlib
+import importlib.util
+
+from . import environment  # noqa: F401  (sets up Keras 2 before anything imports TensorFlow)
+
+# Each name loads its module (and TensorFlow) on first use, so that the command line answers
+# --help, and `import cosent_tf` returns, without importing TensorFlow.
+_MODULES = {
+    "save_checkpoint": ".checkpoints",
+    "PairData": ".data",
+    "load_task": ".data",
+    "read_nli": ".data",
+    "read_senteval": ".data",
+    "CheckpointError": ".errors",
+    "ConfigError": ".errors",
+    "CosentError": ".errors",
+    "DataError": ".errors",
+    "NonFiniteLossError": ".errors",
+    "TrainingInterrupted": ".errors",
+    "export_hf": ".export",
+    "export_saved_model": ".export",
+    "Hit": ".inference",
+    "PairScorer": ".inference",
+    "SentenceEncoder": ".inference",
+    "VectorIndex": ".inference",
+    "PaddingMask": ".layers",
+    "Pooling": ".layers",
+    "CoSENTLoss": ".losses",
+    "CosineMSELoss": ".losses",
+    "InteractionCoSENTLoss": ".losses",
+    "SentenceBertHead": ".losses",
+    "SentenceBertSoftmaxLoss": ".losses",
+    "ThresholdContrastiveLoss": ".losses",
+    "ModelSpec": ".model_dir",
+    "load_model_dir": ".model_dir",
+    "save_model_dir": ".model_dir",
+    "build_encoder": ".models",
+    "build_interaction_model": ".models",
+    "FusedAdam": ".optimizers",
+    "interaction_dataset": ".pipeline",
+    "pair_dataset": ".pipeline",
+    "TASKS": ".tasks",
+    "Task": ".tasks",
+    "SentenceTokenizer": ".tokenization",
+    "RunConfig": ".training",
+    "train": ".training",
+}
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        value = getattr(importlib.import_module(_MODULES[name], __name__), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule: cosent_tf.losses, ...
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'cosent_tf' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULES))
+
 
 __version__ = "0.3.0"
 

@@ -38,36 +38,22 @@ hooks (:class:`cosent_tf.callbacks.StepBackup`) and Adam's slot bookkeeping
 eager seed state.
 """
 
+import contextlib
+import dataclasses
 import os
+import random
+import re
 import sys
+import tempfile
+from collections.abc import Iterator
 
-# TensorFlow resolves tf.keras (and bert4keras's Keras) at its own import: imported before
-# cosent_tf without TF_USE_LEGACY_KERAS=1, it has Keras 3, and models fail much later.
-_TENSORFLOW_FIRST = "tensorflow" in sys.modules and os.environ.get("TF_USE_LEGACY_KERAS") != "1"
-if _TENSORFLOW_FIRST:
-    raise ImportError(
-        "tensorflow was imported before cosent_tf, so it set up Keras 3, which bert4keras cannot use: "
-        "import cosent_tf first (it sets up Keras 2), or set TF_USE_LEGACY_KERAS=1 before importing tensorflow"
-    )
+import numpy as np
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
-
-import contextlib  # noqa: E402
-import dataclasses  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import tempfile  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-
-import numpy as np  # noqa: E402
+from . import environment  # noqa: F401  (before TensorFlow: Keras 2 and the allocator settings)
 
 # What TensorFlow's native code prints at start-up whatever TF_CPP_MIN_LOG_LEVEL says: absl's
 # notice, oneDNN's, the CPU-feature note, and CUDA probing on a machine without a GPU.
-_STARTUP_LINES = re.compile(
+TENSORFLOW_STARTUP_LINES = re.compile(
     r"All log messages before absl::InitializeLog|oneDNN custom operations are on|Could not find cuda drivers"
     r"|failed call to cuInit|Unable to register cu|This TensorFlow binary is optimized to use"
     r"|rebuild TensorFlow with the appropriate compiler flags"
@@ -96,7 +82,7 @@ def _startup_lines_held_back():
             os.close(saved)
             held.seek(0)
             lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
-            kept = "".join(line for line in lines if not _STARTUP_LINES.search(line))
+            kept = "".join(line for line in lines if not TENSORFLOW_STARTUP_LINES.search(line))
             if kept:
                 sys.stderr.write(kept)
                 sys.stderr.flush()

@@ -47,6 +47,25 @@ def console_logging():
         package.propagate = previous_propagate
 
 
+@contextlib.contextmanager
+def tensorflow_start_up_shown(verbose: bool):
+    """With ``verbose``, TensorFlow's native start-up lines are shown if TensorFlow is first
+    imported within the block (``COSENT_TF_VERBOSE=1``); the variable is put back afterwards."""
+    previous = os.environ.get("COSENT_TF_VERBOSE")
+    if verbose:
+        os.environ["COSENT_TF_VERBOSE"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("COSENT_TF_VERBOSE", None)
+        else:
+            os.environ["COSENT_TF_VERBOSE"] = previous
+
+
+VERBOSE_HELP = "show TensorFlow's start-up lines (absl, oneDNN, CUDA probing), which are held back by default"
+
+
 def _encode(args):
     from .inference import SentenceEncoder
 
@@ -127,7 +146,7 @@ def _export(args):
 def _train(args):
     from .training import RunConfig
 
-    settings = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "overwrite", "name")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "overwrite", "name", "verbose")}
     settings["task"] = args.name or os.path.splitext(os.path.basename(args.train_file))[0]
     _run_training(RunConfig(**settings), args.overwrite)
 
@@ -198,12 +217,15 @@ def _add_file_format_options(sub):
     )
 
 
-def argument_parser():
+def argument_parser(command_name: str = None):
+    """The ``cosent-tf`` parser. Given the command about to run, the others' options are left
+    out: ``train``'s need TensorFlow to list, and ``cosent-tf --help`` should not wait for it."""
     parser = argparse.ArgumentParser(
         prog="cosent-tf",
         description="Train on your own pair files, and evaluate and use a trained model folder "
         "(a training run's OUTPUT_DIR/model).",
     )
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, handler, help_text, parent=commands):
@@ -254,7 +276,8 @@ def argument_parser():
         help="train even if every train pair has the same label (nothing to rank)",
     )
     _add_file_format_options(sub)
-    _add_run_options(sub)
+    if command_name in (None, "train"):
+        _add_run_options(sub)
 
     sub = command(
         "evaluate",
@@ -347,9 +370,10 @@ def argument_parser():
 
 
 def main(argv=None) -> int:
-    args = argument_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
     try:
-        with console_logging():
+        with console_logging(), tensorflow_start_up_shown(args.verbose):
             args.handler(args)
     except (CosentError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
@@ -491,6 +515,7 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
         "(results are then not comparable with published numbers)",
     )
     _add_run_options(parser)
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     return parser
 
 
@@ -517,12 +542,14 @@ def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str
     """Parse a training script's command line, train, and print the final metrics as JSON."""
     from .training import RunConfig
 
-    args = vars(training_parser(kind, loss, task).parse_args(argv))
-    if task is not None:
-        args["task"] = task
-    overwrite = args.pop("overwrite")
-    with console_logging():
-        return _run_training(RunConfig(kind=kind, **args), overwrite)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with tensorflow_start_up_shown("--verbose" in argv):  # the parser itself imports TensorFlow
+        args = vars(training_parser(kind, loss, task).parse_args(argv))
+        if task is not None:
+            args["task"] = task
+        overwrite, _ = args.pop("overwrite"), args.pop("verbose")
+        with console_logging():
+            return _run_training(RunConfig(kind=kind, **args), overwrite)
 
 
 def report_main(argv=None) -> None:

@@ -4,6 +4,8 @@ import sys
 
 import pytest
 
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
+
 from conftest import ROOT
 
 # A few training steps of a tiny [CLS] encoder: the single-query attention of the last block
@@ -99,10 +101,24 @@ def test_tensorflow_start_up_lines_are_held_back_and_everything_else_passes(capf
 @pytest.mark.slow
 def test_importing_cosent_tf_prints_nothing_and_importing_tensorflow_first_is_refused():
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS", "COSENT_TF_VERBOSE")}
+    lazy = (
+        "import sys, cosent_tf; print('tensorflow' in sys.modules); import tensorflow as tf; print(tf.keras.__name__)"
+    )
+    light = subprocess.run([sys.executable, "-c", lazy], capture_output=True, text=True, env=env, timeout=300)
+    # `import cosent_tf` sets Keras 2 up without importing TensorFlow; the user's import then gets it
+    assert light.stdout.split() == ["False", "tf_keras.api._v2.keras"], light.stderr[-2000:]
     quiet = subprocess.run(
-        [sys.executable, "-c", "import cosent_tf"], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", "import cosent_tf.backend"], capture_output=True, text=True, env=env, timeout=300
     )
     assert quiet.returncode == 0 and quiet.stdout == quiet.stderr == ""
+    shown = subprocess.run(
+        [sys.executable, "-c", "import cosent_tf.backend"],
+        capture_output=True,
+        text=True,
+        env={**env, "COSENT_TF_VERBOSE": "1"},
+        timeout=300,
+    )
+    assert TENSORFLOW_STARTUP_LINES.search(shown.stderr)  # the lines exist here, so their absence above counts
     first = subprocess.run(
         [sys.executable, "-c", "import tensorflow; import cosent_tf"],
         capture_output=True,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import SentenceEncoder, VectorIndex
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import console_logging, main
 
 from conftest import make_model_dir
@@ -160,6 +161,30 @@ def test_bad_input_is_named_and_nothing_is_written(arguments, message, model_dir
         main(arguments)
     assert str(raised.value).startswith("error: ")
     assert not os.path.exists(arguments[-1])
+
+
+@pytest.mark.slow
+def test_help_answers_without_importing_tensorflow():
+    code = (
+        "import sys\nfrom cosent_tf.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('tensorflow imported:', 'tensorflow' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stdout.rstrip().endswith("tensorflow imported: False") and result.stderr == ""
+    assert "encode" in result.stdout and "--verbose" in result.stdout
+
+
+@pytest.mark.slow
+def test_commands_keep_tensorflow_start_up_lines_out_unless_verbose(model_dir, tmp_path):
+    script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
+    texts, out = str(tmp_path / "texts.txt"), str(tmp_path / "vectors.npy")
+    quiet = subprocess.run([script, "encode", str(model_dir), texts, out], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and not TENSORFLOW_STARTUP_LINES.search(quiet.stderr), quiet.stderr[:2000]
+    verbose = subprocess.run(
+        [script, "--verbose", "encode", str(model_dir), texts, out], capture_output=True, text=True, timeout=300
+    )
+    assert verbose.returncode == 0 and TENSORFLOW_STARTUP_LINES.search(verbose.stderr)
+    assert "COSENT_TF_VERBOSE" not in os.environ
 
 
 @pytest.mark.slow

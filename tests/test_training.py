@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint, training
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import train_main
 from cosent_tf.data import nli_files
 from cosent_tf.io import folder_lock
@@ -241,6 +242,7 @@ def uninterrupted(tmp_path_factory):
         command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
+    assert not TENSORFLOW_STARTUP_LINES.search(reference.stderr), reference.stderr[:1000]
     return tmp_path, command
 
 
