@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import signal
+import sys
 
 import numpy as np
 
@@ -26,10 +27,20 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     rewritten atomically; a resumed run reloads the rows up to the restored step and
     carries on. With ``restore_best`` the model ends training holding the best weights.
     Best weights are chosen at epoch ends only, as in the original experiments.
+    ``progress_bar``: a Keras progress bar is being redrawn on stdout, so a validation within
+    an epoch first ends its line (fit's own ProgbarLogger should come before this callback, so
+    that it ends the line at epoch ends).
     """
 
     def __init__(
-        self, evaluate, weights_path=None, monitor="spearman", restore_best=True, every_steps=0, csv_path=None
+        self,
+        evaluate,
+        weights_path=None,
+        monitor="spearman",
+        restore_best=True,
+        every_steps=0,
+        csv_path=None,
+        progress_bar=False,
     ):
         super().__init__()
         self.evaluate = evaluate
@@ -38,6 +49,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         self.restore_best = restore_best
         self.every_steps = int(every_steps or 0)
         self.csv_path = csv_path
+        self.progress_bar = progress_bar
         self.best = -math.inf
         self.best_epoch = None
         self.history = []
@@ -73,6 +85,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         step = self._step()
         if step % self.every_steps == 0:
             metrics = self._record(self._epoch + 1, step, False)
+            if self.progress_bar:
+                sys.stdout.write("\n")  # the bar's line is unfinished
             logger.info("step %d valid: %s", step, _format(metrics))
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import huggingface
 from .backend import keras, tf, transformer_class
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, where
 from .io import FolderKind, atomic_directory, is_inside
 
 CONFIG_FILE = "bert_config.json"
@@ -40,6 +40,8 @@ def read_config(config_path: str) -> dict:
     try:
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{where(config_path)}: cannot read the model config ({e.strerror})") from e
     except OSError as e:
         raise ConfigError(f"{config_path}: cannot read the model config ({e.strerror})") from e
     except json.JSONDecodeError as e:
@@ -95,7 +97,7 @@ def resolve_checkpoint(checkpoint_path: str) -> str:
             prefix = os.path.join(path, candidates[0])
         return prefix
     if not os.path.exists(path + ".index"):
-        raise CheckpointError(f"{path}: checkpoint not found (no {os.path.basename(path)}.index)")
+        raise CheckpointError(f"{where(path)}: checkpoint not found (no {os.path.basename(path)}.index)")
     return path
 
 
@@ -141,7 +143,7 @@ def open_checkpoint(checkpoint_path: str, head_scope: str = None) -> CheckpointV
 def _refuse_hub_name(path):
     if huggingface.looks_like_hub_name(path):
         raise CheckpointError(
-            f"{path}: no such folder here, and it reads as a Hugging Face hub name, but nothing is downloaded: "
+            f"{where(path)}: no such folder here, and it reads as a Hugging Face hub name, but nothing is downloaded: "
             f"download the model where there is internet (huggingface-cli download {path} --local-dir FOLDER), "
             "then pass FOLDER"
         )

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, where
 from .tasks import MATCHING_TASKS, SENTEVAL, Task, get_task
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def _decoded_lines(path):
     try:
         handle = open(path, "rb")  # noqa: SIM115 (a with block follows; only the open may fail here)
     except OSError as e:
-        raise DataError(path, f"cannot open ({e.strerror})") from e
+        raise DataError(where(path) if isinstance(e, FileNotFoundError) else path, f"cannot open ({e.strerror})") from e
     with handle:
         for number, raw in enumerate(handle, start=1):
             try:
@@ -291,6 +291,19 @@ def senteval_dir(data_dir) -> str:
     """Accept either the shared data root (holding senteval_cn/) or the senteval_cn folder."""
     nested = os.path.join(data_dir, "senteval_cn")
     return nested if os.path.isdir(nested) else os.fspath(data_dir)
+
+
+SHARED_VOCAB = os.path.join("vocab", "bert-base-chinese-vocab.txt")
+
+
+def shared_vocab(data_dir) -> str:
+    """The Chinese BERT vocabulary of the shared data root: ``data_dir/vocab/...``, or, when
+    ``data_dir`` is the senteval_cn folder itself, its parent's."""
+    data_dir = os.fspath(data_dir)
+    beside = os.path.join(os.path.dirname(os.path.abspath(data_dir)), SHARED_VOCAB)
+    if os.path.basename(os.path.normpath(data_dir)) == "senteval_cn" and os.path.isfile(beside):
+        return beside
+    return os.path.join(data_dir, SHARED_VOCAB)
 
 
 def nli_files(data_dir) -> list:

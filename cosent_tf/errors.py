@@ -1,5 +1,14 @@
 """Error types raised for bad input. Every message names the file (and line) at fault."""
 
+import os
+
+
+def where(path) -> str:
+    """``path`` for a message: a relative one also names the folder it is relative to, which is
+    what a user needs when a file is not found."""
+    path = os.fspath(path)
+    return path if os.path.isabs(path) else f"{path} (from {os.getcwd()})"
+
 
 class CosentError(Exception):
     """Base class of the errors this package raises on purpose."""

@@ -8,6 +8,7 @@ of similar length; results come back in input order.
 
 import collections
 import json
+import logging
 import os
 import weakref
 
@@ -20,6 +21,7 @@ from .io import FolderKind, atomic_directory
 from .model_dir import load_model_dir, read_spec
 from .pipeline import length_sorted_batches, restore_order, segment_ids
 
+logger = logging.getLogger(__name__)
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
 Hit = collections.namedtuple("Hit", "index score text")
@@ -122,6 +124,12 @@ class _Matcher:
         if spec.kind != cls.KIND:
             other = MATCHERS[spec.kind]
             raise ConfigError(f"{path}: holds a model of kind {spec.kind!r}; load it with {other.__name__}")
+        if spec.source.get("random_weights"):
+            logger.warning(
+                "%s: this model was trained from random weights (no --checkpoint), so it is only fit for trying "
+                "the tools: unrelated sentences may score near 1",
+                path,
+            )
         return cls(model, tokenizer, spec, os.path.abspath(path))
 
     @property

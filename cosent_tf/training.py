@@ -36,9 +36,19 @@ import numpy as np
 from . import huggingface
 from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed
 from .callbacks import StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
-from .checkpoints import checkpoint_files
-from .data import PairData, PairFileFormat, load_task, nli_files, read_nli, read_pair_file, senteval_dir, task_file
-from .errors import DataError
+from .checkpoints import checkpoint_files, open_checkpoint, read_config
+from .data import (
+    PairData,
+    PairFileFormat,
+    load_task,
+    nli_files,
+    read_nli,
+    read_pair_file,
+    senteval_dir,
+    shared_vocab,
+    task_file,
+)
+from .errors import CheckpointError, DataError, where
 from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
 from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
@@ -50,7 +60,7 @@ from .pipeline import interaction_dataset, pair_dataset
 from .report import plot_valid_curve
 from .run_folder import check_run_folder, prepare_run_folder
 from .tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
-from .tokenization import SentenceTokenizer
+from .tokenization import SentenceTokenizer, check_vocab_size
 
 logger = logging.getLogger(__name__)
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "bert-small-random.json")
@@ -126,7 +136,7 @@ class RunConfig:
                 values["pooling"] = self.pooling or spec.pooling or "cls"
                 values["head_input"] = self.head_input or spec.head_input
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG
-        values["vocab"] = values["vocab"] or os.path.join(self.data_dir, "vocab", "bert-base-chinese-vocab.txt")
+        values["vocab"] = values["vocab"] or shared_vocab(self.data_dir)
         prefix = "interact-" if interaction else ""
         values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
         return RunConfig(**values)
@@ -143,6 +153,34 @@ class RunData:
     tasks: dict
     task: Task
     notes: list
+
+
+def check_inputs(cfg: RunConfig) -> None:
+    """What a run reads that can be checked at once, before any data is read: the data folder
+    (or the user's files), the config, the vocabulary and the checkpoint. Errors name the path
+    (and, when it is relative, the folder it is relative to)."""
+    if cfg.train_file:
+        for path in (cfg.train_file, cfg.valid_file, cfg.test_file):
+            if path is not None and not os.path.isfile(path):
+                raise DataError(where(path), "file not found")
+    elif not os.path.isdir(cfg.data_dir):
+        raise DataError(
+            where(cfg.data_dir),
+            "data folder not found; pass --data-dir: the shared data root (with senteval_cn/, cnsd/ and vocab/) "
+            "or a senteval_cn folder",
+        )
+    read_config(cfg.config)
+    if not os.path.isfile(cfg.vocab):
+        raise DataError(
+            where(cfg.vocab),
+            "vocabulary not found; pass --vocab (a checkpoint folder brings its own), or a --data-dir with vocab/",
+        )
+    check_vocab_size(cfg.config, cfg.vocab)
+    check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
+    if cfg.checkpoint and not os.path.exists(cfg.checkpoint) and not os.path.exists(cfg.checkpoint + ".index"):
+        raise CheckpointError(f"{where(cfg.checkpoint)}: checkpoint not found")
+    if cfg.checkpoint and not huggingface.is_hf_folder(cfg.checkpoint):
+        open_checkpoint(cfg.checkpoint)  # a Google checkpoint's variable list: cheap, and it must be readable
 
 
 def load_run_data(cfg: RunConfig) -> RunData:
@@ -344,8 +382,19 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
         return _train(cfg, overwrite)
 
 
+# Said at the start of a run without --checkpoint, and recorded with its results.
+RANDOM_WEIGHTS_NOTE = (
+    "no --checkpoint: the model starts from random weights, which is fine for trying the engine but "
+    "not for use: such a model gives unrelated sentences cosines near 1, and its figures are not "
+    "comparable with a pretrained model's"
+)
+
+
 def _train(cfg, overwrite):
     started = time.time()
+    check_inputs(cfg)
+    if not cfg.checkpoint:
+        logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE)
     data = load_run_data(cfg)
     train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
     for note in notes:
@@ -378,6 +427,7 @@ def _train(cfg, overwrite):
             "steps": steps,
             "train_pairs": len(train_pairs),
             "comparable": not notes and data.task.data != FILES,
+            "random_weights": not cfg.checkpoint,
             "notes": notes,
             "valid": mean_over_tasks({t: m["valid"] for t, m in per_task.items()}),
             "test": mean_over_tasks({t: m["test"] for t, m in per_task.items()}),
@@ -388,6 +438,8 @@ def _train(cfg, overwrite):
         matcher.spec.source = {
             "task": cfg.task,
             "loss": cfg.loss,
+            "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
+            "random_weights": not cfg.checkpoint,
             "run": os.path.abspath(cfg.output_dir),
             "best_epoch": validation.best_epoch,
             "test": metrics["test"],
@@ -413,24 +465,29 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
             {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
         )
 
+    progress_bar = os.isatty(1)
     validation = ValidationCheckpoint(
         evaluate_valid,
         os.path.join(cfg.output_dir, "best.weights.h5"),
         every_steps=cfg.eval_every,
         csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"),
+        progress_bar=progress_bar,
     )
     backup = StepBackup(backup_dir, cfg.backup_every)
     guard = StopOnNonFiniteLoss(
         kept=[("the best weights so far", validation.weights_path), ("the last saved training state", backup_dir)],
         advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.",
     )
-    try:  # the backup goes last: an epoch's state is saved after its validation
+    callbacks = [guard, validation, backup]  # the backup goes last: an epoch's state is saved after its validation
+    if progress_bar:  # first, so that the bar's line is finished before validation speaks
+        callbacks.insert(0, keras.callbacks.ProgbarLogger(count_mode="steps"))
+    try:
         model.fit(
             matcher.dataset(train_inputs, labels, optimizer_step),
             epochs=cfg.epochs,
             steps_per_epoch=cfg.steps_per_epoch or -(-len(train_pairs) // cfg.batch_size),
-            callbacks=[guard, validation, backup],
-            verbose=1 if os.isatty(1) else 2,
+            callbacks=callbacks,
+            verbose=1 if progress_bar else 2,
         )
     finally:
         backup.restore_signal_handlers()

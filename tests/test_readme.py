@@ -154,6 +154,16 @@ def model_cases(tmp_path):
         "CKPT: cannot read this checkpoint's weights (...); it may be truncated or corrupted",
         lambda: build_encoder(deep, str(broken)),
     )
+    yield (
+        "nowhere (from ...): data folder not found; pass --data-dir: the shared data root (with senteval_cn/, cnsd/ "
+        "and vocab/) or a senteval_cn folder",
+        lambda: train_main(["BQ", "--data-dir", "nowhere", "--config", deep, "--vocab", made_vocab()]),
+    )
+    yield (
+        "PATH (from ...): vocabulary not found; pass --vocab (a checkpoint folder brings its own), or a --data-dir "
+        "with vocab/",
+        lambda: train_main(["BQ", "--data-dir", ".", "--config", deep]),
+    )
     long = write_config(tmp_path / "long.json", max_position=512)
     for split in ("train", "valid", "test"):
         write(tmp_path / "data" / "BQ" / f"BQ.{split}.data", "一\t二\t1\n三\t四\t0\n")
@@ -180,8 +190,9 @@ def hugging_face_cases(tmp_path):
     from conftest import make_model_dir
 
     yield (
-        "hfl/chinese-roberta-wwm-ext: no such folder here, and it reads as a Hugging Face hub name, but nothing "
-        "is downloaded: download the model where there is internet (huggingface-cli download ...), then pass FOLDER",
+        "hfl/chinese-roberta-wwm-ext (from ...): no such folder here, and it reads as a Hugging Face hub name, "
+        "but nothing is downloaded: download the model where there is internet (huggingface-cli download ...), "
+        "then pass FOLDER",
         lambda: build_encoder(None, "hfl/chinese-roberta-wwm-ext"),
     )
     config = write_config(tmp_path / "config.json")
@@ -231,7 +242,8 @@ CASES = {"data": data_cases, "own files": own_file_cases, "model": model_cases, 
 
 
 @pytest.mark.parametrize("group", sorted(CASES))
-def test_each_message_of_the_bad_input_table_is_what_the_code_prints(group, tmp_path):
+def test_each_message_of_the_bad_input_table_is_what_the_code_prints(group, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the relative paths of the table's messages
     for quote, action in CASES[group](tmp_path):
         assert f"`{quote}" in TABLE or quote in TABLE, f"the README's table no longer quotes: {quote}"
         printed = message(action)

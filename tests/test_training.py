@@ -1,5 +1,6 @@
 import csv
 import json
+import logging
 import os
 import re
 import signal
@@ -185,6 +186,58 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
     used = json.loads((tmp_path / "from-ckpt" / "config.json").read_text())
     assert used["config"] == str(tmp_path / "ckpt" / "bert_config.json")
     assert used["vocab"] == str(tmp_path / "ckpt" / "vocab.txt")
+    assert json.loads((tmp_path / "from-ckpt" / "metrics.json").read_text())["random_weights"] is False
+    source = json.loads((tmp_path / "from-ckpt" / "model" / "cosent_model.json").read_text())["source"]
+    assert (source["random_weights"], source["checkpoint"]) == (False, os.path.abspath(checkpoint))
+
+
+def test_a_run_from_random_weights_says_so_and_so_does_its_model(tiny_setup, caplog, capsys):
+    tmp_path, options = tiny_setup
+    train_main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "random")] + options)
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings[0].startswith("NOTE: no --checkpoint: the model starts from random weights")
+    assert json.loads((tmp_path / "random" / "metrics.json").read_text())["random_weights"] is True
+    source = json.loads((tmp_path / "random" / "model" / "cosent_model.json").read_text())["source"]
+    assert (source["random_weights"], source["checkpoint"]) == (True, None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        SentenceEncoder.load(str(tmp_path / "random" / "model"))
+    assert "this model was trained from random weights (no --checkpoint)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"--data-dir": "nowhere"}, "nowhere (from CWD): data folder not found; pass --data-dir"),
+        ({"--vocab": "missing.txt"}, "missing.txt (from CWD): vocabulary not found; pass --vocab"),
+        ({"--config": "missing.json"}, "missing.json (from CWD): cannot read the model config"),
+        ({"--checkpoint": "checkpoints/mine/absent"}, "checkpoints/mine/absent (from CWD): checkpoint not found"),
+        ({"--checkpoint": "hfl/absent"}, "hfl/absent (from CWD): no such folder here, and it reads as a Hugging Face"),
+    ],
+)
+def test_missing_inputs_stop_the_run_before_any_data_is_read(change, message, tiny_setup, monkeypatch):
+    tmp_path, options = tiny_setup
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(training, "load_run_data", lambda cfg: pytest.fail("the data was read"))
+    arguments = list(options)
+    for flag, value in change.items():
+        if flag in arguments:
+            arguments[arguments.index(flag) + 1] = value
+        else:
+            arguments += [flag, value]
+    with pytest.raises(SystemExit) as stopped:
+        train_main(["BQ", "--output-dir", "run"] + arguments)
+    assert message.replace("CWD", str(tmp_path)) in str(stopped.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_default_vocabulary_is_the_shared_roots_also_from_its_senteval_folder(tmp_path):
+    (tmp_path / "senteval_cn").mkdir()
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "bert-base-chinese-vocab.txt").write_text("[PAD]\n")
+    wanted = str(tmp_path / "vocab" / "bert-base-chinese-vocab.txt")
+    assert RunConfig(data_dir=str(tmp_path)).resolved().vocab == wanted
+    assert RunConfig(data_dir=str(tmp_path / "senteval_cn")).resolved().vocab == wanted
 
 
 def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
@@ -887,3 +940,31 @@ def test_every_output_of_a_run_arrives_whole_by_rename(tiny_setup, monkeypatch):
     for name in set(RUN_OUTPUTS) - {"backup"}:  # the training state is a folder Keras writes and removes
         assert name in targets and targets[name].startswith(".tmp-"), (name, renamed)
     assert not [name for name in os.listdir(out) if name.startswith((".tmp-", ".old-"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every", ["0", "2"], ids=["at epoch ends", "within epochs"])
+def test_on_a_terminal_every_validation_line_starts_a_line_of_its_own(every, tiny_setup):
+    import pty
+
+    tmp_path, options = tiny_setup
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2", "--eval-every", every]
+    terminal, process_side = pty.openpty()
+    process = subprocess.Popen(
+        command + ["--output-dir", str(tmp_path / "run"), *options], stdout=process_side, stderr=subprocess.PIPE
+    )
+    os.close(process_side)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 65536)
+        except OSError:  # the process has closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    assert process.wait(timeout=300) == 0, process.stderr.read()[-2000:]
+    text = shown.decode("utf-8")
+    assert "\r" in text and "Epoch 2/2" in text  # a live progress bar was drawn
+    lines = re.findall(r"(.?)((?:step|epoch) \d+ valid:)", text, flags=re.DOTALL)
+    assert len(lines) >= 2 and all(before == "\n" for before, _ in lines), lines
