@@ -95,12 +95,15 @@ PLAIN_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 class _LineProblems:
     """Lines a reader skips or flags: warned about per kind at the end, or, with
-    ``strict``, an error naming the file and line at the first one."""
+    ``strict``, an error naming the file and line at the first one. ``benchmark``: the file
+    is a published benchmark's, whose kept lines (repeated pairs, empty texts) are part of it,
+    so those are noted at INFO level; skipped lines are always warned about."""
 
-    def __init__(self, path, strict):
-        self.path, self.strict = path, strict
+    def __init__(self, path, strict, benchmark=False):
+        self.path, self.strict, self.benchmark = path, strict, benchmark
         self.by_kind = {}
         self.skipped = []
+        self.skipping_kinds = set()
 
     def add(self, number, kind, detail="", skipped=False):
         if self.strict:
@@ -108,11 +111,13 @@ class _LineProblems:
         self.by_kind.setdefault(kind, []).append(number)
         if skipped:
             self.skipped.append(number)
+            self.skipping_kinds.add(kind)
 
     def report(self):
         for kind, numbers in self.by_kind.items():
             shown = ", ".join(str(n) for n in numbers[:5]) + (" ..." if len(numbers) > 5 else "")
-            logger.warning("%s: %d line(s) %s (lines %s)", self.path, len(numbers), kind, shown)
+            level = logging.INFO if self.benchmark and kind not in self.skipping_kinds else logging.WARNING
+            logger.log(level, "%s: %d line(s) %s (lines %s)", self.path, len(numbers), kind, shown)
 
 
 def _check_texts(problems, number, texts, seen):
@@ -123,7 +128,7 @@ def _check_texts(problems, number, texts, seen):
         problems.add(number, "repeating an earlier pair, kept", f": the pair of line {first}")
 
 
-def read_senteval(path, strict: bool = False, task=None) -> PairData:
+def read_senteval(path, strict: bool = False, task=None, benchmark: bool = False) -> PairData:
     """Read ``text1<TAB>text2<TAB>label`` lines, as the original experiments do.
 
     Lines that do not split into exactly 3 fields are skipped, counted in
@@ -131,12 +136,13 @@ def read_senteval(path, strict: bool = False, task=None) -> PairData:
     and reported. With ``strict`` each of these is an error naming the file and line.
     A label that is not a finite number is always an error, and so is one that does not
     fit ``task`` (a :class:`~cosent_tf.tasks.Task` or its name): outside its label range,
-    or not 0 or 1 for a binary task.
+    or not 0 or 1 for a binary task. ``benchmark``: a published benchmark's own file, whose
+    kept lines are noted rather than warned about (see :func:`load_task`).
     """
     path = os.fspath(path)
     task = None if task is None else get_task(task)
     texts_a, texts_b, labels, seen = [], [], [], {}
-    problems = _LineProblems(path, strict)
+    problems = _LineProblems(path, strict, benchmark)
     for number, line in _decoded_lines(path):
         fields = _without_newline(line).split("\t")
         if len(fields) != 3:
@@ -229,11 +235,12 @@ def task_file(data_dir, task: str, split: str) -> str:
 
 
 def load_task(data_dir, task: str, split: str, strict: bool = False) -> PairData:
-    """A task's split, with its labels checked against the task's."""
+    """A task's split, with its labels checked against the task's. The published files repeat
+    some pairs (STS-B does): those are noted at INFO level, not warned about."""
     path = task_file(data_dir, task, split)
     if not os.path.exists(path):
         raise DataError(path, f"the {task} {split} split is not here (file does not exist)")
-    return read_senteval(path, strict, task)
+    return read_senteval(path, strict, task, benchmark=True)
 
 
 def _without_newline(line):

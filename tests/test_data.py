@@ -379,3 +379,20 @@ def test_retrieval_files_in_the_beir_layout(tmp_path):
     write(qrels, "q1\td9\t1\n")
     with pytest.raises(DataError, match=r"qrels.tsv, line 1: corpus-id 'd9' is not in"):
         read_retrieval_files(queries, corpus, qrels)
+
+
+def test_a_benchmarks_own_repeated_pairs_are_noted_not_warned_but_skipped_lines_are(tmp_path, caplog):
+    folder = tmp_path / "STS-B"
+    folder.mkdir()
+    (folder / "STS-B.train.data").write_text("甲\t乙\t1\n甲\t乙\t2\nbroken line\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="cosent_tf.data"):
+        load_task(tmp_path, "STS-B", "train")
+    levels = {record.getMessage().split(" (lines")[0].split(": ", 1)[1]: record.levelno for record in caplog.records}
+    assert levels == {
+        "1 line(s) repeating an earlier pair, kept": logging.INFO,
+        "1 line(s) without exactly 3 tab-separated fields, skipped": logging.WARNING,
+    }
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cosent_tf.data"):
+        read_senteval(folder / "STS-B.train.data")  # the same lines from a user: both warned about
+    assert {record.levelno for record in caplog.records} == {logging.WARNING}
