@@ -26,6 +26,8 @@ setup(
         "tensorflow>=2.21,<2.22",
         "tf-keras>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
+        # keras.callbacks.TensorBoard needs it, and TensorFlow no longer brings it
+        "tensorboard>=2.21,<2.22",
         "numpy>=1.24",
         "scipy>=1.10",
         "jieba>=0.42",

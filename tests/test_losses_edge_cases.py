@@ -1,5 +1,8 @@
 """Every loss on degenerate and random batches: finite values and gradients, float32 and bf16."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -108,3 +111,39 @@ def test_interaction_loss_is_finite_on_random_scores(scores, data):
     labels = data.draw(hnp.arrays(np.float32, len(scores), elements=st.sampled_from([0.0, 1.0, 2.0])))
     value, gradient = loss_and_gradient(InteractionCoSENTLoss(), labels, scores, tf.float32)
     assert np.isfinite(value) and value >= 0 and np.all(np.isfinite(gradient))
+
+
+MIRRORED_FIT = """
+import sys
+import numpy as np
+import cosent_tf as ct
+from cosent_tf.backend import keras, tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = keras.Sequential([keras.layers.Dense(4, input_shape=(3,))])
+    model.compile(optimizer="adam", loss=ct.CoSENTLoss())
+rng = np.random.default_rng(0)
+pairs = int(sys.argv[1])
+features = rng.normal(size=(4 * pairs, 3)).astype("float32")
+labels = np.repeat(rng.integers(0, 2, 2 * pairs), 2).astype("float32")
+data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(2 * pairs, drop_remainder=True)
+model.fit(data, epochs=1, verbose=0)
+print("trained")
+"""
+
+
+@pytest.mark.slow
+def test_under_a_mirrored_strategy_an_odd_slice_says_what_to_change():
+    def fit(pairs_per_batch):
+        return subprocess.run(
+            [sys.executable, "-c", MIRRORED_FIT, str(pairs_per_batch)], capture_output=True, text=True, timeout=300
+        )
+
+    works = fit(4)  # 8 rows: 4 a replica, 2 pairs each
+    assert works.returncode == 0 and "trained" in works.stdout, works.stderr[-2000:]
+    odd = fit(3)  # 6 rows: 3 a replica
+    assert odd.returncode != 0
+    assert "make the pairs per batch divisible by the number of replicas" in odd.stderr, odd.stderr[-2000:]

@@ -8,21 +8,23 @@ def compute_dtype(y_pred):
     return tf.float64 if y_pred.dtype == tf.float64 else tf.float32
 
 
+# Under tf.distribute each replica computes the loss on its own slice of the batch, which is
+# where an odd slice usually comes from.
+_ODD_ROWS = (
+    "an interleaved pair batch needs an even number of rows (rows 2k and 2k+1 are the two sentences of "
+    "pair k), got {rows}. Under tf.distribute each replica gets its own slice of the batch: make the "
+    "pairs per batch divisible by the number of replicas (strategy.num_replicas_in_sync)"
+)
+
+
 def check_interleaved(y_pred):
     """Raise if the batch cannot hold whole pairs (rows 2k and 2k+1 are one pair)."""
     rows = y_pred.shape[0]
     if rows is not None:
         if rows % 2:
-            raise ValueError(
-                f"an interleaved pair batch needs an even number of rows, got {rows}: "
-                "rows 2k and 2k+1 must be the two sentences of pair k"
-            )
+            raise ValueError(_ODD_ROWS.format(rows=rows))
         return []
-    return [
-        tf.debugging.assert_equal(
-            tf.shape(y_pred)[0] % 2, 0, message="an interleaved pair batch needs an even number of rows"
-        )
-    ]
+    return [tf.debugging.assert_equal(tf.shape(y_pred)[0] % 2, 0, message=_ODD_ROWS.format(rows="an odd number"))]
 
 
 def pair_labels(y_true, dtype):
