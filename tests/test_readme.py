@@ -7,6 +7,7 @@ N, B, M, S and ...) standing for what varies.
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -16,11 +17,12 @@ from cosent_tf.cli import train_main
 from cosent_tf.data import read_nli, read_pair_file, read_senteval
 from cosent_tf.tokenization import check_vocab_size, load_vocab
 
-from conftest import ROOT, made_vocab, write_config
+from conftest import ROOT, SHARED_DATA, SHARED_VOCAB, made_vocab, make_model_dir, requires_shared_data, write_config
 
 with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
     README = f.read()
 TABLE = README[README.index("| input | what the user sees |") :].split("\n\n")[0]
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
 
 
 def quote_pattern(quote):
@@ -278,3 +280,46 @@ def test_cosent_tf_help_lists_the_commands_the_readme_shows(capsys):
     listed = capsys.readouterr().out
     for command in re.findall(r"^cosent-tf (\w+)", README, flags=re.MULTILINE):
         assert command in listed, command
+
+
+def loads_downloaded_checkpoints(block):
+    return 'SentenceEncoder.load("checkpoints/' in block
+
+
+def make_what_the_readme_loads(block):
+    """The folders a README block loads that a user would have made or downloaded first: make
+    demo's model and an interaction run's (copied from the quickstart's folder, and random), and
+    checkpoints in the Hugging Face layouts (random, exported here)."""
+    from cosent_tf import export_hf
+
+    config = write_config("config.json")
+    if "runs/demo-cosent-STS-B/model" in block:
+        shutil.copytree("runs/quickstart/model", "runs/demo-cosent-STS-B/model")
+        make_model_dir("runs/interact-cosent-BQ/model", config, kind="interaction", threshold=0.0, vocab=SHARED_VOCAB)
+    if loads_downloaded_checkpoints(block):
+        make_model_dir("sources/st", config, pooling="cls", vocab=SHARED_VOCAB)
+        export_hf("sources/st", "checkpoints/bge-base-zh-v1.5")
+        export_hf("sources/st", "checkpoints/chinese-macbert-base")
+        for name in ("modules.json", "sentence_bert_config.json", "1_Pooling", "2_Normalize"):  # a bare BertModel
+            path = os.path.join("checkpoints/chinese-macbert-base", name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        make_model_dir("sources/cross", config, kind="interaction", head_input="pooler", vocab=SHARED_VOCAB)
+        export_hf("sources/cross", "checkpoints/my-bert-cross-encoder")
+
+
+@pytest.mark.slow
+@requires_shared_data
+def test_the_readmes_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
+    # a clone's layout: the repository root as the working folder, the shared data at ../shared/data
+    (tmp_path / "shared").mkdir()
+    os.symlink(os.path.abspath(SHARED_DATA), tmp_path / "shared" / "data")
+    (tmp_path / "clone").mkdir()
+    monkeypatch.chdir(tmp_path / "clone")
+    assert len(PYTHON_BLOCKS) == 3
+    for number, block in enumerate(PYTHON_BLOCKS, start=1):
+        make_what_the_readme_loads(block)
+        exec(compile(block, f"README.md python block {number}", "exec"), {"__name__": f"readme_{number}"})
+    printed = capsys.readouterr().out
+    assert re.search(r"\{'spearman': 0\.\d+, 'pearson': -?0\.\d+\}", printed), printed[-2000:]
+    assert "Hit(index=1, score=" in printed and "text='怎么开通花呗')" in printed
+    assert os.listdir("runs/quickstart/logs")  # TensorBoard's event files
