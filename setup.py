@@ -13,7 +13,7 @@ setup(
     package_data={"cosent_tf": ["configs/*.json"]},
     python_requires=">=3.9",
     # bert4keras 0.11.5 is installed separately with --no-deps: its metadata pins keras<=2.3.1,
-    # which would replace the Keras 2 that TensorFlow needs (see README, "Install").
+    # which would replace the Keras 2 that TensorFlow needs (the Makefile's install step does this).
     #
     # Where the code relies on private internals, which is why TensorFlow, tf-keras and
     # tensorflow-text stay within 2.21.x (tensorflow-text must match TensorFlow's minor version):
