@@ -14,7 +14,6 @@ are read with the ``safetensors`` package's NumPy API; ``pytorch_model.bin`` nee
 
 import dataclasses
 import json
-import logging
 import math
 import os
 import re
@@ -22,8 +21,6 @@ import re
 import numpy as np
 
 from .errors import CheckpointError, ConfigError
-
-logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -94,13 +91,13 @@ def looks_like_hub_name(text) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class SentenceTransformersModules:
-    """What cosent-tf reads of a sentence-transformers folder: where the transformer is,
-    its pooling (as a :data:`cosent_tf.layers.POOLING_MODES` name), whether vectors are
-    normalised, and the tokenizer settings (``maxlen`` is ``max_seq_length``, or None)."""
+    """What cosent-tf reads of a sentence-transformers folder: where the transformer is, its
+    pooling (as a :data:`cosent_tf.layers.POOLING_MODES` name) and the tokenizer settings
+    (``maxlen`` is ``max_seq_length``, or None). A Normalize module needs nothing more:
+    ``SentenceEncoder.encode`` returns unit vectors by default."""
 
     transformer_folder: str
     pooling: str
-    normalize: bool
     maxlen: int
     do_lower_case: bool
 
@@ -135,7 +132,6 @@ def read_sentence_transformers(folder) -> SentenceTransformersModules:
     return SentenceTransformersModules(
         transformer_folder=transformer,
         pooling=_st_pooling(os.path.join(found["Pooling"], CONFIG_FILE)),
-        normalize="Normalize" in found,
         maxlen=int(maxlen) if maxlen else None,
         do_lower_case=bool(settings.get("do_lower_case", False)),
     )
@@ -220,26 +216,26 @@ def bert_config(hf_config: dict, path: str) -> dict:
     return config
 
 
-def hf_config(bert_config: dict, architectures=("BertModel",), num_labels: int = None) -> dict:
+def hf_config(google_config: dict, architectures=("BertModel",), num_labels: int = None) -> dict:
     """A Google-format BERT config as a Hugging Face ``config.json`` (the inverse of :func:`bert_config`)."""
     activations = {"gelu": "gelu", "gelu_erf": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-    activation = bert_config.get("hidden_act", "gelu")
+    activation = google_config.get("hidden_act", "gelu")
     if activation not in activations:
         raise ConfigError(f"hidden_act {activation!r} has no Hugging Face name; cannot write a Hugging Face folder")
     config = {
         "architectures": list(architectures),
         "model_type": "bert",
-        "vocab_size": bert_config["vocab_size"],
-        "hidden_size": bert_config["hidden_size"],
-        "num_hidden_layers": bert_config["num_hidden_layers"],
-        "num_attention_heads": bert_config["num_attention_heads"],
-        "intermediate_size": bert_config["intermediate_size"],
+        "vocab_size": google_config["vocab_size"],
+        "hidden_size": google_config["hidden_size"],
+        "num_hidden_layers": google_config["num_hidden_layers"],
+        "num_attention_heads": google_config["num_attention_heads"],
+        "intermediate_size": google_config["intermediate_size"],
         "hidden_act": activations[activation],
-        "max_position_embeddings": bert_config.get("max_position_embeddings", 512),
-        "type_vocab_size": bert_config.get("type_vocab_size", 2),
-        "hidden_dropout_prob": bert_config.get("hidden_dropout_prob", 0.1),
-        "attention_probs_dropout_prob": bert_config.get("attention_probs_dropout_prob", 0.1),
-        "initializer_range": bert_config.get("initializer_range", 0.02),
+        "max_position_embeddings": google_config.get("max_position_embeddings", 512),
+        "type_vocab_size": google_config.get("type_vocab_size", 2),
+        "hidden_dropout_prob": google_config.get("hidden_dropout_prob", 0.1),
+        "attention_probs_dropout_prob": google_config.get("attention_probs_dropout_prob", 0.1),
+        "initializer_range": google_config.get("initializer_range", 0.02),
         "layer_norm_eps": LAYER_NORM_EPS,
         "position_embedding_type": "absolute",
         "pad_token_id": 0,

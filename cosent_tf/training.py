@@ -132,8 +132,9 @@ class RunConfig:
             values["config"] = self.config or config
             values["vocab"] = self.vocab or vocab
             if huggingface.is_hf_folder(self.checkpoint):
-                spec = hf_spec(self.checkpoint)
-                values["pooling"] = self.pooling or spec.pooling or "cls"
+                spec = hf_spec(self.checkpoint)  # also refuses, now, a folder that cannot be built
+                if huggingface.is_sentence_transformers_folder(self.checkpoint):
+                    values["pooling"] = self.pooling or spec.pooling
                 values["head_input"] = self.head_input or spec.head_input
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG
         values["vocab"] = values["vocab"] or shared_vocab(self.data_dir)

@@ -188,11 +188,13 @@ def st_folder(tmp_path, config, pooling_config, modules=("Transformer", "Pooling
 def test_sentence_transformers_pooling_is_read_in_both_layouts(pooling_config, pooling, tiny_config, tmp_path):
     folder = st_folder(tmp_path, tiny_config, pooling_config)
     modules = read_sentence_transformers(folder)
-    assert (modules.pooling, modules.normalize, modules.maxlen) == (pooling, True, 20)
+    assert (modules.pooling, modules.maxlen) == (pooling, 20)
     spec = read_spec(str(folder))
     assert (spec.kind, spec.pooling, spec.maxlen) == ("feature", pooling, 20)
     assert RunConfig(checkpoint=str(folder)).resolved().pooling == pooling
     assert RunConfig(checkpoint=str(folder), pooling="max").resolved().pooling == "max"
+    (folder / "modules.json").unlink()  # a bare transformers folder: the engine's default, as for Google checkpoints
+    assert RunConfig(checkpoint=str(folder)).resolved().pooling == "cls"
 
 
 @pytest.mark.parametrize(
@@ -365,3 +367,19 @@ def test_an_interaction_run_from_a_classifier_folder_starts_from_its_head(tiny_s
         Matcher(cfg, get_task("BQ"))
     assert "cosent/Match-Score/kernel has shape (16, 2), the model needs (16, 1)" in caplog.text
     assert "the head starts from random weights" in caplog.text
+
+
+def test_sharded_safetensors_are_read_through_their_index(tmp_path):
+    weights = hf_weights(random_arrays(), 2)
+    names = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, keys in shards.items():
+        save_file({key: weights[key] for key in keys}, tmp_path / shard)
+    index = {"weight_map": {key: shard for shard, keys in shards.items() for key in keys}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(SMALL)))
+    back, unused, _ = google_arrays(tmp_path)
+    assert unused == [] and len(back) == len(weights)
+    np.testing.assert_array_equal(
+        back["bert/encoder/layer_1/output/dense/kernel"], random_arrays()["bert/encoder/layer_1/output/dense/kernel"]
+    )
