@@ -161,7 +161,7 @@ def _mapped_variables(transformer):
 
 def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
     """Raise CheckpointError listing every variable the model needs that is absent or misshapen."""
-    available, where = checkpoint.shapes, checkpoint.where
+    available = checkpoint.shapes
     missing, wrong_shape = [], []
     for name, variable in _mapped_variables(transformer):
         if name not in available:
@@ -171,7 +171,7 @@ def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
     problems = []
     if missing and all("pooler" in name for name in missing):
         raise CheckpointError(
-            f"{where}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
+            f"{checkpoint.where}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
             "'pooler' cannot be used with it (nor --head pooler); choose cls, last-avg, first-last-avg or max "
             "(or --head cls)"
         )
@@ -193,7 +193,7 @@ def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
             f"num_hidden_layers {layers} ({checkpoint.own_name(deeper[0])} ...)"
         )
     if problems:
-        raise CheckpointError(f"{where}: does not fit the model config: " + ". ".join(problems))
+        raise CheckpointError(f"{checkpoint.where}: does not fit the model config: " + ". ".join(problems))
 
 
 def load_checkpoint(transformer, checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:

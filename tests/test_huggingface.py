@@ -94,17 +94,7 @@ def test_a_hugging_face_config_reads_as_the_google_one(tmp_path):
     google = read_config(write_config(tmp_path / "google.json"))
     (tmp_path / "config.json").write_text(json.dumps(hf_config(google)))
     translated = read_config(tmp_path / "config.json")
-    for key in (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
-        "max_position_embeddings",
-        "type_vocab_size",
-    ):
-        assert translated[key] == google[key], key
+    assert {key: translated[key] for key in google} == google
     tanh = dict(google, hidden_act="gelu_tanh")
     assert bert_config(hf_config(tanh), "x")["hidden_act"] == "gelu_tanh"
 

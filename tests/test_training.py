@@ -373,7 +373,7 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     )
     refused(
         ["BQ", "--epochs", "1", "--output-dir", str(out)] + options + ["--data-dir", str(tmp_path / "nowhere")],
-        "BQ.valid.data: the BQ valid split is not here",
+        "nowhere: data folder not found",
     )  # inputs are read before the folder is touched
     assert {name: (out / name).read_text() for name in finished} == finished
 
