@@ -303,14 +303,18 @@ def senteval_dir(data_dir) -> str:
 SHARED_VOCAB = os.path.join("vocab", "bert-base-chinese-vocab.txt")
 
 
-def shared_vocab(data_dir) -> str:
-    """The Chinese BERT vocabulary of the shared data root: ``data_dir/vocab/...``, or, when
-    ``data_dir`` is the senteval_cn folder itself, its parent's."""
+def shared_vocab(data_dir, default_root=None) -> str:
+    """The Chinese BERT vocabulary of a data folder: ``data_dir/vocab/...``; when ``data_dir`` is a
+    senteval_cn folder, its parent's; else ``default_root``'s (the default data root), so that
+    pointing --data-dir at other pair files keeps the shared vocabulary. The first of these
+    that exists, or (none does) the first, which the run's checks then name."""
     data_dir = os.fspath(data_dir)
-    beside = os.path.join(os.path.dirname(os.path.abspath(data_dir)), SHARED_VOCAB)
-    if os.path.basename(os.path.normpath(data_dir)) == "senteval_cn" and os.path.isfile(beside):
-        return beside
-    return os.path.join(data_dir, SHARED_VOCAB)
+    candidates = [os.path.join(data_dir, SHARED_VOCAB)]
+    if os.path.basename(os.path.normpath(data_dir)) == "senteval_cn":
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(data_dir)), SHARED_VOCAB))
+    if default_root is not None:
+        candidates.append(os.path.join(os.fspath(default_root), SHARED_VOCAB))
+    return next((path for path in candidates if os.path.isfile(path)), candidates[0])
 
 
 def nli_files(data_dir) -> list:

@@ -137,7 +137,7 @@ class RunConfig:
                     values["pooling"] = self.pooling or spec.pooling
                 values["head_input"] = self.head_input or spec.head_input
         values["config"] = values["config"] or SMALL_RANDOM_CONFIG
-        values["vocab"] = values["vocab"] or shared_vocab(self.data_dir)
+        values["vocab"] = values["vocab"] or shared_vocab(self.data_dir, RunConfig.data_dir)
         prefix = "interact-" if interaction else ""
         values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
         return RunConfig(**values)

@@ -231,13 +231,21 @@ def test_missing_inputs_stop_the_run_before_any_data_is_read(change, message, ti
     assert not (tmp_path / "run").exists()
 
 
-def test_the_default_vocabulary_is_the_shared_roots_also_from_its_senteval_folder(tmp_path):
+def test_the_default_vocabulary_stays_the_shared_one_wherever_data_dir_points(tmp_path, monkeypatch):
     (tmp_path / "senteval_cn").mkdir()
     (tmp_path / "vocab").mkdir()
     (tmp_path / "vocab" / "bert-base-chinese-vocab.txt").write_text("[PAD]\n")
     wanted = str(tmp_path / "vocab" / "bert-base-chinese-vocab.txt")
     assert RunConfig(data_dir=str(tmp_path)).resolved().vocab == wanted
     assert RunConfig(data_dir=str(tmp_path / "senteval_cn")).resolved().vocab == wanted
+    # other pair files: the default data root's vocabulary
+    monkeypatch.setattr(RunConfig, "data_dir", str(tmp_path))
+    (tmp_path / "mine").mkdir()
+    assert RunConfig(data_dir=str(tmp_path / "mine")).resolved().vocab == wanted
+    monkeypatch.setattr(RunConfig, "data_dir", str(tmp_path / "elsewhere"))  # none exists: the run's checks name this
+    assert RunConfig(data_dir=str(tmp_path / "mine")).resolved().vocab == str(
+        tmp_path / "mine" / "vocab" / "bert-base-chinese-vocab.txt"
+    )
 
 
 def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
