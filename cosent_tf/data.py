@@ -97,7 +97,7 @@ class _LineProblems:
     """Lines a reader skips or flags: warned about per kind at the end, or, with
     ``strict``, an error naming the file and line at the first one. ``benchmark``: the file
     is a published benchmark's, whose kept lines (repeated pairs, empty texts) are part of it,
-    so those are noted at INFO level; skipped lines are always warned about."""
+    so those are logged at DEBUG level, out of the console; skipped lines are always warned about."""
 
     def __init__(self, path, strict, benchmark=False):
         self.path, self.strict, self.benchmark = path, strict, benchmark
@@ -116,7 +116,7 @@ class _LineProblems:
     def report(self):
         for kind, numbers in self.by_kind.items():
             shown = ", ".join(str(n) for n in numbers[:5]) + (" ..." if len(numbers) > 5 else "")
-            level = logging.INFO if self.benchmark and kind not in self.skipping_kinds else logging.WARNING
+            level = logging.DEBUG if self.benchmark and kind not in self.skipping_kinds else logging.WARNING
             logger.log(level, "%s: %d line(s) %s (lines %s)", self.path, len(numbers), kind, shown)
 
 
@@ -236,7 +236,7 @@ def task_file(data_dir, task: str, split: str) -> str:
 
 def load_task(data_dir, task: str, split: str, strict: bool = False) -> PairData:
     """A task's split, with its labels checked against the task's. The published files repeat
-    some pairs (STS-B does): those are noted at INFO level, not warned about."""
+    some pairs (STS-B does): those are logged at DEBUG level, not shown."""
     path = task_file(data_dir, task, split)
     if not os.path.exists(path):
         raise DataError(path, f"the {task} {split} split is not here (file does not exist)")

@@ -385,14 +385,14 @@ def test_a_benchmarks_own_repeated_pairs_are_noted_not_warned_but_skipped_lines_
     folder = tmp_path / "STS-B"
     folder.mkdir()
     (folder / "STS-B.train.data").write_text("甲\t乙\t1\n甲\t乙\t2\nbroken line\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO, logger="cosent_tf.data"):
+    with caplog.at_level(logging.DEBUG, logger="cosent_tf.data"):
         load_task(tmp_path, "STS-B", "train")
     levels = {record.getMessage().split(" (lines")[0].split(": ", 1)[1]: record.levelno for record in caplog.records}
     assert levels == {
-        "1 line(s) repeating an earlier pair, kept": logging.INFO,
+        "1 line(s) repeating an earlier pair, kept": logging.DEBUG,
         "1 line(s) without exactly 3 tab-separated fields, skipped": logging.WARNING,
     }
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="cosent_tf.data"):
+    with caplog.at_level(logging.DEBUG, logger="cosent_tf.data"):
         read_senteval(folder / "STS-B.train.data")  # the same lines from a user: both warned about
     assert {record.levelno for record in caplog.records} == {logging.WARNING}
