@@ -371,10 +371,12 @@ def argument_parser(command_name: str = None):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
+    # train's options import TensorFlow while the parser is built: --verbose must already hold then
     try:
-        with console_logging(), tensorflow_start_up_shown(args.verbose):
-            args.handler(args)
+        with tensorflow_start_up_shown("--verbose" in argv):
+            args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
+            with console_logging():
+                args.handler(args)
     except (CosentError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
     except KeyboardInterrupt:  # outputs are written atomically: nothing half-done is left

@@ -53,7 +53,7 @@ from .tokenization import SentenceTokenizer
 SPEC_FILE = "cosent_model.json"
 FORMAT = "cosent-tf-model"
 # Version 2 (cosent-tf 0.2) renamed "model" to "architecture"; version 3 (0.3) added
-# "head_input". Older folders still load.
+# "head_input" and "pair_segments". Older folders still load.
 FORMAT_VERSION = 3
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
 
