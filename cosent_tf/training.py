@@ -53,7 +53,7 @@ from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metri
 from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
 from .losses import get_loss
-from .model_dir import ModelSpec, hf_spec, save_model_dir
+from .model_dir import SPEC_FILE, ModelSpec, hf_spec, read_spec, save_model_dir
 from .models import build_encoder, build_interaction_model, check_maxlen
 from .optimizers import FusedAdam
 from .pipeline import interaction_dataset, pair_dataset
@@ -389,13 +389,28 @@ RANDOM_WEIGHTS_NOTE = (
     "not for use: such a model gives unrelated sentences cosines near 1, and its figures are not "
     "comparable with a pretrained model's"
 )
+RANDOM_CHECKPOINT_NOTE = (
+    "the --checkpoint model folder was itself trained from random weights, so this model is random at its root too"
+)
+
+
+def starts_from_random_weights(checkpoint) -> bool:
+    """Whether a run from ``checkpoint`` starts from random weights: none given, or a model folder
+    that was itself trained from random weights."""
+    if not checkpoint:
+        return True
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    if os.path.exists(os.path.join(folder, SPEC_FILE)):
+        return bool(read_spec(folder).source.get("random_weights"))
+    return False
 
 
 def _train(cfg, overwrite):
     started = time.time()
     check_inputs(cfg)
-    if not cfg.checkpoint:
-        logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE)
+    random_weights = starts_from_random_weights(cfg.checkpoint)
+    if random_weights:
+        logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
     data = load_run_data(cfg)
     train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
     for note in notes:
@@ -428,7 +443,7 @@ def _train(cfg, overwrite):
             "steps": steps,
             "train_pairs": len(train_pairs),
             "comparable": not notes and data.task.data != FILES,
-            "random_weights": not cfg.checkpoint,
+            "random_weights": random_weights,
             "notes": notes,
             "valid": mean_over_tasks({t: m["valid"] for t, m in per_task.items()}),
             "test": mean_over_tasks({t: m["test"] for t, m in per_task.items()}),
@@ -440,7 +455,7 @@ def _train(cfg, overwrite):
             "task": cfg.task,
             "loss": cfg.loss,
             "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
-            "random_weights": not cfg.checkpoint,
+            "random_weights": random_weights,
             "run": os.path.abspath(cfg.output_dir),
             "best_epoch": validation.best_epoch,
             "test": metrics["test"],

@@ -203,6 +203,14 @@ def test_a_run_from_random_weights_says_so_and_so_does_its_model(tiny_setup, cap
     with caplog.at_level(logging.WARNING):
         SentenceEncoder.load(str(tmp_path / "random" / "model"))
     assert "this model was trained from random weights (no --checkpoint)" in caplog.text
+    # fine-tuning that model keeps saying so
+    model_dir, data_dir_and_batching = str(tmp_path / "random" / "model"), options[:2] + options[6:]
+    train_main(
+        ["BQ", "--epochs", "1", "--checkpoint", model_dir, "--output-dir", str(tmp_path / "again")]
+        + data_dir_and_batching
+    )
+    assert capsys.readouterr().err.startswith("NOTE: the --checkpoint model folder was itself trained from random")
+    assert json.loads((tmp_path / "again" / "metrics.json").read_text())["random_weights"] is True
 
 
 @pytest.mark.parametrize(
