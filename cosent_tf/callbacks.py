@@ -52,6 +52,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         self.progress_bar = progress_bar
         self.best = -math.inf
         self.best_epoch = None
+        self.steps_done = None  # the optimizer's step when training ended
         self.history = []
         self._best_weights = None
         self._resume_checked = False
@@ -119,6 +120,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if not self._resume_checked:  # resumed after the last epoch: no epoch ran
             self._resume()
+        # before the best weights come back: a weights file also holds the optimizer's state then
+        self.steps_done = self._step()
         if not self.restore_best:
             return
         if self._best_weights is not None:

@@ -412,6 +412,8 @@ def _add_run_options(parser):
     from .backend import ARCHITECTURES, PRECISIONS
     from .layers import POOLING_MODES
     from .models import HEAD_INPUTS
+    from .optimizers import SCHEDULES
+    from .recipes import RECIPES
     from .training import RunConfig
 
     parser.add_argument(
@@ -434,7 +436,7 @@ def _add_run_options(parser):
     parser.add_argument(
         "--pooling",
         choices=POOLING_MODES,
-        help="feature models (default: a sentence-transformers checkpoint's, else cls)",
+        help="feature models (default: a sentence-transformers checkpoint's, else the recipe's: cls, paper last-avg)",
     )
     parser.add_argument(
         "--head",
@@ -454,7 +456,32 @@ def _add_run_options(parser):
     parser.add_argument("--batch-size", type=_number(int, 1), help="pairs per batch; " + defaults)
     parser.add_argument("--epochs", type=_number(int, 1), help=defaults)
     parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default: one pass over train (NLI 5000)")
-    parser.add_argument("--lr", type=_number(float, 0, low_included=False), default=RunConfig.lr)
+    parser.add_argument(
+        "--recipe",
+        default=RunConfig.recipe,
+        choices=list(RECIPES),
+        help="; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values())
+        + ". Each of its settings is overridden by its own option",
+    )
+    parser.add_argument("--lr", type=_number(float, 0, low_included=False), help="peak learning rate (default: 2e-5)")
+    parser.add_argument(
+        "--weight-decay",
+        type=_number(float, 0),
+        help="decoupled (AdamW-style) weight decay of every kernel; embeddings, layer norms and biases are "
+        "not decayed (default: 0, paper recipe 0.01)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_number(float, 0, 1),
+        metavar="FRACTION",
+        help="linear learning-rate warm-up over this fraction of all steps (default: 0, paper recipe 0.1)",
+    )
+    parser.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        help="after the warm-up: a constant learning rate, or linear decay to 0 at the last step "
+        "(default: constant, paper recipe linear)",
+    )
     parser.add_argument(
         "--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale, help="CoSENT's lambda"
     )

@@ -42,3 +42,62 @@ class FusedAdam(keras.optimizers.Adam):
             epsilon=epsilon,
             grad=tf.cast(gradient, dtype),
         )
+
+
+SCHEDULES = ("constant", "linear")
+# Decoupled weight decay skips these, as is usual for BERT (and as the CoSENT journal paper's
+# AdamW recipe does): embeddings, layer norms and biases. Regular expressions on variable names.
+NOT_DECAYED = (r"^Embedding-", r"-Norm/", r"/bias:")
+
+
+@keras.utils.register_keras_serializable(package="cosent_tf")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """``peak_lr`` reached linearly over ``warmup_steps``, then held (``constant``) or decayed
+    linearly to 0 at ``total_steps`` (``linear``).
+
+    At optimizer step ``t`` (counted from 0, before the update): ``peak · t / warmup`` while
+    ``t < warmup``; then ``peak`` or ``peak · max(0, (total − t) / (total − warmup))``, as
+    transformers' ``get_linear_schedule_with_warmup`` / ``get_constant_schedule_with_warmup``.
+    It reads only the optimizer's step, so a resumed run continues the schedule where it was.
+    """
+
+    def __init__(self, peak_lr, total_steps, warmup_steps=0, decay="linear"):
+        if decay not in SCHEDULES:
+            raise ValueError(f"unknown schedule {decay!r}; choose one of {', '.join(SCHEDULES)}")
+        self.peak_lr, self.total_steps = float(peak_lr), int(total_steps)
+        self.warmup_steps, self.decay = int(warmup_steps), decay
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        factor = tf.constant(1.0)
+        if self.decay == "linear":
+            remaining = tf.cast(self.total_steps, tf.float32) - step
+            factor = tf.maximum(0.0, remaining / tf.maximum(1.0, self.total_steps - warmup))
+        if self.warmup_steps:
+            factor = tf.where(step < warmup, step / warmup, factor)
+        return self.peak_lr * factor
+
+    def get_config(self):
+        return {
+            "peak_lr": self.peak_lr,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
+        }
+
+
+def build_optimizer(lr, total_steps, weight_decay=0.0, warmup=0.0, schedule="constant") -> FusedAdam:
+    """The engine's optimizer: FusedAdam at ``lr``, or AdamW-style with decoupled ``weight_decay``
+    (``θ ← θ − lr_t·wd·θ`` before each Adam update, on every variable but embeddings, layer norms
+    and biases), under a :class:`WarmupSchedule` when ``warmup`` (a fraction of ``total_steps``)
+    or ``schedule="linear"`` asks for one."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    rate = lr
+    if warmup or schedule != "constant":
+        rate = WarmupSchedule(lr, total_steps, round(warmup * total_steps), schedule)
+    optimizer = FusedAdam(rate, weight_decay=weight_decay or None)
+    if weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=list(NOT_DECAYED))
+    return optimizer

@@ -55,8 +55,9 @@ from .io import atomic_path, folder_lock, write_json
 from .losses import get_loss
 from .model_dir import SPEC_FILE, ModelSpec, hf_spec, read_spec, save_model_dir
 from .models import build_encoder, build_interaction_model, check_maxlen
-from .optimizers import FusedAdam
+from .optimizers import build_optimizer
 from .pipeline import interaction_dataset, pair_dataset
+from .recipes import get_recipe
 from .report import plot_valid_curve
 from .run_folder import check_run_folder, prepare_run_folder
 from .tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
@@ -88,7 +89,11 @@ class RunConfig:
     batch_size: int = None
     epochs: int = None
     steps_per_epoch: int = None
-    lr: float = 2e-5
+    recipe: str = "blog"
+    lr: float = None
+    weight_decay: float = None
+    warmup: float = None
+    schedule: str = None
     scale: float = 20.0
     epsilon: float = 0.5
     seed: int = 42
@@ -113,17 +118,21 @@ class RunConfig:
     allow_single_label: bool = False
 
     def resolved(self) -> "RunConfig":
-        """Fill in the original experiments' defaults (from the task and loss tables), and
-        the config, vocab and output paths."""
+        """Fill in the defaults: what is not set comes from the recipe (:mod:`cosent_tf.recipes`),
+        then the loss and task tables; and the config, vocab and output paths."""
         task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
         loss = get_loss(self.kind, self.loss)
+        recipe = get_recipe(self.recipe)
         values = dataclasses.asdict(self)
         interaction = self.kind == "interaction"
+        recipe_batch = recipe.nli_batch_size if task.data == CNSD else recipe.batch_size
         values["maxlen"] = self.maxlen or (task.interaction_maxlen if interaction else task.maxlen)
-        values["batch_size"] = self.batch_size or loss.batch_size or task.batch_size
-        values["epochs"] = self.epochs or task.epochs
+        values["batch_size"] = self.batch_size or recipe_batch or loss.batch_size or task.batch_size
+        values["epochs"] = self.epochs or recipe.epochs or task.epochs
         values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
-        values["pooling"] = self.pooling or "cls"
+        for name in ("lr", "weight_decay", "warmup", "schedule"):
+            values[name] = getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
+        values["pooling"] = self.pooling or recipe.pooling
         values["head_input"] = self.head_input or "cls"
         if self.checkpoint:
             # A checkpoint folder, or a prefix inside one, brings its config and vocab along; a
@@ -471,7 +480,9 @@ def _train(cfg, overwrite):
 def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir):
     """Train with validation, best-weight keeping and backups; (the validation callback, steps done)."""
     model, loss, labels = matcher.training_model(train_pairs.labels)
-    model.compile(optimizer=FusedAdam(cfg.lr), loss=loss)
+    steps_per_epoch = cfg.steps_per_epoch or -(-len(train_pairs) // cfg.batch_size)
+    optimizer = build_optimizer(cfg.lr, steps_per_epoch * cfg.epochs, cfg.weight_decay, cfg.warmup, cfg.schedule)
+    model.compile(optimizer=optimizer, loss=loss)
 
     def optimizer_step():
         return int(model.optimizer.iterations.numpy())
@@ -501,13 +512,13 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         model.fit(
             matcher.dataset(train_inputs, labels, optimizer_step),
             epochs=cfg.epochs,
-            steps_per_epoch=cfg.steps_per_epoch or -(-len(train_pairs) // cfg.batch_size),
+            steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,
             verbose=1 if progress_bar else 2,
         )
     finally:
         backup.restore_signal_handlers()
-    return validation, optimizer_step()
+    return validation, validation.steps_done
 
 
 def _test(cfg, matcher, prepared, evaluation, tasks):

@@ -3,6 +3,7 @@ import pytest
 
 from cosent_tf import FusedAdam
 from cosent_tf.backend import keras, tf
+from cosent_tf.optimizers import WarmupSchedule, build_optimizer
 
 
 def _train(optimizer, steps=4, seed=0):
@@ -44,3 +45,73 @@ def test_fused_adam_round_trips_through_config():
     assert isinstance(restored, FusedAdam)
     assert restored.get_config()["beta_2"] == pytest.approx(0.98)
     assert float(restored.learning_rate) == pytest.approx(3e-4)
+
+
+def reference_schedule(step, peak, total, warmup, decay):
+    """transformers' get_linear_schedule_with_warmup / get_constant_schedule_with_warmup, written out."""
+    if step < warmup:
+        return peak * step / warmup
+    return peak if decay == "constant" else peak * max(0.0, (total - step) / max(1, total - warmup))
+
+
+@pytest.mark.parametrize("decay", ["linear", "constant"])
+def test_warmup_schedule_is_the_reference_one(decay):
+    schedule = WarmupSchedule(1e-3, total_steps=20, warmup_steps=4, decay=decay)
+    for step in range(24):
+        assert float(schedule(step)) == pytest.approx(reference_schedule(step, 1e-3, 20, 4, decay), rel=1e-6, abs=1e-12)
+    assert keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule)).get_config() == (
+        schedule.get_config()
+    )
+
+
+def reference_adamw(variables, gradient_steps, lrs, weight_decay, decayed, b1=0.9, b2=0.999, eps=1e-7):
+    """AdamW with decoupled decay, in float64: θ ← θ − lr·wd·θ, then Keras's Adam update."""
+    values = {name: value.astype(np.float64) for name, value in variables.items()}
+    m = {name: np.zeros_like(value) for name, value in values.items()}
+    v = {name: np.zeros_like(value) for name, value in values.items()}
+    for t, (gradients, lr) in enumerate(zip(gradient_steps, lrs), start=1):
+        for name, g in gradients.items():
+            if name in decayed:
+                values[name] -= lr * weight_decay * values[name]
+            m[name] = b1 * m[name] + (1 - b1) * g
+            v[name] = b2 * v[name] + (1 - b2) * g * g
+            values[name] -= lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m[name] / (np.sqrt(v[name]) + eps)
+    return values
+
+
+def test_weight_decay_and_schedule_match_the_reference_update_and_skip_embeddings_norms_and_biases():
+    rng = np.random.default_rng(0)
+    names = (
+        "Embedding-Token/embeddings",
+        "Transformer-0-FeedForward/kernel",
+        "Transformer-0-FeedForward/bias",
+        "Transformer-0-FeedForward-Norm/gamma",
+        "Match-Score/kernel",
+    )
+    start = {name: rng.normal(size=(4, 3)).astype(np.float32) for name in names}
+    variables = {name: tf.Variable(value, name=name) for name, value in start.items()}
+    steps = [{name: rng.normal(size=(4, 3)) for name in names} for _ in range(6)]
+    optimizer = build_optimizer(1e-2, total_steps=6, weight_decay=0.1, warmup=0.5, schedule="linear")
+    for gradients in steps:
+        optimizer.apply_gradients([(tf.constant(gradients[name], tf.float32), variables[name]) for name in names])
+    lrs = [reference_schedule(t, 1e-2, 6, 3, "linear") for t in range(6)]
+    decayed = {"Transformer-0-FeedForward/kernel", "Match-Score/kernel"}
+    expected = reference_adamw(start, steps, lrs, 0.1, decayed)
+    for name in names:
+        np.testing.assert_allclose(variables[name].numpy(), expected[name], rtol=1e-5, atol=1e-7, err_msg=name)
+    undecayed = reference_adamw(start, steps, lrs, 0.1, set())
+    for name in decayed:  # the decay did act, so the comparison above sees it
+        assert not np.allclose(expected[name], undecayed[name], rtol=1e-5, atol=1e-7)
+
+
+def test_in_a_bert_encoder_only_dense_kernels_are_decayed(tiny_config):
+    from cosent_tf import build_interaction_model
+
+    model = build_interaction_model(tiny_config, head_input="pooler")
+    optimizer = build_optimizer(1e-3, total_steps=10, weight_decay=0.01)
+    decayed = sorted(v.name for v in model.trainable_variables if optimizer._use_weight_decay(v))
+    kept = sorted(v.name for v in model.trainable_variables if not optimizer._use_weight_decay(v))
+    assert decayed and all(name.endswith("kernel:0") for name in decayed), decayed
+    assert any("Embedding-Token" in name for name in kept) and any("Norm" in name for name in kept)
+    assert all(name.endswith(("bias:0", "gamma:0", "beta:0", "embeddings:0")) for name in kept), kept
+    assert "Pooler-Dense/kernel:0" in decayed and "Match-Score/kernel:0" in decayed

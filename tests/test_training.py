@@ -16,6 +16,7 @@ from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import train_main
 from cosent_tf.data import nli_files
 from cosent_tf.io import folder_lock
+from cosent_tf.optimizers import build_optimizer
 from cosent_tf.run_folder import RUN_OUTPUTS
 from cosent_tf.training import RunConfig, load_run_data, train
 
@@ -292,7 +293,8 @@ def run_until(command, line_start, send):
 def uninterrupted(tmp_path_factory):
     """(the tiny set-up, the resume tests' command, its uninterrupted run's folder), made once."""
     tmp_path, options = tiny_setup.__wrapped__(tmp_path_factory.mktemp("resume"))
-    # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM).
+    # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM); AdamW
+    # with a warm-up over the first 12 steps then linear decay, so a stop at step 6 is mid-warm-up.
     command = [
         sys.executable,
         os.path.join(ROOT, "scripts", "cosent.py"),
@@ -305,6 +307,12 @@ def uninterrupted(tmp_path_factory):
         "3",
         "--backup-every",
         "3",
+        "--weight-decay",
+        "0.01",
+        "--warmup",
+        "0.5",
+        "--schedule",
+        "linear",
         *options,
     ]
     reference = subprocess.run(
@@ -984,3 +992,31 @@ def test_on_a_terminal_every_validation_line_starts_a_line_of_its_own(every, tin
     assert "\r" in text and "Epoch 2/2" in text  # a live progress bar was drawn
     lines = re.findall(r"(.?)((?:step|epoch) \d+ valid:)", text, flags=re.DOTALL)
     assert len(lines) >= 2 and all(before == "\n" for before, _ in lines), lines
+
+
+def test_recipes_fill_what_is_not_set_and_each_option_overrides_them():
+    blog = RunConfig(task="BQ").resolved()
+    assert (blog.lr, blog.weight_decay, blog.warmup, blog.schedule, blog.pooling) == (2e-5, 0.0, 0.0, "constant", "cls")
+    assert (blog.epochs, blog.batch_size) == (5, 32)
+    paper = RunConfig(task="BQ", recipe="paper").resolved()
+    assert (paper.lr, paper.weight_decay, paper.warmup, paper.schedule) == (2e-5, 0.01, 0.1, "linear")
+    assert (paper.epochs, paper.batch_size, paper.pooling) == (4, 16, "last-avg")
+    assert RunConfig(task="NLI", recipe="paper").resolved().batch_size == 64
+    mine = RunConfig(task="BQ", recipe="paper", epochs=2, weight_decay=0.0, pooling="cls", lr=1e-4).resolved()
+    assert (mine.epochs, mine.weight_decay, mine.pooling, mine.lr, mine.warmup) == (2, 0.0, "cls", 1e-4, 0.1)
+
+
+def test_the_recipe_and_optimizer_options_reach_the_optimizer(tiny_setup, monkeypatch):
+    seen = {}
+
+    def recording(lr, total_steps, weight_decay, warmup, schedule):
+        seen.update(lr=lr, total_steps=total_steps, weight_decay=weight_decay, warmup=warmup, schedule=schedule)
+        return build_optimizer(lr, total_steps, weight_decay, warmup, schedule)
+
+    monkeypatch.setattr(training, "build_optimizer", recording)
+    tmp_path, options = tiny_setup
+    train_main(["BQ", "--recipe", "paper", "--epochs", "1", "--output-dir", str(tmp_path / "paper")] + options)
+    # 48 train pairs in batches of 8 (the option beats the recipe's 16): 6 steps, 1 epoch
+    assert seen == dict(lr=1e-3, total_steps=6, weight_decay=0.01, warmup=0.1, schedule="linear")
+    recorded = json.loads((tmp_path / "paper" / "config.json").read_text())
+    assert (recorded["recipe"], recorded["pooling"], recorded["batch_size"]) == ("paper", "last-avg", 8)
