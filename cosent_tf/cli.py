@@ -460,7 +460,7 @@ def _add_run_options(parser):
         "--recipe",
         default=RunConfig.recipe,
         choices=list(RECIPES),
-        help="; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values())
+        help="; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values()).replace("%", "%%")
         + ". Each of its settings is overridden by its own option",
     )
     parser.add_argument("--lr", type=_number(float, 0, low_included=False), help="peak learning rate (default: 2e-5)")

@@ -257,3 +257,18 @@ def test_evaluate_scores_a_pair_file_and_a_beir_triple(model_dir, tmp_path, caps
         main(["evaluate", str(tmp_path / "scorer"), str(tmp_path / "pairs.csv"), "--retrieval"])
     with pytest.raises(SystemExit, match="--queries, --corpus and --qrels go together"):
         main(["evaluate", str(model_dir), "--queries", str(tmp_path / "q.jsonl")])
+
+
+@pytest.mark.parametrize("command", [["train", "--help"], ["encode", "--help"], ["--help"]])
+def test_every_help_text_formats(command, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(command)
+    assert stopped.value.code == 0 and "usage: cosent-tf" in capsys.readouterr().out
+
+
+def test_a_training_scripts_help_formats(capsys):
+    from cosent_tf.cli import train_main
+
+    with pytest.raises(SystemExit) as stopped:
+        train_main(["--help"])
+    assert stopped.value.code == 0 and "--recipe" in capsys.readouterr().out
