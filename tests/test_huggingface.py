@@ -373,3 +373,38 @@ def test_sharded_safetensors_are_read_through_their_index(tmp_path):
     np.testing.assert_array_equal(
         back["bert/encoder/layer_1/output/dense/kernel"], random_arrays()["bert/encoder/layer_1/output/dense/kernel"]
     )
+
+
+def test_training_from_a_folder_with_only_tokenizer_json_writes_its_vocabulary(tiny_setup):
+    tmp_path, options = tiny_setup
+    vocab, config = (options[options.index(flag) + 1] for flag in ("--vocab", "--config"))
+    make_model_dir(tmp_path / "source", config, pooling="cls", vocab=vocab)
+    export_hf(str(tmp_path / "source"), str(tmp_path / "hf"))
+    for name in ("modules.json", "sentence_bert_config.json"):
+        (tmp_path / "hf" / name).unlink()
+    tokens = load_vocab(tmp_path / "hf" / "vocab.txt")
+    (tmp_path / "hf" / "vocab.txt").unlink()  # transformers 5's layout: tokenizer.json only
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(tokenizer_json(tokens)), encoding="utf-8")
+    own = options[:2] + options[6:]  # data dir and batching; config and vocabulary come from the folder
+    train_main(
+        ["BQ", "--epochs", "1", "--checkpoint", str(tmp_path / "hf"), "--output-dir", str(tmp_path / "run")] + own
+    )
+    assert load_vocab(tmp_path / "run" / "model" / "vocab.txt") == tokens
+    encoder = SentenceEncoder.load(str(tmp_path / "run" / "model"))
+    assert encoder.tokenizer.encode("我是你") == SentenceTokenizer(vocab, 32).encode("我是你")
+
+
+def test_an_older_sentence_transformers_layout_with_the_transformer_in_its_own_folder_loads(tiny_config, tmp_path):
+    import shutil
+
+    folder = st_folder(tmp_path, tiny_config, {"pooling_mode_mean_tokens": True})
+    before = SentenceEncoder.load(str(folder)).encode(TEXTS)
+    (folder / "0_Transformer").mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "sentence_bert_config.json"):
+        shutil.move(folder / name, folder / "0_Transformer" / name)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    encoder = SentenceEncoder.load(str(folder))
+    assert (encoder.spec.pooling, encoder.spec.maxlen) == ("last-avg", 20)
+    np.testing.assert_array_equal(encoder.encode(TEXTS), before)
