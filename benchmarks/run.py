@@ -14,7 +14,9 @@ one warm-up (see common.py):
   so the speed-ups are seen not to cost test Spearman.
 
 It writes ``benchmarks/results.json`` (every repetition) and ``benchmarks/RESULTS.md``
-(medians with min-max, and the ratios the speed targets are stated in).
+(medians with min-max, and the ratios the speed targets are stated in). A job that fails is
+recorded with its error in both, the others are still measured, and the command then exits
+with status 1; nothing is retried.
 
     .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-reference/bin/python]
 """
@@ -49,13 +51,23 @@ RATE = {
 }
 
 
+def failure(command, completed):
+    """What results.json records of a job that failed: the command, its exit status, its error's end."""
+    return {
+        "error": f"exit status {completed.returncode}: {completed.stderr.strip()[-2000:]}",
+        "command": " ".join(command),
+    }
+
+
 def run_job(python, script, job, precision, env):
+    """The job's figures, or (it failed) :func:`failure`'s record; said on the console either way."""
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "result.json")
         command = [python, os.path.join(HERE, script), job, precision, output]
         completed = subprocess.run(command, env=env, capture_output=True, text=True)
         if completed.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr[-3000:]}")
+            print(f"FAILED: {' '.join(command)}\n{completed.stderr[-3000:]}", flush=True)
+            return failure(command, completed)
         with open(output, encoding="utf-8") as f:
             return json.load(f)
 
@@ -73,12 +85,26 @@ def cpu_description():
     return f"{model}, {os.cpu_count()} cores, {', '.join(extensions) or 'no AVX2'}"
 
 
+FAILED = "failed"
+
+
 def fmt(s, digits=0):
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
+def rate(result, digits=0):
+    return FAILED if "error" in result else fmt(result["rate"], digits)
+
+
+def field(result, name, pattern="{}"):
+    return FAILED if "error" in result else pattern.format(result[name])
+
+
 def ratio(results, job, precision, other):
+    """This engine's median rate over the other's, or None when either job failed."""
     mine, theirs = results[("this engine", job, precision)], results[(other, job, precision)]
+    if "error" in mine or "error" in theirs:
+        return None
     return mine["rate"]["median"] / theirs["rate"]["median"]
 
 
@@ -110,14 +136,14 @@ def write_report(path, results, micro, accuracy, args, started):
         for precision in ("float32", "bf16"):
             train, encode = r(name, "train", precision), r(name, "encode", precision)
             lines.append(
-                f"| {name} | {precision} | {fmt(train['rate'], 1)} | {train['timed_steps']} | "
-                f"{train['peak_rss_mib']:.0f} | {fmt(encode['rate'])} | {encode['sentences']} |"
+                f"| {name} | {precision} | {rate(train, 1)} | {field(train, 'timed_steps')} | "
+                f"{field(train, 'peak_rss_mib', '{:.0f}')} | {rate(encode)} | {field(encode, 'sentences')} |"
             )
             if name == "original pipeline" and precision == "float32":
                 s = r(name, "encode_sorted", "float32")
                 lines.append(
                     f"| original pipeline, sentences sorted by length | float32 | | | | "
-                    f"{fmt(s['rate'])} | {s['sentences']} |"
+                    f"{rate(s)} | {field(s, 'sentences')} |"
                 )
     targets = [
         ("training float32 vs original pipeline", "train", "float32", "original pipeline", 2.0),
@@ -138,19 +164,39 @@ def write_report(path, results, micro, accuracy, args, started):
     ]
     for label, job, precision, other, target in targets:
         value = ratio(results, job, precision, other)
+        wanted = "" if target is None else f"≥ {target}×"
+        if value is None:
+            lines.append(f"| {label} | — (a job {FAILED}) | {wanted} | |")
+            continue
         met = "" if target is None else ("yes" if value >= target else "**no**")
-        lines.append(f"| {label} | {value:.2f}× | {'' if target is None else f'≥ {target}×'} | {met} |")
-    rss_mine = r("this engine", "train", "float32")["peak_rss_mib"]
-    rss_orig = r("original pipeline", "train", "float32")["peak_rss_mib"]
-    lines.append(
-        f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
-        f"{'yes' if rss_mine <= rss_orig else '**no**'} |"
-    )
+        lines.append(f"| {label} | {value:.2f}× | {wanted} | {met} |")
+    mine, original = r("this engine", "train", "float32"), r("original pipeline", "train", "float32")
+    if "error" in mine or "error" in original:
+        lines.append(f"| peak training RSS float32, this engine / original | — (a job {FAILED}) | ≤ 1 | |")
+    else:
+        rss_mine, rss_orig = mine["peak_rss_mib"], original["peak_rss_mib"]
+        lines.append(
+            f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
+            f"{'yes' if rss_mine <= rss_orig else '**no**'} |"
+        )
+    if "error" in micro:
+        lines.append(f"| CoSENT loss share of a float32 step at 64 pairs | — (micro.py {FAILED}) | ≤ 2% | |")
+        lines += ["", f"## A training step at 64 pairs: `benchmarks/micro.py` {FAILED} (see below)"]
+    else:
+        lines += _micro_section(micro)
+    lines += _accuracy_section(accuracy)
+    lines += _failures_section(results, micro, accuracy)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def _micro_section(micro):
     share = micro["float32"]["loss_share"]
-    lines.append(
+    lines = [
         f"| CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
         f"{'yes' if share <= 0.02 else '**no**'} |"
-    )
+    ]
     lines += [
         "",
         "## A training step at 64 pairs (this engine, `benchmarks/micro.py`)",
@@ -170,8 +216,13 @@ def write_report(path, results, micro, accuracy, args, started):
             f"{100 * m['loss_share']:.2f}% | {m['achieved_gflops']:.0f} | {m['matmul_peak_gflops']:.0f} | "
             f"{100 * m['fraction_of_peak']:.0f}% |"
         )
+    return lines
+
+
+def _accuracy_section(accuracy):
+    lines = []
     if accuracy:
-        plain = accuracy["plain float32"]["test_spearman"]
+        plain = accuracy["plain float32"].get("test_spearman")
         lines += [
             "",
             "## Accuracy: length-grouped batches and bf16 against the plain run",
@@ -183,14 +234,33 @@ def write_report(path, results, micro, accuracy, args, started):
             "|---|---|---|---|---|---|",
         ]
         for name, m in accuracy.items():
+            if "error" in m:
+                lines.append(f"| {name} | {FAILED} | {FAILED} | | | |")
+                continue
+            if plain is None:
+                lines.append(
+                    f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | — | | {m['wall_seconds']:.0f} |"
+                )
+                continue
             delta = m["test_spearman"] - plain
             lines.append(
                 f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | {delta:+.4f} | "
                 f"{'yes' if abs(delta) <= 0.01 else '**no**'} | {m['wall_seconds']:.0f} |"
             )
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    return lines
+
+
+def _failures_section(results, micro, accuracy):
+    """Each failed job with its command and the end of its error output."""
+    failed = [(" ".join(key), result) for key, result in results.items() if "error" in result]
+    failed += [("micro", micro)] if "error" in micro else []
+    failed += [(f"accuracy, {name}", m) for name, m in accuracy.items() if "error" in m]
+    if not failed:
+        return []
+    lines = ["", "## Failed jobs", "", "Not retried; every other job was measured.", ""]
+    for name, result in failed:
+        lines += [f"### {name}", "", f"`{result['command']}`", "", "```", result["error"], "```", ""]
+    return lines
 
 
 ACCURACY_RUNS = {
@@ -221,7 +291,9 @@ def accuracy_runs(folder):
         ]
         completed = subprocess.run(command, capture_output=True, text=True)
         if completed.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr[-3000:]}")
+            print(f"FAILED: accuracy, {name}\n{completed.stderr[-3000:]}", flush=True)
+            metrics[name] = failure(command, completed)
+            continue
         with open(os.path.join(output, "metrics.json"), encoding="utf-8") as f:
             result = json.load(f)
         metrics[name] = {
@@ -254,16 +326,18 @@ def main():
     pythons = {"engine": sys.executable, "bench": args.bench_python}
     env = {**os.environ, "BENCH_TIME_BUDGET": str(args.time_budget), "PYTHONUNBUFFERED": "1"}
     micro = run_job(sys.executable, "micro.py", "micro", "float32", env)
-    print(f"micro: loss share {100 * micro['float32']['loss_share']:.2f}%", flush=True)
+    if "error" not in micro:
+        print(f"micro: loss share {100 * micro['float32']['loss_share']:.2f}%", flush=True)
     runs = {}
     for name, job, precision in JOBS:
         script, venv = CONTESTANTS[name]
         runs[(name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, env)
-        print(
-            f"{name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
-            f"peak RSS {figures['peak_rss_mib']:.0f} MiB",
-            flush=True,
-        )
+        if "error" not in figures:
+            print(
+                f"{name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
+                f"peak RSS {figures['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
     with tempfile.TemporaryDirectory() as folder:
         accuracy = {} if args.skip_accuracy else accuracy_runs(folder)
     raw = {
@@ -277,20 +351,21 @@ def main():
     with open(results_path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(raw, f, indent=1)
     os.replace(results_path + ".tmp", results_path)
-    report(results_path)
+    return report(results_path)
 
 
 def report(results_path):
-    """Write RESULTS.md beside ``results.json`` from the repetitions it holds."""
+    """Write RESULTS.md beside ``results.json`` from the repetitions it holds; returns 1 when
+    a job had failed (the exit status of ``make bench``), else 0."""
     with open(results_path, encoding="utf-8") as f:
         raw = json.load(f)
     results = {}
     for run in raw["runs"]:
-        results[(run["contestant"], run["job"], run["precision"])] = {
-            **run,
-            "rate": summary(run[RATE[run["job"]]]),
-            "repeats": len(run[RATE[run["job"]]]),
-        }
+        key = (run["contestant"], run["job"], run["precision"])
+        if "error" in run:
+            results[key] = run
+            continue
+        results[key] = {**run, "rate": summary(run[RATE[run["job"]]]), "repeats": len(run[RATE[run["job"]]])}
     path = os.path.join(os.path.dirname(results_path), "RESULTS.md")
     write_report(
         path,
@@ -302,7 +377,11 @@ def report(results_path):
     )
     with open(path, encoding="utf-8") as f:
         print(f.read())
+    failed = [run for run in raw["runs"] if "error" in run] + [
+        m for m in [raw["micro"], *(raw.get("accuracy") or {}).values()] if "error" in m
+    ]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""make bench's bookkeeping (benchmarks/run.py): a failed job is recorded and reported, the rest
+measured. The measurements themselves are `make bench`'s, not the tests'."""
+
+import importlib.util
+import json
+import os
+import re
+import sys
+
+from conftest import ROOT
+
+
+def bench_runner():
+    spec = importlib.util.spec_from_file_location("bench_run", os.path.join(ROOT, "benchmarks", "run.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def figures(job, base):
+    if job == "train":
+        return {"train_pairs_per_second": [base, base + 1, base + 2], "timed_steps": 190, "peak_rss_mib": 1800.0}
+    return {"encode_sentences_per_second": [base, base + 10, base + 20], "sentences": 20000, "peak_rss_mib": 900.0}
+
+
+def results_json(path, runner, failed_job=None, failed_accuracy=None):
+    micro = {"mean_padded_length": 17.3, "train_step_gflop": 40.0}
+    for precision in ("float32", "bf16"):
+        micro[precision] = dict(
+            step_seconds=0.2,
+            loss_seconds=0.0005,
+            loss_share=0.0025,
+            achieved_gflops=200.0,
+            matmul_peak_gflops=450.0,
+            fraction_of_peak=0.44,
+        )
+    runs = []
+    for number, (name, job, precision) in enumerate(runner.JOBS):
+        run = {"contestant": name, "job": job, "precision": precision}
+        if (name, job, precision) == failed_job:
+            run.update(error="exit status 1: Traceback ...\nRuntimeError: out of memory", command="python x.py")
+        else:
+            run.update(figures(job, 100.0 + 10 * number))
+        runs.append(run)
+    accuracy = {
+        name: {"test_spearman": 0.49, "valid_spearman": 0.51, "wall_seconds": 60.0} for name in runner.ACCURACY_RUNS
+    }
+    if failed_accuracy:
+        accuracy[failed_accuracy] = {"error": "exit status 1: killed", "command": "python scripts/cosent.py STS-B"}
+    raw = {
+        "started": "2026-11-22T00:00:00+00:00",
+        "args": {
+            "time_budget": 60.0,
+            "bench_python": "x",
+            "output_dir": str(path),
+            "skip_accuracy": False,
+            "report_only": False,
+        },
+        "micro": micro,
+        "accuracy": accuracy,
+        "runs": runs,
+    }
+    (path / "results.json").write_text(json.dumps(raw), encoding="utf-8")
+    return path / "results.json"
+
+
+def test_a_failed_job_is_reported_and_every_other_job_still_is(tmp_path, capsys):
+    runner = bench_runner()
+    failed = ("sentence-transformers", "encode", "bf16")
+    status = runner.report(str(results_json(tmp_path, runner, failed, failed_accuracy="length-grouped bf16")))
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert status == 1
+    assert "| sentence-transformers | bf16 |" in text and "| failed | failed |" in text  # its encode cells
+    assert "| encoding bf16 vs sentence-transformers bf16 | — (a job failed) |" in text
+    assert re.search(r"\| encoding float32 vs sentence-transformers \| \d+\.\d\d× \|", text)  # the others measured
+    assert "## Failed jobs" in text and "RuntimeError: out of memory" in text and "exit status 1: killed" in text
+    assert "| length-grouped bf16 | failed | failed |" in text and "| plain float32 | 0.5100 | 0.4900 |" in text
+
+
+def test_without_failures_the_report_has_no_failure_section(tmp_path, capsys):
+    runner = bench_runner()
+    assert runner.report(str(results_json(tmp_path, runner))) == 0
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "Failed jobs" not in text and "failed" not in text
+
+
+def test_a_job_that_fails_is_recorded_not_raised(tmp_path, capsys):
+    runner = bench_runner()
+    script = tmp_path / "broken.py"
+    script.write_text("import sys\nprint('partial', file=sys.stderr)\nraise SystemExit(3)\n")
+    result = runner.run_job(sys.executable, str(script), "train", "float32", dict(os.environ))
+    assert result["error"].startswith("exit status 3: partial") and str(script) in result["command"]
+    assert "FAILED:" in capsys.readouterr().out
+
+
+def test_a_failed_micro_benchmark_leaves_the_rest_of_the_report(tmp_path, capsys):
+    runner = bench_runner()
+    path = results_json(tmp_path, runner)
+    raw = json.loads(path.read_text())
+    raw["micro"] = {"error": "exit status 1: boom", "command": "python micro.py"}
+    path.write_text(json.dumps(raw))
+    assert runner.report(str(path)) == 1
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "— (micro.py failed)" in text and "### micro" in text and "| this engine | float32 |" in text
