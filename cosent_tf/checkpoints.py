@@ -324,9 +324,7 @@ def write_checkpoint_folder(model, directory, config, architecture="bert", vocab
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
     if vocab_path is not None and os.fspath(vocab_path).endswith(".json"):  # a Hugging Face tokenizer.json
-        tokens, _ = huggingface.read_tokenizer_json(vocab_path)
-        with open(os.path.join(directory, VOCAB_FILE), "w", encoding="utf-8") as f:
-            f.writelines(token + "\n" for token in tokens)
+        huggingface.write_vocab(os.path.join(directory, VOCAB_FILE), huggingface.read_tokenizer_json(vocab_path)[0])
     elif vocab_path is not None:
         shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
     return names

@@ -481,10 +481,15 @@ def model_max_length(folder):
     return int(value) if isinstance(value, (int, float)) and 3 <= value < 1_000_000 else None
 
 
+def write_vocab(path, tokens) -> None:
+    """A BERT ``vocab.txt``: one token a line, in id order."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in tokens)
+
+
 def write_tokenizer(folder, tokens, lower_case: bool, maxlen: int) -> None:
     """``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json`` of a BERT tokenizer."""
-    with open(os.path.join(folder, VOCAB_FILE), "w", encoding="utf-8") as f:
-        f.writelines(token + "\n" for token in tokens)
+    write_vocab(os.path.join(folder, VOCAB_FILE), tokens)
     specials = {
         "unk_token": "[UNK]",
         "sep_token": "[SEP]",
