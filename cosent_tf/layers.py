@@ -3,7 +3,14 @@
 from .backend import keras, tf
 from .errors import ConfigError
 
-POOLING_MODES = ("cls", "last-avg", "first-last-avg", "max", "pooler")
+# Each mode and what the journal paper's pooling comparison (and the report) calls it.
+POOLING_MODES = {
+    "cls": "CLS",
+    "last-avg": "mean",
+    "first-last-avg": "first-last average",
+    "max": "max",
+    "pooler": "pooler",
+}
 
 
 def _masked_mean(hidden, mask):

@@ -6,9 +6,15 @@
 * ``convergence.png``: valid Spearman against training steps, one line per method and a
   panel per task (the paper's Figure 3).
 * ``cosine_density.png``: density of test cosines for positive and negative pairs, per
-  feature-model loss and task (the paper's Figure 5).
+  feature-model loss and task (the paper's Figure 5); ``epsilon_density.png`` the same for
+  the Table I sweep.
+
+Besides the published tables, ``results.md`` holds the journal paper's studies when their
+runs are present: Table I (contrastive runs, one per ε), the pooling comparison (CoSENT runs
+at more than one pooling) and convergence (steps to a target valid Spearman).
 """
 
+import collections
 import json
 import os
 
@@ -16,6 +22,7 @@ import numpy as np
 
 from .callbacks import read_history
 from .io import atomic_path, write_text
+from .layers import POOLING_MODES
 from .losses import get_loss
 from .tasks import BINARY_TASKS, CNSD, MATCHING_TASKS, get_task
 
@@ -39,6 +46,10 @@ def _trained_on_nli(config):
     return get_task(config["task"]).data == CNSD
 
 
+def _pooling(config):
+    return config.get("pooling") or "cls"  # runs that did not record it pooled [CLS]
+
+
 def method_name(config):
     architecture = config.get("architecture") or config["model"]  # runs before 0.2 called it "model"
     name = f"{architecture.upper()} + {get_loss(config['kind'], config['loss']).title}"
@@ -47,50 +58,175 @@ def method_name(config):
     return name
 
 
+# Which table a run belongs to. A per-task feature run at the usual pooling is "per_task";
+# one at another pooling only feeds the pooling table, a contrastive one only Table I.
+STUDIES = ("per_task", "nli", "interaction", "epsilon", "pooling")
+
+
+def group_runs(runs) -> dict:
+    """{study: runs} for :data:`STUDIES`. The usual pooling is the one most per-task feature
+    runs used; the others are a pooling study."""
+    feature = [r for r in runs if r["config"]["kind"] == "feature" and not _trained_on_nli(r["config"])]
+    usual = collections.Counter(_pooling(r["config"]) for r in feature).most_common(1)
+    groups = {study: [] for study in STUDIES}
+    for run in runs:
+        config = run["config"]
+        if _trained_on_nli(config):
+            study = "nli"
+        elif config["kind"] == "interaction":
+            study = "interaction"
+        elif config["loss"] == "contrastive":
+            study = "epsilon"
+        elif _pooling(config) != usual[0][0]:
+            study = "pooling"
+        else:
+            study = "per_task"
+        groups[study].append(run)
+    groups["usual_pooling"] = usual[0][0] if usual else None
+    return groups
+
+
 def _cell(value, comparable=True):
     return "–" if value is None else f"{100 * value:.2f}" + ("" if comparable else "†")
 
 
-def _table(rows, columns):
+def _table(rows, columns, average=True):
     """rows: {method: {column: (value, comparable)}}; an Avg column over the present values."""
-    lines = ["| method | " + " | ".join(columns) + " | Avg |", "|---" * (len(columns) + 2) + "|"]
+    header = ["method", *columns] + (["Avg"] if average else [])
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for method, values in rows.items():
         present = [values[c][0] for c in columns if c in values]
         cells = [_cell(*values[c]) if c in values else "–" for c in columns]
-        average = np.mean(present) if present else None
-        mark = "" if len(present) == len(columns) else "*"
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {_cell(average)}{mark} |")
+        if average:
+            mark = "" if len(present) == len(columns) else "*"
+            cells.append(_cell(np.mean(present) if present else None) + mark)
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _test_results(runs, row_name=lambda run: run["method"], metric="spearman") -> dict:
+    """{row: {task: (test metric, comparable)}} over ``runs``."""
+    rows = {}
+    for run in runs:
+        comparable = run["metrics"].get("comparable", True)
+        for task, result in run["metrics"]["tasks"].items():
+            if metric in result["test"]:
+                rows.setdefault(row_name(run), {})[task] = (result["test"][metric], comparable)
+    return rows
+
+
+def _tasks_of(runs):
+    return [t for t in MATCHING_TASKS if any(t in r["metrics"]["tasks"] for r in runs)]
+
+
+def _epsilon_table(groups):
+    """The paper's Table I: each contrastive ε, and CoSENT, on the tasks the ε runs trained on."""
+    contrastive = sorted(groups["epsilon"], key=lambda run: run["config"]["epsilon"])
+    tasks = _tasks_of(contrastive)
+    cosent = [r for r in groups["per_task"] if r["config"]["loss"] == "cosent" and r["config"]["task"] in tasks]
+    return _table(_test_results(contrastive + cosent), tasks, average=len(tasks) > 1)
+
+
+def _pooling_table(groups):
+    """CoSENT under each pooling, on the tasks trained with more than one pooling."""
+    cosent = [r for r in groups["per_task"] + groups["pooling"] if r["config"]["loss"] == "cosent"]
+    poolings = collections.defaultdict(set)
+    for run in cosent:
+        poolings[run["config"]["task"]].add(_pooling(run["config"]))
+    tasks = [t for t in MATCHING_TASKS if len(poolings[t]) > 1]
+    if not tasks:
+        return None
+    order = list(POOLING_MODES)
+    studied = sorted(
+        (r for r in cosent if r["config"]["task"] in tasks), key=lambda r: order.index(_pooling(r["config"]))
+    )
+    return _table(
+        _test_results(studied, lambda r: f"{POOLING_MODES[_pooling(r['config'])]} ({_pooling(r['config'])})"), tasks
+    )
+
+
+# Convergence: the first step at which valid Spearman reaches this fraction of a target.
+CONVERGENCE_FRACTION = 0.9
+
+
+def _first_step(history, target):
+    return next((row["step"] for row in history if row["spearman"] >= target), None)
+
+
+def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
+    """Steps until valid Spearman first reaches ``fraction`` of the run's own best, and of a
+    target shared by the methods on a task (``fraction`` of the lowest of their bests, which
+    every method therefore reaches), from each run's valid_metrics.csv."""
+    histories = {id(r): read_history(os.path.join(r["dir"], "valid_metrics.csv")) for r in runs}
+    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
+    best = {id(r): max((row["spearman"] for row in histories[id(r)]), default=None) for r in runs}
+    shared = {}
+    for task in tasks:
+        bests = [best[id(r)] for r in runs if r["config"]["task"] == task and best[id(r)] is not None]
+        shared[task] = fraction * min(bests) if bests and min(bests) > 0 else None
+    own_rows, shared_rows = {}, {}
+    for run in runs:
+        task, history, run_best = run["config"]["task"], histories[id(run)], best[id(run)]
+        own = _first_step(history, fraction * run_best) if run_best is not None and run_best > 0 else None
+        own_rows.setdefault(run["method"], {})[task] = own
+        common = _first_step(history, shared[task]) if shared[task] is not None else None
+        shared_rows.setdefault(run["method"], {})[task] = common
+
+    def steps_table(rows, extra_row=None):
+        lines = ["| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+        for method, values in rows.items():
+            cells = ["–" if values.get(t) is None else str(values[t]) for t in tasks]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        if extra_row:
+            lines.append(extra_row)
+        return "\n".join(lines)
+
+    percent = f"{100 * fraction:g}%"
+    target_row = "| target: valid Spearman × 100 | " + " | ".join(_cell(shared[t]) for t in tasks) + " |"
+    return (
+        f"#### Steps until valid Spearman first reaches {percent} of the run's own best\n\n"
+        + steps_table(own_rows)
+        + f"\n\n#### Steps until valid Spearman first reaches a shared target: {percent} of the lowest best "
+        "among the methods on the task\n\n" + steps_table(shared_rows, target_row)
+    )
 
 
 def tables(runs):
     """The markdown of all tables for ``runs``."""
-    per_task, nli, interaction, accuracy = {}, {}, {}, {}
-    for run in runs:
-        config, metrics, method = run["config"], run["metrics"], run["method"]
-        comparable = metrics.get("comparable", True)
-        for task, result in metrics["tasks"].items():
-            test = result["test"]
-            if _trained_on_nli(config):
-                nli.setdefault(method, {})[task] = (test["spearman"], comparable)
-            elif config["kind"] == "interaction":
-                interaction.setdefault(method, {})[task] = (test["spearman"], comparable)
-            else:
-                per_task.setdefault(method, {})[task] = (test["spearman"], comparable)
-            if "accuracy" in test and not _trained_on_nli(config):
-                label = method + (" (interaction)" if config["kind"] == "interaction" else " (feature)")
-                accuracy.setdefault(label, {})[task] = (test["accuracy"], comparable)
+    groups = group_runs(runs)
+    pooling_title = POOLING_MODES.get(groups["usual_pooling"], groups["usual_pooling"])
     sections = []
-    if per_task:
+    if groups["per_task"]:
         sections.append(
-            "### Feature models trained on each task: test Spearman × 100\n\n" + _table(per_task, MATCHING_TASKS)
+            f"### Feature models trained on each task ({pooling_title} pooling): test Spearman × 100\n\n"
+            + _table(_test_results(groups["per_task"]), MATCHING_TASKS)
         )
-    if nli:
-        sections.append("### Feature models trained on NLI: test Spearman × 100\n\n" + _table(nli, MATCHING_TASKS))
-    if interaction:
-        sections.append("### Interaction models: test Spearman × 100\n\n" + _table(interaction, BINARY_TASKS))
+    if groups["nli"]:
+        sections.append(
+            "### Feature models trained on NLI: test Spearman × 100\n\n"
+            + _table(_test_results(groups["nli"]), MATCHING_TASKS)
+        )
+    if groups["interaction"]:
+        sections.append(
+            "### Interaction models: test Spearman × 100\n\n"
+            + _table(_test_results(groups["interaction"]), BINARY_TASKS)
+        )
+    accuracy_runs = groups["per_task"] + groups["interaction"]
+    accuracy = _test_results(accuracy_runs, lambda r: f"{r['method']} ({r['config']['kind']})", metric="accuracy")
     if accuracy:
         sections.append("### Test accuracy × 100 at the threshold tuned on valid\n\n" + _table(accuracy, BINARY_TASKS))
+    if groups["epsilon"]:
+        sections.append(
+            "### Contrastive loss that pushes negatives down to a threshold ε, next to CoSENT (the paper's "
+            "Table I): test Spearman × 100\n\n" + _epsilon_table(groups)
+        )
+    pooling = _pooling_table(groups)
+    if pooling:
+        sections.append("### Pooling with CoSENT (the paper's pooling comparison): test Spearman × 100\n\n" + pooling)
+    if groups["per_task"]:
+        sections.append(
+            "### Convergence of the feature models trained on each task\n\n" + convergence_tables(groups["per_task"])
+        )
     notes = (
         "† trained on a seeded part of valid (no train split available); not comparable with "
         "published numbers.  \n* Avg over the tasks present only."
@@ -128,7 +264,7 @@ def plot_valid_curve(history, path, title):
 
 
 def plot_convergence(runs, path):
-    """Valid Spearman against steps, a panel per task, a line per method (NLI runs left out)."""
+    """Valid Spearman against steps, a panel per task, a line per method."""
     plt = _pyplot()
     tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
     if not tasks:
@@ -151,15 +287,15 @@ def plot_convergence(runs, path):
 
 
 def plot_cosine_density(runs, path):
-    """Histogram densities of test cosines for positive and negative pairs (feature models)."""
-    plt = _pyplot()
-    feature = [r for r in runs if r["config"]["kind"] == "feature" and not _trained_on_nli(r["config"])]
-    methods = sorted({r["method"] for r in feature})
-    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in feature)]
-    if not feature:
+    """Histogram densities of test cosines for positive and negative pairs: a row per method,
+    a column per task (feature models trained on that task)."""
+    if not runs:
         return False
+    plt = _pyplot()
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
     figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
-    for run in feature:
+    for run in runs:
         axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]
         task = run["config"]["task"]
         saved = np.load(os.path.join(run["dir"], "test_scores.npz"))
@@ -181,14 +317,27 @@ def plot_cosine_density(runs, path):
 
 
 def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
-    """Write results.md, convergence.png and cosine_density.png; returns the written paths."""
+    """Write results.md and the plots: convergence.png (valid Spearman against steps, the
+    paper's Figure 3), cosine_density.png (test cosines of positive and negative pairs, its
+    Figure 5) and, with a Table I sweep, epsilon_density.png (the same for each ε and CoSENT).
+    Returns the written paths."""
     runs = load_runs(run_dirs)
     if not runs:
         raise ValueError("no finished runs (folders with metrics.json and config.json) among: " + ", ".join(run_dirs))
+    groups = group_runs(runs)
     os.makedirs(output_dir, exist_ok=True)
     written = [os.path.join(output_dir, "results.md")]
     write_text(written[0], (preface + "\n\n" if preface else "") + tables(runs))
-    for name, plot in (("convergence.png", plot_convergence), ("cosine_density.png", plot_cosine_density)):
-        if plot(runs, os.path.join(output_dir, name)):
+    epsilon_tasks = {r["config"]["task"] for r in groups["epsilon"]}
+    epsilon_runs = sorted(groups["epsilon"], key=lambda r: r["config"]["epsilon"]) + [
+        r for r in groups["per_task"] if r["config"]["loss"] == "cosent" and r["config"]["task"] in epsilon_tasks
+    ]
+    plots = (
+        ("convergence.png", plot_convergence, groups["per_task"] + groups["interaction"]),
+        ("cosine_density.png", plot_cosine_density, groups["per_task"]),
+        ("epsilon_density.png", plot_cosine_density, epsilon_runs if groups["epsilon"] else []),
+    )
+    for name, plot, plotted in plots:
+        if plot(plotted, os.path.join(output_dir, name)):
             written.append(os.path.join(output_dir, name))
     return written

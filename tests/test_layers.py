@@ -41,7 +41,7 @@ def test_negative_values_survive_max():
     np.testing.assert_allclose(pooled, [[-2, -2]])
 
 
-@pytest.mark.parametrize("mode", POOLING_MODES)
+@pytest.mark.parametrize("mode", list(POOLING_MODES))
 def test_encoder_vectors_ignore_extra_padding(mode, tiny_config):
     encoder = build_encoder(tiny_config, pooling=mode)
     token_ids = np.array([[101, 872, 1962, 102, 0], [101, 2769, 102, 0, 0]], np.int32)

@@ -7,10 +7,12 @@ import pytest
 from cosent_tf.report import load_runs, tables, write_report
 
 
-def fake_run(folder, task, kind, loss, spearmans, accuracy=None, comparable=True, steps=(10, 20)):
-    """A finished run folder as the engine writes it."""
+def fake_run(
+    folder, task, kind, loss, spearmans, accuracy=None, comparable=True, steps=(10, 20), history=None, **config
+):
+    """A finished run folder as the engine writes it; ``history``: (step, valid Spearman) rows."""
     os.makedirs(folder)
-    config = {"task": task, "kind": kind, "loss": loss, "model": "bert", "epsilon": 0.5}
+    config = {"task": task, "kind": kind, "loss": loss, "model": "bert", "epsilon": 0.5, **config}
     tasks = {}
     for name, value in spearmans.items():
         test = {"spearman": value, "pearson": value}
@@ -29,7 +31,8 @@ def fake_run(folder, task, kind, loss, spearmans, accuracy=None, comparable=True
         json.dump(metrics, f)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
-    rows = ["epoch,step,end_of_epoch,spearman"] + [f"{i + 1},{s},True,{0.1 * (i + 1)}" for i, s in enumerate(steps)]
+    history = history or [(step, 0.1 * (i + 1)) for i, step in enumerate(steps)]
+    rows = ["epoch,step,end_of_epoch,spearman"] + [f"1,{step},False,{value}" for step, value in history]
     with open(os.path.join(folder, "valid_metrics.csv"), "w") as f:
         f.write("\n".join(rows) + "\n")
     rng = np.random.default_rng(0)
@@ -75,3 +78,102 @@ def test_report_writes_tables_and_plots(tmp_path):
         assert (tmp_path / "out" / name).read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="no finished runs"):
         write_report([str(tmp_path / "nothing")], str(tmp_path / "out2"))
+
+
+def test_table_one_sorts_the_contrastive_runs_by_epsilon_next_to_cosent(tmp_path):
+    runs = [fake_run(tmp_path / "cosent", "ATEC", "feature", "cosent", {"ATEC": 0.3}, accuracy=0.8)]
+    for epsilon, value in ((0.9, 0.25), (-1.0, 0.05), (0.0, 0.2)):
+        runs.append(
+            fake_run(tmp_path / f"eps{epsilon}", "ATEC", "feature", "contrastive", {"ATEC": value}, epsilon=epsilon)
+        )
+    text = tables(load_runs(runs))
+    table_one = text.split("Table I")[1].split("###")[0]
+    rows = [line for line in table_one.splitlines() if line.startswith("| BERT")]
+    assert rows == [
+        "| BERT + Contrastive (ε=-1) | 5.00 |",
+        "| BERT + Contrastive (ε=0) | 20.00 |",
+        "| BERT + Contrastive (ε=0.9) | 25.00 |",
+        "| BERT + CoSENT | 30.00 |",
+    ]
+    # The ε runs are in Table I only: not among the per-task rows, nor in the accuracy table.
+    per_task = text.split("### Feature models trained on each task")[1].split("###")[0]
+    assert "Contrastive" not in per_task
+    assert "Contrastive" not in text.split("at the threshold tuned on valid")[1].split("###")[0]
+
+
+def test_pooling_table_has_a_row_per_pooling_and_the_main_table_keeps_the_usual_one(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cls-bq", "BQ", "feature", "cosent", {"BQ": 0.7}, pooling="cls"),
+        fake_run(tmp_path / "cls-sts", "STS-B", "feature", "cosent", {"STS-B": 0.6}, pooling="cls"),
+        fake_run(tmp_path / "mse-bq", "BQ", "feature", "mse", {"BQ": 0.65}, pooling="cls"),
+        fake_run(tmp_path / "mean-bq", "BQ", "feature", "cosent", {"BQ": 0.5}, pooling="last-avg"),
+        fake_run(tmp_path / "mean-sts", "STS-B", "feature", "cosent", {"STS-B": 0.4}, pooling="last-avg"),
+        fake_run(tmp_path / "max-sts", "STS-B", "feature", "cosent", {"STS-B": 0.3}, pooling="max"),
+    ]
+    text = tables(load_runs(runs))
+    assert "### Feature models trained on each task (CLS pooling)" in text
+    assert "| BERT + CoSENT | – | 70.00 | – | – | 60.00 | 65.00* |" in text
+    pooling = text.split("pooling comparison")[1].split("###")[0]
+    rows = [line for line in pooling.splitlines() if line.startswith("|")]
+    assert rows == [
+        "| method | BQ | STS-B | Avg |",
+        "|---|---|---|---|",
+        "| CLS (cls) | 70.00 | 60.00 | 65.00 |",
+        "| mean (last-avg) | 50.00 | 40.00 | 45.00 |",
+        "| max (max) | – | 30.00 | 30.00* |",
+    ]
+
+
+def test_convergence_counts_steps_to_the_runs_own_best_and_to_a_shared_target(tmp_path):
+    runs = [
+        fake_run(
+            tmp_path / "cosent",
+            "BQ",
+            "feature",
+            "cosent",
+            {"BQ": 0.7},
+            history=[(10, 0.50), (20, 0.62), (30, 0.65), (40, 0.60)],
+        ),
+        fake_run(
+            tmp_path / "mse",
+            "BQ",
+            "feature",
+            "mse",
+            {"BQ": 0.6},
+            history=[(10, 0.20), (20, 0.30), (30, 0.37), (40, 0.40)],
+        ),
+        fake_run(tmp_path / "sbert", "BQ", "feature", "sbert", {"BQ": 0.1}, history=[(10, -0.2), (20, -0.1)]),
+    ]
+    text = tables(load_runs(runs)).split("### Convergence")[1]
+    own, shared = text.split("shared target")
+    # 90% of the own best: CoSENT 0.585 (step 20), MSE 0.36 (0.37 at step 30); a best below 0 has no target.
+    assert "| BERT + CoSENT | 20 |" in own and "| BERT + MSE | 30 |" in own
+    assert "| BERT + Sentence-BERT | – |" in own
+    # The shared target is 90% of the lowest positive best... here a best below 0: none.
+    assert "| target: valid Spearman × 100 | – |" in shared
+
+
+def test_convergence_shared_target_is_reached_by_every_method(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.7}, history=[(10, 0.30), (20, 0.62)]),
+        fake_run(tmp_path / "mse", "BQ", "feature", "mse", {"BQ": 0.6}, history=[(10, 0.2), (20, 0.3), (30, 0.4)]),
+    ]
+    shared = tables(load_runs(runs)).split("shared target")[1]
+    # 90% of MSE's best 0.40 is 0.36: CoSENT reaches it at step 20, MSE at step 30.
+    assert "| BERT + CoSENT | 20 |" in shared and "| BERT + MSE | 30 |" in shared
+    assert "| target: valid Spearman × 100 | 36.00 |" in shared
+
+
+def test_report_draws_the_epsilon_sweep(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cosent", "ATEC", "feature", "cosent", {"ATEC": 0.3}),
+        fake_run(tmp_path / "eps", "ATEC", "feature", "contrastive", {"ATEC": 0.1}, epsilon=-1.0),
+    ]
+    written = write_report(runs, str(tmp_path / "out"))
+    assert [os.path.basename(p) for p in written] == [
+        "results.md",
+        "convergence.png",
+        "cosine_density.png",
+        "epsilon_density.png",
+    ]
+    assert (tmp_path / "out" / "epsilon_density.png").read_bytes()[:4] == b"\x89PNG"
