@@ -136,9 +136,9 @@ def test_odd_number_of_rows_is_an_error():
 
 
 def test_config_round_trip():
-    loss = CoSENTLoss(scale=7.5)
+    loss = CoSENTLoss(scale=7.5, global_batch=False)
     restored = keras.losses.deserialize(keras.losses.serialize(loss))
-    assert isinstance(restored, CoSENTLoss) and restored.scale == 7.5
+    assert isinstance(restored, CoSENTLoss) and restored.scale == 7.5 and restored.global_batch is False
 
 
 @pytest.mark.parametrize("loss", [CoSENTLoss(20.0), cosent_loss], ids=["class", "function"])

@@ -66,5 +66,5 @@ def test_finite_in_bfloat16():
 
 
 def test_config_round_trip():
-    restored = keras.losses.deserialize(keras.losses.serialize(InteractionCoSENTLoss()))
-    assert isinstance(restored, InteractionCoSENTLoss)
+    restored = keras.losses.deserialize(keras.losses.serialize(InteractionCoSENTLoss(global_batch=False)))
+    assert isinstance(restored, InteractionCoSENTLoss) and restored.global_batch is False

@@ -40,3 +40,20 @@ def interleaved_cosines(y_pred):
     first = tf.math.l2_normalize(vectors[::2], axis=1)
     second = tf.math.l2_normalize(vectors[1::2], axis=1)
     return tf.reduce_sum(first * second, axis=1)
+
+
+def gather_across_replicas(*tensors):
+    """Each tensor concatenated over the replicas of a tf.distribute strategy (replica order),
+    or unchanged with one replica or outside a replica context.
+
+    A ranking loss needs this: each replica ranks the whole global batch instead of its own
+    slice. ``all_gather``'s gradient sums what every replica sends back and keeps this
+    replica's rows, so with every replica computing the same global loss L each one's rows
+    get R times dL/d(rows); Keras divides each replica's loss by R (as for any loss averaged
+    over the global batch) and sums the replicas' gradients, so the update equals one
+    device's on the global batch. A custom training loop must divide by R likewise.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tensors
+    return tuple(context.all_gather(tensor, axis=0) for tensor in tensors)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..backend import keras, tf
-from ._pairs import interleaved_cosines, pair_labels
+from ._pairs import gather_across_replicas, interleaved_cosines, pair_labels
 
 
 def ranking_loss(scores, labels):
@@ -20,13 +20,15 @@ def ranking_loss(scores, labels):
     return tf.reduce_logsumexp(terms)
 
 
-def cosent_loss(y_true, y_pred, scale=20.0):
+def cosent_loss(y_true, y_pred, scale=20.0, global_batch=True):
     """CoSENT loss of an interleaved batch; usable as ``compile(loss=cosent_loss)``.
 
-    See :class:`CoSENTLoss` for the formula and the expected inputs.
+    See :class:`CoSENTLoss` for the formula, the expected inputs and ``global_batch``.
     """
     cosines = interleaved_cosines(y_pred)
     labels = pair_labels(y_true, cosines.dtype)
+    if global_batch:
+        cosines, labels = gather_across_replicas(cosines, labels)
     return ranking_loss(tf.cast(scale, cosines.dtype) * cosines, labels)
 
 
@@ -49,18 +51,25 @@ class CoSENTLoss(keras.losses.Loss):
     Returns one scalar for the batch (it is a ranking over pairs of pairs, not a mean of
     per-sample terms).
 
+    Under a tf.distribute strategy with several replicas each replica gets a slice of the
+    batch. With ``global_batch`` (the default) the cosines and labels of every replica are
+    gathered, so that every replica ranks the whole global batch and the update equals one
+    device's on that batch (see :func:`~cosent_tf.losses._pairs.gather_across_replicas`);
+    without it each replica ranks only the pairs of its own slice.
+
     References: Su Jianlin, "CoSENT (1)", https://kexue.fm/archives/8847 (2022), with the
     original bert4keras experiments at https://github.com/bojone/CoSENT; Huang et al.,
     "CoSENT: Consistent Sentence Embedding via Similarity Ranking", IEEE/ACM Transactions
     on Audio, Speech and Language Processing 32 (2024), 2800-2813.
     """
 
-    def __init__(self, scale=20.0, name="cosent", **kwargs):
+    def __init__(self, scale=20.0, global_batch=True, name="cosent", **kwargs):
         super().__init__(name=name, **kwargs)
         self.scale = float(scale)
+        self.global_batch = bool(global_batch)
 
     def call(self, y_true, y_pred):
-        return cosent_loss(y_true, y_pred, self.scale)
+        return cosent_loss(y_true, y_pred, self.scale, self.global_batch)
 
     def get_config(self):
-        return {**super().get_config(), "scale": self.scale}
+        return {**super().get_config(), "scale": self.scale, "global_batch": self.global_batch}

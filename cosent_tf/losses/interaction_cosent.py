@@ -1,17 +1,20 @@
 """CoSENT on the scalar score of an interaction (cross-encoder) model."""
 
 from ..backend import keras, tf
+from ._pairs import gather_across_replicas
 from .cosent import ranking_loss
 
 # The original clips scores so that a diverging model cannot produce inf - inf.
 SCORE_LIMIT = 1e6
 
 
-def interaction_cosent_loss(y_true, y_pred):
+def interaction_cosent_loss(y_true, y_pred, global_batch=True):
     """CoSENT over the scores of a cross-encoder; see :class:`InteractionCoSENTLoss`."""
     dtype = tf.float64 if y_pred.dtype == tf.float64 else tf.float32
     scores = tf.clip_by_value(tf.reshape(tf.cast(y_pred, dtype), [-1]), -SCORE_LIMIT, SCORE_LIMIT)
     labels = tf.cast(tf.reshape(y_true, [-1]), dtype)
+    if global_batch:
+        scores, labels = gather_across_replicas(scores, labels)
     return ranking_loss(scores, labels)
 
 
@@ -29,12 +32,20 @@ class InteractionCoSENTLoss(keras.losses.Loss):
             of the concatenated pair, no activation).
         y_true: labels, shape (B,) or (B, 1), in any order-carrying form (0/1, ranks, scores).
 
+    ``global_batch``: under a tf.distribute strategy with several replicas, rank the scores of
+    every replica together, as one device would (the default), or only each replica's slice;
+    see :class:`~cosent_tf.losses.CoSENTLoss`.
+
     References: Su Jianlin, "CoSENT (2)", https://kexue.fm/archives/9341 (2022); the
     original experiments at https://github.com/bojone/CoSENT.
     """
 
-    def __init__(self, name="interaction_cosent", **kwargs):
+    def __init__(self, global_batch=True, name="interaction_cosent", **kwargs):
         super().__init__(name=name, **kwargs)
+        self.global_batch = bool(global_batch)
 
     def call(self, y_true, y_pred):
-        return interaction_cosent_loss(y_true, y_pred)
+        return interaction_cosent_loss(y_true, y_pred, self.global_batch)
+
+    def get_config(self):
+        return {**super().get_config(), "global_batch": self.global_batch}
