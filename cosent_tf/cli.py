@@ -410,6 +410,7 @@ def _number(number_type, low, high=None, low_included=True):
 def _add_run_options(parser):
     """The engine's options (model, batching, optimisation, output), common to every way of training."""
     from .backend import ARCHITECTURES, PRECISIONS
+    from .distribute import STRATEGIES
     from .layers import POOLING_MODES
     from .models import HEAD_INPUTS
     from .optimizers import SCHEDULES
@@ -511,6 +512,20 @@ def _add_run_options(parser):
         "pair, NLI label '-') is an error naming file and line, instead of a warning",
     )
     parser.add_argument("--precision", default=RunConfig.precision, choices=list(PRECISIONS))
+    parser.add_argument(
+        "--strategy",
+        default=RunConfig.strategy,
+        choices=STRATEGIES,
+        help="train on one device (default), on every device of this machine (mirrored), or across machines "
+        "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs",
+    )
+    parser.add_argument(
+        "--per-replica-loss",
+        dest="global_batch_loss",
+        action="store_false",
+        help="under a strategy with several replicas, CoSENT ranks each replica's slice of the batch alone "
+        "instead of the global batch (for comparison)",
+    )
     parser.add_argument("--output-dir", help="a new or empty folder, or this run's own folder to resume it")
     parser.add_argument(
         "--overwrite",

@@ -24,8 +24,23 @@ def pad_batch(sequences, padding_id=0):
     return batch
 
 
-def batch_indices(lengths, batch_size, epoch, shuffle=True, group_by_length=False, seed=0):
-    """Index arrays of the batches of one epoch (every example exactly once)."""
+def batches_per_epoch(count: int, batch_size: int, replicas: int = 1) -> int:
+    """Batches in one pass over ``count`` examples: the full ones, and the rest if at least
+    ``replicas`` examples are left (see :func:`batch_indices`)."""
+    full, rest = divmod(count, batch_size)
+    return full + (rest >= replicas)
+
+
+def batch_indices(lengths, batch_size, epoch, shuffle=True, group_by_length=False, seed=0, replicas=1):
+    """Index arrays of the batches of one epoch (every example exactly once).
+
+    With ``replicas`` > 1 every batch holds a multiple of ``replicas`` examples, so that
+    tf.distribute can give each replica an equal slice: ``batch_size`` must be a multiple,
+    and the last, partial batch leaves out its ``count % replicas`` examples that epoch (a
+    different few each epoch when shuffling).
+    """
+    if batch_size % replicas:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {replicas} replicas")
     lengths = np.asarray(lengths)
     count = len(lengths)
     if batch_size < 1:
@@ -41,6 +56,10 @@ def batch_indices(lengths, batch_size, epoch, shuffle=True, group_by_length=Fals
             ]
         )
     batches = np.array_split(order, range(batch_size, count, batch_size))
+    whole = len(batches[-1]) - len(batches[-1]) % replicas
+    batches[-1] = batches[-1][:whole]
+    if not whole:
+        batches.pop()
     if group_by_length and shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
@@ -54,10 +73,10 @@ class _BatchStream:
     up the same shuffle where it stopped.
     """
 
-    def __init__(self, lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat):
+    def __init__(self, lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas):
         self.lengths, self.batch_size = lengths, batch_size
-        self.order = {"shuffle": shuffle, "group_by_length": group_by_length, "seed": seed}
-        self.batches_per_epoch = -(-len(lengths) // batch_size)
+        self.order = {"shuffle": shuffle, "group_by_length": group_by_length, "seed": seed, "replicas": replicas}
+        self.batches_per_epoch = batches_per_epoch(len(lengths), batch_size, replicas)
         self.start_step = start_step
         self.repeat = repeat
         self.passes = 0
@@ -96,6 +115,7 @@ def pair_dataset(
     seed: int = 0,
     start_step=0,
     repeat: bool = False,
+    replicas: int = 1,
 ) -> tf.data.Dataset:
     """Interleaved sentence-pair batches for a feature model.
 
@@ -103,13 +123,15 @@ def pair_dataset(
     (2B, T): rows 2k and 2k+1 are the two sentences of pair k, and each pair's label is
     repeated on both of its rows. ``batch_size`` counts pairs. Without ``repeat`` each
     iteration is one epoch (reshuffled every time); with it the stream is endless and
-    starts at global batch ``start_step`` (see :class:`_BatchStream`).
+    starts at global batch ``start_step`` (see :class:`_BatchStream`). ``replicas``: every
+    batch holds a multiple of this many pairs (see :func:`batch_indices`), so that each
+    replica of a tf.distribute strategy gets the same number of whole pairs.
     """
     if not len(ids_a) == len(ids_b) == len(labels):
         raise ValueError(f"pair columns differ in length: {len(ids_a)}, {len(ids_b)}, {len(labels)}")
     labels = np.asarray(labels, dtype=np.float32)
     lengths = [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
-    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat)
+    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas)
 
     def make_batches():
         for index in stream():
@@ -146,6 +168,7 @@ def interaction_dataset(
     start_step=0,
     repeat: bool = False,
     sep_id: int = None,
+    replicas: int = 1,
 ) -> tf.data.Dataset:
     """Concatenated-pair batches for an interaction model: ``((token_ids, segment_ids), labels)``.
 
@@ -156,7 +179,8 @@ def interaction_dataset(
     if len(pair_ids) != len(labels):
         raise ValueError(f"{len(pair_ids)} token sequences but {len(labels)} labels")
     labels = np.asarray(labels, dtype=np.float32)
-    stream = _BatchStream([len(s) for s in pair_ids], batch_size, shuffle, group_by_length, seed, start_step, repeat)
+    lengths = [len(s) for s in pair_ids]
+    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas)
 
     def make_batches():
         for index in stream():

@@ -48,7 +48,8 @@ from .data import (
     shared_vocab,
     task_file,
 )
-from .errors import CheckpointError, DataError, where
+from .distribute import get_strategy
+from .errors import CheckpointError, ConfigError, DataError, where
 from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
 from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
@@ -56,7 +57,7 @@ from .losses import get_loss
 from .model_dir import SPEC_FILE, ModelSpec, hf_spec, read_spec, save_model_dir
 from .models import build_encoder, build_interaction_model, check_maxlen
 from .optimizers import build_optimizer
-from .pipeline import interaction_dataset, pair_dataset
+from .pipeline import batches_per_epoch, interaction_dataset, pair_dataset
 from .recipes import get_recipe
 from .report import plot_valid_curve
 from .run_folder import check_run_folder, prepare_run_folder
@@ -105,6 +106,8 @@ class RunConfig:
     strict: bool = False
     backup_every: int = 0
     precision: str = "float32"
+    strategy: str = "default"
+    global_batch_loss: bool = True
     output_dir: str = None
     # A user's own files instead of a benchmark task (``task`` then names the run's task).
     train_file: str = None
@@ -364,7 +367,11 @@ class Matcher:
         """(the Keras model to fit, its loss, the labels it is fitted on)."""
         cfg, task = self.cfg, self.task
         loss = self.loss.build(
-            scale=cfg.scale, epsilon=cfg.epsilon, max_label=task.max_label, positive_above=task.positive_above
+            scale=cfg.scale,
+            epsilon=cfg.epsilon,
+            max_label=task.max_label,
+            positive_above=task.positive_above,
+            global_batch=cfg.global_batch_loss,
         )
         labels = task.classes(labels) if self.loss.on_classes else labels
         model = self.model
@@ -373,8 +380,11 @@ class Matcher:
             model = keras.Model(model.inputs, head(model.output))
         return model, loss, labels
 
-    def dataset(self, prepared, labels, start_step):
-        options = dict(group_by_length=self.cfg.group_by_length, seed=self.cfg.seed, start_step=start_step, repeat=True)
+    def dataset(self, prepared, labels, start_step, replicas=1):
+        cfg = self.cfg
+        options = dict(
+            group_by_length=cfg.group_by_length, seed=cfg.seed, start_step=start_step, repeat=True, replicas=replicas
+        )
         if self.cfg.kind == "feature":
             return pair_dataset(*prepared, labels, self.cfg.batch_size, **options)
         return interaction_dataset(prepared, labels, self.cfg.batch_size, sep_id=self.sep_id, **options)
@@ -386,10 +396,18 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
     ``overwrite`` lets the run replace a finished (or differently set) run in its output
     folder; see :mod:`cosent_tf.run_folder`. The run seeds every generator and sets the
     Keras dtype policy of ``cfg.precision``; both are put back as they were on return.
+    Under ``cfg.strategy`` (:mod:`cosent_tf.distribute`) the model, its optimizer and its
+    loss are built in the strategy's scope and every batch is shared by its replicas.
     """
     cfg = cfg.resolved()
+    strategy = get_strategy(cfg.strategy)
+    if cfg.batch_size % strategy.num_replicas_in_sync:
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} pairs cannot be shared equally by the {strategy.num_replicas_in_sync} "
+            f"replicas of --strategy {cfg.strategy}: make it a multiple of that"
+        )
     with random_seed(cfg.seed), dtype_policy(policy_name(cfg.precision)):
-        return _train(cfg, overwrite)
+        return _train(cfg, overwrite, strategy)
 
 
 # Said at the start of a run without --checkpoint, and recorded with its results.
@@ -414,7 +432,7 @@ def starts_from_random_weights(checkpoint) -> bool:
     return False
 
 
-def _train(cfg, overwrite):
+def _train(cfg, overwrite, strategy):
     started = time.time()
     check_inputs(cfg)
     random_weights = starts_from_random_weights(cfg.checkpoint)
@@ -427,7 +445,8 @@ def _train(cfg, overwrite):
     sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
     logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
 
-    matcher = Matcher(cfg, data.task)
+    with strategy.scope():
+        matcher = Matcher(cfg, data.task)
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
     check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
@@ -437,7 +456,7 @@ def _train(cfg, overwrite):
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
         backup_dir = os.path.join(cfg.output_dir, "backup")
-        validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir)
+        validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy)
         logger.info("training done; scoring valid and test with the best weights")
         per_task = _test(cfg, matcher, prepared, evaluation, data.tasks)
         plot_valid_curve(
@@ -451,6 +470,7 @@ def _train(cfg, overwrite):
             "best_epoch": validation.best_epoch,
             "steps": steps,
             "train_pairs": len(train_pairs),
+            "replicas": strategy.num_replicas_in_sync,
             "comparable": not notes and data.task.data != FILES,
             "random_weights": random_weights,
             "notes": notes,
@@ -477,12 +497,22 @@ def _train(cfg, overwrite):
         return metrics
 
 
-def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir):
+def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy):
     """Train with validation, best-weight keeping and backups; (the validation callback, steps done)."""
-    model, loss, labels = matcher.training_model(train_pairs.labels)
-    steps_per_epoch = cfg.steps_per_epoch or -(-len(train_pairs) // cfg.batch_size)
-    optimizer = build_optimizer(cfg.lr, steps_per_epoch * cfg.epochs, cfg.weight_decay, cfg.warmup, cfg.schedule)
-    model.compile(optimizer=optimizer, loss=loss)
+    replicas = strategy.num_replicas_in_sync
+    steps_per_epoch = cfg.steps_per_epoch or batches_per_epoch(len(train_pairs), cfg.batch_size, replicas)
+    if replicas > 1:
+        logger.info(
+            "%d replicas (--strategy %s), %d pairs each a step; CoSENT ranks %s",
+            replicas,
+            cfg.strategy,
+            cfg.batch_size // replicas,
+            "the global batch" if cfg.global_batch_loss else "each replica's pairs alone (--per-replica-loss)",
+        )
+    with strategy.scope():
+        model, loss, labels = matcher.training_model(train_pairs.labels)
+        optimizer = build_optimizer(cfg.lr, steps_per_epoch * cfg.epochs, cfg.weight_decay, cfg.warmup, cfg.schedule)
+        model.compile(optimizer=optimizer, loss=loss)
 
     def optimizer_step():
         return int(model.optimizer.iterations.numpy())
@@ -510,7 +540,7 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         callbacks.insert(0, keras.callbacks.ProgbarLogger(count_mode="steps"))
     try:
         model.fit(
-            matcher.dataset(train_inputs, labels, optimizer_step),
+            matcher.dataset(train_inputs, labels, optimizer_step, replicas),
             epochs=cfg.epochs,
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,

@@ -2,7 +2,14 @@ import numpy as np
 import pytest
 
 from cosent_tf import interaction_dataset, pair_dataset
-from cosent_tf.pipeline import batch_indices, length_sorted_batches, pad_batch, pair_segment_ids, restore_order
+from cosent_tf.pipeline import (
+    batch_indices,
+    batches_per_epoch,
+    length_sorted_batches,
+    pad_batch,
+    pair_segment_ids,
+    restore_order,
+)
 
 
 def make_pairs(count, seed=0):
@@ -55,6 +62,29 @@ def test_grouping_by_length_cuts_padding():
     assert padded_tokens(True) < 0.7 * padded_tokens(False)
     batches = batch_indices(lengths, 32, 0, True, True, seed=0)
     assert sorted(np.concatenate(batches)) == list(range(3200))
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_batches_for_replicas_hold_a_multiple_of_them(group):
+    # 45 examples, batches of 8 for 4 replicas: five full batches, and the last 5 cut to 4.
+    lengths = np.random.default_rng(1).integers(3, 30, 45)
+    for epoch in range(3):
+        batches = batch_indices(lengths, 8, epoch, True, group, seed=0, replicas=4)
+        assert sorted(len(b) for b in batches) == [4, 8, 8, 8, 8, 8]
+        assert len(batches) == batches_per_epoch(45, 8, replicas=4)
+        assert len(set(np.concatenate(batches))) == 44  # one example sits this epoch out
+    assert batches_per_epoch(45, 8) == 6 and batches_per_epoch(43, 8, replicas=4) == 5  # 3 left: no batch
+    assert len(batch_indices(np.ones(43), 8, 0, replicas=4)) == 5
+    with pytest.raises(ValueError, match="not a multiple of the 4 replicas"):
+        batch_indices(lengths, 6, 0, replicas=4)
+
+
+def test_a_pair_stream_for_replicas_keeps_pairs_whole():
+    ids_a, ids_b, labels = make_pairs(13)
+    dataset = pair_dataset(ids_a, ids_b, labels, batch_size=4, replicas=2)
+    rows = [len(y) for _, y in dataset.as_numpy_iterator()]
+    assert rows == [8, 8, 8]  # 13 pairs: three batches of 4 pairs, the 13th left out
+    assert dataset.cardinality().numpy() == 3
 
 
 def test_interaction_batches():

@@ -25,8 +25,8 @@ class LossEntry:
         kind: the model it trains: ``feature`` (a siamese encoder, batches of interleaved
             sentences) or ``interaction`` (a cross-encoder, batches of concatenated pairs).
         title: its name in result tables.
-        build: ``build(scale=, epsilon=, max_label=, positive_above=)`` -> a Keras loss; it
-            takes the options it needs and ignores the others.
+        build: ``build(scale=, epsilon=, max_label=, positive_above=, global_batch=)`` -> a
+            Keras loss; it takes the options it needs and ignores the others.
         on_classes: trained on class labels (a task's graded scores are split first).
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
@@ -52,7 +52,7 @@ def _sentence_bert_head(num_classes):
 LOSSES = {
     (entry.kind, entry.name): entry
     for entry in (
-        LossEntry("cosent", FEATURE, "CoSENT", lambda scale, **_: CoSENTLoss(scale)),
+        LossEntry("cosent", FEATURE, "CoSENT", lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch)),
         LossEntry(
             "sbert",
             FEATURE,
@@ -80,7 +80,7 @@ LOSSES = {
             "cosent",
             INTERACTION,
             "CoSENT",
-            lambda **_: InteractionCoSENTLoss(),
+            lambda global_batch=True, **_: InteractionCoSENTLoss(global_batch),
             interaction_head="score",
             batch_size=64,
         ),

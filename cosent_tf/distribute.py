@@ -1,0 +1,66 @@
+"""Training on several devices with ``tf.distribute``: the strategies ``--strategy`` names.
+
+* ``default``: one device (TensorFlow's default strategy).
+* ``mirrored``: every accelerator of this machine (``MirroredStrategy``), or its logical CPU
+  devices where it has none.
+* ``multi-worker``: one replica set per machine (``MultiWorkerMirroredStrategy``), the
+  machines listed in the ``TF_CONFIG`` environment variable, TensorFlow's convention.
+
+``--batch-size`` stays the global number of pairs: each replica gets an equal slice of whole
+pairs, and CoSENT ranks the global batch (see :func:`cosent_tf.losses.CoSENTLoss`).
+
+``COSENT_TF_CPU_DEVICES=N`` (read when cosent_tf is imported, see :mod:`cosent_tf.backend`)
+splits the CPU into N logical devices, which ``mirrored`` then uses as N replicas: a way to
+try (and test) the strategies on a machine without accelerators. It is no faster than one
+device.
+"""
+
+import json
+import os
+
+from .backend import tf
+from .errors import ConfigError
+
+STRATEGIES = ("default", "mirrored", "multi-worker")
+
+_made = {}  # one strategy object per name for the process: a second one's collectives would clash
+
+
+def get_strategy(name: str = "default") -> "tf.distribute.Strategy":
+    """The strategy called ``name`` (:data:`STRATEGIES`); the same object on every call."""
+    if name not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name not in _made:
+        if name == "mirrored":
+            devices = (
+                None
+                if tf.config.list_logical_devices("GPU")
+                else [d.name for d in tf.config.list_logical_devices("CPU")]
+            )
+            _made[name] = tf.distribute.MirroredStrategy(devices)
+        else:
+            if "TF_CONFIG" not in os.environ:
+                raise ConfigError(
+                    "--strategy multi-worker reads the cluster from the TF_CONFIG environment variable, which is not "
+                    'set; e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                    '"task": {"type": "worker", "index": 0}}\' on the first machine, index 1 on the second'
+                )
+            try:
+                json.loads(os.environ["TF_CONFIG"])
+            except ValueError as error:
+                raise ConfigError(f"TF_CONFIG is not JSON: {error}") from None
+            _made[name] = tf.distribute.MultiWorkerMirroredStrategy()
+    return _made[name]
+
+
+def is_chief(strategy) -> bool:
+    """Whether this process writes the run's outputs: always, but under multi-worker only the
+    chief (the ``chief`` task, or worker 0 where there is none)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    if resolver.task_type == "chief":
+        return True
+    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
