@@ -7,6 +7,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 
 import numpy as np
 
@@ -30,6 +31,11 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     ``progress_bar``: a Keras progress bar is being redrawn on stdout, so a validation within
     an epoch first ends its line (fit's own ProgbarLogger should come before this callback, so
     that it ends the line at epoch ends).
+
+    ``writes=False`` is for the workers other than the chief of a multi-worker run. They
+    validate and save in step with the chief, because saving the weights reads the loss
+    metric, which is a collective op under that strategy, but into a scratch file, and they
+    only read the history (the chief's, for a resumed run's best so far).
     """
 
     def __init__(
@@ -41,8 +47,10 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         every_steps=0,
         csv_path=None,
         progress_bar=False,
+        writes=True,
     ):
         super().__init__()
+        self.writes = writes
         self.evaluate = evaluate
         self.weights_path = weights_path
         self.monitor = monitor
@@ -104,16 +112,22 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         if improved:
             self.best, self.best_epoch = value, epoch + 1
             self._best_weights = self.model.get_weights()
-            if self.weights_path:
-                with atomic_path(self.weights_path) as tmp:
-                    self.model.save_weights(tmp)
+            self._save_best()
         best = "  (best so far)" if improved else f"  (best {self.best:.4f} at epoch {self.best_epoch})"
         logger.info("epoch %d valid: %s%s", epoch + 1, _format(metrics), best)
+
+    def _save_best(self):
+        if self.weights_path and self.writes:
+            with atomic_path(self.weights_path) as tmp:
+                self.model.save_weights(tmp)
+        elif self.weights_path:
+            with tempfile.TemporaryDirectory() as scratch:
+                self.model.save_weights(os.path.join(scratch, os.path.basename(self.weights_path)))
 
     def _record(self, epoch, step, end_of_epoch):
         metrics = self.evaluate(self.model)
         self.history.append({"epoch": epoch, "step": step, "end_of_epoch": end_of_epoch, **metrics})
-        if self.csv_path:
+        if self.csv_path and self.writes:
             _write_history(self.csv_path, self.history)
         return metrics
 

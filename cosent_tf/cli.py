@@ -578,7 +578,10 @@ def _run_training(cfg, overwrite):
     except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
         print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGINT) from None
-    print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
+    if "worker" in metrics:  # a multi-worker run's other worker: the chief has the results
+        print(json.dumps(metrics))
+    else:
+        print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
     return metrics
 
 

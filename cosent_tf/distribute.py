@@ -64,3 +64,11 @@ def is_chief(strategy) -> bool:
     if resolver.task_type == "chief":
         return True
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
+
+
+def worker(strategy) -> str:
+    """This process's place in a multi-worker cluster (``worker 1``), or ``this process``."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return "this process"
+    return f"{resolver.task_type} {resolver.task_id}"

@@ -98,7 +98,11 @@ def _dataset(make_batches, num_batches, output_signature):
     dataset = tf.data.Dataset.from_generator(make_batches, output_signature=output_signature)
     if num_batches is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    # Under a multi-worker strategy every worker makes the same seeded batches and keeps its own
+    # slice of each (a generator has no files to shard by).
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
 _IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)

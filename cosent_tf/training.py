@@ -48,7 +48,7 @@ from .data import (
     shared_vocab,
     task_file,
 )
-from .distribute import get_strategy
+from .distribute import get_strategy, is_chief, worker
 from .errors import CheckpointError, ConfigError, DataError, where
 from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
 from .inference import batched_outputs, l2_normalize
@@ -391,7 +391,8 @@ class Matcher:
 
 
 def train(cfg: RunConfig, overwrite: bool = False) -> dict:
-    """Train, validate after every epoch, keep the best, test it; returns the metrics dict.
+    """Train, validate after every epoch, keep the best, test it; returns the metrics dict (on a
+    multi-worker run's workers other than the chief, which write nothing: ``{"worker", "steps"}``).
 
     ``overwrite`` lets the run replace a finished (or differently set) run in its output
     folder; see :mod:`cosent_tf.run_folder`. The run seeds every generator and sets the
@@ -449,13 +450,19 @@ def _train(cfg, overwrite, strategy):
         matcher = Matcher(cfg, data.task)
     train_inputs = matcher.prepare(train_pairs)
     prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
+    backup_dir = os.path.join(cfg.output_dir, "backup")
+    if not is_chief(strategy):
+        # The chief writes every output; this worker trains and validates in step with it and
+        # resumes from the chief's backup (output_dir on a file system both can read).
+        logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
+        _, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, False)
+        return {"worker": worker(strategy), "steps": steps}
     check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
     with folder_lock(cfg.output_dir, "training run"):
         start = prepare_run_folder(cfg.output_dir, dataclasses.asdict(cfg), overwrite)
         if start:
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
-        backup_dir = os.path.join(cfg.output_dir, "backup")
         validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy)
         logger.info("training done; scoring valid and test with the best weights")
         per_task = _test(cfg, matcher, prepared, evaluation, data.tasks)
@@ -497,8 +504,9 @@ def _train(cfg, overwrite, strategy):
         return metrics
 
 
-def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy):
-    """Train with validation, best-weight keeping and backups; (the validation callback, steps done)."""
+def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, writes=True):
+    """Train with validation, best-weight keeping and backups; (the validation callback, steps done).
+    ``writes``: False on a worker other than the chief, which validates but writes nothing."""
     replicas = strategy.num_replicas_in_sync
     steps_per_epoch = cfg.steps_per_epoch or batches_per_epoch(len(train_pairs), cfg.batch_size, replicas)
     if replicas > 1:
@@ -517,6 +525,11 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
     def optimizer_step():
         return int(model.optimizer.iterations.numpy())
 
+    # The step counter is made on first use. Made now, it is made at the same moment on every
+    # worker: under multi-worker each new variable is a collective broadcast, and collectives
+    # must come in the same order everywhere.
+    optimizer_step()
+
     def evaluate_valid(_):
         return mean_over_tasks(
             {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
@@ -529,6 +542,7 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         every_steps=cfg.eval_every,
         csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"),
         progress_bar=progress_bar,
+        writes=writes,
     )
     backup = StepBackup(backup_dir, cfg.backup_every)
     guard = StopOnNonFiniteLoss(

@@ -6,6 +6,8 @@ each case in its own process: the CPU is split when cosent_tf is imported.
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 
@@ -129,3 +131,94 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
     )
     assert odd.returncode != 0 and not (tmp_path / "odd").exists()
     assert "--batch-size 7 pairs cannot be shared equally by the 2 replicas of --strategy mirrored" in odd.stderr
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_workers(command):
+    """``command`` as the two workers of a localhost cluster (TF_CONFIG); worker 0 is the chief."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    workers = []
+    for index in range(2):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        workers.append(
+            subprocess.Popen(
+                command + ["--strategy", "multi-worker"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    return workers
+
+
+def finish(workers):
+    outputs = [worker.communicate(timeout=300) for worker in workers]
+    for worker, (_, stderr) in zip(workers, outputs):
+        assert worker.returncode == 0, stderr[-3000:]
+    return outputs
+
+
+def trained_weights(out):
+    from cosent_tf import SentenceEncoder
+
+    return SentenceEncoder.load(str(out / "model")).model.get_weights()
+
+
+@pytest.fixture
+def worker_command(tiny_setup):  # noqa: F811
+    tmp_path, options = tiny_setup
+    # last-avg: a random BERT's [CLS] vectors are nearly equal, and float32 rounding would then
+    # decide the gradients (see test_an_engine_step_on_two_replicas_equals_one_on_one_device).
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--pooling", "last-avg"]
+    command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2"]
+    return tmp_path, command
+
+
+@pytest.mark.slow
+def test_two_workers_train_as_one_process_with_their_global_batch(worker_command):
+    tmp_path, command = worker_command
+    single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr[-3000:]
+    (chief_out, _), (worker_out, _) = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
+    # Only the chief writes: its final line is the metrics, the other worker's says who it is.
+    assert json.loads(worker_out.strip().splitlines()[-1]) == {"worker": "worker 1", "steps": 12}
+    assert "2 replicas (--strategy multi-worker), 4 pairs each a step" in chief_out
+    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("single", "two"))
+    assert two["replicas"] == 2 and two["steps"] == one["steps"] == 12
+    assert two["test"]["spearman"] == pytest.approx(one["test"]["spearman"], abs=1e-5)
+    for expected, actual in zip(trained_weights(tmp_path / "single"), trained_weights(tmp_path / "two")):
+        np.testing.assert_allclose(actual, expected, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker_command):
+    tmp_path, command = worker_command
+    finish(start_workers(command + ["--output-dir", str(tmp_path / "whole")]))
+    out = tmp_path / "killed"
+    chief, other = start_workers(command + ["--output-dir", str(out)])
+    # 6 steps an epoch; by the time step 8 is validated, the state after step 6 is saved
+    killed = False
+    for line in chief.stdout:
+        if line.startswith("step 8 valid"):
+            other.kill()
+            killed = True
+            break
+    assert killed
+    chief.kill()  # left alone, it would wait for its lost peer
+    for process in (chief, other):
+        process.communicate(timeout=60)
+    assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
+
+    (chief_out, _), _ = finish(start_workers(command + ["--output-dir", str(out)]))
+    assert int(re.search(r"resumed at step (\d+)", chief_out).group(1)) in (6, 8)
+    whole, resumed = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("whole", "killed"))
+    assert resumed["steps"] == whole["steps"] == 12
+    assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
+    for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(out)):
+        np.testing.assert_allclose(actual, expected, atol=1e-6)
