@@ -45,6 +45,7 @@ import random
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -267,6 +268,40 @@ def random_seed(seed: int) -> Iterator[None]:
         if tf_rng_state is not None:
             eager._rng.setstate(tf_rng_state)
         _keras_backend._SEED_GENERATOR.generator = keras_generator
+
+
+# Micro-batches (cosent_tf.gradient_cache) run every chunk of a batch twice and need the same
+# dropout masks both times. Every Keras dropout, bert4keras's included (it makes its attention
+# dropout inside the layer's call), draws its mask through RandomGenerator.dropout: inside
+# `repeatable_dropout(seed)` that draws from a stateless generator keyed by the seed and the
+# dropout's place in the order of calls, which is the same on each run of the same model.
+_dropout_keys = threading.local()
+_keras_dropout = _keras_backend.RandomGenerator.dropout
+
+
+def _keyed_dropout(self, inputs, rate, noise_shape=None):
+    key = getattr(_dropout_keys, "key", None)
+    if key is None:
+        return _keras_dropout(self, inputs, rate, noise_shape)
+    key[1] += 1
+    seed = tf.random.experimental.stateless_fold_in(key[0], key[1])
+    return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=seed, noise_shape=noise_shape)
+
+
+_keras_backend.RandomGenerator.dropout = _keyed_dropout
+
+
+@contextlib.contextmanager
+def repeatable_dropout(seed) -> Iterator[None]:
+    """Dropout masks drawn within the block depend only on ``seed`` (an int32 tensor of shape
+    [2]) and their order: calling a model twice, each time in such a block with the same seed,
+    drops the same units. Blocks nest; the outer one's count goes on after an inner one."""
+    saved = getattr(_dropout_keys, "key", None)
+    _dropout_keys.key = [seed, 0]
+    try:
+        yield
+    finally:
+        _dropout_keys.key = saved
 
 
 __all__ = ["tf", "keras", "np", "Bert4kerasTokenizer"]

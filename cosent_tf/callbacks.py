@@ -169,6 +169,28 @@ def read_history(path: str) -> list:
     ]
 
 
+class StartStep(keras.callbacks.Callback):
+    """The optimizer's step when ``fit`` starts, for a batch stream to start from (call it).
+
+    It is read in ``on_train_begin``: list it after a backup callback, whose restore happens
+    there. The stream must not read the step itself when tf.data first pulls a batch: that
+    happens in another thread while the first training step runs, and the step counter's
+    update does not wait for the batch, so the stream could start one batch late.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.step = None
+
+    def on_train_begin(self, logs=None):
+        self.step = int(self.model.optimizer.iterations.numpy())
+
+    def __call__(self):
+        if self.step is None:
+            raise RuntimeError("the batch stream was read before training began")
+        return self.step
+
+
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
     """Raise NonFiniteLossError, naming the step, as soon as the loss is NaN or infinite.
 

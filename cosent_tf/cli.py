@@ -520,6 +520,13 @@ def _add_run_options(parser):
         "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs",
     )
     parser.add_argument(
+        "--micro-batch-size",
+        type=_number(int, 1),
+        metavar="PAIRS",
+        help="compute each batch's gradient PAIRS pairs at a time (gradient cache): the exact gradient of the "
+        "whole --batch-size batch in the memory of PAIRS pairs, for about one more forward pass",
+    )
+    parser.add_argument(
         "--per-replica-loss",
         dest="global_batch_loss",
         action="store_false",

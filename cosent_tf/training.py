@@ -35,7 +35,7 @@ import numpy as np
 
 from . import huggingface
 from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed
-from .callbacks import StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
+from .callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files, open_checkpoint, read_config
 from .data import (
     PairData,
@@ -51,6 +51,7 @@ from .data import (
 from .distribute import get_strategy, is_chief, worker
 from .errors import CheckpointError, ConfigError, DataError, where
 from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
+from .gradient_cache import GradientCacheModel
 from .inference import batched_outputs, l2_normalize
 from .io import atomic_path, folder_lock, write_json
 from .losses import get_loss
@@ -108,6 +109,7 @@ class RunConfig:
     precision: str = "float32"
     strategy: str = "default"
     global_batch_loss: bool = True
+    micro_batch_size: int = None
     output_dir: str = None
     # A user's own files instead of a benchmark task (``task`` then names the run's task).
     train_file: str = None
@@ -378,6 +380,9 @@ class Matcher:
         if self.loss.training_head is not None:
             head = self.loss.training_head(int(labels.max()) + 1)
             model = keras.Model(model.inputs, head(model.output))
+        if cfg.micro_batch_size:
+            rows_per_pair = 2 if cfg.kind == "feature" else 1
+            model = GradientCacheModel(model, cfg.micro_batch_size, rows_per_pair, seed=cfg.seed)
         return model, loss, labels
 
     def dataset(self, prepared, labels, start_step, replicas=1):
@@ -517,18 +522,18 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
             cfg.batch_size // replicas,
             "the global batch" if cfg.global_batch_loss else "each replica's pairs alone (--per-replica-loss)",
         )
+    if cfg.micro_batch_size:
+        logger.info(
+            "the gradient of each batch is computed %d pairs at a time (--micro-batch-size)", cfg.micro_batch_size
+        )
     with strategy.scope():
         model, loss, labels = matcher.training_model(train_pairs.labels)
         optimizer = build_optimizer(cfg.lr, steps_per_epoch * cfg.epochs, cfg.weight_decay, cfg.warmup, cfg.schedule)
         model.compile(optimizer=optimizer, loss=loss)
-
-    def optimizer_step():
-        return int(model.optimizer.iterations.numpy())
-
-    # The step counter is made on first use. Made now, it is made at the same moment on every
-    # worker: under multi-worker each new variable is a collective broadcast, and collectives
-    # must come in the same order everywhere.
-    optimizer_step()
+        # The step counter is made on first use. Made now, it is made at the same moment on
+        # every worker: under multi-worker each new variable is a collective broadcast, and
+        # collectives must come in the same order everywhere.
+        optimizer.iterations  # noqa: B018
 
     def evaluate_valid(_):
         return mean_over_tasks(
@@ -549,12 +554,14 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         kept=[("the best weights so far", validation.weights_path), ("the last saved training state", backup_dir)],
         advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.",
     )
-    callbacks = [guard, validation, backup]  # the backup goes last: an epoch's state is saved after its validation
+    start = StartStep()  # after the backup, which restores the step of a resumed run
+    # the backup after validation: an epoch's state is saved after its validation
+    callbacks = [guard, validation, backup, start]
     if progress_bar:  # first, so that the bar's line is finished before validation speaks
         callbacks.insert(0, keras.callbacks.ProgbarLogger(count_mode="steps"))
     try:
         model.fit(
-            matcher.dataset(train_inputs, labels, optimizer_step, replicas),
+            matcher.dataset(train_inputs, labels, start, replicas),
             epochs=cfg.epochs,
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
@@ -129,3 +130,25 @@ def test_importing_cosent_tf_prints_nothing_and_importing_tensorflow_first_is_re
     assert first.returncode != 0
     assert "ImportError: tensorflow was imported before cosent_tf" in first.stderr
     assert "import cosent_tf first" in first.stderr
+
+
+def test_repeatable_dropout_draws_the_same_masks_for_the_same_seed():
+    from cosent_tf.backend import keras, repeatable_dropout, tf
+
+    inputs = keras.Input((64,))
+    hidden = keras.layers.Dropout(0.5)(keras.layers.Dense(64)(inputs))
+    model = keras.Model(inputs, keras.layers.Dropout(0.3)(hidden))
+    x = np.ones((4, 64), dtype=np.float32)
+
+    @tf.function
+    def run(seed):
+        with repeatable_dropout(seed):
+            return model(x, training=True)
+
+    first, again = run(tf.constant([1, 2])), run(tf.constant([1, 2]))
+    other = run(tf.constant([1, 3]))
+    np.testing.assert_array_equal(first, again)
+    assert np.mean(first.numpy() == 0) > 0.3  # both dropouts dropped units
+    assert np.mean(first.numpy() != other.numpy()) > 0.3
+    # outside the block dropout is Keras's own, random on every call
+    assert np.mean(model(x, training=True).numpy() != model(x, training=True).numpy()) > 0.3

@@ -50,12 +50,12 @@ def test_a_bad_cpu_device_count_is_refused_at_import(value):
 
 
 ENGINE_STEP = """
-import json, sys
+import dataclasses, json, sys
 from cosent_tf.backend import keras, random_seed
 from cosent_tf.distribute import get_strategy
 from cosent_tf.training import Matcher, RunConfig, load_run_data
 
-root, kind, loss_name = sys.argv[1:4]
+root, kind, loss_name, micro_batch_size = sys.argv[1:5]
 cfg = RunConfig(
     task="BQ", kind=kind, loss=loss_name, data_dir=f"{root}/data", config=f"{root}/config.json",
     vocab=f"{root}/vocab.txt", batch_size=8, pooling="last-avg" if kind == "feature" else None,
@@ -63,7 +63,7 @@ cfg = RunConfig(
 data = load_run_data(cfg)
 
 
-def one_step(strategy):
+def one_step(strategy, cfg):
     # the engine's model, loss and batches under the strategy; plain SGD at rate 1, so that the
     # weights move by minus the gradient
     with random_seed(cfg.seed), strategy.scope():
@@ -80,18 +80,30 @@ def one_step(strategy):
     return {"replicas": strategy.num_replicas_in_sync, "loss": history.history["loss"][0], "gradients": moved}
 
 
-print(json.dumps({"one_device": one_step(get_strategy("default")), "mirrored": one_step(get_strategy("mirrored"))}))
+mirrored_cfg = dataclasses.replace(cfg, micro_batch_size=int(micro_batch_size) or None)
+print(json.dumps({
+    "one_device": one_step(get_strategy("default"), cfg),
+    "mirrored": one_step(get_strategy("mirrored"), mirrored_cfg),
+}))
 """
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "kind, loss", [("feature", "cosent"), ("feature", "sbert"), ("interaction", "cosent"), ("interaction", "ce")]
+    "kind, loss, micro_batch_size",
+    [
+        ("feature", "cosent", 0),
+        ("feature", "sbert", 0),
+        ("interaction", "cosent", 0),
+        ("interaction", "ce", 0),
+        ("feature", "cosent", 3),  # each replica's 4 pairs in micro-batches of 3 and 1
+        ("interaction", "cosent", 1),
+    ],
 )
-def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, tiny_setup):  # noqa: F811
+def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, micro_batch_size, tiny_setup):  # noqa: F811
     tmp_path, _ = tiny_setup
     done = subprocess.run(
-        [sys.executable, "-c", ENGINE_STEP, str(tmp_path), kind, loss],
+        [sys.executable, "-c", ENGINE_STEP, str(tmp_path), kind, loss, str(micro_batch_size)],
         env=two_cpus(),
         capture_output=True,
         text=True,

@@ -1020,3 +1020,22 @@ def test_the_recipe_and_optimizer_options_reach_the_optimizer(tiny_setup, monkey
     assert seen == dict(lr=1e-3, total_steps=6, weight_decay=0.01, warmup=0.1, schedule="linear")
     recorded = json.loads((tmp_path / "paper" / "config.json").read_text())
     assert (recorded["recipe"], recorded["pooling"], recorded["batch_size"]) == ("paper", "last-avg", 8)
+
+
+def test_a_run_trains_first_on_the_first_batch_of_its_stream(tiny_setup):
+    """The batch stream starts at the step fit starts from (read once training has begun), not
+    at whatever the step counter says when tf.data's thread first pulls a batch."""
+    from cosent_tf.backend import random_seed
+
+    tiny_run(tiny_setup, "one-step", task="BQ", steps_per_epoch=1, pooling="last-avg")
+    trained = SentenceEncoder.load(str(tiny_setup[0] / "one-step" / "model")).model.get_weights()
+    cfg = RunConfig(**json.loads((tiny_setup[0] / "one-step" / "config.json").read_text()))
+    data = load_run_data(cfg)
+    with random_seed(cfg.seed):
+        matcher = training.Matcher(cfg, data.task)
+        model, loss, labels = matcher.training_model(data.train.labels)
+        model.compile(optimizer=build_optimizer(cfg.lr, 1), loss=loss)
+    first_batch = matcher.dataset(matcher.prepare(data.train), labels, 0).take(1)
+    model.fit(first_batch, epochs=1, verbose=0)
+    for expected, actual in zip(matcher.model.get_weights(), trained):
+        np.testing.assert_allclose(actual, expected, atol=1e-6)
