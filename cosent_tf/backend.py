@@ -18,6 +18,13 @@ Keras 2. What this module works around:
   imported here (every other line passes on; ``COSENT_TF_VERBOSE=1`` keeps them).
 * tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
   it registers ops at import and is not needed for training.
+* Micro-batches (:mod:`cosent_tf.gradient_cache`) run each chunk of a batch twice and need
+  the same dropout masks both times: every Keras dropout draws its mask through
+  ``RandomGenerator.dropout``, which is replaced here by one that, inside
+  :func:`repeatable_dropout`, draws from a stateless generator (and otherwise is Keras's own).
+* ``COSENT_TF_CPU_DEVICES=N`` splits the CPU into N logical devices (for trying
+  :mod:`cosent_tf.distribute` without accelerators); TensorFlow takes that only before its
+  runtime starts, so it happens at import.
 * TensorFlow's default CPU allocator hands large buffers (a 21128-row embedding's
   gradient, say) back to the system and faults them in again on the next step.
   ``TF_CPU_ALLOCATOR_USE_BFC=1`` (set here unless already set) keeps them in
@@ -31,11 +38,11 @@ Keras 2. What this module works around:
   step. oneDNN's own primitive cache is therefore off
   (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``, set here unless already set).
 
-The package relies on private internals of its pinned stack in three places, all named
-in ``setup.py``: bert4keras's transformer classes (here), tf-keras's ``BackupAndRestore``
-hooks (:class:`cosent_tf.callbacks.StepBackup`) and Adam's slot bookkeeping
-(:class:`cosent_tf.optimizers.FusedAdam`); :func:`random_seed` also reads TensorFlow's
-eager seed state.
+The package relies on private internals of its pinned stack in these places, all named
+in ``setup.py``: bert4keras's transformer classes and tf-keras's ``RandomGenerator.dropout``
+(here), tf-keras's ``BackupAndRestore`` hooks (:class:`cosent_tf.callbacks.StepBackup`) and
+Adam's slot bookkeeping (:class:`cosent_tf.optimizers.FusedAdam`); :func:`random_seed` also
+reads TensorFlow's eager seed state.
 """
 
 import contextlib
