@@ -11,7 +11,8 @@
 
 Besides the published tables, ``results.md`` holds the journal paper's studies when their
 runs are present: Table I (contrastive runs, one per ε), the pooling comparison (CoSENT runs
-at more than one pooling) and convergence (steps to a target valid Spearman).
+at more than one pooling) and convergence (steps to a target valid Spearman); and CoSENT
+at several global batch sizes.
 """
 
 import collections
@@ -58,16 +59,32 @@ def method_name(config):
     return name
 
 
-# Which table a run belongs to. A per-task feature run at the usual pooling is "per_task";
-# one at another pooling only feeds the pooling table, a contrastive one only Table I.
-STUDIES = ("per_task", "nli", "interaction", "epsilon", "pooling")
+# Which table a run belongs to. A per-task feature run at the usual pooling and batch size is
+# "per_task"; one at another pooling only feeds the pooling table, one at another batch size
+# the batch-size table, a contrastive one only Table I.
+STUDIES = ("per_task", "nli", "interaction", "epsilon", "pooling", "batch_size")
+
+
+def _batch_size(config):
+    return config.get("batch_size")
+
+
+def _usual(runs, setting):
+    counts = collections.Counter(setting(run["config"]) for run in runs).most_common(1)
+    return counts[0][0] if counts else None
 
 
 def group_runs(runs) -> dict:
-    """{study: runs} for :data:`STUDIES`. The usual pooling is the one most per-task feature
-    runs used; the others are a pooling study."""
-    feature = [r for r in runs if r["config"]["kind"] == "feature" and not _trained_on_nli(r["config"])]
-    usual = collections.Counter(_pooling(r["config"]) for r in feature).most_common(1)
+    """{study: runs} for :data:`STUDIES`, and the usual pooling and batch size: the ones most
+    per-task feature runs used (the others are the pooling and batch-size studies)."""
+    feature = [
+        r
+        for r in runs
+        if r["config"]["kind"] == "feature"
+        and not _trained_on_nli(r["config"])
+        and r["config"]["loss"] != "contrastive"
+    ]
+    usual_pooling, usual_batch = _usual(feature, _pooling), _usual(feature, _batch_size)
     groups = {study: [] for study in STUDIES}
     for run in runs:
         config = run["config"]
@@ -77,12 +94,14 @@ def group_runs(runs) -> dict:
             study = "interaction"
         elif config["loss"] == "contrastive":
             study = "epsilon"
-        elif _pooling(config) != usual[0][0]:
+        elif _pooling(config) != usual_pooling:
             study = "pooling"
+        elif _batch_size(config) != usual_batch:
+            study = "batch_size"
         else:
             study = "per_task"
         groups[study].append(run)
-    groups["usual_pooling"] = usual[0][0] if usual else None
+    groups["usual_pooling"], groups["usual_batch_size"] = usual_pooling, usual_batch
     return groups
 
 
@@ -145,6 +164,28 @@ def _pooling_table(groups):
     )
 
 
+def _batch_label(config):
+    micro = config.get("micro_batch_size")
+    return f"{config['batch_size']} pairs" + (f" (micro-batches of {micro})" if micro else "")
+
+
+def _batch_size_runs(groups):
+    """CoSENT runs on the tasks trained at more than one batch size, smallest batch first."""
+    cosent = [r for r in groups["per_task"] + groups["batch_size"] if r["config"]["loss"] == "cosent"]
+    sizes = collections.defaultdict(set)
+    for run in cosent:
+        sizes[run["config"]["task"]].add(_batch_size(run["config"]))
+    studied = [r for r in cosent if len(sizes[r["config"]["task"]]) > 1]
+    return sorted(studied, key=lambda r: _batch_size(r["config"]))
+
+
+def _batch_size_table(groups):
+    studied = _batch_size_runs(groups)
+    if not studied:
+        return None
+    return _table(_test_results(studied, lambda r: _batch_label(r["config"])), _tasks_of(studied))
+
+
 # Convergence: the first step at which valid Spearman reaches this fraction of a target.
 CONVERGENCE_FRACTION = 0.9
 
@@ -194,11 +235,13 @@ def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
 def tables(runs):
     """The markdown of all tables for ``runs``."""
     groups = group_runs(runs)
-    pooling_title = POOLING_MODES.get(groups["usual_pooling"], groups["usual_pooling"])
+    setting = f"{POOLING_MODES.get(groups['usual_pooling'], groups['usual_pooling'])} pooling"
+    if groups["usual_batch_size"]:
+        setting += f", {groups['usual_batch_size']} pairs a batch"
     sections = []
     if groups["per_task"]:
         sections.append(
-            f"### Feature models trained on each task ({pooling_title} pooling): test Spearman × 100\n\n"
+            f"### Feature models trained on each task ({setting}): test Spearman × 100\n\n"
             + _table(_test_results(groups["per_task"]), MATCHING_TASKS)
         )
     if groups["nli"]:
@@ -223,6 +266,9 @@ def tables(runs):
     pooling = _pooling_table(groups)
     if pooling:
         sections.append("### Pooling with CoSENT (the paper's pooling comparison): test Spearman × 100\n\n" + pooling)
+    batch_sizes = _batch_size_table(groups)
+    if batch_sizes:
+        sections.append("### CoSENT at several global batch sizes: test Spearman × 100\n\n" + batch_sizes)
     if groups["per_task"]:
         sections.append(
             "### Convergence of the feature models trained on each task\n\n" + convergence_tables(groups["per_task"])
@@ -316,10 +362,34 @@ def plot_cosine_density(runs, path):
     return True
 
 
+def plot_batch_sizes(runs, path):
+    """Test Spearman against the global batch size (log scale), a line per task."""
+    if not runs:
+        return False
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3.6))
+    for task in _tasks_of(runs):
+        points = sorted(
+            (_batch_size(r["config"]), r["metrics"]["tasks"][task]["test"]["spearman"])
+            for r in runs
+            if r["config"]["task"] == task
+        )
+        axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=task)
+    axis.set_xscale("log", base=2)
+    axis.set(xlabel="global batch size (pairs)", ylabel="test Spearman", title="CoSENT, one epoch")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+    return True
+
+
 def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
     """Write results.md and the plots: convergence.png (valid Spearman against steps, the
     paper's Figure 3), cosine_density.png (test cosines of positive and negative pairs, its
-    Figure 5) and, with a Table I sweep, epsilon_density.png (the same for each ε and CoSENT).
+    Figure 5) and, with a Table I sweep, epsilon_density.png (the same for each ε and CoSENT),
+    with CoSENT runs at several batch sizes, batch_size.png.
     Returns the written paths."""
     runs = load_runs(run_dirs)
     if not runs:
@@ -336,6 +406,7 @@ def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
         ("convergence.png", plot_convergence, groups["per_task"] + groups["interaction"]),
         ("cosine_density.png", plot_cosine_density, groups["per_task"]),
         ("epsilon_density.png", plot_cosine_density, epsilon_runs if groups["epsilon"] else []),
+        ("batch_size.png", plot_batch_sizes, _batch_size_runs(groups)),
     )
     for name, plot, plotted in plots:
         if plot(plotted, os.path.join(output_dir, name)):

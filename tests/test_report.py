@@ -177,3 +177,33 @@ def test_report_draws_the_epsilon_sweep(tmp_path):
         "epsilon_density.png",
     ]
     assert (tmp_path / "out" / "epsilon_density.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_batch_size_study_has_its_own_table_and_plot(tmp_path):
+    runs = []
+    for size, micro, value in ((32, None, 0.5), (128, 32, 0.45), (512, 32, 0.3)):
+        for task, shift in (("BQ", 0.0), ("STS-B", 0.1)):
+            runs.append(
+                fake_run(
+                    tmp_path / f"{size}-{task}",
+                    task,
+                    "feature",
+                    "cosent",
+                    {task: value + shift},
+                    batch_size=size,
+                    micro_batch_size=micro,
+                )
+            )
+    runs.append(fake_run(tmp_path / "mse", "BQ", "feature", "mse", {"BQ": 0.2}, batch_size=32))
+    text = tables(load_runs(runs))
+    # 32 pairs is the usual batch size (most runs), so the main table holds those runs only
+    assert "### Feature models trained on each task (CLS pooling, 32 pairs a batch)" in text
+    assert "| BERT + CoSENT | – | 50.00 | – | – | 60.00 | 55.00* |" in text
+    study = text.split("several global batch sizes")[1].split("###")[0]
+    assert [line for line in study.splitlines() if line.startswith("| ")][1:] == [
+        "| 32 pairs | 50.00 | 60.00 | 55.00 |",
+        "| 128 pairs (micro-batches of 32) | 45.00 | 55.00 | 50.00 |",
+        "| 512 pairs (micro-batches of 32) | 30.00 | 40.00 | 35.00 |",
+    ]
+    written = write_report(runs, str(tmp_path / "out"))
+    assert "batch_size.png" in [os.path.basename(p) for p in written]
