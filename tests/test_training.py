@@ -365,6 +365,32 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, unin
 
 
 @pytest.mark.slow
+def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result(tiny_setup):
+    tmp_path, options = tiny_setup
+    # dropout on: a resumed run must draw the masks an uninterrupted one draws (keyed by the step)
+    dropout = write_config(
+        tmp_path / "dropout.json", vocab_size=135, hidden=16, layers=1, max_position=256, hidden_dropout_prob=0.1
+    )
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--config", dropout]
+    command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2", "--micro-batch-size", "3"]
+    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert "the gradient of each batch is computed 3 pairs at a time" in whole.stdout
+    out = tmp_path / "killed"  # 6 steps an epoch: by the time step 8 is validated, step 6 is saved
+    code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
+    assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
+    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1)) in (6, 8)
+    expected, again = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
+    assert [float(r["spearman"]) for r in again] == pytest.approx([float(r["spearman"]) for r in expected], abs=1e-6)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["test"]["spearman"] == pytest.approx(
+        json.loads((tmp_path / "whole" / "metrics.json").read_text())["test"]["spearman"], abs=1e-6
+    )
+
+
+@pytest.mark.slow
 def test_a_run_killed_after_training_finishes_without_training_again(uninterrupted):
     tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
     out = tmp_path / "killed"
