@@ -217,11 +217,13 @@ def import_tensorflow_text():
     return tensorflow_text
 
 
-PRECISIONS = {"float32": "float32", "bf16": "mixed_bfloat16"}
+# --precision: its Keras dtype policy. fp16 is for GPUs without bfloat16 (T4, V100); it trains
+# with dynamic loss scaling (cosent_tf.optimizers.build_optimizer) and is slow on a CPU.
+PRECISIONS = {"float32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 def policy_name(precision: str) -> str:
-    """The Keras dtype policy of a ``--precision`` value (``float32`` or ``bf16``)."""
+    """The Keras dtype policy of a ``--precision`` value (``float32``, ``bf16`` or ``fp16``)."""
     if precision in PRECISIONS.values():
         return precision
     if precision not in PRECISIONS:
@@ -246,8 +248,8 @@ def model_precision(model: keras.Model) -> Iterator[None]:
 
     Trace a model's call inside this block (see the module docstring).
     """
-    mixed = any(layer.dtype_policy.name == "mixed_bfloat16" for layer in model.layers)
-    with dtype_policy("mixed_bfloat16" if mixed else "float32"):
+    mixed = (layer.dtype_policy.name for layer in model.layers if layer.dtype_policy.name.startswith("mixed_"))
+    with dtype_policy(next(mixed, "float32")):
         yield
 
 

@@ -511,7 +511,13 @@ def _add_run_options(parser):
         help="any line the readers would skip or flag (wrong field count, empty text, repeated "
         "pair, NLI label '-') is an error naming file and line, instead of a warning",
     )
-    parser.add_argument("--precision", default=RunConfig.precision, choices=list(PRECISIONS))
+    parser.add_argument(
+        "--precision",
+        default=RunConfig.precision,
+        choices=list(PRECISIONS),
+        help="bf16: mixed bfloat16 (fast on CPUs with AVX512-BF16 or AMX, and on recent GPUs); fp16: mixed "
+        "float16 with dynamic loss scaling, for GPUs without bfloat16 (T4, V100; slow on a CPU)",
+    )
     parser.add_argument(
         "--strategy",
         default=RunConfig.strategy,

@@ -76,9 +76,12 @@ class GradientCacheModel(keras.Model):
         _, outputs = tf.while_loop(more, collect, (tf.constant(0), empty), parallel_iterations=1)
         outputs = outputs.concat()
         # 2. the loss of the whole batch, and its gradient with respect to the outputs
+        scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
             tape.watch(outputs)
             loss = self.compute_loss(inputs, labels, outputs)
+            if scaling:  # float16: the gradients flow scaled up, and are scaled down before the update
+                loss = self.optimizer.get_scaled_loss(loss)
         output_gradients = tape.gradient(loss, outputs)
         # one output per row, or per pair (a Sentence-BERT head on a feature model)
         step = self.micro_batch_pairs * self.rows_per_pair * tf.shape(outputs)[0] // rows
@@ -94,6 +97,8 @@ class GradientCacheModel(keras.Model):
 
         zeros = tuple(tf.zeros_like(weight) for weight in weights)
         _, total = tf.while_loop(more, accumulate, (tf.constant(0), zeros), parallel_iterations=1)
+        if scaling:
+            total = self.optimizer.get_unscaled_gradients(list(total))
         self.optimizer.apply_gradients(zip(total, weights))
         return self.compute_metrics(inputs, labels, outputs, None)
 

@@ -87,11 +87,18 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def build_optimizer(lr, total_steps, weight_decay=0.0, warmup=0.0, schedule="constant") -> FusedAdam:
+def build_optimizer(
+    lr, total_steps, weight_decay=0.0, warmup=0.0, schedule="constant", loss_scaling=False
+) -> keras.optimizers.Optimizer:
     """The engine's optimizer: FusedAdam at ``lr``, or AdamW-style with decoupled ``weight_decay``
     (``θ ← θ − lr_t·wd·θ`` before each Adam update, on every variable but embeddings, layer norms
     and biases), under a :class:`WarmupSchedule` when ``warmup`` (a fraction of ``total_steps``)
-    or ``schedule="linear"`` asks for one."""
+    or ``schedule="linear"`` asks for one.
+
+    ``loss_scaling`` (for float16 training) wraps it in Keras's dynamic ``LossScaleOptimizer``:
+    the loss is multiplied by a scale before the gradients are taken, so that small float16
+    gradients do not round to 0, and divided out again; a step whose gradients overflow is
+    skipped and halves the scale, and every 2000 finite steps double it."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     rate = lr
@@ -100,4 +107,6 @@ def build_optimizer(lr, total_steps, weight_decay=0.0, warmup=0.0, schedule="con
     optimizer = FusedAdam(rate, weight_decay=weight_decay or None)
     if weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(NOT_DECAYED))
+    if loss_scaling:
+        return keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer

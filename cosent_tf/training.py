@@ -528,7 +528,9 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         )
     with strategy.scope():
         model, loss, labels = matcher.training_model(train_pairs.labels)
-        optimizer = build_optimizer(cfg.lr, steps_per_epoch * cfg.epochs, cfg.weight_decay, cfg.warmup, cfg.schedule)
+        total = steps_per_epoch * cfg.epochs
+        scaled = cfg.precision == "fp16"
+        optimizer = build_optimizer(cfg.lr, total, cfg.weight_decay, cfg.warmup, cfg.schedule, loss_scaling=scaled)
         model.compile(optimizer=optimizer, loss=loss)
         # The step counter is made on first use. Made now, it is made at the same moment on
         # every worker: under multi-worker each new variable is a collective broadcast, and

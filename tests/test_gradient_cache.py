@@ -92,3 +92,33 @@ def test_config_round_trip(tmp_path):
     assert [w.shape for w in restored.model.weights] == [w.shape for w in model.weights]
     with pytest.raises(ValueError, match="micro_batch_pairs must be positive"):
         GradientCacheModel(model, 0)
+
+
+def test_in_float16_the_scaled_loss_gives_the_whole_batch_gradient(tmp_path):
+    from cosent_tf.backend import dtype_policy
+
+    with dtype_policy("mixed_float16"):
+        model, loss, inputs, labels = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
+    start = model.get_weights()
+
+    def step(trained):
+        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=2.0**8)
+        trained.compile(optimizer=optimizer, loss=loss)
+        model.set_weights(start)
+        trained.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+        assert float(optimizer.loss_scale) == 2.0**8  # no overflow: the step was taken
+        return [b - a for b, a in zip(start, model.get_weights())]
+
+    whole, cached = step(model), step(GradientCacheModel(model, 3, 2))
+    scale = max(np.abs(g).max() for g in whole)
+    for expected, actual in zip(whole, cached):  # float16 rounding: a few parts in a thousand
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-2 * scale)
+    # The gradients really flow scaled: at a scale of 2**40 they overflow float16, and the step is skipped.
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=2.0**40)
+    cache = GradientCacheModel(model, 3, 2)
+    cache.compile(optimizer=optimizer, loss=loss)
+    model.set_weights(start)
+    cache.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+    assert float(optimizer.loss_scale) == 2.0**39
+    for old, new in zip(start, model.get_weights()):
+        np.testing.assert_array_equal(old, new)

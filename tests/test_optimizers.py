@@ -115,3 +115,32 @@ def test_in_a_bert_encoder_only_dense_kernels_are_decayed(tiny_config):
     assert any("Embedding-Token" in name for name in kept) and any("Norm" in name for name in kept)
     assert all(name.endswith(("bias:0", "gamma:0", "beta:0", "embeddings:0")) for name in kept), kept
     assert "Pooler-Dense/kernel:0" in decayed and "Match-Score/kernel:0" in decayed
+
+
+def test_float16_training_scales_the_loss_and_skips_an_overflowing_step():
+    from cosent_tf.backend import dtype_policy
+
+    optimizer = build_optimizer(1e-2, 10, loss_scaling=True)
+    assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) and optimizer.dynamic
+    assert isinstance(optimizer.inner_optimizer, FusedAdam)
+    with dtype_policy("mixed_float16"):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    assert model.layers[0].compute_dtype == "float16"
+    x, y = np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32)
+    factor = tf.Variable(1e30)  # times the initial scale 2**15, the float16 gradients overflow
+
+    def loss(y_true, y_pred):
+        return tf.reduce_mean(tf.cast(y_pred, tf.float32)) * factor
+
+    model.compile(optimizer=optimizer, loss=loss)
+    before = [w.copy() for w in model.get_weights()]
+    scale = float(optimizer.loss_scale)
+    history = model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0])  # the loss itself is float32 and finite
+    assert float(optimizer.loss_scale) == scale / 2  # the step was skipped and the scale halved
+    for old, new in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
+    factor.assign(1.0)
+    model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    assert float(optimizer.loss_scale) == scale / 2  # a finite step keeps the scale (it grows after 2000)
+    assert any(np.abs(old - new).max() > 1e-4 for old, new in zip(before, model.get_weights()))

@@ -20,7 +20,7 @@ from cosent_tf.optimizers import build_optimizer
 from cosent_tf.run_folder import RUN_OUTPUTS
 from cosent_tf.training import RunConfig, load_run_data, train
 
-from conftest import CHARACTERS, ROOT, tiny_pairs, tiny_setup, write_config
+from conftest import CHARACTERS, ROOT, tiny_pairs, tiny_setup, write_config, write_tiny_data
 
 RUN_FILES = [
     ".lock",
@@ -1065,3 +1065,17 @@ def test_a_run_trains_first_on_the_first_batch_of_its_stream(tiny_setup):
     model.fit(first_batch, epochs=1, verbose=0)
     for expected, actual in zip(matcher.model.get_weights(), trained):
         np.testing.assert_allclose(actual, expected, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_float16_training_with_loss_scaling_ends_near_float32(tiny_setup):
+    tmp_path, _ = tiny_setup
+    write_tiny_data(tmp_path / "more", counts=(400, 200, 200))  # enough test pairs for a steady Spearman
+    settings = dict(task="BQ", data_dir=str(tmp_path / "more"), batch_size=16, epochs=3, pooling="last-avg")
+    runs = {
+        precision: tiny_run(tiny_setup, precision, precision=precision, **settings) for precision in ("float32", "fp16")
+    }
+    assert runs["fp16"]["test"]["spearman"] == pytest.approx(runs["float32"]["test"]["spearman"], abs=0.01)
+    assert runs["float32"]["test"]["spearman"] > 0.5  # both learned
+    config = json.loads((tmp_path / "fp16" / "config.json").read_text())
+    assert config["precision"] == "fp16"
