@@ -84,9 +84,9 @@ def test_architectures_are_named_with_their_choices():
     assert get_architecture("wobert").word_level and not get_architecture("nezha").learned_positions
     with pytest.raises(ConfigError, match="unknown architecture 'gpt'; choose one of albert, bert, nezha"):
         get_architecture("gpt")
-    assert (policy_name("bf16"), policy_name("float32")) == ("mixed_bfloat16", "float32")
-    with pytest.raises(ConfigError, match="unknown precision 'fp16'"):
-        policy_name("fp16")
+    assert [policy_name(p) for p in ("bf16", "fp16", "float32")] == ["mixed_bfloat16", "mixed_float16", "float32"]
+    with pytest.raises(ConfigError, match="unknown precision 'int8'; choose one of float32, bf16, fp16"):
+        policy_name("int8")
 
 
 def test_tensorflow_start_up_lines_are_held_back_and_everything_else_passes(capfd):
