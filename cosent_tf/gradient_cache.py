@@ -15,7 +15,8 @@ Limited Setup", RepL4NLP 2021) splits that in two passes over micro-batches of w
 Memory holds one micro-batch's activations plus the batch's outputs; time is about one
 extra forward pass. Dropout must drop the same units in both runs of a micro-batch, or the
 gradient belongs to another network: each micro-batch runs inside
-:func:`cosent_tf.backend.repeatable_dropout`, keyed by the optimizer step and its index.
+:func:`cosent_tf.backend.repeatable_dropout`, keyed by the optimizer step, its index and
+the replica.
 The model must treat pairs independently (BERT does: nothing mixes rows), and under a
 tf.distribute strategy each replica does this on its own slice, while the loss still
 gathers the global batch.
@@ -53,8 +54,12 @@ class GradientCacheModel(keras.Model):
         return tf.nest.map_structure(lambda tensor: tensor[index * rows : (index + 1) * rows], inputs)
 
     def _dropout_seed(self, index):
+        """Keyed by the step, the micro-batch and the replica (replicas hold other pairs)."""
         step = tf.cast(self.optimizer.iterations, tf.int32)
-        return tf.random.experimental.stateless_fold_in(tf.stack([self.seed, step]), index)
+        replica = tf.distribute.get_replica_context()
+        replica = 0 if replica is None else replica.replica_id_in_sync_group
+        seed = tf.random.experimental.stateless_fold_in(tf.stack([self.seed, step]), replica)
+        return tf.random.experimental.stateless_fold_in(seed, index)
 
     def _outputs(self, inputs, index):
         with repeatable_dropout(self._dropout_seed(index)):
