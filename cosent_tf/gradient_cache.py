@@ -33,7 +33,8 @@ class GradientCacheModel(keras.Model):
     ``rows_per_pair``: 2 for a feature model's interleaved sentence batches (rows 2k and 2k+1
     are pair k, so a micro-batch never splits a pair), 1 for an interaction model's
     concatenated pairs. Compile it as ``model`` would be compiled; ``seed`` keys the dropout
-    masks (with the optimizer step), so that a rerun drops the same units.
+    masks (with the optimizer step, the micro-batch and the replica), so that a rerun, and a
+    resumed run, drop the same units.
     """
 
     def __init__(self, model, micro_batch_pairs, rows_per_pair=2, seed=0, **kwargs):
@@ -89,13 +90,14 @@ class GradientCacheModel(keras.Model):
                 loss = self.optimizer.get_scaled_loss(loss)
         output_gradients = tape.gradient(loss, outputs)
         # one output per row, or per pair (a Sentence-BERT head on a feature model)
-        step = self.micro_batch_pairs * self.rows_per_pair * tf.shape(outputs)[0] // rows
+        per_micro_batch = self.micro_batch_pairs * self.rows_per_pair * tf.shape(outputs)[0] // rows
         weights = self.trainable_variables
 
         def accumulate(index, total):  # 3. each micro-batch again, recording, with its slice of that gradient
             with tf.GradientTape() as tape:
                 micro_outputs = self._outputs(inputs, index)
-                cached = tf.stop_gradient(output_gradients[index * step : (index + 1) * step])
+                start = index * per_micro_batch
+                cached = tf.stop_gradient(output_gradients[start : start + per_micro_batch])
                 surrogate = tf.reduce_sum(tf.cast(micro_outputs, cached.dtype) * cached)
             gradients = tape.gradient(surrogate, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
             return index + 1, tuple(sum_ + tf.convert_to_tensor(g) for sum_, g in zip(total, gradients))
