@@ -7,7 +7,7 @@
   machines listed in the ``TF_CONFIG`` environment variable, TensorFlow's convention.
 
 ``--batch-size`` stays the global number of pairs: each replica gets an equal slice of whole
-pairs, and CoSENT ranks the global batch (see :func:`cosent_tf.losses.CoSENTLoss`).
+pairs, and CoSENT ranks the global batch (see :class:`cosent_tf.losses.CoSENTLoss`).
 
 ``COSENT_TF_CPU_DEVICES=N`` (read when cosent_tf is imported, see :mod:`cosent_tf.backend`)
 splits the CPU into N logical devices, which ``mirrored`` then uses as N replicas: a way to
@@ -55,20 +55,22 @@ def get_strategy(name: str = "default") -> "tf.distribute.Strategy":
     return _made[name]
 
 
+def _cluster(strategy):
+    """The strategy's cluster resolver under multi-worker, else None."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver if resolver is not None and resolver.cluster_spec().as_dict() else None
+
+
 def is_chief(strategy) -> bool:
     """Whether this process writes the run's outputs: always, but under multi-worker only the
     chief (the ``chief`` task, or worker 0 where there is none)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
+    cluster = _cluster(strategy)
+    if cluster is None or cluster.task_type == "chief":
         return True
-    if resolver.task_type == "chief":
-        return True
-    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs
+    return cluster.task_type == "worker" and cluster.task_id == 0 and "chief" not in cluster.cluster_spec().jobs
 
 
 def worker(strategy) -> str:
     """This process's place in a multi-worker cluster (``worker 1``), or ``this process``."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
-        return "this process"
-    return f"{resolver.task_type} {resolver.task_id}"
+    cluster = _cluster(strategy)
+    return "this process" if cluster is None else f"{cluster.task_type} {cluster.task_id}"
