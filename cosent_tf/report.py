@@ -4,7 +4,8 @@
   as columns) for feature models trained per task, for models trained on NLI, and for
   interaction models; test accuracy x 100 at the threshold tuned on valid.
 * ``convergence.png``: valid Spearman against training steps, one line per method and a
-  panel per task (the paper's Figure 3).
+  panel per task (the paper's Figure 3); ``convergence-POOLING.png`` the same for the runs
+  at another pooling that compare losses.
 * ``cosine_density.png``: density of test cosines for positive and negative pairs, per
   feature-model loss and task (the paper's Figure 5); ``epsilon_density.png`` the same for
   the Table I sweep.
@@ -232,6 +233,24 @@ def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
     )
 
 
+def convergence_groups(groups) -> dict:
+    """{pooling: runs} of the per-task feature runs (contrastive left out) on the tasks where
+    more than one loss was trained at that pooling, poolings in their table's order."""
+    compared = collections.defaultdict(list)
+    for run in groups["per_task"] + groups["pooling"]:
+        compared[_pooling(run["config"])].append(run)
+    result = {}
+    for pooling in POOLING_MODES:
+        runs = compared.get(pooling, [])
+        losses = collections.defaultdict(set)
+        for run in runs:
+            losses[run["config"]["task"]].add(run["config"]["loss"])
+        kept = [r for r in runs if len(losses[r["config"]["task"]]) > 1]
+        if kept:
+            result[pooling] = kept
+    return result
+
+
 def tables(runs):
     """The markdown of all tables for ``runs``."""
     groups = group_runs(runs)
@@ -269,9 +288,10 @@ def tables(runs):
     batch_sizes = _batch_size_table(groups)
     if batch_sizes:
         sections.append("### CoSENT at several global batch sizes: test Spearman × 100\n\n" + batch_sizes)
-    if groups["per_task"]:
+    for pooling, compared in convergence_groups(groups).items():
         sections.append(
-            "### Convergence of the feature models trained on each task\n\n" + convergence_tables(groups["per_task"])
+            f"### Convergence of the feature models trained on each task, {POOLING_MODES[pooling]} pooling\n\n"
+            + convergence_tables(compared)
         )
     notes = (
         "† trained on a seeded part of valid (no train split available); not comparable with "
@@ -402,8 +422,10 @@ def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
     epsilon_runs = sorted(groups["epsilon"], key=lambda r: r["config"]["epsilon"]) + [
         r for r in groups["per_task"] if r["config"]["loss"] == "cosent" and r["config"]["task"] in epsilon_tasks
     ]
+    extra = {p: runs for p, runs in convergence_groups(groups).items() if p != groups["usual_pooling"]}
     plots = (
         ("convergence.png", plot_convergence, groups["per_task"] + groups["interaction"]),
+        *((f"convergence-{pooling}.png", plot_convergence, runs) for pooling, runs in extra.items()),
         ("cosine_density.png", plot_cosine_density, groups["per_task"]),
         ("epsilon_density.png", plot_cosine_density, epsilon_runs if groups["epsilon"] else []),
         ("batch_size.png", plot_batch_sizes, _batch_size_runs(groups)),

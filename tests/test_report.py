@@ -207,3 +207,27 @@ def test_batch_size_study_has_its_own_table_and_plot(tmp_path):
     ]
     written = write_report(runs, str(tmp_path / "out"))
     assert "batch_size.png" in [os.path.basename(p) for p in written]
+
+
+def test_convergence_is_compared_at_each_pooling_that_has_several_losses(tmp_path):
+    def run(name, loss, pooling, values):
+        history = [(10 * (i + 1), v) for i, v in enumerate(values)]
+        return fake_run(tmp_path / name, "BQ", "feature", loss, {"BQ": values[-1]}, history=history, pooling=pooling)
+
+    runs = [
+        run("cosent-cls", "cosent", "cls", [0.3, 0.2]),
+        run("mse-cls", "mse", "cls", [0.3, 0.25]),
+        run("sbert-cls", "sbert", "cls", [0.3, 0.1]),
+        run("cosent-mean", "cosent", "last-avg", [0.2, 0.4, 0.5]),
+        run("mse-mean", "mse", "last-avg", [0.1, 0.2, 0.4]),
+        run("cosent-max", "cosent", "max", [0.1, 0.2]),  # one loss at max pooling: nothing to compare
+    ]
+    text = tables(load_runs(runs))
+    assert "Convergence of the feature models trained on each task, CLS pooling" in text
+    mean = text.split("Convergence of the feature models trained on each task, mean pooling")[1]
+    # own best: CoSENT 0.45 first at step 30, MSE 0.36 at step 30; shared target 0.36: 20 and 30
+    assert mean.split("shared target")[0].count("| 30 |") == 2
+    assert "| BERT + CoSENT | 20 |" in mean.split("shared target")[1]
+    assert "max pooling" not in text
+    written = [os.path.basename(p) for p in write_report(runs, str(tmp_path / "out"))]
+    assert "convergence-last-avg.png" in written and "convergence-max.png" not in written
