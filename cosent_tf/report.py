@@ -139,12 +139,23 @@ def _tasks_of(runs):
     return [t for t in MATCHING_TASKS if any(t in r["metrics"]["tasks"] for r in runs)]
 
 
-def _epsilon_table(groups):
-    """The paper's Table I: each contrastive ε, and CoSENT, on the tasks the ε runs trained on."""
+def table_one_runs(groups) -> list:
+    """The paper's Table I: the contrastive runs by ε, then CoSENT on the same tasks at the
+    same pooling."""
     contrastive = sorted(groups["epsilon"], key=lambda run: run["config"]["epsilon"])
-    tasks = _tasks_of(contrastive)
-    cosent = [r for r in groups["per_task"] if r["config"]["loss"] == "cosent" and r["config"]["task"] in tasks]
-    return _table(_test_results(contrastive + cosent), tasks, average=len(tasks) > 1)
+    tasks, poolings = _tasks_of(contrastive), {_pooling(r["config"]) for r in contrastive}
+    cosent = [
+        r
+        for r in groups["per_task"] + groups["pooling"]
+        if r["config"]["loss"] == "cosent" and r["config"]["task"] in tasks and _pooling(r["config"]) in poolings
+    ]
+    return contrastive + cosent
+
+
+def _epsilon_table(groups):
+    runs = table_one_runs(groups)
+    tasks = _tasks_of(runs)
+    return _table(_test_results(runs), tasks, average=len(tasks) > 1)
 
 
 def _pooling_table(groups):
@@ -278,9 +289,10 @@ def tables(runs):
     if accuracy:
         sections.append("### Test accuracy × 100 at the threshold tuned on valid\n\n" + _table(accuracy, BINARY_TASKS))
     if groups["epsilon"]:
+        poolings = ", ".join(sorted({POOLING_MODES[_pooling(r["config"])] for r in groups["epsilon"]}))
         sections.append(
             "### Contrastive loss that pushes negatives down to a threshold ε, next to CoSENT (the paper's "
-            "Table I): test Spearman × 100\n\n" + _epsilon_table(groups)
+            f"Table I; {poolings} pooling): test Spearman × 100\n\n" + _epsilon_table(groups)
         )
     pooling = _pooling_table(groups)
     if pooling:
@@ -418,16 +430,12 @@ def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
     os.makedirs(output_dir, exist_ok=True)
     written = [os.path.join(output_dir, "results.md")]
     write_text(written[0], (preface + "\n\n" if preface else "") + tables(runs))
-    epsilon_tasks = {r["config"]["task"] for r in groups["epsilon"]}
-    epsilon_runs = sorted(groups["epsilon"], key=lambda r: r["config"]["epsilon"]) + [
-        r for r in groups["per_task"] if r["config"]["loss"] == "cosent" and r["config"]["task"] in epsilon_tasks
-    ]
     extra = {p: runs for p, runs in convergence_groups(groups).items() if p != groups["usual_pooling"]}
     plots = (
         ("convergence.png", plot_convergence, groups["per_task"] + groups["interaction"]),
         *((f"convergence-{pooling}.png", plot_convergence, runs) for pooling, runs in extra.items()),
         ("cosine_density.png", plot_cosine_density, groups["per_task"]),
-        ("epsilon_density.png", plot_cosine_density, epsilon_runs if groups["epsilon"] else []),
+        ("epsilon_density.png", plot_cosine_density, table_one_runs(groups) if groups["epsilon"] else []),
         ("batch_size.png", plot_batch_sizes, _batch_size_runs(groups)),
     )
     for name, plot, plotted in plots:

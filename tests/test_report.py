@@ -231,3 +231,17 @@ def test_convergence_is_compared_at_each_pooling_that_has_several_losses(tmp_pat
     assert "max pooling" not in text
     written = [os.path.basename(p) for p in write_report(runs, str(tmp_path / "out"))]
     assert "convergence-last-avg.png" in written and "convergence-max.png" not in written
+
+
+def test_table_one_sets_cosent_at_the_pooling_of_the_contrastive_runs(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cls", "ATEC", "feature", "cosent", {"ATEC": 0.2}, pooling="cls"),
+        fake_run(tmp_path / "mse", "ATEC", "feature", "mse", {"ATEC": 0.1}, pooling="cls"),
+        fake_run(tmp_path / "mean", "ATEC", "feature", "cosent", {"ATEC": 0.4}, pooling="last-avg"),
+        fake_run(tmp_path / "eps", "ATEC", "feature", "contrastive", {"ATEC": 0.3}, pooling="last-avg", epsilon=0.9),
+    ]
+    table_one = tables(load_runs(runs)).split("Table I; mean pooling): test Spearman × 100")[1].split("###")[0]
+    assert [line for line in table_one.splitlines() if line.startswith("| BERT")] == [
+        "| BERT + Contrastive (ε=0.9) | 30.00 |",
+        "| BERT + CoSENT | 40.00 |",
+    ]
