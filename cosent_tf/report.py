@@ -61,8 +61,8 @@ def method_name(config):
 
 
 # Which table a run belongs to. A per-task feature run at the usual pooling and batch size is
-# "per_task"; one at another pooling only feeds the pooling table, one at another batch size
-# the batch-size table, a contrastive one only Table I.
+# "per_task"; one at another batch size only feeds the batch-size table, one at another
+# pooling the pooling table, a contrastive one only Table I.
 STUDIES = ("per_task", "nli", "interaction", "epsilon", "pooling", "batch_size")
 
 
@@ -95,10 +95,10 @@ def group_runs(runs) -> dict:
             study = "interaction"
         elif config["loss"] == "contrastive":
             study = "epsilon"
-        elif _pooling(config) != usual_pooling:
-            study = "pooling"
         elif _batch_size(config) != usual_batch:
             study = "batch_size"
+        elif _pooling(config) != usual_pooling:
+            study = "pooling"
         else:
             study = "per_task"
         groups[study].append(run)
@@ -182,20 +182,28 @@ def _batch_label(config):
 
 
 def _batch_size_runs(groups):
-    """CoSENT runs on the tasks trained at more than one batch size, smallest batch first."""
-    cosent = [r for r in groups["per_task"] + groups["batch_size"] if r["config"]["loss"] == "cosent"]
-    sizes = collections.defaultdict(set)
-    for run in cosent:
-        sizes[run["config"]["task"]].add(_batch_size(run["config"]))
-    studied = [r for r in cosent if len(sizes[r["config"]["task"]]) > 1]
-    return sorted(studied, key=lambda r: _batch_size(r["config"]))
+    """CoSENT runs at other batch sizes and, at the same pooling and tasks, at the usual one;
+    smallest batch first."""
+    studied = [r for r in groups["batch_size"] if r["config"]["loss"] == "cosent"]
+    settings = {(_pooling(r["config"]), r["config"]["task"]) for r in studied}
+    usual = [
+        r
+        for r in groups["per_task"] + groups["pooling"]
+        if r["config"]["loss"] == "cosent" and (_pooling(r["config"]), r["config"]["task"]) in settings
+    ]
+    return sorted(usual + studied, key=lambda r: _batch_size(r["config"]))
 
 
 def _batch_size_table(groups):
     studied = _batch_size_runs(groups)
     if not studied:
         return None
-    return _table(_test_results(studied, lambda r: _batch_label(r["config"])), _tasks_of(studied))
+    label = (
+        (lambda r: _batch_label(r["config"]))
+        if len({_pooling(r["config"]) for r in studied}) == 1
+        else (lambda r: f"{_batch_label(r['config'])}, {POOLING_MODES[_pooling(r['config'])]} pooling")
+    )
+    return _table(_test_results(studied, label), _tasks_of(studied))
 
 
 # Convergence: the first step at which valid Spearman reaches this fraction of a target.
@@ -207,41 +215,38 @@ def _first_step(history, target):
 
 
 def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
-    """Steps until valid Spearman first reaches ``fraction`` of the run's own best, and of a
-    target shared by the methods on a task (``fraction`` of the lowest of their bests, which
-    every method therefore reaches), from each run's valid_metrics.csv."""
+    """From each run's valid_metrics.csv: the steps until valid Spearman first reaches
+    ``fraction`` of the run's own best; and, as the paper compares convergence, the steps each
+    other method took to its best and the steps CoSENT took to reach that same value."""
     histories = {id(r): read_history(os.path.join(r["dir"], "valid_metrics.csv")) for r in runs}
     tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
     best = {id(r): max((row["spearman"] for row in histories[id(r)]), default=None) for r in runs}
-    shared = {}
-    for task in tasks:
-        bests = [best[id(r)] for r in runs if r["config"]["task"] == task and best[id(r)] is not None]
-        shared[task] = fraction * min(bests) if bests and min(bests) > 0 else None
-    own_rows, shared_rows = {}, {}
+    cosent = {r["config"]["task"]: r for r in runs if r["config"]["loss"] == "cosent"}
+    own_rows, versus_rows = {}, {}
     for run in runs:
         task, history, run_best = run["config"]["task"], histories[id(run)], best[id(run)]
         own = _first_step(history, fraction * run_best) if run_best is not None and run_best > 0 else None
         own_rows.setdefault(run["method"], {})[task] = own
-        common = _first_step(history, shared[task]) if shared[task] is not None else None
-        shared_rows.setdefault(run["method"], {})[task] = common
+        if run["config"]["loss"] != "cosent" and run_best is not None:
+            reference = cosent.get(task)
+            by_cosent = _first_step(histories[id(reference)], run_best) if reference else None
+            versus_rows.setdefault(run["method"], {})[task] = f"{_first_step(history, run_best)} / {by_cosent or '–'}"
 
-    def steps_table(rows, extra_row=None):
+    def steps_table(rows):
         lines = ["| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
         for method, values in rows.items():
             cells = ["–" if values.get(t) is None else str(values[t]) for t in tasks]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
-        if extra_row:
-            lines.append(extra_row)
         return "\n".join(lines)
 
-    percent = f"{100 * fraction:g}%"
-    target_row = "| target: valid Spearman × 100 | " + " | ".join(_cell(shared[t]) for t in tasks) + " |"
-    return (
-        f"#### Steps until valid Spearman first reaches {percent} of the run's own best\n\n"
-        + steps_table(own_rows)
-        + f"\n\n#### Steps until valid Spearman first reaches a shared target: {percent} of the lowest best "
-        "among the methods on the task\n\n" + steps_table(shared_rows, target_row)
-    )
+    text = f"#### Steps until valid Spearman first reaches {100 * fraction:g}% of the run's own best\n\n"
+    text += steps_table(own_rows)
+    if versus_rows:
+        text += (
+            "\n\n#### Steps each method took to its best valid Spearman / steps CoSENT took to reach the "
+            "same value (– never)\n\n" + steps_table(versus_rows)
+        )
+    return text
 
 
 def convergence_groups(groups) -> dict:
@@ -299,7 +304,10 @@ def tables(runs):
         sections.append("### Pooling with CoSENT (the paper's pooling comparison): test Spearman × 100\n\n" + pooling)
     batch_sizes = _batch_size_table(groups)
     if batch_sizes:
-        sections.append("### CoSENT at several global batch sizes: test Spearman × 100\n\n" + batch_sizes)
+        poolings = ", ".join(sorted({POOLING_MODES[_pooling(r["config"])] for r in groups["batch_size"]}))
+        sections.append(
+            f"### CoSENT at several global batch sizes ({poolings} pooling): test Spearman × 100\n\n" + batch_sizes
+        )
     for pooling, compared in convergence_groups(groups).items():
         sections.append(
             f"### Convergence of the feature models trained on each task, {POOLING_MODES[pooling]} pooling\n\n"

@@ -124,44 +124,33 @@ def test_pooling_table_has_a_row_per_pooling_and_the_main_table_keeps_the_usual_
     ]
 
 
-def test_convergence_counts_steps_to_the_runs_own_best_and_to_a_shared_target(tmp_path):
+def test_convergence_counts_steps_to_the_runs_own_best_and_cosents_steps_to_each_best(tmp_path):
+    def run(loss, history):
+        return fake_run(tmp_path / loss, "BQ", "feature", loss, {"BQ": history[-1][1]}, history=history)
+
     runs = [
-        fake_run(
-            tmp_path / "cosent",
-            "BQ",
-            "feature",
-            "cosent",
-            {"BQ": 0.7},
-            history=[(10, 0.50), (20, 0.62), (30, 0.65), (40, 0.60)],
-        ),
-        fake_run(
-            tmp_path / "mse",
-            "BQ",
-            "feature",
-            "mse",
-            {"BQ": 0.6},
-            history=[(10, 0.20), (20, 0.30), (30, 0.37), (40, 0.40)],
-        ),
-        fake_run(tmp_path / "sbert", "BQ", "feature", "sbert", {"BQ": 0.1}, history=[(10, -0.2), (20, -0.1)]),
+        run("cosent", [(10, 0.30), (20, 0.62), (30, 0.65), (40, 0.60)]),
+        run("mse", [(10, 0.20), (20, 0.30), (30, 0.37), (40, 0.40)]),
+        run("sbert", [(10, -0.2), (20, -0.1)]),
+        run("contrastive", [(10, 0.7), (20, 0.9)]),  # Table I's, not compared here
     ]
     text = tables(load_runs(runs)).split("### Convergence")[1]
-    own, shared = text.split("shared target")
+    own, versus = text.split("steps CoSENT took to reach the same value")
     # 90% of the own best: CoSENT 0.585 (step 20), MSE 0.36 (0.37 at step 30); a best below 0 has no target.
     assert "| BERT + CoSENT | 20 |" in own and "| BERT + MSE | 30 |" in own
     assert "| BERT + Sentence-BERT | – |" in own
-    # The shared target is 90% of the lowest positive best... here a best below 0: none.
-    assert "| target: valid Spearman × 100 | – |" in shared
+    # MSE's best, 0.40, took it 40 steps and CoSENT 20; Sentence-BERT's, -0.1, CoSENT had at step 10.
+    assert "| BERT + MSE | 40 / 20 |" in versus and "| BERT + Sentence-BERT | 20 / 10 |" in versus
+    assert "CoSENT |" not in versus and "Contrastive" not in text
 
 
-def test_convergence_shared_target_is_reached_by_every_method(tmp_path):
+def test_convergence_says_when_cosent_never_reaches_a_methods_best(tmp_path):
     runs = [
-        fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.7}, history=[(10, 0.30), (20, 0.62)]),
+        fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.3}, history=[(10, 0.2), (20, 0.3)]),
         fake_run(tmp_path / "mse", "BQ", "feature", "mse", {"BQ": 0.6}, history=[(10, 0.2), (20, 0.3), (30, 0.4)]),
     ]
-    shared = tables(load_runs(runs)).split("shared target")[1]
-    # 90% of MSE's best 0.40 is 0.36: CoSENT reaches it at step 20, MSE at step 30.
-    assert "| BERT + CoSENT | 20 |" in shared and "| BERT + MSE | 30 |" in shared
-    assert "| target: valid Spearman × 100 | 36.00 |" in shared
+    versus = tables(load_runs(runs)).split("steps CoSENT took to reach the same value")[1]
+    assert "| BERT + MSE | 30 / – |" in versus
 
 
 def test_report_draws_the_epsilon_sweep(tmp_path):
@@ -225,9 +214,9 @@ def test_convergence_is_compared_at_each_pooling_that_has_several_losses(tmp_pat
     text = tables(load_runs(runs))
     assert "Convergence of the feature models trained on each task, CLS pooling" in text
     mean = text.split("Convergence of the feature models trained on each task, mean pooling")[1]
-    # own best: CoSENT 0.45 first at step 30, MSE 0.36 at step 30; shared target 0.36: 20 and 30
-    assert mean.split("shared target")[0].count("| 30 |") == 2
-    assert "| BERT + CoSENT | 20 |" in mean.split("shared target")[1]
+    # own best: CoSENT 0.45 first at step 30, MSE 0.36 at step 30; MSE's best 0.4: 30 steps, CoSENT 20
+    own, versus = mean.split("steps CoSENT took to reach the same value")
+    assert own.count("| 30 |") == 2 and "| BERT + MSE | 30 / 20 |" in versus
     assert "max pooling" not in text
     written = [os.path.basename(p) for p in write_report(runs, str(tmp_path / "out"))]
     assert "convergence-last-avg.png" in written and "convergence-max.png" not in written
