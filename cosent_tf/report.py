@@ -309,8 +309,14 @@ def tables(runs):
             f"### CoSENT at several global batch sizes ({poolings} pooling): test Spearman × 100\n\n" + batch_sizes
         )
     for pooling, compared in convergence_groups(groups).items():
+        title = POOLING_MODES[pooling]
+        if pooling != groups["usual_pooling"]:  # the usual pooling's test results are the first table
+            sections.append(
+                f"### Feature models trained on each task, {title} pooling: test Spearman × 100\n\n"
+                + _table(_test_results(compared), _tasks_of(compared))
+            )
         sections.append(
-            f"### Convergence of the feature models trained on each task, {POOLING_MODES[pooling]} pooling\n\n"
+            f"### Convergence of the feature models trained on each task, {title} pooling\n\n"
             + convergence_tables(compared)
         )
     notes = (

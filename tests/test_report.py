@@ -218,6 +218,8 @@ def test_convergence_is_compared_at_each_pooling_that_has_several_losses(tmp_pat
     own, versus = mean.split("steps CoSENT took to reach the same value")
     assert own.count("| 30 |") == 2 and "| BERT + MSE | 30 / 20 |" in versus
     assert "max pooling" not in text
+    mean_results = text.split("Feature models trained on each task, mean pooling: test Spearman × 100")[1]
+    assert "| BERT + CoSENT | 50.00 | 50.00 |\n| BERT + MSE | 40.00 | 40.00 |" in mean_results.split("###")[0]
     written = [os.path.basename(p) for p in write_report(runs, str(tmp_path / "out"))]
     assert "convergence-last-avg.png" in written and "convergence-max.png" not in written
 
