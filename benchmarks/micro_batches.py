@@ -1,13 +1,14 @@
 """Memory and time of one large CoSENT batch, whole and in micro-batches (``--micro-batch-size``).
 
 Each variant runs in a process of its own, so that its peak RSS is its own: the small random
-model (L4 H312), FusedAdam, a batch of ``PAIRS`` BQ train pairs at maxlen 64, one warm-up step
-and ``STEPS`` timed steps, plain (the whole batch's activations at once) and through
+model (L4 H312), FusedAdam, a batch of ``PAIRS`` BQ train pairs at maxlen 64, one warm-up
+step and ``STEPS`` timed steps in one ``fit`` (the time between the ends of consecutive
+steps), plain (the whole batch's activations at once) and through
 :class:`cosent_tf.gradient_cache.GradientCacheModel` in micro-batches of ``MICRO`` pairs. It
 writes ``benchmarks/MICRO_BATCHES.md`` and ``benchmarks/micro_batches.json`` with the CPU it
 ran on; only the ratios of one run compare.
 
-    .venv/bin/python benchmarks/micro_batches.py [--pairs 512] [--micro 32] [--steps 3]
+    .venv/bin/python benchmarks/micro_batches.py [--pairs 512] [--micro 32] [--steps 5]
 """
 
 import argparse
@@ -21,6 +22,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from run import cpu_description  # noqa: E402
+
 import common  # noqa: E402
 
 
@@ -29,7 +32,7 @@ def measure(variant, pairs, micro, steps):
     import numpy as np
 
     import cosent_tf as ct
-    from cosent_tf.backend import tf
+    from cosent_tf.backend import keras, tf
     from cosent_tf.gradient_cache import GradientCacheModel
     from cosent_tf.optimizers import build_optimizer
 
@@ -42,27 +45,19 @@ def measure(variant, pairs, micro, steps):
         model = GradientCacheModel(model, micro)
     model.compile(optimizer=build_optimizer(common.LEARNING_RATE, steps + 1), loss=ct.CoSENTLoss(common.SCALE))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
-    model.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)  # warm-up: traces the step
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        model.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)
-        times.append(time.perf_counter() - start)
+    ends = []
+    clock = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: ends.append(time.perf_counter()))
+    # one fit: the first step (which traces the step function) is the warm-up
+    model.fit(dataset, steps_per_epoch=steps + 1, epochs=1, verbose=0, callbacks=[clock])
+    times = [later - earlier for earlier, later in zip(ends, ends[1:])]
     return {"seconds_per_step": statistics.median(times), "all_seconds": times, "peak_rss_mib": common.peak_rss_mib()}
-
-
-def cpu_description():
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        info = f.read()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=512)
     parser.add_argument("--micro", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--child", choices=["plain", "micro"], help=argparse.SUPPRESS)
     parser.add_argument("--output-dir", default=HERE)
     args = parser.parse_args()
@@ -101,7 +96,7 @@ def main():
         f"""# One CoSENT batch of {args.pairs} pairs, whole and in micro-batches of {args.micro}
 
 `benchmarks/micro_batches.py`, {record["started"]}, on {record["cpu"]}. Small random model
-(L4 H312), maxlen 64, BQ train pairs, FusedAdam; median of {args.steps} steps after a warm-up;
+(L4 H312), maxlen 64, BQ train pairs, FusedAdam; median of {args.steps} steps after a warm-up step;
 each variant in its own process.
 
 | | seconds per step | peak RSS (MiB) |
