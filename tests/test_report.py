@@ -42,6 +42,11 @@ def fake_run(
     return str(folder)
 
 
+def section_rows(text, after, start="|"):
+    """The lines starting with ``start`` of the section that follows ``after`` (up to the next ###)."""
+    return [line for line in text.split(after)[1].split("###")[0].splitlines() if line.startswith(start)]
+
+
 def test_tables_follow_the_published_layout(tmp_path):
     runs = [
         fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.8),
@@ -87,9 +92,7 @@ def test_table_one_sorts_the_contrastive_runs_by_epsilon_next_to_cosent(tmp_path
             fake_run(tmp_path / f"eps{epsilon}", "ATEC", "feature", "contrastive", {"ATEC": value}, epsilon=epsilon)
         )
     text = tables(load_runs(runs))
-    table_one = text.split("Table I")[1].split("###")[0]
-    rows = [line for line in table_one.splitlines() if line.startswith("| BERT")]
-    assert rows == [
+    assert section_rows(text, "Table I", "| BERT") == [
         "| BERT + Contrastive (ε=-1) | 5.00 |",
         "| BERT + Contrastive (ε=0) | 20.00 |",
         "| BERT + Contrastive (ε=0.9) | 25.00 |",
@@ -113,9 +116,7 @@ def test_pooling_table_has_a_row_per_pooling_and_the_main_table_keeps_the_usual_
     text = tables(load_runs(runs))
     assert "### Feature models trained on each task (CLS pooling)" in text
     assert "| BERT + CoSENT | – | 70.00 | – | – | 60.00 | 65.00* |" in text
-    pooling = text.split("pooling comparison")[1].split("###")[0]
-    rows = [line for line in pooling.splitlines() if line.startswith("|")]
-    assert rows == [
+    assert section_rows(text, "pooling comparison") == [
         "| method | BQ | STS-B | Avg |",
         "|---|---|---|---|",
         "| CLS (cls) | 70.00 | 60.00 | 65.00 |",
@@ -188,8 +189,7 @@ def test_batch_size_study_has_its_own_table_and_plot(tmp_path):
     # 32 pairs is the usual batch size (most runs), so the main table holds those runs only
     assert "### Feature models trained on each task (CLS pooling, 32 pairs a batch)" in text
     assert "| BERT + CoSENT | – | 50.00 | – | – | 60.00 | 55.00* |" in text
-    study = text.split("several global batch sizes")[1].split("###")[0]
-    assert [line for line in study.splitlines() if line.startswith("| ")][1:] == [
+    assert section_rows(text, "several global batch sizes", "| ")[1:] == [
         "| 32 pairs | 50.00 | 60.00 | 55.00 |",
         "| 128 pairs (micro-batches of 32) | 45.00 | 55.00 | 50.00 |",
         "| 512 pairs (micro-batches of 32) | 30.00 | 40.00 | 35.00 |",
@@ -231,8 +231,7 @@ def test_table_one_sets_cosent_at_the_pooling_of_the_contrastive_runs(tmp_path):
         fake_run(tmp_path / "mean", "ATEC", "feature", "cosent", {"ATEC": 0.4}, pooling="last-avg"),
         fake_run(tmp_path / "eps", "ATEC", "feature", "contrastive", {"ATEC": 0.3}, pooling="last-avg", epsilon=0.9),
     ]
-    table_one = tables(load_runs(runs)).split("Table I; mean pooling): test Spearman × 100")[1].split("###")[0]
-    assert [line for line in table_one.splitlines() if line.startswith("| BERT")] == [
+    assert section_rows(tables(load_runs(runs)), "Table I; mean pooling): test Spearman × 100", "| BERT") == [
         "| BERT + Contrastive (ε=0.9) | 30.00 |",
         "| BERT + CoSENT | 40.00 |",
     ]
