@@ -1035,17 +1035,21 @@ def test_recipes_fill_what_is_not_set_and_each_option_overrides_them():
 def test_the_recipe_and_optimizer_options_reach_the_optimizer(tiny_setup, monkeypatch):
     seen = {}
 
-    def recording(lr, total_steps, weight_decay, warmup, schedule):
+    def recording(lr, total_steps, weight_decay, warmup, schedule, loss_scaling):
         seen.update(lr=lr, total_steps=total_steps, weight_decay=weight_decay, warmup=warmup, schedule=schedule)
-        return build_optimizer(lr, total_steps, weight_decay, warmup, schedule)
+        seen.update(loss_scaling=loss_scaling)
+        return build_optimizer(lr, total_steps, weight_decay, warmup, schedule, loss_scaling)
 
     monkeypatch.setattr(training, "build_optimizer", recording)
     tmp_path, options = tiny_setup
     train_main(["BQ", "--recipe", "paper", "--epochs", "1", "--output-dir", str(tmp_path / "paper")] + options)
     # 48 train pairs in batches of 8 (the option beats the recipe's 16): 6 steps, 1 epoch
-    assert seen == dict(lr=1e-3, total_steps=6, weight_decay=0.01, warmup=0.1, schedule="linear")
+    assert seen == dict(lr=1e-3, total_steps=6, weight_decay=0.01, warmup=0.1, schedule="linear", loss_scaling=False)
     recorded = json.loads((tmp_path / "paper" / "config.json").read_text())
     assert (recorded["recipe"], recorded["pooling"], recorded["batch_size"]) == ("paper", "last-avg", 8)
+    # float16 trains with loss scaling
+    train_main(["BQ", "--precision", "fp16", "--epochs", "1", "--output-dir", str(tmp_path / "fp16")] + options)
+    assert seen["loss_scaling"] is True
 
 
 def test_a_run_trains_first_on_the_first_batch_of_its_stream(tiny_setup):
