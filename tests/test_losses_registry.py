@@ -26,6 +26,10 @@ def test_options_reach_the_losses_that_take_them():
     assert (contrastive.epsilon, contrastive.positive_above) == (0.3, 2.5)
     assert isinstance(get_loss("feature", "cosent").build(**OPTIONS), CoSENTLoss)
     assert isinstance(get_loss("feature", "mse").build(**OPTIONS), CosineMSELoss)
+    # the ranking losses gather the global batch unless told not to
+    for kind in ("feature", "interaction"):
+        assert get_loss(kind, "cosent").build(**OPTIONS).global_batch is True
+        assert get_loss(kind, "cosent").build(**OPTIONS, global_batch=False).global_batch is False
 
 
 def test_the_sentence_bert_head_takes_the_number_of_classes():

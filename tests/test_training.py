@@ -888,7 +888,9 @@ def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy)
     from cosent_tf.losses import CoSENTLoss, CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
 
     tiny_run(tiny_setup, "scale", task="BQ", scale=7.0)
-    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0
+    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0 and spy["loss"].global_batch
+    tiny_run(tiny_setup, "per-replica", task="BQ", global_batch_loss=False)
+    assert spy["loss"].global_batch is False
     assert spy["pair_dataset"]["group_by_length"] is True
     tiny_run(tiny_setup, "contrastive", task="STS-B", loss="contrastive", epsilon=0.3, group_by_length=False)
     assert isinstance(spy["loss"], ThresholdContrastiveLoss)
