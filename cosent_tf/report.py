@@ -136,7 +136,13 @@ def _test_results(runs, row_name=lambda run: run["method"], metric="spearman") -
 
 
 def _tasks_of(runs):
+    """The tasks the runs were tested on, in table order."""
     return [t for t in MATCHING_TASKS if any(t in r["metrics"]["tasks"] for r in runs)]
+
+
+def _trained_tasks(runs):
+    """The tasks the runs were trained on, in table order."""
+    return [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
 
 
 def table_one_runs(groups) -> list:
@@ -198,11 +204,12 @@ def _batch_size_table(groups):
     studied = _batch_size_runs(groups)
     if not studied:
         return None
-    label = (
-        (lambda r: _batch_label(r["config"]))
-        if len({_pooling(r["config"]) for r in studied}) == 1
-        else (lambda r: f"{_batch_label(r['config'])}, {POOLING_MODES[_pooling(r['config'])]} pooling")
-    )
+    several_poolings = len({_pooling(r["config"]) for r in studied}) > 1
+
+    def label(run):
+        text = _batch_label(run["config"])
+        return f"{text}, {POOLING_MODES[_pooling(run['config'])]} pooling" if several_poolings else text
+
     return _table(_test_results(studied, label), _tasks_of(studied))
 
 
@@ -219,7 +226,7 @@ def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
     ``fraction`` of the run's own best; and, as the paper compares convergence, the steps each
     other method took to its best and the steps CoSENT took to reach that same value."""
     histories = {id(r): read_history(os.path.join(r["dir"], "valid_metrics.csv")) for r in runs}
-    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
+    tasks = _trained_tasks(runs)
     best = {id(r): max((row["spearman"] for row in histories[id(r)]), default=None) for r in runs}
     cosent = {r["config"]["task"]: r for r in runs if r["config"]["loss"] == "cosent"}
     own_rows, versus_rows = {}, {}
@@ -358,7 +365,7 @@ def plot_valid_curve(history, path, title):
 def plot_convergence(runs, path):
     """Valid Spearman against steps, a panel per task, a line per method."""
     plt = _pyplot()
-    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
+    tasks = _trained_tasks(runs)
     if not tasks:
         return False
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
@@ -385,7 +392,7 @@ def plot_cosine_density(runs, path):
         return False
     plt = _pyplot()
     methods = list(dict.fromkeys(r["method"] for r in runs))
-    tasks = [t for t in MATCHING_TASKS if any(r["config"]["task"] == t for r in runs)]
+    tasks = _trained_tasks(runs)
     figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
     for run in runs:
         axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]

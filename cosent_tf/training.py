@@ -390,9 +390,9 @@ class Matcher:
         options = dict(
             group_by_length=cfg.group_by_length, seed=cfg.seed, start_step=start_step, repeat=True, replicas=replicas
         )
-        if self.cfg.kind == "feature":
-            return pair_dataset(*prepared, labels, self.cfg.batch_size, **options)
-        return interaction_dataset(prepared, labels, self.cfg.batch_size, sep_id=self.sep_id, **options)
+        if cfg.kind == "feature":
+            return pair_dataset(*prepared, labels, cfg.batch_size, **options)
+        return interaction_dataset(prepared, labels, cfg.batch_size, sep_id=self.sep_id, **options)
 
 
 def train(cfg: RunConfig, overwrite: bool = False) -> dict:
