@@ -364,7 +364,8 @@ def argument_parser(command_name: str = None):
         "--precision",
         default="float32",
         choices=["float32", "bf16"],
-        help="bf16: serve in mixed bfloat16 (fast on CPUs with AVX512-BF16 or AMX, and on GPUs)",
+        help="bf16: serve in bfloat16 with bfloat16 weights, float32 outputs (fast on CPUs with "
+        "AVX512-BF16 or AMX, and on GPUs)",
     )
     return parser
 

@@ -83,8 +83,8 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
     Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
     model's description, with the tuned threshold) for the serving side. An existing
     ``out_dir`` must be empty, or a SavedModel and ``overwrite`` true; it may not hold or
-    lie inside ``model_dir``. ``precision='bf16'`` serves the model in mixed bfloat16 (outputs
-    stay float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
+    lie inside ``model_dir``. ``precision='bf16'`` serves the model in bfloat16 with bfloat16 weights
+    (outputs stay float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
     """
     check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
     spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)

@@ -119,7 +119,8 @@ class _Matcher:
 
     @classmethod
     def load(cls, path: str, precision: str = "float32"):
-        """Load a model folder; ``precision='bf16'`` computes in mixed bfloat16."""
+        """Load a model folder; ``precision='bf16'`` computes in bfloat16, with the weights
+        stored in bfloat16 (see :func:`cosent_tf.model_dir.load_model_dir`)."""
         spec, model, tokenizer = load_model_dir(path, precision)
         if spec.kind != cls.KIND:
             other = MATCHERS[spec.kind]

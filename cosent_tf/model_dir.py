@@ -26,7 +26,7 @@ import numbers
 import os
 
 from . import huggingface
-from .backend import dtype_policy, get_architecture, keras, policy_name
+from .backend import dtype_policy, get_architecture, inference_policy_name, keras
 from .checkpoints import (
     CHECKPOINT_ENTRIES,
     CHECKPOINT_PREFIX,
@@ -226,13 +226,14 @@ def hf_spec(directory: str) -> ModelSpec:
 
 
 def load_model_dir(directory: str, precision: str = "float32") -> tuple:
-    """(spec, Keras model, SentenceTokenizer) of a model folder (or a Hugging Face folder);
-    ``precision='bf16'`` builds the model to compute in mixed bfloat16."""
+    """(spec, Keras model, SentenceTokenizer) of a model folder (or a Hugging Face folder),
+    for inference: ``precision='bf16'`` builds the model to compute in bfloat16 with its
+    weights stored in bfloat16 (the same outputs as mixed bfloat16; not for training)."""
     directory = os.fspath(directory)
     spec = read_spec(directory)
     config_path, checkpoint, vocab_path = checkpoint_files(directory)
     check_maxlen(config_path, spec.architecture, spec.maxlen)
-    with dtype_policy(policy_name(precision)):
+    with dtype_policy(inference_policy_name(precision)):
         if spec.kind == "feature":
             model = build_encoder(config_path, checkpoint, spec.architecture, spec.pooling, vocab_path=vocab_path)
         else:

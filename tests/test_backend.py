@@ -5,7 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
+from cosent_tf import ConfigError, build_encoder
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, inference_policy_name, keras, tf
 
 from conftest import ROOT
 
@@ -152,3 +153,45 @@ def test_repeatable_dropout_draws_the_same_masks_for_the_same_seed():
     assert np.mean(first.numpy() != other.numpy()) > 0.3
     # outside the block dropout is Keras's own, random on every call
     assert np.mean(model(x, training=True).numpy() != model(x, training=True).numpy()) > 0.3
+
+
+def _dense_pair(activation):
+    """A Keras Dense and a TokenDense with the same weights, built for 8 input features."""
+    plain, token = keras.layers.Dense(5, activation=activation), TokenDense(5, activation=activation)
+    plain.build((None, None, 8))
+    token.build((None, None, 8))
+    token.set_weights(plain.get_weights())
+    return plain, token
+
+
+@pytest.mark.parametrize("activation", ["gelu", None])
+def test_token_dense_computes_what_keras_dense_computes_and_keeps_the_static_shape(activation):
+    plain, token = _dense_pair(activation)
+    inputs = np.random.default_rng(0).normal(size=(3, 7, 8)).astype(np.float32)
+    np.testing.assert_allclose(token(inputs).numpy(), plain(inputs).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(token(inputs[:, 0]).numpy(), plain(inputs[:, 0]).numpy(), rtol=1e-6, atol=1e-6)
+    symbolic = keras.Input((None, 8))
+    assert token(symbolic).shape.as_list() == [None, None, 5]
+
+
+def test_token_dense_puts_the_bias_straight_after_the_matmul_so_that_they_fuse():
+    def bias_inputs(layer):
+        graph = tf.function(layer).get_concrete_function(tf.TensorSpec((None, None, 8), tf.float32)).graph
+        return {op.inputs[0].op.type for op in graph.get_operations() if op.type == "BiasAdd"}
+
+    plain, token = _dense_pair("gelu")
+    assert bias_inputs(token) == {"MatMul"}
+    assert bias_inputs(plain) == {"Reshape"}  # Keras's tensordot: what keeps oneDNN from fusing
+
+
+def test_bert4keras_blocks_are_built_with_token_dense(tiny_config):
+    encoder = build_encoder(tiny_config)
+    attention = encoder.get_layer("Transformer-0-MultiHeadSelfAttention")
+    feed_forward = encoder.get_layer("Transformer-0-FeedForward")
+    assert all(isinstance(d, TokenDense) for d in (attention.q_dense, attention.o_dense, feed_forward.i0_dense))
+
+
+def test_inference_policy_keeps_weights_in_the_compute_dtype():
+    assert [inference_policy_name(p) for p in ("float32", "bf16", "fp16")] == ["float32", "bfloat16", "float16"]
+    with pytest.raises(ConfigError, match="unknown precision 'int8'"):
+        inference_policy_name("int8")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
+from cosent_tf.backend import dtype_policy, tf
 from cosent_tf.inference import batched_outputs, cosine_scores, top_k_cosine
 
 from conftest import make_model_dir
@@ -163,10 +164,27 @@ def test_index_problems_are_explained(encoder_and_model, tmp_path):
 def test_bf16_encoder_traces_under_its_own_policy_and_stays_close(encoder_and_model, tmp_path):
     encoder, _ = encoder_and_model
     bf16 = SentenceEncoder.load(tmp_path / "model", precision="bf16")
-    assert bf16.model.get_layer("Embedding-Token").dtype_policy.name == "mixed_bfloat16"
+    assert bf16.model.get_layer("Embedding-Token").dtype_policy.name == "bfloat16"
     vectors = bf16.encode(TEXTS)  # traced while the global policy is float32 again
     assert vectors.dtype == np.float32
     assert np.min(np.sum(vectors * encoder.encode(TEXTS), axis=1)) > 0.99
+
+
+def test_a_bf16_encoder_stores_bf16_weights_and_computes_exactly_as_mixed_bfloat16(
+    encoder_and_model, tiny_config, tmp_path
+):
+    encoder, _ = encoder_and_model
+    bf16 = SentenceEncoder.load(tmp_path / "model", precision="bf16")
+    transformer_weights = [
+        w for layer in bf16.model.layers if layer.name.startswith("Transformer") for w in layer.weights
+    ]
+    assert transformer_weights and {w.dtype for w in transformer_weights} == {tf.bfloat16}
+    with dtype_policy("mixed_bfloat16"):
+        mixed = build_encoder(tiny_config, pooling="last-avg")
+    mixed.set_weights(encoder.model.get_weights())
+    assert {w.dtype for w in mixed.get_layer("Transformer-0-FeedForward").weights} == {tf.float32}
+    ids = bf16.tokenizer.encode_all(TEXTS)
+    np.testing.assert_array_equal(batched_outputs(bf16.model, ids), batched_outputs(mixed, ids))
 
 
 def test_batched_outputs_come_back_in_input_order(tiny_config):
