@@ -3,7 +3,8 @@
 Imports neither TensorFlow nor torch: the sentence-transformers contestant runs in its
 own virtual environment (``.venv-reference``) and reads the data through this module too.
 A contestant is run as ``python benchmarks/CONTESTANT.py JOB PRECISION OUTPUT_JSON``
-(JOB ``train`` or ``encode``), in a process of its own so that its peak RSS is its own.
+(JOB ``train`` or ``encode``), in a process of its own so that its peak RSS is its own,
+with ``BENCH_MODEL`` (``small`` or ``base``) naming the model it builds.
 Each job reports ``REPEATS`` rates measured after one warm-up: the training pass after
 its warm-up steps cut into that many consecutive stretches, or that many timed encode calls.
 """
@@ -14,10 +15,18 @@ import resource
 import sys
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 # The issue's set-up: the same shapes, data and batch sizes for every contestant.
+# The models, randomly initialised; BENCH_MODEL picks one per job. BERT-base's steps and
+# encode calls take some 15x the small model's, so it warms up on fewer of them.
+MODELS = {  # name: (config, training steps of warm-up, encode batches of warm-up)
+    "small": (os.path.join(os.path.dirname(HERE), "cosent_tf", "configs", "bert-small-random.json"), 10, 20),
+    "base": (os.path.join(HERE, "bert-base-random.json"), 3, 5),
+}
+MODEL = os.environ.get("BENCH_MODEL", "small")
+MODEL_CONFIG, WARMUP_STEPS, WARMUP_BATCHES = MODELS[MODEL]
 TRAIN_PAIRS = 6400
 BATCH_PAIRS = 32
-WARMUP_STEPS = 10
 REPEATS = 3
 ENCODE_SENTENCES = 20000
 ENCODE_BATCH = 64
@@ -28,9 +37,6 @@ TIME_BUDGET = float(os.environ.get("BENCH_TIME_BUDGET", 60))
 MAXLEN = 64
 LEARNING_RATE = 2e-5
 SCALE = 20.0
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODEL_CONFIG = os.path.join(os.path.dirname(HERE), "cosent_tf", "configs", "bert-small-random.json")
 
 
 def data_dir():
@@ -125,7 +131,7 @@ def encode_figures(encode, sentences, repeats=REPEATS):
     When the warm-up's rate says the calls would take longer than the time budget, each
     encodes only as many of the first sentences as fit (``sentences`` in the figures).
     """
-    warmup = sentences[: 20 * ENCODE_BATCH]
+    warmup = sentences[: WARMUP_BATCHES * ENCODE_BATCH]
     start = time.perf_counter()
     encode(warmup)
     affordable = int(len(warmup) / (time.perf_counter() - start) * TIME_BUDGET / repeats)

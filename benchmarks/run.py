@@ -2,11 +2,16 @@
 
 One command (``make bench``) measures, in one run on this machine, every contestant's
 job in a process of its own (so its peak RSS is its own), each with 3 repetitions after
-one warm-up (see common.py):
+one warm-up (see common.py). For the small model and for BERT-base (random weights,
+``common.MODELS``), in float32 and in bf16:
 
-* training pairs/s: the pass over the pairs after 10 warm-up steps, in 3 stretches;
+* training pairs/s: the pass over the pairs after the warm-up steps, in 3 stretches;
   and the process's peak RSS;
-* encoding sentences/s: a warm-up call, then 3 timed calls on all the sentences;
+* encoding sentences/s: a warm-up call, then 3 timed calls on all the sentences (or as
+  many as the time budget allows), and the process's peak RSS;
+
+and once, for the small model:
+
 * ``micro.py``: CoSENT's share of a step at 64 pairs, achieved GFLOP/s against the
   measured matmul peak;
 * accuracy: one epoch of ``scripts/cosent.py STS-B`` (same seed, small model) plain
@@ -40,14 +45,30 @@ CONTESTANTS = {  # name: (script, the virtual environment it runs in)
     "original pipeline": ("original_pipeline.py", "engine"),
     "sentence-transformers": ("sentence_transformers_bench.py", "bench"),
 }
-JOBS = [
-    (name, job, precision) for name in CONTESTANTS for job in ("train", "encode") for precision in ("float32", "bf16")
-]
-JOBS.insert(JOBS.index(("original pipeline", "encode", "bf16")), ("original pipeline", "encode_sorted", "float32"))
+PRECISIONS = ("float32", "bf16")
+ENGINE, ORIGINAL, ST = "this engine", "original pipeline", "sentence-transformers"
+# Encode jobs beyond each contestant's plain one, and the row label they get in RESULTS.md.
+EXTRA_ENCODE_JOBS = {
+    "encode_saved_model": "exported SavedModel, raw strings in input order",
+    "encode_sorted": "sentences sorted by length",
+}
+
+
+def _jobs():
+    for model in common.MODELS:
+        for name in CONTESTANTS:
+            yield from ((model, name, job, p) for job in ("train", "encode") for p in PRECISIONS)
+            if name == ENGINE:
+                yield from ((model, name, "encode_saved_model", p) for p in PRECISIONS)
+            if name == ORIGINAL and model == "small":
+                yield (model, name, "encode_sorted", "float32")
+
+
+JOBS = list(_jobs())  # (model, contestant, job, precision); the models are common.MODELS
+MODEL_NAMES = {"small": "small (L4 H312 A12 I1248)", "base": "BERT-base (L12 H768 A12 I3072)"}
 RATE = {
     "train": "train_pairs_per_second",
-    "encode": "encode_sentences_per_second",
-    "encode_sorted": "encode_sentences_per_second",
+    **dict.fromkeys(("encode", *EXTRA_ENCODE_JOBS), "encode_sentences_per_second"),
 }
 
 
@@ -59,12 +80,12 @@ def failure(command, completed):
     }
 
 
-def run_job(python, script, job, precision, env):
+def run_job(python, script, job, precision, env, model="small"):
     """The job's figures, or (it failed) :func:`failure`'s record; said on the console either way."""
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "result.json")
         command = [python, os.path.join(HERE, script), job, precision, output]
-        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        completed = subprocess.run(command, env={**env, "BENCH_MODEL": model}, capture_output=True, text=True)
         if completed.returncode != 0:
             print(f"FAILED: {' '.join(command)}\n{completed.stderr[-3000:]}", flush=True)
             return failure(command, completed)
@@ -77,12 +98,14 @@ def summary(values):
 
 
 def cpu_description():
+    """(the CPU in words, whether it has bf16 arithmetic: AVX512-BF16 or AMX)."""
     with open("/proc/cpuinfo", encoding="utf-8") as f:
         info = f.read()
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
     flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
     extensions = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model}, {os.cpu_count()} cores, {', '.join(extensions) or 'no AVX2'}"
+    has_bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
+    return f"{model}, {os.cpu_count()} cores, {', '.join(extensions) or 'no AVX2'}", has_bf16
 
 
 FAILED = "failed"
@@ -100,91 +123,119 @@ def field(result, name, pattern="{}"):
     return FAILED if "error" in result else pattern.format(result[name])
 
 
-def ratio(results, job, precision, other):
-    """This engine's median rate over the other's, or None when either job failed."""
-    mine, theirs = results[("this engine", job, precision)], results[(other, job, precision)]
+def ratio(mine, theirs):
+    """The median rate of job ``mine`` over that of ``theirs``, or None when either failed."""
     if "error" in mine or "error" in theirs:
         return None
     return mine["rate"]["median"] / theirs["rate"]["median"]
 
 
-def write_report(path, results, micro, accuracy, args, started):
-    r = lambda n, j, p: results[(n, j, p)]  # noqa: E731
+# The speed targets: (label, model, this engine's (job, precision), the other's
+# (contestant, job, precision), target or None).
+TARGETS = [
+    row
+    for model in common.MODELS
+    for row in (
+        ("training float32 vs sentence-transformers", model, ("train", "float32"), (ST, "train", "float32"), 2.0),
+        ("training bf16 vs sentence-transformers bf16", model, ("train", "bf16"), (ST, "train", "bf16"), 1.2),
+        ("encoding float32 vs sentence-transformers", model, ("encode", "float32"), (ST, "encode", "float32"), 1.2),
+        ("encoding bf16 vs sentence-transformers bf16", model, ("encode", "bf16"), (ST, "encode", "bf16"), 1.2),
+        ("training bf16 vs float32, this engine", model, ("train", "bf16"), (ENGINE, "train", "float32"), 1.5),
+        ("training float32 vs original pipeline", model, ("train", "float32"), (ORIGINAL, "train", "float32"), 2.0),
+        ("encoding bf16 vs float32, this engine", model, ("encode", "bf16"), (ENGINE, "encode", "float32"), None),
+        ("encoding float32 vs original pipeline", model, ("encode", "float32"), (ORIGINAL, "encode", "float32"), None),
+        (
+            "SavedModel encoding float32 vs sentence-transformers",
+            model,
+            ("encode_saved_model", "float32"),
+            (ST, "encode", "float32"),
+            None,
+        ),
+        (
+            "SavedModel encoding bf16 vs sentence-transformers bf16",
+            model,
+            ("encode_saved_model", "bf16"),
+            (ST, "encode", "bf16"),
+            None,
+        ),
+    )
+]
+# Holds only where the CPU computes in bf16 (AVX512-BF16 or AMX); elsewhere bf16 is emulated.
+NEEDS_BF16_HARDWARE = "training bf16 vs float32, this engine"
+
+
+def write_report(path, results, micro, accuracy, args, started, cpu, previous=None):
+    cpu_words, has_bf16 = cpu
     lines = [
         "# Speed: this engine vs the original bert4keras pipeline and sentence-transformers",
         "",
-        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu_description()}, Python {platform.python_version()}, "
+        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu_words}, Python {platform.python_version()}, "
         f"by `make bench` (`.venv/bin/python benchmarks/run.py --time-budget {args.time_budget:g}`): each job "
         f"in its own process, {common.REPEATS} repetitions after a warm-up. Rates are medians of the "
         "repetitions with their min–max.",
         "",
-        f"Set-up (every contestant): random BERT L4 H312 A12 I1248, vocab 21128, [CLS] pooling, maxlen "
-        f"{common.MAXLEN}; training on the first {common.TRAIN_PAIRS} BQ train pairs in batches of "
-        f"{common.BATCH_PAIRS} pairs (CoSENT λ=20, Adam 2e-5): one pass, the steps after the first "
-        f"{common.WARMUP_STEPS} cut into {common.REPEATS} consecutive stretches; encoding the first "
-        f"{common.ENCODE_SENTENCES} BQ test sentences in batches of {common.ENCODE_BATCH}: a warm-up call, then "
-        f"{common.REPEATS} timed calls. A job that would need more than {args.time_budget:g} s of timed work "
-        "stops there and reports the rates of what it did: the `steps timed` and `sentences per call` columns "
-        f"say how much each job did (of {common.TRAIN_PAIRS // common.BATCH_PAIRS - common.WARMUP_STEPS} steps "
-        f"and {common.ENCODE_SENTENCES} sentences).",
+        f"Set-up (every contestant): random BERTs of two shapes, {' and '.join(MODEL_NAMES.values())}, vocab "
+        f"21128, [CLS] pooling, maxlen {common.MAXLEN}; training on the first {common.TRAIN_PAIRS} BQ train pairs "
+        f"in batches of {common.BATCH_PAIRS} pairs (CoSENT λ=20, Adam 2e-5): one pass, the steps after the "
+        f"warm-up ({common.MODELS['small'][1]} steps small, {common.MODELS['base'][1]} base) cut into "
+        f"{common.REPEATS} consecutive stretches; encoding the first {common.ENCODE_SENTENCES} BQ test sentences "
+        f"in batches of {common.ENCODE_BATCH}: a warm-up call, then {common.REPEATS} timed calls. A job that "
+        f"would need more than {args.time_budget:g} s of timed work stops there and reports the rates of what it "
+        "did: the `steps timed` and `sentences per call` columns say how much each job did (of "
+        f"{common.TRAIN_PAIRS // common.BATCH_PAIRS} steps and {common.ENCODE_SENTENCES} sentences).",
         "",
-        "| contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | encode sentences/s "
-        "| sentences per call |",
-        "|---|---|---|---|---|---|---|",
+        "| model | contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | "
+        "encode sentences/s | sentences per call | peak RSS, encoding (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in CONTESTANTS:
-        for precision in ("float32", "bf16"):
-            train, encode = r(name, "train", precision), r(name, "encode", precision)
-            lines.append(
-                f"| {name} | {precision} | {rate(train, 1)} | {field(train, 'timed_steps')} | "
-                f"{field(train, 'peak_rss_mib', '{:.0f}')} | {rate(encode)} | {field(encode, 'sentences')} |"
-            )
-            if name == "original pipeline" and precision == "float32":
-                s = r(name, "encode_sorted", "float32")
+    for model in common.MODELS:
+        for name in CONTESTANTS:
+            for precision in PRECISIONS:
+                train, encode = results[(model, name, "train", precision)], results[(model, name, "encode", precision)]
                 lines.append(
-                    f"| original pipeline, sentences sorted by length | float32 | | | | "
-                    f"{rate(s)} | {field(s, 'sentences')} |"
+                    f"| {model} | {name} | {precision} | {rate(train, 1)} | {field(train, 'timed_steps')} | "
+                    f"{field(train, 'peak_rss_mib', '{:.0f}')} | {rate(encode)} | {field(encode, 'sentences')} | "
+                    f"{field(encode, 'peak_rss_mib', '{:.0f}')} |"
                 )
-    targets = [
-        ("training float32 vs original pipeline", "train", "float32", "original pipeline", 2.0),
-        ("training float32 vs sentence-transformers", "train", "float32", "sentence-transformers", 1.2),
-        ("training bf16 vs sentence-transformers bf16", "train", "bf16", "sentence-transformers", 1.2),
-        ("encoding float32 vs sentence-transformers", "encode", "float32", "sentence-transformers", 1.2),
-        ("encoding bf16 vs sentence-transformers bf16", "encode", "bf16", "sentence-transformers", 1.2),
-        ("training bf16 vs original pipeline bf16", "train", "bf16", "original pipeline", None),
-        ("encoding float32 vs original pipeline", "encode", "float32", "original pipeline", None),
-        ("encoding bf16 vs original pipeline bf16", "encode", "bf16", "original pipeline", None),
-    ]
+                for job, label in EXTRA_ENCODE_JOBS.items():
+                    extra = results.get((model, name, job, precision))
+                    if extra is not None:
+                        lines.append(
+                            f"| {model} | {name}, {label} | {precision} | | | | {rate(extra)} | "
+                            f"{field(extra, 'sentences')} | {field(extra, 'peak_rss_mib', '{:.0f}')} |"
+                        )
     lines += [
         "",
         "## Ratios (medians of this engine over the other, same run)",
         "",
-        "| ratio | measured | target | met |",
-        "|---|---|---|---|",
+        "| model | ratio | measured | target | met |",
+        "|---|---|---|---|---|",
     ]
-    for label, job, precision, other, target in targets:
-        value = ratio(results, job, precision, other)
+    for label, model, mine, theirs, target in TARGETS:
+        value = ratio(results[(model, ENGINE, *mine)], results[(model, *theirs)])
         wanted = "" if target is None else f"≥ {target}×"
         if value is None:
-            lines.append(f"| {label} | — (a job {FAILED}) | {wanted} | |")
+            lines.append(f"| {model} | {label} | — (a job {FAILED}) | {wanted} | |")
             continue
         met = "" if target is None else ("yes" if value >= target else "**no**")
-        lines.append(f"| {label} | {value:.2f}× | {wanted} | {met} |")
-    mine, original = r("this engine", "train", "float32"), r("original pipeline", "train", "float32")
+        if label == NEEDS_BF16_HARDWARE and not has_bf16:
+            wanted, met = f"{wanted} with AVX512-BF16 or AMX", "not measurable (this CPU has neither)"
+        lines.append(f"| {model} | {label} | {value:.2f}× | {wanted} | {met} |")
+    mine, original = results[("small", ENGINE, "train", "float32")], results[("small", ORIGINAL, "train", "float32")]
     if "error" in mine or "error" in original:
-        lines.append(f"| peak training RSS float32, this engine / original | — (a job {FAILED}) | ≤ 1 | |")
+        lines.append(f"| small | peak training RSS float32, this engine / original | — (a job {FAILED}) | ≤ 1 | |")
     else:
         rss_mine, rss_orig = mine["peak_rss_mib"], original["peak_rss_mib"]
         lines.append(
-            f"| peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
+            f"| small | peak training RSS float32, this engine / original | {rss_mine / rss_orig:.2f} | ≤ 1 | "
             f"{'yes' if rss_mine <= rss_orig else '**no**'} |"
         )
     if "error" in micro:
-        lines.append(f"| CoSENT loss share of a float32 step at 64 pairs | — (micro.py {FAILED}) | ≤ 2% | |")
+        lines.append(f"| small | CoSENT loss share of a float32 step at 64 pairs | — (micro.py {FAILED}) | ≤ 2% | |")
         lines += ["", f"## A training step at 64 pairs: `benchmarks/micro.py` {FAILED} (see below)"]
     else:
         lines += _micro_section(micro)
-    lines += _accuracy_section(accuracy)
+    lines += _accuracy_section(accuracy, previous)
     lines += _failures_section(results, micro, accuracy)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
@@ -194,7 +245,7 @@ def write_report(path, results, micro, accuracy, args, started):
 def _micro_section(micro):
     share = micro["float32"]["loss_share"]
     lines = [
-        f"| CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
+        f"| small | CoSENT loss share of a float32 step at 64 pairs | {100 * share:.2f}% | ≤ 2% | "
         f"{'yes' if share <= 0.02 else '**no**'} |"
     ]
     lines += [
@@ -219,34 +270,40 @@ def _micro_section(micro):
     return lines
 
 
-def _accuracy_section(accuracy):
-    lines = []
-    if accuracy:
-        plain = accuracy["plain float32"].get("test_spearman")
-        lines += [
-            "",
-            "## Accuracy: length-grouped batches and bf16 against the plain run",
-            "",
-            "One epoch of `scripts/cosent.py STS-B --epochs 1 --lr 1e-4` (seed 42, the small random BERT), "
-            "test Spearman against the plain float32 run (batches in random order):",
-            "",
-            "| run | valid Spearman | test Spearman | test − plain | within 0.01 | seconds |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, m in accuracy.items():
-            if "error" in m:
-                lines.append(f"| {name} | {FAILED} | {FAILED} | | | |")
-                continue
-            if plain is None:
-                lines.append(
-                    f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | — | | {m['wall_seconds']:.0f} |"
-                )
-                continue
-            delta = m["test_spearman"] - plain
-            lines.append(
-                f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | {delta:+.4f} | "
-                f"{'yes' if abs(delta) <= 0.01 else '**no**'} | {m['wall_seconds']:.0f} |"
-            )
+def _accuracy_section(accuracy, previous):
+    """The short STS-B runs against the plain one and against the same runs of the previous
+    ``make bench`` (``previous``: its start and accuracy figures), so that a speed change is
+    seen not to move test Spearman by more than 0.01."""
+    if not accuracy:
+        return []
+    plain = accuracy["plain float32"].get("test_spearman")
+    before = previous.get("accuracy", {}) if previous else {}
+    lines = [
+        "",
+        "## Accuracy: length-grouped batches and bf16 against the plain run and the previous run",
+        "",
+        "One epoch of `scripts/cosent.py STS-B --epochs 1 --lr 1e-4` (seed 42, the small random BERT): test "
+        "Spearman against the plain float32 run (batches in random order) and against the same run in the previous "
+        f"`make bench` ({previous['started'][:16].replace('T', ' ') + ' UTC' if previous else 'none recorded'}):",
+        "",
+        "| run | valid Spearman | test Spearman | test − plain | previous test | change | within 0.01 | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in accuracy.items():
+        if "error" in m:
+            lines.append(f"| {name} | {FAILED} | {FAILED} | | | | | |")
+            continue
+        versus_plain = "—" if plain is None else f"{m['test_spearman'] - plain:+.4f}"
+        earlier = before.get(name, {}).get("test_spearman")
+        if earlier is None:
+            earlier_cells = "— | | "
+        else:
+            change = m["test_spearman"] - earlier
+            earlier_cells = f"{earlier:.4f} | {change:+.4f} | {'yes' if abs(change) <= 0.01 else '**no**'}"
+        lines.append(
+            f"| {name} | {m['valid_spearman']:.4f} | {m['test_spearman']:.4f} | {versus_plain} | {earlier_cells} | "
+            f"{m['wall_seconds']:.0f} |"
+        )
     return lines
 
 
@@ -329,12 +386,12 @@ def main():
     if "error" not in micro:
         print(f"micro: loss share {100 * micro['float32']['loss_share']:.2f}%", flush=True)
     runs = {}
-    for name, job, precision in JOBS:
+    for model, name, job, precision in JOBS:
         script, venv = CONTESTANTS[name]
-        runs[(name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, env)
+        runs[(model, name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, env, model)
         if "error" not in figures:
             print(
-                f"{name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
+                f"{model} {name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
                 f"peak RSS {figures['peak_rss_mib']:.0f} MiB",
                 flush=True,
             )
@@ -342,16 +399,28 @@ def main():
         accuracy = {} if args.skip_accuracy else accuracy_runs(folder)
     raw = {
         "started": started.isoformat(),
+        "cpu": cpu_description(),
         "args": vars(args),
         "micro": micro,
         "accuracy": accuracy,
-        "runs": [{"contestant": n, "job": j, "precision": p, **runs[(n, j, p)]} for n, j, p in JOBS],
+        "runs": [{"model": m, "contestant": n, "job": j, "precision": p, **runs[(m, n, j, p)]} for m, n, j, p in JOBS],
     }
     results_path = os.path.join(args.output_dir, "results.json")
+    raw["previous"] = previous_run(results_path)
     with open(results_path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(raw, f, indent=1)
     os.replace(results_path + ".tmp", results_path)
     return report(results_path)
+
+
+def previous_run(results_path):
+    """The start and accuracy figures of the run whose results.json is about to be replaced, or None."""
+    try:
+        with open(results_path, encoding="utf-8") as f:
+            earlier = json.load(f)
+    except FileNotFoundError:
+        return None
+    return {"started": earlier["started"], "accuracy": earlier.get("accuracy") or {}}
 
 
 def report(results_path):
@@ -361,7 +430,7 @@ def report(results_path):
         raw = json.load(f)
     results = {}
     for run in raw["runs"]:
-        key = (run["contestant"], run["job"], run["precision"])
+        key = (run["model"], run["contestant"], run["job"], run["precision"])
         if "error" in run:
             results[key] = run
             continue
@@ -374,6 +443,8 @@ def report(results_path):
         raw.get("accuracy") or {},
         argparse.Namespace(**raw["args"]),
         datetime.datetime.fromisoformat(raw["started"]),
+        raw["cpu"],
+        raw.get("previous"),
     )
     with open(path, encoding="utf-8") as f:
         print(f.read())

@@ -6,6 +6,9 @@
   ``FusedAdam`` 2e-5, ``model.fit``. ``bf16`` trains under mixed_bfloat16 as ``--precision bf16``.
 * encode: ``SentenceEncoder.load(folder, precision).encode(sentences, batch_size=64)``
   on a model folder written by ``save_model_dir``, tokenisation included.
+* encode_saved_model: the folder exported by ``export_saved_model(..., precision)`` and
+  loaded with ``tf.saved_model.load``; its ``serving_default`` signature called on raw
+  strings, 64 at a time in input order (as requests reach a server: nothing sorts them).
 """
 
 import os
@@ -13,8 +16,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
+
 import cosent_tf as ct  # noqa: E402
-from cosent_tf.backend import keras  # noqa: E402
+from cosent_tf.backend import keras, tf  # noqa: E402
 
 import common  # noqa: E402
 
@@ -34,17 +39,21 @@ def train(precision):
     return common.train_figures(clock, losses)
 
 
+def save_random_model(folder):
+    keras.utils.set_random_seed(0)
+    ct.save_model_dir(
+        folder,
+        ct.build_encoder(common.MODEL_CONFIG),
+        ct.ModelSpec("feature", maxlen=common.MAXLEN),
+        common.MODEL_CONFIG,
+        common.vocab_path(),
+    )
+
+
 def encode(precision):
     sentences = common.test_sentences()
-    keras.utils.set_random_seed(0)
     with tempfile.TemporaryDirectory() as folder:
-        ct.save_model_dir(
-            folder,
-            ct.build_encoder(common.MODEL_CONFIG),
-            ct.ModelSpec("feature", maxlen=common.MAXLEN),
-            common.MODEL_CONFIG,
-            common.vocab_path(),
-        )
+        save_random_model(folder)
         encoder = ct.SentenceEncoder.load(folder, precision)
 
     def run(texts):
@@ -53,5 +62,24 @@ def encode(precision):
     return common.encode_figures(run, sentences)
 
 
+def encode_saved_model(precision):
+    import tensorflow_text  # noqa: F401  (registers the WordPiece op the graph holds)
+
+    sentences = common.test_sentences()
+    with tempfile.TemporaryDirectory() as folder:
+        model_dir, exported = os.path.join(folder, "model"), os.path.join(folder, "exported")
+        save_random_model(model_dir)
+        ct.export_saved_model(model_dir, exported, precision=precision)
+        serve = tf.saved_model.load(exported).signatures["serving_default"]
+
+        def run(texts):
+            batches = (
+                tf.constant(texts[i : i + common.ENCODE_BATCH]) for i in range(0, len(texts), common.ENCODE_BATCH)
+            )
+            return np.concatenate([serve(batch)["embeddings"].numpy() for batch in batches])
+
+        return common.encode_figures(run, sentences)
+
+
 if __name__ == "__main__":
-    common.contestant_main({"train": train, "encode": encode})
+    common.contestant_main({"train": train, "encode": encode, "encode_saved_model": encode_saved_model})

@@ -23,7 +23,17 @@ def figures(job, base):
     return {"encode_sentences_per_second": [base, base + 10, base + 20], "sentences": 20000, "peak_rss_mib": 900.0}
 
 
-def results_json(path, runner, failed_job=None, failed_accuracy=None):
+def rates(rate_of):
+    """Figures per job whose median rate is ``rate_of(model, contestant, job, precision)``."""
+
+    def at(key):
+        median = rate_of(*key)
+        return figures(key[2], median - 1 if key[2] == "train" else median - 10)
+
+    return at
+
+
+def results_json(path, runner, failed_job=None, failed_accuracy=None, figures_of=None, cpu=("Test CPU", True)):
     micro = {"mean_padded_length": 17.3, "train_step_gflop": 40.0}
     for precision in ("float32", "bf16"):
         micro[precision] = dict(
@@ -35,12 +45,12 @@ def results_json(path, runner, failed_job=None, failed_accuracy=None):
             fraction_of_peak=0.44,
         )
     runs = []
-    for number, (name, job, precision) in enumerate(runner.JOBS):
-        run = {"contestant": name, "job": job, "precision": precision}
-        if (name, job, precision) == failed_job:
+    for number, key in enumerate(runner.JOBS):
+        run = dict(zip(("model", "contestant", "job", "precision"), key))
+        if key == failed_job:
             run.update(error="exit status 1: Traceback ...\nRuntimeError: out of memory", command="python x.py")
         else:
-            run.update(figures(job, 100.0 + 10 * number))
+            run.update(figures_of(key) if figures_of else figures(key[2], 100.0 + 10 * number))
         runs.append(run)
     accuracy = {
         name: {"test_spearman": 0.49, "valid_spearman": 0.51, "wall_seconds": 60.0} for name in runner.ACCURACY_RUNS
@@ -49,6 +59,7 @@ def results_json(path, runner, failed_job=None, failed_accuracy=None):
         accuracy[failed_accuracy] = {"error": "exit status 1: killed", "command": "python scripts/cosent.py STS-B"}
     raw = {
         "started": "2026-11-22T00:00:00+00:00",
+        "cpu": list(cpu),
         "args": {
             "time_budget": 60.0,
             "bench_python": "x",
@@ -66,13 +77,14 @@ def results_json(path, runner, failed_job=None, failed_accuracy=None):
 
 def test_a_failed_job_is_reported_and_every_other_job_still_is(tmp_path, capsys):
     runner = bench_runner()
-    failed = ("sentence-transformers", "encode", "bf16")
+    failed = ("base", "sentence-transformers", "encode", "bf16")
     status = runner.report(str(results_json(tmp_path, runner, failed, failed_accuracy="length-grouped bf16")))
     text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
     assert status == 1
-    assert "| sentence-transformers | bf16 |" in text and "| failed | failed |" in text  # its encode cells
-    assert "| encoding bf16 vs sentence-transformers bf16 | — (a job failed) |" in text
-    assert re.search(r"\| encoding float32 vs sentence-transformers \| \d+\.\d\d× \|", text)  # the others measured
+    assert "| base | sentence-transformers | bf16 |" in text and "| failed | failed | failed |" in text  # encode cells
+    assert "| base | encoding bf16 vs sentence-transformers bf16 | — (a job failed) |" in text
+    assert re.search(r"\| small \| encoding bf16 vs sentence-transformers bf16 \| \d+\.\d\d× \|", text)
+    assert re.search(r"\| base \| encoding float32 vs sentence-transformers \| \d+\.\d\d× \|", text)
     assert "## Failed jobs" in text and "RuntimeError: out of memory" in text and "exit status 1: killed" in text
     assert "| length-grouped bf16 | failed | failed |" in text and "| plain float32 | 0.5100 | 0.4900 |" in text
 
@@ -101,4 +113,49 @@ def test_a_failed_micro_benchmark_leaves_the_rest_of_the_report(tmp_path, capsys
     path.write_text(json.dumps(raw))
     assert runner.report(str(path)) == 1
     text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
-    assert "— (micro.py failed)" in text and "### micro" in text and "| this engine | float32 |" in text
+    assert "— (micro.py failed)" in text and "### micro" in text and "| small | this engine | float32 |" in text
+
+
+def test_the_report_holds_each_model_to_the_issues_targets(tmp_path, capsys):
+    runner = bench_runner()
+    speed = {"this engine": 300.0, "original pipeline": 100.0, "sentence-transformers": 200.0}
+
+    def rate_of(model, contestant, job, precision):
+        faster = 1.6 if (contestant, precision) == ("this engine", "bf16") else 1.0
+        return speed[contestant] * faster * (0.1 if model == "base" else 1.0)
+
+    runner.report(str(results_json(tmp_path, runner, figures_of=rates(rate_of))))
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    for model in ("small", "base"):
+        assert f"| {model} | training float32 vs sentence-transformers | 1.50× | ≥ 2.0× | **no** |" in text
+        assert f"| {model} | encoding float32 vs sentence-transformers | 1.50× | ≥ 1.2× | yes |" in text
+        assert f"| {model} | training bf16 vs float32, this engine | 1.60× | ≥ 1.5× | yes |" in text
+
+
+def test_bf16_over_float32_is_not_judged_on_a_cpu_without_bf16_arithmetic(tmp_path, capsys):
+    runner = bench_runner()
+    runner.report(str(results_json(tmp_path, runner, cpu=("Old CPU", False))))
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert re.search(
+        r"\| base \| training bf16 vs float32, this engine \| [\d.]+× \| ≥ 1.5× with AVX512-BF16 or AMX \| "
+        r"not measurable \(this CPU has neither\) \|",
+        text,
+    )
+
+
+def test_accuracy_is_compared_with_the_run_that_results_json_held_before(tmp_path, capsys):
+    runner = bench_runner()
+    assert runner.previous_run(str(tmp_path / "results.json")) is None
+    path = results_json(tmp_path, runner)
+    earlier = json.loads(path.read_text())
+    earlier["accuracy"]["length-grouped float32"]["test_spearman"] = 0.47
+    path.write_text(json.dumps(earlier))
+    previous = runner.previous_run(str(path))
+    raw = json.loads(results_json(tmp_path, runner).read_text())  # the new run replaces it
+    raw["previous"] = previous
+    path.write_text(json.dumps(raw))
+    runner.report(str(path))
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "previous `make bench` (2026-11-22 00:00 UTC)" in text
+    assert "| length-grouped float32 | 0.5100 | 0.4900 | +0.0000 | 0.4700 | +0.0200 | **no** | 60 |" in text
+    assert "| length-grouped bf16 | 0.5100 | 0.4900 | +0.0000 | 0.4900 | +0.0000 | yes | 60 |" in text
