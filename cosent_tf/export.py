@@ -100,7 +100,8 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
     else:
         signatures = {"serving_default": served.score, "score_ids": served.score_ids}
     with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
-        tf.saved_model.save(served, tmp, signatures=signatures)
+        with model_precision(model):  # saving traces the Keras model's own call functions too
+            tf.saved_model.save(served, tmp, signatures=signatures)
         os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
         with open(os.path.join(tmp, "assets.extra", "cosent_model.json"), "w", encoding="utf-8") as f:
             json.dump(

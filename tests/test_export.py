@@ -61,8 +61,11 @@ def serve(saved_model, strings, token_ids, tmp_path, key, ids_signature):
 @pytest.mark.parametrize(
     "pooling, precision", [("cls", "float32"), ("last-avg", "bf16")]
 )  # cls: the first-token path of the last block; last-avg: the masked mean
-def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision, tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, pooling=pooling, maxlen=64)
+def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision, tmp_path):
+    # with dropout in the config, as every real BERT has: bert4keras makes its attention dropout
+    # while tracing, so saving must trace under the model's own (here bfloat16) policy
+    config = write_config(tmp_path / "config.json", attention_probs_dropout_prob=0.1, hidden_dropout_prob=0.1)
+    make_model_dir(tmp_path / "model", config, pooling=pooling, maxlen=64)
     exported = export_saved_model(tmp_path / "model", tmp_path / "exported", precision=precision)
     assert exported == ["encode_ids", "serving_default"]
     sentences = shared_test_sentences()[0][::50] + EDGE_CASES  # token parity on all of them: test_graph_tokenization
