@@ -8,7 +8,8 @@ one warm-up (see common.py). For the small model and for BERT-base (random weigh
 * training pairs/s: the pass over the pairs after the warm-up steps, in 3 stretches;
   and the process's peak RSS;
 * encoding sentences/s: a warm-up call, then 3 timed calls on all the sentences (or as
-  many as the time budget allows), and the process's peak RSS;
+  many as the time budget allows), and the process's peak RSS; for this engine also
+  through its exported SavedModel (raw strings, in input order);
 
 and once, for the small model:
 
