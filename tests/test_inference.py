@@ -8,6 +8,7 @@ import pytest
 from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
 from cosent_tf.backend import dtype_policy, tf
 from cosent_tf.inference import batched_outputs, cosine_scores, top_k_cosine
+from cosent_tf.models import head_layer_name
 
 from conftest import make_model_dir
 
@@ -185,6 +186,18 @@ def test_a_bf16_encoder_stores_bf16_weights_and_computes_exactly_as_mixed_bfloat
     assert {w.dtype for w in mixed.get_layer("Transformer-0-FeedForward").weights} == {tf.float32}
     ids = bf16.tokenizer.encode_all(TEXTS)
     np.testing.assert_array_equal(batched_outputs(bf16.model, ids), batched_outputs(mixed, ids))
+
+
+@pytest.mark.parametrize("head", ["score", "softmax"])
+def test_a_bf16_pair_scorer_keeps_its_head_in_float32_and_scores_like_float32(head, tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head=head, maxlen=24)
+    full, bf16 = PairScorer.load(tmp_path / "model"), PairScorer.load(tmp_path / "model", precision="bf16")
+    assert bf16.model.get_layer("Transformer-0-FeedForward").dtype_policy.name == "bfloat16"
+    assert {w.dtype for w in bf16.model.get_layer(head_layer_name(head)).weights} == {tf.float32}
+    texts_a, texts_b = TEXTS[:4], TEXTS[2:]
+    expected, scores = full.similarity(texts_a, texts_b), bf16.similarity(texts_a, texts_b)
+    assert scores.dtype == np.float32
+    np.testing.assert_allclose(scores, expected, atol=0.02 * max(1.0, float(np.abs(expected).max())))
 
 
 def test_batched_outputs_come_back_in_input_order(tiny_config):
