@@ -183,7 +183,8 @@ def write_report(path, results, micro, accuracy, args, started, cpu, previous=No
         f"in batches of {common.ENCODE_BATCH}: a warm-up call, then {common.REPEATS} timed calls. A job that "
         f"would need more than {args.time_budget:g} s of timed work stops there and reports the rates of what it "
         "did: the `steps timed` and `sentences per call` columns say how much each job did (of "
-        f"{common.TRAIN_PAIRS // common.BATCH_PAIRS} steps and {common.ENCODE_SENTENCES} sentences).",
+        f"{common.TRAIN_PAIRS // common.BATCH_PAIRS} steps less the warm-up, and {common.ENCODE_SENTENCES} "
+        "sentences).",
         "",
         "| model | contestant | precision | train pairs/s | steps timed | peak RSS, training (MiB) | "
         "encode sentences/s | sentences per call | peak RSS, encoding (MiB) |",
