@@ -11,6 +11,7 @@ its warm-up steps cut into that many consecutive stretches, or that many timed e
 
 import json
 import os
+import platform
 import resource
 import sys
 import time
@@ -79,6 +80,37 @@ def test_sentences(count=None):
     count = count or int(os.environ.get("BENCH_ENCODE_SENTENCES", ENCODE_SENTENCES))
     texts_a, texts_b, _ = _bq_pairs("test", (count + 1) // 2)
     return [t for pair in zip(texts_a, texts_b) for t in pair][:count]
+
+
+# The CPU features that decide which precision, and which contestant, is fast.
+CPU_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def _cpuinfo(key):
+    """The value of the first ``key`` line of /proc/cpuinfo, or None where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_name():
+    return _cpuinfo("model name") or platform.processor() or "unknown"
+
+
+def cpu_flags():
+    """Which of ``CPU_EXTENSIONS`` this CPU has, in that order."""
+    flags = set((_cpuinfo("flags") or "").split())
+    return [extension for extension in CPU_EXTENSIONS if extension in flags]
+
+
+def has_bf16_arithmetic():
+    """Whether the CPU computes in bf16 (AVX512-BF16 or AMX); elsewhere bf16 is emulated."""
+    return bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags()))
 
 
 def peak_rss_mib():

@@ -99,14 +99,7 @@ def summary(values):
 
 
 def cpu_description():
-    """(the CPU in words, whether it has bf16 arithmetic: AVX512-BF16 or AMX)."""
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        info = f.read()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-    extensions = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    has_bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
-    return f"{model}, {os.cpu_count()} cores, {', '.join(extensions) or 'no AVX2'}", has_bf16
+    return f"{common.cpu_name()}, {os.cpu_count()} cores, {', '.join(common.cpu_flags()) or 'no AVX2'}"
 
 
 FAILED = "failed"
@@ -161,16 +154,15 @@ TARGETS = [
         ),
     )
 ]
-# Holds only where the CPU computes in bf16 (AVX512-BF16 or AMX); elsewhere bf16 is emulated.
+# Judged only where the CPU computes in bf16 (common.has_bf16_arithmetic).
 NEEDS_BF16_HARDWARE = "training bf16 vs float32, this engine"
 
 
-def write_report(path, results, micro, accuracy, args, started, cpu, previous=None):
-    cpu_words, has_bf16 = cpu
+def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, previous=None):
     lines = [
         "# Speed: this engine vs the original bert4keras pipeline and sentence-transformers",
         "",
-        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu_words}, Python {platform.python_version()}, "
+        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu}, Python {platform.python_version()}, "
         f"by `make bench` (`.venv/bin/python benchmarks/run.py --time-budget {args.time_budget:g}`): each job "
         f"in its own process, {common.REPEATS} repetitions after a warm-up. Rates are medians of the "
         "repetitions with their min–max.",
@@ -402,6 +394,7 @@ def main():
     raw = {
         "started": started.isoformat(),
         "cpu": cpu_description(),
+        "bf16_arithmetic": common.has_bf16_arithmetic(),
         "args": vars(args),
         "micro": micro,
         "accuracy": accuracy,
@@ -446,6 +439,7 @@ def report(results_path):
         argparse.Namespace(**raw["args"]),
         datetime.datetime.fromisoformat(raw["started"]),
         raw["cpu"],
+        raw["bf16_arithmetic"],
         raw.get("previous"),
     )
     with open(path, encoding="utf-8") as f:

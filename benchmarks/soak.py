@@ -23,7 +23,6 @@ Writes ``benchmarks/soak.json`` with the CPU, each variant's counts and every fa
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
 
 # Environment settings per variant: "default" is the engine as shipped; "before-fix" puts
 # back oneDNN's primitive cache (backend turns it off); each other one switches off one of
@@ -46,29 +47,6 @@ VARIANTS = {
     "no-first-token": {"COSENT_SOAK_POOLING": "first-token-off", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"},
     "copied-batches": {"COSENT_SOAK_COPY": "1", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"},
 }
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
-    except OSError:
-        pass
-    return []
 
 
 # ---------------------------------------------------------------- worker side
@@ -279,7 +257,7 @@ def main():
     )
     parser.add_argument("--output", default=os.path.join(HERE, "soak.json"))
     args = parser.parse_args()
-    summary = {"cpu": cpu_name(), "cpu_flags": cpu_flags(), "variants": []}
+    summary = {"cpu": common.cpu_name(), "cpu_flags": common.cpu_flags(), "variants": []}
     print(f"CPU: {summary['cpu']} ({', '.join(summary['cpu_flags'])})", flush=True)
     for name in args.variant or ["default"]:
         started = time.time()

@@ -33,7 +33,7 @@ def rates(rate_of):
     return at
 
 
-def results_json(path, runner, failed_job=None, failed_accuracy=None, figures_of=None, cpu=("Test CPU", True)):
+def results_json(path, runner, failed_job=None, failed_accuracy=None, figures_of=None, bf16_arithmetic=True):
     micro = {"mean_padded_length": 17.3, "train_step_gflop": 40.0}
     for precision in ("float32", "bf16"):
         micro[precision] = dict(
@@ -59,7 +59,8 @@ def results_json(path, runner, failed_job=None, failed_accuracy=None, figures_of
         accuracy[failed_accuracy] = {"error": "exit status 1: killed", "command": "python scripts/cosent.py STS-B"}
     raw = {
         "started": "2026-11-22T00:00:00+00:00",
-        "cpu": list(cpu),
+        "cpu": "Test CPU",
+        "bf16_arithmetic": bf16_arithmetic,
         "args": {
             "time_budget": 60.0,
             "bench_python": "x",
@@ -134,7 +135,7 @@ def test_the_report_holds_each_model_to_the_issues_targets(tmp_path, capsys):
 
 def test_bf16_over_float32_is_not_judged_on_a_cpu_without_bf16_arithmetic(tmp_path, capsys):
     runner = bench_runner()
-    runner.report(str(results_json(tmp_path, runner, cpu=("Old CPU", False))))
+    runner.report(str(results_json(tmp_path, runner, bf16_arithmetic=False)))
     text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
     assert re.search(
         r"\| base \| training bf16 vs float32, this engine \| [\d.]+× \| ≥ 1.5× with AVX512-BF16 or AMX \| "
