@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
-from cosent_tf.backend import keras, tf  # noqa: E402
+from cosent_tf.backend import import_tensorflow_text, keras, tf  # noqa: E402
 
 import common  # noqa: E402
 
@@ -63,8 +63,7 @@ def encode(precision):
 
 
 def encode_saved_model(precision):
-    import tensorflow_text  # noqa: F401  (registers the WordPiece op the graph holds)
-
+    import_tensorflow_text()  # registers the WordPiece op the exported graph holds
     sentences = common.test_sentences()
     with tempfile.TemporaryDirectory() as folder:
         model_dir, exported = os.path.join(folder, "model"), os.path.join(folder, "exported")
