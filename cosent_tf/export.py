@@ -10,6 +10,9 @@ the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signature
 * interaction model: ``serving_default(first: string[batch], second: string[batch])
   -> {"scores": float32[batch], "truncated": bool[batch]}``, and ``score_ids(token_ids, segment_ids)``.
 
+Each request's rows are computed in groups of similar length (:func:`in_length_buckets`), as
+requests come unsorted: about twice the sentences a second of one call padded to its longest
+row, for BQ's test sentences 64 to a request (``benchmarks/RESULTS.md``).
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
 """
 
@@ -31,6 +34,42 @@ from .pipeline import pair_segment_ids
 _TEXTS = tf.TensorSpec(shape=[None], dtype=tf.string)
 _IDS = tf.TensorSpec(shape=[None, None], dtype=tf.int32)
 
+# Widths (in tokens) at which a request's rows are split between model calls, 1.5x apart.
+# Requests come in no order, and padding 64 BQ sentences to their longest triples the tokens
+# (40 a row against 13.5).
+LENGTH_BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
+
+
+def in_length_buckets(compute, token_ids, segment_ids, buckets=LENGTH_BUCKETS):
+    """``compute(token_ids, segment_ids)`` (float32 rows) over a padded batch, one call per
+    bucket of rows whose lengths fall between the same two ``buckets`` bounds, each call cut
+    to its longest row; the rows come back in input order.
+
+    A row's length is its last non-padding (non-zero) token's position plus one, so the cut
+    never drops a token the model would have seen: the results are the padded batch's, as
+    the model masks padding. Used inside a ``tf.function``.
+    """
+    positions = tf.range(1, tf.shape(token_ids)[1] + 1)
+    lengths = tf.reduce_max(tf.where(token_ids != 0, positions[tf.newaxis], 0), axis=1)
+    order = tf.argsort(lengths, stable=True)
+    sorted_lengths = tf.gather(lengths, order)
+    ends = tf.concat(
+        [tf.searchsorted(sorted_lengths, tf.constant(buckets, tf.int32), side="right"), [tf.size(order)]], 0
+    )
+    starts = tf.concat([[0], ends[:-1]], 0)
+    filled = ends > starts
+    starts, ends = tf.boolean_mask(starts, filled), tf.boolean_mask(ends, filled)
+    if tf.size(starts) == 0:  # an empty request: the tokenizer pads it to width 0, which no model takes
+        return compute(tf.zeros([0, 1], token_ids.dtype), tf.zeros([0, 1], segment_ids.dtype))
+    grouped = tf.TensorArray(tf.float32, size=tf.size(starts), infer_shape=False)
+    for i in tf.range(tf.size(starts)):
+        rows = order[starts[i] : ends[i]]
+        width = tf.maximum(sorted_lengths[ends[i] - 1], 1)
+        grouped = grouped.write(
+            i, compute(tf.gather(token_ids, rows)[:, :width], tf.gather(segment_ids, rows)[:, :width])
+        )
+    return tf.gather(grouped.concat(), tf.math.invert_permutation(order))
+
 
 class _Served(tf.Module):
     def __init__(self, model, tokenizer, pair_segments=False):
@@ -39,9 +78,12 @@ class _Served(tf.Module):
         self.tokenizer = tokenizer
         self.pair_segments = pair_segments
 
-    def _outputs(self, token_ids, segment_ids):
+    def _model_outputs(self, token_ids, segment_ids):
         with model_precision(self.model):
             return tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)
+
+    def _outputs(self, token_ids, segment_ids):
+        return in_length_buckets(self._model_outputs, token_ids, segment_ids)
 
     def _vectors(self, token_ids, segment_ids):
         return tf.math.l2_normalize(self._outputs(token_ids, segment_ids), axis=1, epsilon=1e-24)

@@ -8,7 +8,8 @@ import pytest
 from test_graph_tokenization import EDGE_CASES, shared_test_sentences
 
 from cosent_tf import ConfigError, PairScorer, SentenceEncoder
-from cosent_tf.export import export_saved_model
+from cosent_tf.backend import tf
+from cosent_tf.export import export_saved_model, in_length_buckets
 
 from conftest import make_model_dir, requires_shared_data, write_config
 
@@ -22,6 +23,8 @@ saved_model, inputs, output, key, ids_signature = sys.argv[1:6]
 signatures = tf.saved_model.load(saved_model).signatures
 columns = json.load(open(inputs, encoding="utf-8"))
 result = signatures["serving_default"](**{name: tf.constant(texts) for name, texts in columns["strings"].items()})
+empty = signatures["serving_default"](**{name: tf.constant([], tf.string) for name in columns["strings"]})
+assert empty[key].shape[0] == empty["truncated"].shape[0] == 0, "an empty request must give empty outputs"
 ids = signatures[ids_signature](**{name: tf.constant(v, dtype=tf.int32) for name, v in columns["ids"].items()})
 np.savez(output, strings=result[key].numpy(), truncated=result["truncated"].numpy(), ids=ids[key].numpy())
 extra = {"cosent_tf", "bert4keras", "tf_keras"} & set(sys.modules)
@@ -56,6 +59,30 @@ def serve(saved_model, strings, token_ids, tmp_path, key, ids_signature):
     return served["strings"], served["truncated"], served["ids"]
 
 
+def _call_widths_and_sums(token_ids, segment_ids):
+    """A stand-in model: per row, the width of the batch it came in, its ids' sum, its segments' sum."""
+    width = tf.fill([tf.shape(token_ids)[0]], tf.cast(tf.shape(token_ids)[1], tf.float32))
+    sums = [tf.cast(tf.reduce_sum(ids, axis=1), tf.float32) for ids in (token_ids, segment_ids)]
+    return tf.stack([width, *sums], axis=1)
+
+
+def test_length_buckets_cut_each_call_to_its_longest_row_and_keep_input_order():
+    lengths = [3, 20, 9, 1, 13, 0, 8, 30, 12]
+    token_ids = np.zeros((len(lengths), 32), np.int32)
+    for row, length in enumerate(lengths):
+        token_ids[row, :length] = np.arange(1, length + 1) + 100 * row
+    token_ids[2, 4] = 0  # a zero inside a row: the row's length is still its last token's position
+    segment_ids = token_ids % 3
+    bucketed = tf.function(lambda ids, segments: in_length_buckets(_call_widths_and_sums, ids, segments, (8, 12, 16)))
+    widths, id_sums, segment_sums = bucketed(token_ids, segment_ids).numpy().T
+    # buckets up to 8 tokens: rows of 3, 1, 0, 8; up to 12: 9, 12; up to 16: 13; longer: 20, 30
+    np.testing.assert_array_equal(widths, [8, 30, 12, 8, 13, 8, 8, 30, 12])
+    np.testing.assert_array_equal(id_sums, token_ids.sum(axis=1))  # no token cut, rows in input order
+    np.testing.assert_array_equal(segment_sums, segment_ids.sum(axis=1))
+    empty = bucketed(np.zeros((0, 0), np.int32), np.zeros((0, 0), np.int32))
+    assert empty.shape == (0, 3)
+
+
 @requires_shared_data
 @pytest.mark.slow
 @pytest.mark.parametrize(
@@ -78,6 +105,7 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision
     full_lengths = [len(encoder.tokenizer._tokenizer.encode(s)[0]) for s in sentences]
     np.testing.assert_array_equal(truncated, np.array(full_lengths) > 64)
     assert truncated.sum() == encoder.tokenizer.last_truncation.truncated
+    assert len(set(map(len, ids))) > 10  # rows of many lengths: several buckets, each cut to its own width
     assert served.shape == expected.shape == (len(sentences), 16)
     assert np.abs(served - expected).max() < 1e-5
     assert np.abs(served_ids - expected).max() < 1e-5  # padded to the batch's longest: padding is masked
