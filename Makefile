@@ -9,7 +9,7 @@ DATA ?= ../shared/data
 REF_VENV := .venv-reference
 REF_PY := $(REF_VENV)/bin/python
 
-.PHONY: install demo test lint bench soak mutants
+.PHONY: install demo test lint bench bench-avx2 soak mutants
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -46,6 +46,11 @@ $(REF_VENV)/.installed:
 # benchmarks/RESULTS.md); the contestants run in $(REF_VENV).
 bench: $(STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/run.py --bench-python $(REF_PY)
+
+# The float32 jobs of both models with every contestant's kernels capped at AVX2, as on the
+# AVX2-only CPUs (about 15 minutes; writes benchmarks/AVX2_EMULATION.md).
+bench-avx2: $(STAMP) $(REF_VENV)/.installed
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/avx2_emulation.py --bench-python $(REF_PY)
 
 # Many short trainings in parallel processes, counting failures (not part of CI; about
 # 4 minutes per 200 runs here). SOAK_ARGS="--variant before-fix --variant default" compares

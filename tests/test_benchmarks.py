@@ -160,3 +160,38 @@ def test_accuracy_is_compared_with_the_run_that_results_json_held_before(tmp_pat
     assert "previous `make bench` (2026-11-22 00:00 UTC)" in text
     assert "| length-grouped float32 | 0.5100 | 0.4900 | +0.0000 | 0.4700 | +0.0200 | **no** | 60 |" in text
     assert "| length-grouped bf16 | 0.5100 | 0.4900 | +0.0000 | 0.4900 | +0.0000 | yes | 60 |" in text
+
+
+def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transformers(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "avx2_emulation", os.path.join(ROOT, "benchmarks", "avx2_emulation.py")
+    )
+    emulation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulation)
+    environments = []
+
+    def run_job(python, script, job, precision, env, model="small"):
+        environments.append(env)
+        if (model, script, job) == ("base", "this_engine.py", "encode_saved_model"):
+            return {"error": "exit status 1: out of memory", "command": f"{python} {script} {job}"}
+        return figures(job, 500 if script == "this_engine.py" else 200)
+
+    monkeypatch.setattr(emulation.run, "run_job", run_job)
+    monkeypatch.setattr(
+        emulation, "matmul_rate", lambda python, library, env: 100.0 if "ATEN_CPU_CAPABILITY" in env else 400.0
+    )
+    monkeypatch.setattr(sys, "argv", ["avx2_emulation.py", "--output-dir", str(tmp_path)])
+    assert emulation.main() == 1  # one job failed
+    assert len(environments) == len(emulation.JOBS) == 10
+    assert all(env[k] == v for env in environments for k, v in emulation.AVX2_CAPS.items())
+    report = (tmp_path / "AVX2_EMULATION.md").read_text(encoding="utf-8")
+    assert "| TensorFlow | 400 | 100 |" in report
+    training = re.findall(
+        r"\| (small|base) \| training float32 vs sentence-transformers \| ([\d.]+)× \| ≥ 2.0× \| yes \|", report
+    )
+    assert [model for model, _ in training] == ["small", "base"] and {value for _, value in training} == {
+        f"{501 / 201:.2f}"
+    }  # medians
+    assert "| base | SavedModel encoding float32 vs sentence-transformers | — (a job failed) |" in report
+    assert "### failed: base this engine encode_saved_model" in report and "out of memory" in report
+    assert json.loads((tmp_path / "avx2_emulation.json").read_text())["caps"] == emulation.AVX2_CAPS
