@@ -179,8 +179,11 @@ def encode_figures(encode, sentences, repeats=REPEATS):
 
 
 def train_figures(clock, losses):
+    timed = clock.ends[clock.warmup :]
     return {
         "train_pairs_per_second": clock.pairs_per_second(),
+        # each timed step's seconds: two runs of the same batches compare on the steps both timed
+        "step_seconds": [b - a for a, b in zip(timed, timed[1:])],
         "steps": len(clock.ends),
         "timed_steps": len(clock.ends) - clock.warmup,
         "first_loss": losses[0],

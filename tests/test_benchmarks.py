@@ -133,6 +133,27 @@ def test_the_report_holds_each_model_to_the_issues_targets(tmp_path, capsys):
         assert f"| {model} | training bf16 vs float32, this engine | 1.60× | ≥ 1.5× | yes |" in text
 
 
+def test_bf16_over_float32_training_compares_the_steps_both_runs_timed(tmp_path, capsys):
+    runner = bench_runner()
+
+    def figures_of(key):
+        model, contestant, job, precision = key
+        result = figures(job, 100.0)
+        if (contestant, job) == ("this engine", "train"):
+            # float32 timed 10 steps of 0.2 s; bf16, twice as fast on them, had time for 8 longer ones too
+            result["step_seconds"] = [0.2] * 10 if precision == "float32" else [0.1] * 10 + [0.5] * 8
+            result["train_pairs_per_second"] = [160.0] * 3 if precision == "float32" else [320.0, 64.0, 64.0]
+        return result
+
+    runner.report(str(results_json(tmp_path, runner, figures_of=figures_of)))
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    for model in ("small", "base"):
+        assert (
+            f"| {model} | training bf16 vs float32, this engine | 2.00× (the 10 steps both timed) | ≥ 1.5× | yes |"
+            in text
+        )
+
+
 def test_bf16_over_float32_is_not_judged_on_a_cpu_without_bf16_arithmetic(tmp_path, capsys):
     runner = bench_runner()
     runner.report(str(results_json(tmp_path, runner, bf16_arithmetic=False)))
