@@ -48,7 +48,7 @@ bench: $(STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/run.py --bench-python $(REF_PY)
 
 # The float32 jobs of both models with every contestant's kernels capped at AVX2, as on the
-# AVX2-only CPUs (about 15 minutes; writes benchmarks/AVX2_EMULATION.md).
+# AVX2-only CPUs (about 12 minutes; writes benchmarks/AVX2_EMULATION.md).
 bench-avx2: $(STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/avx2_emulation.py --bench-python $(REF_PY)
 

@@ -4,7 +4,7 @@ of the AVX2-only CPUs that some of the team's machines have and no ``make bench`
 oneDNN (TensorFlow's and PyTorch's), MKL (PyTorch's float32 matmuls) and PyTorch's own ATen
 kernels each obey a cap on the instructions they use; TensorFlow's other kernels are built
 for AVX in its wheels, so need none. The report shows each library's float32 matmul rate with
-and without the cap, so the cap is seen to bite. The cores, caches and clocks stay this CPU's:
+and without the cap, so it is seen where the cap bites. The cores, caches and clocks stay this CPU's:
 read the ratios, not the rates, as what an AVX2 machine shows. bf16 is left out: an AVX2 CPU
 has no bf16 arithmetic, and under the cap TensorFlow's bf16 matmul finds no kernel at all.
 
@@ -117,7 +117,8 @@ def write_report(path, raw):
         f"`benchmarks/avx2_emulation.py`, every job run with {caps}: the jobs, data and set-up of "
         "[RESULTS.md](RESULTS.md), float32 only. The cores, caches and clocks are this CPU's; compare ratios.",
         "",
-        "The caps bite: float32 matmul GFLOP/s (1024×768 by 768×3072) without and with them:",
+        "Float32 matmul GFLOP/s (1024×768 by 768×3072) without and with the caps; a library whose rate does "
+        "not drop used no more than AVX2 for it on this CPU anyway:",
         "",
         "| library | uncapped | capped at AVX2 |",
         "|---|---|---|",
