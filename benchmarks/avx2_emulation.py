@@ -3,10 +3,11 @@ of the AVX2-only CPUs that some of the team's machines have and no ``make bench`
 
 oneDNN (TensorFlow's and PyTorch's), MKL (PyTorch's float32 matmuls) and PyTorch's own ATen
 kernels each obey a cap on the instructions they use; TensorFlow's other kernels are built
-for AVX in its wheels, so need none. The report shows each library's float32 matmul rate with
-and without the cap, so it is seen where the cap bites. The cores, caches and clocks stay this CPU's:
-read the ratios, not the rates, as what an AVX2 machine shows. bf16 is left out: an AVX2 CPU
-has no bf16 arithmetic, and under the cap TensorFlow's bf16 matmul finds no kernel at all.
+for AVX in its wheels, so need none. The report shows each library's float32 matmul rate
+with and without the cap, so it is seen where the cap bites. The cores, caches and clocks
+stay this CPU's: read the ratios, not the rates, as what an AVX2 machine shows. bf16 is left
+out: an AVX2 CPU has no bf16 arithmetic, and under the cap TensorFlow's bf16 matmul finds no
+kernel at all.
 
     .venv/bin/python benchmarks/avx2_emulation.py [--bench-python .venv-reference/bin/python]
 
@@ -65,9 +66,11 @@ MATMUL_PROBES = {
 
 
 def matmul_rate(python, library, env):
-    completed = subprocess.run(
-        [python, "-c", MATMUL_PROBES[library]], env=env, capture_output=True, text=True, check=True
-    )
+    """The probe's GFLOP/s, or None when it failed (said on the console; the jobs still run)."""
+    completed = subprocess.run([python, "-c", MATMUL_PROBES[library]], env=env, capture_output=True, text=True)
+    if completed.returncode != 0:
+        print(f"FAILED: {library} matmul probe\n{completed.stderr[-3000:]}", flush=True)
+        return None
     return float(completed.stdout.split()[-1])
 
 
@@ -102,6 +105,10 @@ def main():
     return 1 if any("error" in r for r in runs) else 0
 
 
+def _gflops(rate):
+    return run.FAILED if rate is None else f"{rate:.0f}"
+
+
 def write_report(path, raw):
     results = {
         (r["model"], r["contestant"], r["job"]): r
@@ -122,7 +129,7 @@ def write_report(path, raw):
         "",
         "| library | uncapped | capped at AVX2 |",
         "|---|---|---|",
-        *(f"| {lib} | {p['uncapped']:.0f} | {p['capped']:.0f} |" for lib, p in raw["probes"].items()),
+        *(f"| {lib} | {_gflops(p['uncapped'])} | {_gflops(p['capped'])} |" for lib, p in raw["probes"].items()),
         "",
         "| model | contestant | job | rate (per second) |",
         "|---|---|---|---|",

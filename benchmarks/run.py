@@ -222,10 +222,11 @@ def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, p
         "|---|---|---|---|---|",
     ]
     for label, model, mine, theirs, target in TARGETS:
-        mine, theirs = results[(model, ENGINE, *mine)], results[(model, *theirs)]
-        value, basis = ratio(mine, theirs), ""
-        if label == SAME_STEPS and same_steps_ratio(mine, theirs) is not None:
-            value, steps = same_steps_ratio(mine, theirs)
+        my_result, their_result = results[(model, ENGINE, *mine)], results[(model, *theirs)]
+        value, basis = ratio(my_result, their_result), ""
+        same_steps = same_steps_ratio(my_result, their_result) if label == SAME_STEPS else None
+        if same_steps is not None:
+            value, steps = same_steps
             basis = f" (the {steps} steps both timed)"
         wanted = "" if target is None else f"≥ {target}×"
         if value is None:

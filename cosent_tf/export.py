@@ -12,7 +12,7 @@ the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signature
 
 Each request's rows are computed in groups of similar length (:func:`in_length_buckets`), as
 requests come unsorted: about twice the sentences a second of one call padded to its longest
-row, for BQ's test sentences 64 to a request (``benchmarks/RESULTS.md``).
+row, for BQ's test sentences 64 to a request (``docs/performance.md``).
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
 """
 
