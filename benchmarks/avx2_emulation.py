@@ -110,12 +110,7 @@ def _gflops(rate):
 
 
 def write_report(path, raw):
-    results = {
-        (r["model"], r["contestant"], r["job"]): r
-        if "error" in r
-        else {**r, "rate": run.summary(r[run.RATE[r["job"]]])}
-        for r in raw["runs"]
-    }
+    results = {(r["model"], r["contestant"], r["job"]): run.with_rate(r) for r in raw["runs"]}
     caps = ", ".join(f"`{k}={v}`" for k, v in raw["caps"].items())
     lines = [
         "# Speed with kernels capped at AVX2 (float32)",
@@ -141,15 +136,8 @@ def write_report(path, raw):
     for model in common.MODELS:
         for label, mine, theirs, target in RATIOS:
             value = run.ratio(results[(model, run.ENGINE, mine)], results[(model, run.ST, theirs)])
-            wanted = "" if target is None else f"≥ {target}×"
-            if value is None:
-                lines.append(f"| {model} | {label} | — (a job {run.FAILED}) | {wanted} | |")
-                continue
-            met = "" if target is None else ("yes" if value >= target else "**no**")
-            lines.append(f"| {model} | {label} | {value:.2f}× | {wanted} | {met} |")
-    failed = [(key, r) for key, r in results.items() if "error" in r]
-    for key, r in failed:
-        lines += ["", f"### failed: {' '.join(key)}", "", f"`{r['command']}`", "", "```", r["error"], "```"]
+            lines.append(run.ratio_row(model, label, value, target))
+    lines += run.failures_section(results)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)

@@ -117,6 +117,15 @@ def field(result, name, pattern="{}"):
     return FAILED if "error" in result else pattern.format(result[name])
 
 
+def with_rate(record):
+    """A job's record from results.json with ``rate`` (median, min, max of its repetitions)
+    and ``repeats`` added; a failed job's record as it is."""
+    if "error" in record:
+        return record
+    rates = record[RATE[record["job"]]]
+    return {**record, "rate": summary(rates), "repeats": len(rates)}
+
+
 def ratio(mine, theirs):
     """The median rate of job ``mine`` over that of ``theirs``, or None when either failed."""
     if "error" in mine or "error" in theirs:
@@ -169,6 +178,18 @@ def same_steps_ratio(mine, theirs):
         return None
     steps = min(len(mine["step_seconds"]), len(theirs["step_seconds"]))
     return sum(theirs["step_seconds"][:steps]) / sum(mine["step_seconds"][:steps]), steps
+
+
+def ratio_row(model, label, value, target, basis="", measurable=True):
+    """A row of the ratio table: ``value`` (None: a job failed) against ``target`` (None:
+    no target); ``measurable`` false where this CPU cannot show what the target asks."""
+    wanted = "" if target is None else f"≥ {target}×"
+    if value is None:
+        return f"| {model} | {label} | — (a job {FAILED}) | {wanted} | |"
+    met = "" if target is None else ("yes" if value >= target else "**no**")
+    if not measurable:
+        wanted, met = f"{wanted} with AVX512-BF16 or AMX", "not measurable (this CPU has neither)"
+    return f"| {model} | {label} | {value:.2f}×{basis} | {wanted} | {met} |"
 
 
 def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, previous=None):
@@ -228,14 +249,8 @@ def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, p
         if same_steps is not None:
             value, steps = same_steps
             basis = f" (the {steps} steps both timed)"
-        wanted = "" if target is None else f"≥ {target}×"
-        if value is None:
-            lines.append(f"| {model} | {label} | — (a job {FAILED}) | {wanted} | |")
-            continue
-        met = "" if target is None else ("yes" if value >= target else "**no**")
-        if label == NEEDS_BF16_HARDWARE and not has_bf16:
-            wanted, met = f"{wanted} with AVX512-BF16 or AMX", "not measurable (this CPU has neither)"
-        lines.append(f"| {model} | {label} | {value:.2f}×{basis} | {wanted} | {met} |")
+        measurable = has_bf16 or label != NEEDS_BF16_HARDWARE
+        lines.append(ratio_row(model, label, value, target, basis, measurable))
     mine, original = results[("small", ENGINE, "train", "float32")], results[("small", ORIGINAL, "train", "float32")]
     if "error" in mine or "error" in original:
         lines.append(f"| small | peak training RSS float32, this engine / original | — (a job {FAILED}) | ≤ 1 | |")
@@ -251,7 +266,7 @@ def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, p
     else:
         lines += _micro_section(micro)
     lines += _accuracy_section(accuracy, previous)
-    lines += _failures_section(results, micro, accuracy)
+    lines += failures_section(results, micro, accuracy)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
@@ -322,11 +337,12 @@ def _accuracy_section(accuracy, previous):
     return lines
 
 
-def _failures_section(results, micro, accuracy):
-    """Each failed job with its command and the end of its error output."""
+def failures_section(results, micro=None, accuracy=None):
+    """Each failed job (``results`` keyed by tuples of names; ``micro.py``'s and the accuracy
+    runs' records where given) with its command and the end of its error output."""
     failed = [(" ".join(key), result) for key, result in results.items() if "error" in result]
-    failed += [("micro", micro)] if "error" in micro else []
-    failed += [(f"accuracy, {name}", m) for name, m in accuracy.items() if "error" in m]
+    failed += [("micro", micro)] if micro and "error" in micro else []
+    failed += [(f"accuracy, {name}", m) for name, m in (accuracy or {}).items() if "error" in m]
     if not failed:
         return []
     lines = ["", "## Failed jobs", "", "Not retried; every other job was measured.", ""]
@@ -444,13 +460,7 @@ def report(results_path):
     a job had failed (the exit status of ``make bench``), else 0."""
     with open(results_path, encoding="utf-8") as f:
         raw = json.load(f)
-    results = {}
-    for run in raw["runs"]:
-        key = (run["model"], run["contestant"], run["job"], run["precision"])
-        if "error" in run:
-            results[key] = run
-            continue
-        results[key] = {**run, "rate": summary(run[RATE[run["job"]]]), "repeats": len(run[RATE[run["job"]]])}
+    results = {(run["model"], run["contestant"], run["job"], run["precision"]): with_rate(run) for run in raw["runs"]}
     path = os.path.join(os.path.dirname(results_path), "RESULTS.md")
     write_report(
         path,

@@ -216,5 +216,6 @@ def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transf
         f"{501 / 201:.2f}"
     }  # medians
     assert "| base | SavedModel encoding float32 vs sentence-transformers | — (a job failed) |" in report
-    assert "### failed: base this engine encode_saved_model" in report and "out of memory" in report
+    assert "## Failed jobs" in report and "### base this engine encode_saved_model" in report
+    assert "out of memory" in report
     assert json.loads((tmp_path / "avx2_emulation.json").read_text())["caps"] == emulation.AVX2_CAPS
