@@ -23,6 +23,7 @@ _MODULES = {
     "DataError": ".errors",
     "NonFiniteLossError": ".errors",
     "TrainingInterrupted": ".errors",
+    "WorkerLostError": ".errors",
     "export_hf": ".export",
     "export_saved_model": ".export",
     "Hit": ".inference",
@@ -115,4 +116,5 @@ __all__ = [
     "CheckpointError",
     "NonFiniteLossError",
     "TrainingInterrupted",
+    "WorkerLostError",
 ]

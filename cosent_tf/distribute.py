@@ -15,6 +15,7 @@ try (and test) the strategies on a machine without accelerators. It is no faster
 device.
 """
 
+import contextlib
 import json
 import os
 
@@ -68,6 +69,47 @@ def is_chief(strategy) -> bool:
     if cluster is None or cluster.task_type == "chief":
         return True
     return cluster.task_type == "worker" and cluster.task_id == 0 and "chief" not in cluster.cluster_spec().jobs
+
+
+@contextlib.contextmanager
+def started_together(strategy):
+    """Run the block (a run's checks before its first collective) on every worker, and go on
+    only if it passed on all of them.
+
+    Under multi-worker a worker that refuses to start (an input it cannot read, a run folder
+    it may not use) would leave the others waiting for it in their first collective, the
+    broadcast of the model's initial weights, for ever. At the end of the block the workers
+    exchange whether it passed: one whose block raised says so before re-raising, and the
+    others raise a ConfigError naming it. Without a cluster this is the block alone.
+    """
+    try:
+        yield
+    except Exception:
+        _workers_not_ready(strategy, ready=False)
+        raise
+    refused = _workers_not_ready(strategy, ready=True)
+    if refused:
+        raise ConfigError(
+            f"{worker(strategy)}: {' and '.join(refused)} could not start the run (its log says why); "
+            "nothing was trained here: run the same command again on every worker once that is fixed"
+        )
+
+
+def _workers_not_ready(strategy, ready: bool) -> list:
+    """Every worker calls this once, in the same place: the names of those not ``ready``."""
+    cluster = _cluster(strategy)
+    if cluster is None:
+        return [] if ready else ["this process"]
+    spec = cluster.cluster_spec()
+    tasks = [(job, i) for job in ("chief", "worker") if job in spec.jobs for i in range(spec.num_tasks(job))]
+    mine = tf.one_hot(tasks.index((cluster.task_type, cluster.task_id)), len(tasks)) * (0.0 if ready else 1.0)
+
+    @tf.function  # eagerly, the strategy warns that it is slow
+    def summed_over_replicas():  # a worker with several devices counts its flag once per device
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: mine), axis=None)
+
+    counts = summed_over_replicas().numpy()
+    return [f"{job} {i}" for (job, i), count in zip(tasks, counts) if count > 0]
 
 
 def worker(strategy) -> str:

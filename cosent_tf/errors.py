@@ -37,6 +37,10 @@ class NonFiniteLossError(CosentError, FloatingPointError):
     """Training produced a NaN or infinite loss."""
 
 
+class WorkerLostError(CosentError):
+    """A worker of a multi-worker run lost contact with another while training."""
+
+
 class TrainingInterrupted(CosentError):
     """Training stopped on SIGTERM or SIGINT after saving its state."""
 

@@ -25,16 +25,18 @@ vocabulary and checkpoint have been read and checked; :mod:`cosent_tf.run_folder
 rules for finished and unfinished runs already in the folder.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import time
 
 import numpy as np
 
 from . import huggingface
-from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed
+from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed, tf
 from .callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files, open_checkpoint, read_config
 from .data import (
@@ -48,8 +50,8 @@ from .data import (
     shared_vocab,
     task_file,
 )
-from .distribute import get_strategy, is_chief, worker
-from .errors import CheckpointError, ConfigError, DataError, where
+from .distribute import get_strategy, is_chief, started_together, worker
+from .errors import CheckpointError, ConfigError, DataError, WorkerLostError, where
 from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
 from .gradient_cache import GradientCacheModel
 from .inference import batched_outputs, l2_normalize
@@ -440,31 +442,35 @@ def starts_from_random_weights(checkpoint) -> bool:
 
 def _train(cfg, overwrite, strategy):
     started = time.time()
-    check_inputs(cfg)
-    random_weights = starts_from_random_weights(cfg.checkpoint)
-    if random_weights:
-        logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
-    data = load_run_data(cfg)
-    train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
-    for note in notes:
-        logger.warning("NOTE: %s", note)
-    sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
-    logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
+    chief = is_chief(strategy)
+    with contextlib.ExitStack() as run_folder_held:
+        with started_together(strategy):
+            check_inputs(cfg)
+            random_weights = starts_from_random_weights(cfg.checkpoint)
+            if random_weights:
+                logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
+            data = load_run_data(cfg)
+            if chief:
+                check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
+                run_folder_held.enter_context(folder_lock(cfg.output_dir, "training run"))
+                start = prepare_run_folder(cfg.output_dir, dataclasses.asdict(cfg), overwrite)
+        train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
+        for note in notes:
+            logger.warning("NOTE: %s", note)
+        sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
+        logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
 
-    with strategy.scope():
-        matcher = Matcher(cfg, data.task)
-    train_inputs = matcher.prepare(train_pairs)
-    prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
-    backup_dir = os.path.join(cfg.output_dir, "backup")
-    if not is_chief(strategy):
-        # The chief writes every output; this worker trains and validates in step with it and
-        # resumes from the chief's backup (output_dir on a file system both can read).
-        logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
-        _, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, False)
-        return {"worker": worker(strategy), "steps": steps}
-    check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
-    with folder_lock(cfg.output_dir, "training run"):
-        start = prepare_run_folder(cfg.output_dir, dataclasses.asdict(cfg), overwrite)
+        with strategy.scope():
+            matcher = Matcher(cfg, data.task)
+        train_inputs = matcher.prepare(train_pairs)
+        prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
+        backup_dir = os.path.join(cfg.output_dir, "backup")
+        if not chief:
+            # The chief writes every output; this worker trains and validates in step with it and
+            # resumes from the chief's backup (output_dir on a file system both can read).
+            logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
+            _, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, False)
+            return {"worker": worker(strategy), "steps": steps}
         if start:
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
@@ -569,6 +575,17 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
             callbacks=callbacks,
             verbose=1 if progress_bar else 2,
         )
+    except tf.errors.UnavailableError as lost:
+        if cfg.strategy != "multi-worker":
+            raise
+        # A peer that died or was stopped fails this worker's next collective within seconds;
+        # TensorFlow's message names it among a traceback of the graph.
+        named = {f"{job} {task}" for job, task in re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", lost.message)}
+        peers = " and ".join(sorted(named - {worker(strategy)})) or "another worker"
+        raise WorkerLostError(
+            f"{worker(strategy)}: lost contact with {peers} while training; the last saved training state is in "
+            f"{backup_dir}: run the same command again on every worker to resume from it"
+        ) from lost
     finally:
         backup.restore_signal_handlers()
     return validation, validation.steps_done

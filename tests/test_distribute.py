@@ -151,15 +151,16 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def start_workers(command):
-    """``command`` as the two workers of a localhost cluster (TF_CONFIG); worker 0 is the chief."""
+def start_workers(command, own_options=((), ())):
+    """``command`` as the two workers of a localhost cluster (TF_CONFIG); worker 0 is the chief.
+    ``own_options``: what each worker adds to the command."""
     cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
     workers = []
     for index in range(2):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
         workers.append(
             subprocess.Popen(
-                command + ["--strategy", "multi-worker"],
+                command + ["--strategy", "multi-worker", *own_options[index]],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -222,9 +223,14 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker
             killed = True
             break
     assert killed
-    chief.kill()  # left alone, it would wait for its lost peer
-    for process in (chief, other):
-        process.communicate(timeout=60)
+    other.communicate(timeout=60)
+    try:  # the chief's next collective fails: it ends on its own, saying how to go on
+        _, chief_err = chief.communicate(timeout=120)
+    finally:
+        chief.kill()
+    assert chief.returncode == 1, chief_err[-3000:]
+    assert "error: worker 0: lost contact with worker 1 while training;" in chief_err
+    assert f"the last saved training state is in {out / 'backup'}: run the same command again" in chief_err
     assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
 
     (chief_out, _), _ = finish(start_workers(command + ["--output-dir", str(out)]))
@@ -234,3 +240,42 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker
     assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
     for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(out)):
         np.testing.assert_allclose(actual, expected, atol=1e-6)
+
+
+def refused_start(workers):
+    """Both workers' (exit status, stderr): each must end on its own, without training."""
+    try:
+        outputs = [worker.communicate(timeout=120)[1] for worker in workers]
+    finally:
+        for worker in workers:  # one left waiting for its peer: end it, and the test fails
+            worker.kill()
+    return [(worker.returncode, stderr) for worker, stderr in zip(workers, outputs)]
+
+
+@pytest.mark.slow
+def test_when_the_chief_refuses_to_start_the_other_worker_ends_too_and_says_why(worker_command):
+    tmp_path, command = worker_command
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")  # not a run folder: the chief refuses it
+    (chief_code, chief_err), (other_code, other_err) = refused_start(
+        start_workers(command + ["--output-dir", str(taken)])
+    )
+    assert chief_code != 0 and "is not a cosent-tf training run" in chief_err, chief_err[-3000:]
+    assert other_code != 0, other_err[-3000:]
+    assert "worker 1: worker 0 could not start the run (its log says why)" in other_err
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_when_another_worker_refuses_to_start_the_chief_ends_and_writes_nothing(worker_command):
+    tmp_path, command = worker_command
+    out = tmp_path / "run"
+    missing = ["--data-dir", str(tmp_path / "no-such-data")]  # only worker 1's data is missing
+    (chief_code, chief_err), (other_code, other_err) = refused_start(
+        start_workers(command + ["--output-dir", str(out)], own_options=((), missing))
+    )
+    assert other_code != 0 and "no-such-data" in other_err, other_err[-3000:]
+    assert chief_code != 0, chief_err[-3000:]
+    assert "worker 0: worker 1 could not start the run (its log says why)" in chief_err
+    assert [p.name for p in out.iterdir()] == [".lock"]
