@@ -80,6 +80,7 @@ def main():
     parser.add_argument("--bench-python", default=".venv-reference/bin/python")
     parser.add_argument("--output-dir", default=HERE)
     args = parser.parse_args()
+    run.check_environment(args.bench_python)
     started = datetime.datetime.now(datetime.timezone.utc)
     pythons = {"engine": sys.executable, "bench": args.bench_python}
     env = {**os.environ, "BENCH_TIME_BUDGET": str(args.time_budget), "PYTHONUNBUFFERED": "1"}

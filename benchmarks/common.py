@@ -53,9 +53,13 @@ def model_config():
         return json.load(f)
 
 
+def bq_path(split):
+    return os.path.join(data_dir(), "senteval_cn", "BQ", f"BQ.{split}.data")
+
+
 def _bq_pairs(split, count):
     """The first ``count`` well-formed lines of BQ's split: (texts_a, texts_b, labels)."""
-    path = os.path.join(data_dir(), "senteval_cn", "BQ", f"BQ.{split}.data")
+    path = bq_path(split)
     texts_a, texts_b, labels = [], [], []
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -393,6 +393,26 @@ def accuracy_runs(folder):
     return metrics
 
 
+def check_environment(bench_python):
+    """Exit with what is missing, before any job: a missing Python or data file would otherwise
+    fail its jobs one by one, each reported only when the whole run ends."""
+    problems = []
+    if not (os.path.isfile(bench_python) and os.access(bench_python, os.X_OK)):
+        problems.append(f"--bench-python {bench_python}: not found (`make bench` installs it)")
+    else:
+        probe = subprocess.run(
+            [bench_python, "-c", "import sentence_transformers, torch"], capture_output=True, text=True
+        )
+        if probe.returncode:
+            reason = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+            problems.append(f"--bench-python {bench_python}: cannot import sentence-transformers and torch ({reason})")
+    for path in (common.vocab_path(), common.bq_path("train"), common.bq_path("test")):
+        if not os.path.isfile(path):
+            problems.append(f"{path}: not found; set COSENT_SHARED_DATA to the shared data folder")
+    if problems:
+        raise SystemExit("the benchmark cannot start:\n  " + "\n  ".join(problems))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -410,6 +430,7 @@ def main():
     args = parser.parse_args()
     if args.report_only:
         return report(os.path.join(args.output_dir, "results.json"))
+    check_environment(args.bench_python)
     started = datetime.datetime.now(datetime.timezone.utc)
     pythons = {"engine": sys.executable, "bench": args.bench_python}
     env = {**os.environ, "BENCH_TIME_BUDGET": str(args.time_budget), "PYTHONUNBUFFERED": "1"}

@@ -7,7 +7,9 @@ import os
 import re
 import sys
 
-from conftest import ROOT
+import pytest
+
+from conftest import ROOT, SHARED_DATA, requires_shared_data
 
 
 def bench_runner():
@@ -198,6 +200,8 @@ def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transf
         return figures(job, 500 if script == "this_engine.py" else 200)
 
     monkeypatch.setattr(emulation.run, "run_job", run_job)
+    checked = []
+    monkeypatch.setattr(emulation.run, "check_environment", checked.append)
 
     def matmul_rate(python, library, env):  # PyTorch's probe fails: reported, the jobs still run
         return None if library == "PyTorch" else 100.0 if "ATEN_CPU_CAPABILITY" in env else 400.0
@@ -205,6 +209,7 @@ def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transf
     monkeypatch.setattr(emulation, "matmul_rate", matmul_rate)
     monkeypatch.setattr(sys, "argv", ["avx2_emulation.py", "--output-dir", str(tmp_path)])
     assert emulation.main() == 1  # one job failed
+    assert checked == [".venv-reference/bin/python"]  # before any job
     assert len(environments) == len(emulation.JOBS) == 10
     assert all(env[k] == v for env in environments for k, v in emulation.AVX2_CAPS.items())
     report = (tmp_path / "AVX2_EMULATION.md").read_text(encoding="utf-8")
@@ -219,3 +224,31 @@ def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transf
     assert "## Failed jobs" in report and "### base this engine encode_saved_model" in report
     assert "out of memory" in report
     assert json.loads((tmp_path / "avx2_emulation.json").read_text())["caps"] == emulation.AVX2_CAPS
+
+
+def test_the_bench_stops_before_any_job_when_its_python_or_data_is_missing(tmp_path, monkeypatch):
+    runner = bench_runner()
+    jobs = []
+    monkeypatch.setattr(runner, "run_job", lambda *args, **kwargs: jobs.append(args))
+    monkeypatch.setenv("COSENT_SHARED_DATA", str(tmp_path / "no-data"))
+    missing = str(tmp_path / "no-venv" / "python")
+    monkeypatch.setattr(sys, "argv", ["run.py", "--bench-python", missing, "--output-dir", str(tmp_path)])
+    with pytest.raises(SystemExit) as stopped:
+        runner.main()
+    message = str(stopped.value.code)
+    assert f"--bench-python {missing}: not found" in message
+    assert f"{tmp_path / 'no-data' / 'senteval_cn' / 'BQ' / 'BQ.train.data'}: not found" in message
+    assert "bert-base-chinese-vocab.txt: not found" in message
+    assert jobs == [] and not (tmp_path / "results.json").exists()
+
+
+@requires_shared_data
+def test_a_bench_python_without_sentence_transformers_is_named_before_any_job(monkeypatch):
+    runner = bench_runner()
+    monkeypatch.setenv("COSENT_SHARED_DATA", SHARED_DATA)
+    # this environment is the engine's: it has TensorFlow, not torch
+    with pytest.raises(SystemExit) as stopped:
+        runner.check_environment(sys.executable)
+    message = str(stopped.value.code)
+    assert f"--bench-python {sys.executable}: cannot import sentence-transformers and torch (" in message
+    assert "ModuleNotFoundError" in message and "not found" not in message
