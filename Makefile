@@ -9,7 +9,7 @@ DATA ?= ../shared/data
 REF_VENV := .venv-reference
 REF_PY := $(REF_VENV)/bin/python
 
-.PHONY: install demo test lint bench bench-avx2 soak mutants
+.PHONY: install demo test lint bench bench-avx2 profile-step soak mutants
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -51,6 +51,12 @@ bench: $(STAMP) $(REF_VENV)/.installed
 # AVX2-only CPUs (about 12 minutes; writes benchmarks/AVX2_EMULATION.md).
 bench-avx2: $(STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/avx2_emulation.py --bench-python $(REF_PY)
+
+# Where a training step's time goes, by op type and by compute thread, float32 against bf16
+# (about 6 minutes; writes benchmarks/STEP_PROFILE_small.md and STEP_PROFILE_base.md).
+profile-step: $(STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/step_profile.py --model small
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/step_profile.py --model base
 
 # Many short trainings in parallel processes, counting failures (not part of CI; about
 # 4 minutes per 200 runs here). SOAK_ARGS="--variant before-fix --variant default" compares

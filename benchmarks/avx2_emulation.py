@@ -23,9 +23,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import run  # noqa: E402
-
 import common  # noqa: E402
+import run  # noqa: E402
 
 AVX2_CAPS = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",

@@ -58,7 +58,7 @@ def forward_flops(batch, length, config):
     return batch * ((layers - 1) * full_block + last_block)
 
 
-def training_batches(pairs_per_batch):
+def training_batches(pairs_per_batch, steps=STEPS):
     texts_a, texts_b, labels = common.train_pairs()
     tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)
     dataset = ct.pair_dataset(
@@ -66,14 +66,14 @@ def training_batches(pairs_per_batch):
     )
     return [
         ((tf.constant(ids), tf.constant(segments)), tf.constant(y))
-        for (ids, segments), y in dataset.take(STEPS).as_numpy_iterator()
+        for (ids, segments), y in dataset.take(steps).as_numpy_iterator()
     ]
 
 
-def step_measurements(precision, batches):
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
-    keras.utils.set_random_seed(0)
-    model = ct.build_encoder(common.MODEL_CONFIG)
+def training_step(config_path):
+    """(model, loss, a compiled training step of it: (inputs, labels) -> loss value), built under
+    the global dtype policy: the engine's encoder, ``FusedAdam`` and CoSENT, without Keras's fit."""
+    model = ct.build_encoder(config_path)
     optimizer, loss = ct.FusedAdam(common.LEARNING_RATE), ct.CoSENTLoss(common.SCALE)
     signature = [(tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None], tf.float32)]
 
@@ -83,6 +83,14 @@ def step_measurements(precision, batches):
             value = loss(labels, model(inputs, training=True))
         optimizer.apply_gradients(zip(tape.gradient(value, model.trainable_variables), model.trainable_variables))
         return value
+
+    return model, loss, train_step
+
+
+def step_measurements(precision, batches):
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    keras.utils.set_random_seed(0)
+    model, loss, train_step = training_step(common.MODEL_CONFIG)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.float32)])
     def loss_step(vectors, labels):

@@ -22,9 +22,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import cpu_description  # noqa: E402
-
 import common  # noqa: E402
+from run import cpu_description  # noqa: E402
 
 
 def measure(variant, pairs, micro, steps):

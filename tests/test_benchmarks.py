@@ -5,11 +5,12 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, SHARED_DATA, requires_shared_data
+from conftest import ROOT, SHARED_DATA, requires_shared_data, write_config
 
 
 def bench_runner():
@@ -252,3 +253,77 @@ def test_a_bench_python_without_sentence_transformers_is_named_before_any_job(mo
     message = str(stopped.value.code)
     assert f"--bench-python {sys.executable}: cannot import sentence-transformers and torch (" in message
     assert "ModuleNotFoundError" in message and "not found" not in message
+
+
+def step_profiler():
+    spec = importlib.util.spec_from_file_location("step_profile", os.path.join(ROOT, "benchmarks", "step_profile.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_thread_occupancy_splits_the_span_and_charges_idle_time_to_the_ops_running_then():
+    profile = step_profiler()  # imports cosent_tf, which must come before TensorFlow's own modules
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    names = {1: "encoder/dense:Foo", 2: "ExecutorState::Process", 3: "grad/x:Bar", 4: "adam:Baz", 5: "loop"}
+    for key, name in names.items():
+        plane.event_metadata[key].name = name
+    ms = 10**9  # picoseconds
+
+    def thread(line_name, *events):
+        line = plane.lines.add(name=line_name)
+        for key, start, end in events:
+            line.events.add(metadata_id=key, offset_ps=start * ms, duration_ps=(end - start) * ms)
+
+    # compute thread 1: Foo 0-10 ms (inside the executor's event); thread 2: Bar 5-8, Baz 12-14
+    thread("tf_Compute/1", (2, 0, 10), (1, 0, 10))
+    thread("tf_Compute/2", (3, 5, 8), (4, 12, 14))
+    thread("python", (5, 0, 40))  # not a compute thread: ignored
+    figures = profile.thread_occupancy(space, steps=2)  # per step: halved
+    assert figures["compute_threads"] == 2
+    assert figures["span"] == 7.0  # 14 ms over 2 steps
+    # 0-5 one busy, 5-8 both, 8-10 one, 10-12 none, 12-14 one
+    assert (figures["all_busy"], figures["some_idle"], figures["none_busy"]) == (1.5, 4.5, 1.0)
+    assert figures["while_idle"] == {"Foo": 3.5, "Baz": 1.0}
+
+
+def test_op_types_are_read_from_op_events_only():
+    profile = step_profiler()
+    assert profile.op_type("encoder/Transformer-0/token_dense/BiasAdd:_MklNativeFusedMatMul") == "_MklNativeFusedMatMul"
+    assert profile.op_type("ExecutorState::Process") is None
+    assert profile.op_type("ThreadpoolListener::StartRegion") is None
+    assert profile.op_type("MemoryAllocation") is None
+    assert profile.is_matmul("_MklEinsum") and profile.is_matmul("_MklMatMul") and not profile.is_matmul("Mul")
+
+
+@pytest.mark.slow
+@requires_shared_data
+def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path):
+    config = write_config(tmp_path / "config.json", hidden=24, layers=1, heads=2, intermediate=48)
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "step_profile.py"), "--config", config]
+        + ["--pairs", "8", "--steps", "3", "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COSENT_SHARED_DATA": SHARED_DATA},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads((tmp_path / "out" / "step_profile_custom.json").read_text())
+    for precision in ("float32", "bf16"):
+        run = figures[precision]
+        assert run["step_ms"] > 0 and run["matmul_ms"] > 0 and run["other_ms"] > 0
+        assert run["matmul_ms"] == pytest.approx(
+            sum(v for k, v in run["op_ms"].items() if "MatMul" in k or "Einsum" in k)
+        )
+        threads = run["threads"]
+        parts = threads["all_busy"] + threads["some_idle"] + threads["none_busy"]
+        assert parts == pytest.approx(threads["span"], rel=1e-6) and threads["compute_threads"] >= 1
+    # mixed bf16 casts every weight to bfloat16 each step: the bf16 run is the one under that policy
+    assert figures["bf16"]["op_ms"]["Cast"] > 2 * figures["float32"]["op_ms"].get("Cast", 0.0)
+    report = (tmp_path / "out" / "STEP_PROFILE_custom.md").read_text(encoding="utf-8")
+    assert "| wall, a step |" in report and "## What runs while a compute thread idles" in report
+    assert "Model custom (config.json), 8 pairs a step" in report
