@@ -77,10 +77,11 @@ def started_together(strategy):
     only if it passed on all of them.
 
     Under multi-worker a worker that refuses to start (an input it cannot read, a run folder
-    it may not use) would leave the others waiting for it in their first collective, the
-    broadcast of the model's initial weights, for ever. At the end of the block the workers
-    exchange whether it passed: one whose block raised says so before re-raising, and the
-    others raise a ConfigError naming it. Without a cluster this is the block alone.
+    it may not use) would otherwise end the others in their first collective, the broadcast
+    of the model's initial weights, with a TensorFlow error about a closed connection that
+    says nothing of why. At the end of the block the workers exchange whether it passed: one
+    whose block raised says so before re-raising, and the others raise a ConfigError naming
+    it. Without a cluster this is the block alone.
     """
     try:
         yield
