@@ -26,23 +26,20 @@ from .io import atomic_path, check_output_file, check_output_folder, write_json,
 
 @contextlib.contextmanager
 def console_logging():
-    """Within the block the package's log shows on the console: progress on stdout,
-    warnings and errors on stderr. The handlers are removed afterwards."""
+    """Within the block the package's log (progress, warnings, errors) shows on stderr, so that
+    stdout carries a command's result alone (``cosent-tf train ... > metrics.json``). The
+    handler is removed afterwards."""
     package = logging.getLogger("cosent_tf")
-    out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
-    out.addFilter(lambda record: record.levelno < logging.WARNING)
-    out.setLevel(logging.INFO)
-    err.setLevel(logging.WARNING)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.INFO)
     previous_level, previous_propagate = package.level, package.propagate
     package.setLevel(logging.INFO)
     package.propagate = False  # shown here once, not again by a handler of the root logger
-    for handler in (out, err):
-        package.addHandler(handler)
+    package.addHandler(handler)
     try:
         yield
     finally:
-        for handler in (out, err):
-            package.removeHandler(handler)
+        package.removeHandler(handler)
         package.setLevel(previous_level)
         package.propagate = previous_propagate
 
@@ -578,12 +575,14 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
 
 
 def _run_training(cfg, overwrite):
-    """Train ``cfg``, print the final metrics as JSON; errors and signals become an exit status.
-    The caller shows the log (:func:`console_logging`)."""
+    """Train ``cfg``, print the final metrics as JSON, the only line on stdout (the log and
+    Keras's progress go to stderr); errors and signals become an exit status. The caller shows
+    the log (:func:`console_logging`)."""
     from .training import train
 
     try:
-        metrics = train(cfg, overwrite)
+        with contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
+            metrics = train(cfg, overwrite)
     except TrainingInterrupted as stopped:
         print(f"stopped: {stopped}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stopped.signal_number) from None

@@ -128,7 +128,7 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
     argv = ["--max-train-pairs", "45", "--epochs", "2", "--output-dir", str(out)]
     done = subprocess.run(script + argv, env=two_cpus(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 replicas (--strategy mirrored), 4 pairs each a step; CoSENT ranks the global batch" in done.stdout
+    assert "2 replicas (--strategy mirrored), 4 pairs each a step; CoSENT ranks the global batch" in done.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["replicas"] == 2 and metrics["steps"] == 12
     assert json.loads((out / "config.json").read_text())["strategy"] == "mirrored"
@@ -198,10 +198,11 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
     tmp_path, command = worker_command
     single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
     assert single.returncode == 0, single.stderr[-3000:]
-    (chief_out, _), (worker_out, _) = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
-    # Only the chief writes: its final line is the metrics, the other worker's says who it is.
-    assert json.loads(worker_out.strip().splitlines()[-1]) == {"worker": "worker 1", "steps": 12}
-    assert "2 replicas (--strategy multi-worker), 4 pairs each a step" in chief_out
+    (chief_out, chief_log), (worker_out, _) = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
+    # Only the chief writes: its stdout is the metrics, the other worker's says who it is.
+    assert json.loads(worker_out) == {"worker": "worker 1", "steps": 12}
+    assert json.loads(chief_out)["test"] == json.loads((tmp_path / "two" / "metrics.json").read_text())["test"]
+    assert "2 replicas (--strategy multi-worker), 4 pairs each a step" in chief_log
     one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("single", "two"))
     assert two["replicas"] == 2 and two["steps"] == one["steps"] == 12
     assert two["test"]["spearman"] == pytest.approx(one["test"]["spearman"], abs=1e-5)
@@ -217,7 +218,7 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker
     chief, other = start_workers(command + ["--output-dir", str(out)])
     # 6 steps an epoch; by the time step 8 is validated, the state after step 6 is saved
     killed = False
-    for line in chief.stdout:
+    for line in chief.stderr:
         if line.startswith("step 8 valid"):
             other.kill()
             killed = True
@@ -233,8 +234,8 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker
     assert f"the last saved training state is in {out / 'backup'}: run the same command again" in chief_err
     assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
 
-    (chief_out, _), _ = finish(start_workers(command + ["--output-dir", str(out)]))
-    assert int(re.search(r"resumed at step (\d+)", chief_out).group(1)) in (6, 8)
+    (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(out)]))
+    assert int(re.search(r"resumed at step (\d+)", chief_log).group(1)) in (6, 8)
     whole, resumed = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("whole", "killed"))
     assert resumed["steps"] == whole["steps"] == 12
     assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)

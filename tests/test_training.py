@@ -125,8 +125,8 @@ def test_every_script_runs_end_to_end(command, tiny_setup):
         saved, labels = scores[f"{name}.scores"], scores[f"{name}.labels"]
         assert len(saved) > 0 and result_of_task["test"]["pearson"] == pytest.approx(stats.pearsonr(saved, labels)[0])
         assert result_of_task["test"]["spearman"] == pytest.approx(stats.spearmanr(saved, labels).correlation)
-    if command == SCRIPTS[0]:  # the process printed the final metrics as its last line
-        assert json.loads(result.stdout.strip().splitlines()[-1])["test"] == metrics["test"]
+    if command == SCRIPTS[0]:  # the process printed the final metrics, and nothing else, on stdout
+        assert json.loads(result.stdout)["test"] == metrics["test"] and result.stdout.count("\n") == 1
     if task != "NLI":  # the model folder reproduces the run's test scores and carries its threshold
         matcher = (PairScorer if metrics["kind"] == "interaction" else SentenceEncoder).load(out / "model")
         test = read_senteval(tmp_path / "data" / "senteval_cn" / task / f"{task}.test.data")
@@ -281,12 +281,14 @@ def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
 def run_until(command, line_start, send):
     """Start ``command``, send a signal once it prints a line starting with ``line_start``."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in process.stdout:
+    shown = []  # stderr: the log, where progress lines go
+    for line in process.stderr:
+        shown.append(line)
         if line.startswith(line_start):
             process.send_signal(send)
             break
-    _, stderr = process.communicate(timeout=120)
-    return process.returncode, stderr
+    _, rest = process.communicate(timeout=120)
+    return process.returncode, "".join(shown) + rest
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +352,7 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, unin
 
     resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    step = int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1))
+    step = int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1))
     assert 3 <= step < 24 and step % 12 != 0 or send != signal.SIGKILL
     assert saved_at in (None, step)
     whole_rows, rows = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
@@ -375,13 +377,13 @@ def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result
     command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2", "--micro-batch-size", "3"]
     whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-3000:]
-    assert "the gradient of each batch is computed 3 pairs at a time" in whole.stdout
+    assert "the gradient of each batch is computed 3 pairs at a time" in whole.stderr
     out = tmp_path / "killed"  # 6 steps an epoch: by the time step 8 is validated, step 6 is saved
     code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
     assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
     resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1)) in (6, 8)
+    assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
     expected, again = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
     assert [float(r["spearman"]) for r in again] == pytest.approx([float(r["spearman"]) for r in expected], abs=1e-6)
     metrics = json.loads((out / "metrics.json").read_text())
@@ -399,7 +401,7 @@ def test_a_run_killed_after_training_finishes_without_training_again(uninterrupt
     assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit
     rerun = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resumed at step 24" in rerun.stdout and "epoch 1 valid" not in rerun.stdout  # no epoch trained again
+    assert "resumed at step 24" in rerun.stderr and "epoch 1 valid" not in rerun.stderr  # no epoch trained again
     expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["best_epoch"] == expected["best_epoch"] and metrics["steps"] == 24
@@ -669,7 +671,7 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup):
             assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert extension != "tsv" or "resumed at step" in result.stdout
+        assert extension != "tsv" or "resumed at step" in result.stderr
         assert "no --valid file: a seeded 10% of" in result.stderr  # the held-out valid is said
         results[extension] = json.loads((out / "metrics.json").read_text())
 
@@ -969,7 +971,7 @@ def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup
     assert (out / "backup").is_dir() and (out / "best.weights.h5").exists() and not (out / "metrics.json").exists()
     capsys.readouterr()
     metrics = train_main(argv)  # the same command, now with a finite loss
-    assert "resumed at step 6: best valid spearman so far" in capsys.readouterr().out
+    assert "resumed at step 6: best valid spearman so far" in capsys.readouterr().err
     assert metrics["steps"] == 12 and [r["epoch"] for r in read_csv(out / "valid_metrics.csv")] == ["1", "2"]
     assert not (out / "backup").exists()
 
@@ -1001,9 +1003,9 @@ def test_on_a_terminal_every_validation_line_starts_a_line_of_its_own(every, tin
 
     tmp_path, options = tiny_setup
     command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", "--epochs", "2", "--eval-every", every]
-    terminal, process_side = pty.openpty()
+    terminal, process_side = pty.openpty()  # stderr, where the progress bar and the log go
     process = subprocess.Popen(
-        command + ["--output-dir", str(tmp_path / "run"), *options], stdout=process_side, stderr=subprocess.PIPE
+        command + ["--output-dir", str(tmp_path / "run"), *options], stdout=subprocess.PIPE, stderr=process_side
     )
     os.close(process_side)
     shown = b""
@@ -1015,8 +1017,9 @@ def test_on_a_terminal_every_validation_line_starts_a_line_of_its_own(every, tin
         if not chunk:
             break
         shown += chunk
-    assert process.wait(timeout=300) == 0, process.stderr.read()[-2000:]
     text = shown.decode("utf-8")
+    assert process.wait(timeout=300) == 0, text[-2000:]
+    assert json.loads(process.stdout.read())["best_epoch"] in (1, 2)  # stdout: the metrics alone
     assert "\r" in text and "Epoch 2/2" in text  # a live progress bar was drawn
     lines = re.findall(r"(.?)((?:step|epoch) \d+ valid:)", text, flags=re.DOTALL)
     assert len(lines) >= 2 and all(before == "\n" for before, _ in lines), lines
