@@ -280,3 +280,29 @@ def test_when_another_worker_refuses_to_start_the_chief_ends_and_writes_nothing(
     assert chief_code != 0, chief_err[-3000:]
     assert "worker 0: worker 1 could not start the run (its log says why)" in chief_err
     assert [p.name for p in out.iterdir()] == [".lock"]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_on_one_device_resumes_on_two_replicas_to_the_same_result(worker_command):
+    tmp_path, command = worker_command
+    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "moved"
+    stopped = subprocess.Popen(command + ["--output-dir", str(out)], stderr=subprocess.PIPE, text=True)
+    for line in stopped.stderr:  # 6 steps an epoch: by step 8's validation, step 6's state is saved
+        if line.startswith("step 8 valid"):
+            stopped.kill()
+            break
+    stopped.communicate(timeout=60)
+    assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
+    resumed = subprocess.run(
+        command + ["--output-dir", str(out), "--strategy", "mirrored"], env=two_cpus(), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming the unfinished run in this folder with strategy 'default' -> 'mirrored'" in resumed.stderr
+    assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
+    one, moved = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("whole", "moved"))
+    assert (moved["replicas"], moved["steps"]) == (2, one["steps"])
+    assert moved["test"]["spearman"] == pytest.approx(one["test"]["spearman"], abs=1e-5)
+    for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(out)):
+        np.testing.assert_allclose(actual, expected, atol=1e-5)

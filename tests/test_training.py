@@ -480,6 +480,11 @@ def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
         (["--lr", "5e-2"], "lr 0.001 there, 0.05 now"),
         (["--batch-size", "16"], "batch_size 8 there, 16 now"),
         (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)"),
+        # the strategy may change (see test_distribute), but not while each replica ranks its own pairs
+        (
+            ["--per-replica-loss", "--strategy", "mirrored"],
+            "global_batch_loss True there, False now; strategy 'default' there, 'mirrored' now",
+        ),
     ]:
         with pytest.raises(
             SystemExit,
