@@ -254,32 +254,23 @@ def refused_start(workers):
 
 
 @pytest.mark.slow
-def test_when_the_chief_refuses_to_start_the_other_worker_ends_too_and_says_why(worker_command):
+@pytest.mark.parametrize("refusing", [0, 1], ids=["the chief", "the other worker"])
+def test_a_worker_that_cannot_start_ends_every_worker_before_training(refusing, worker_command):
     tmp_path, command = worker_command
-    taken = tmp_path / "taken"
-    taken.mkdir()
-    (taken / "notes.txt").write_text("mine")  # not a run folder: the chief refuses it
-    (chief_code, chief_err), (other_code, other_err) = refused_start(
-        start_workers(command + ["--output-dir", str(taken)])
-    )
-    assert chief_code != 0 and "is not a cosent-tf training run" in chief_err, chief_err[-3000:]
+    out, own_options = tmp_path / "run", [[], []]
+    if refusing == 0:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")  # not a run folder: the chief refuses it
+        reason, left = "is not a cosent-tf training run", ["notes.txt"]
+    else:
+        own_options[1] = ["--data-dir", str(tmp_path / "no-such-data")]  # only worker 1's data is missing
+        reason, left = "no-such-data", [".lock"]  # the chief had locked the folder, and wrote nothing
+    outcomes = refused_start(start_workers(command + ["--output-dir", str(out)], own_options))
+    (code, err), (other_code, other_err) = outcomes[refusing], outcomes[1 - refusing]
+    assert code != 0 and reason in err, err[-3000:]
     assert other_code != 0, other_err[-3000:]
-    assert "worker 1: worker 0 could not start the run (its log says why)" in other_err
-    assert [p.name for p in taken.iterdir()] == ["notes.txt"]
-
-
-@pytest.mark.slow
-def test_when_another_worker_refuses_to_start_the_chief_ends_and_writes_nothing(worker_command):
-    tmp_path, command = worker_command
-    out = tmp_path / "run"
-    missing = ["--data-dir", str(tmp_path / "no-such-data")]  # only worker 1's data is missing
-    (chief_code, chief_err), (other_code, other_err) = refused_start(
-        start_workers(command + ["--output-dir", str(out)], own_options=((), missing))
-    )
-    assert other_code != 0 and "no-such-data" in other_err, other_err[-3000:]
-    assert chief_code != 0, chief_err[-3000:]
-    assert "worker 0: worker 1 could not start the run (its log says why)" in chief_err
-    assert [p.name for p in out.iterdir()] == [".lock"]
+    assert f"worker {1 - refusing}: worker {refusing} could not start the run (its log says why)" in other_err
+    assert [p.name for p in out.iterdir()] == left
 
 
 @pytest.mark.slow
