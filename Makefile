@@ -53,7 +53,7 @@ bench-avx2: $(STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/avx2_emulation.py --bench-python $(REF_PY)
 
 # Where a training step's time goes, by op type and by compute thread, float32 against bf16
-# (about 6 minutes; writes benchmarks/STEP_PROFILE_small.md and STEP_PROFILE_base.md).
+# (about 4 minutes; writes benchmarks/STEP_PROFILE_small.md and STEP_PROFILE_base.md).
 profile-step: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/step_profile.py --model small
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/step_profile.py --model base

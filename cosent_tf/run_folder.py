@@ -107,7 +107,7 @@ def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False):
         f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
         for key in sorted(set(saved) | set(current))
         if saved.get(key) != current.get(key)
-        and (key not in RESUMABLE_CHANGES or key == "strategy" and not current.get("global_batch_loss", True))
+        and (key not in RESUMABLE_CHANGES or (key == "strategy" and not current.get("global_batch_loss", True)))
     ]
     if (current["epochs"] or 0) < (saved.get("epochs") or 0):
         differences.append(f"epochs {saved.get('epochs')} there, {current['epochs']} now (may only grow)")
