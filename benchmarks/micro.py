@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
-from cosent_tf.backend import keras, tf  # noqa: E402
+from cosent_tf.backend import dtype_policy, policy_name, random_seed, tf  # noqa: E402
 
 import common  # noqa: E402
 
@@ -87,9 +87,16 @@ def training_step(config_path):
     return model, loss, train_step
 
 
+def mean_padded_length(batches):
+    return float(np.mean([ids.shape[1] for (ids, _), _ in batches]))
+
+
 def step_measurements(precision, batches):
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
-    keras.utils.set_random_seed(0)
+    with dtype_policy(policy_name(precision)), random_seed(0):
+        return _step_measurements(batches)
+
+
+def _step_measurements(batches):
     model, loss, train_step = training_step(common.MODEL_CONFIG)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.float32)])
@@ -111,7 +118,6 @@ def step_measurements(precision, batches):
             loss_step(v, labels).numpy()
 
     loss_seconds = median_seconds(all_losses, 3, warmup=1) / len(batches)
-    keras.mixed_precision.set_global_policy("float32")
     return step_seconds, loss_seconds
 
 
@@ -123,7 +129,7 @@ def main():
     results = {
         "pairs_per_batch": LOSS_SHARE_PAIRS,
         "steps": len(batches),
-        "mean_padded_length": float(np.mean([ids.shape[1] for (ids, _), _ in batches])),
+        "mean_padded_length": mean_padded_length(batches),
         "train_step_gflop": flops / 1e9,
     }
     for precision in ("float32", "bf16"):

@@ -28,7 +28,6 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numpy as np  # noqa: E402
 
 from cosent_tf.backend import dtype_policy, policy_name, random_seed, tf  # noqa: E402
 from cosent_tf.io import atomic_path  # noqa: E402
@@ -169,8 +168,13 @@ def profile_precision(precision, config_path, batches, steps, folder):
     }
 
 
-def ratio(numerator, denominator):
+def times(numerator, denominator):
     return f"{numerator / denominator:.2f}×" if denominator else "—"
+
+
+def by_total(first, second):
+    """The keys of two {name: ms} tables, largest sum first."""
+    return sorted(set(first) | set(second), key=lambda k: -(first.get(k, 0) + second.get(k, 0)))
 
 
 def write_report(results, path):
@@ -189,7 +193,7 @@ def write_report(results, path):
     ]
 
     def row(label, a, b):
-        lines.append(f"| {label} | {a:.1f} | {b:.1f} | {ratio(a, b)} |")
+        lines.append(f"| {label} | {a:.1f} | {b:.1f} | {times(a, b)} |")
 
     row("wall, a step", f32["step_ms"], bf16["step_ms"])
     row("wall, a step under the profiler", f32["profiled_step_ms"], bf16["profiled_step_ms"])
@@ -200,10 +204,7 @@ def write_report(results, path):
     row("some compute threads busy, some idle", f32["threads"]["some_idle"], bf16["threads"]["some_idle"])
     row("no compute thread busy", f32["threads"]["none_busy"], bf16["threads"]["none_busy"])
     lines += ["", "## Op time by type", "", "| op type | float32 | bf16 | float32 / bf16 |", "|---|---|---|---|"]
-    kinds = sorted(
-        set(f32["op_ms"]) | set(bf16["op_ms"]), key=lambda k: -(f32["op_ms"].get(k, 0) + bf16["op_ms"].get(k, 0))
-    )
-    for kind in kinds[:TABLE_ROWS]:
+    for kind in by_total(f32["op_ms"], bf16["op_ms"])[:TABLE_ROWS]:
         row(kind, f32["op_ms"].get(kind, 0.0), bf16["op_ms"].get(kind, 0.0))
     lines += [
         "",
@@ -215,7 +216,7 @@ def write_report(results, path):
         "|---|---|---|",
     ]
     idle32, idle16 = f32["threads"]["while_idle"], bf16["threads"]["while_idle"]
-    for kind in sorted(set(idle32) | set(idle16), key=lambda k: -(idle32.get(k, 0) + idle16.get(k, 0)))[:15]:
+    for kind in by_total(idle32, idle16)[:15]:
         lines.append(f"| {kind} | {idle32.get(kind, 0.0):.1f} | {idle16.get(kind, 0.0):.1f} |")
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
@@ -238,7 +239,7 @@ def main(argv=None):
         "config": os.path.basename(config_path),
         "pairs": args.pairs,
         "steps": args.steps,
-        "mean_padded_length": float(np.mean([ids.shape[1] for (ids, _), _ in batches])),
+        "mean_padded_length": micro.mean_padded_length(batches),
     }
     with tempfile.TemporaryDirectory() as folder:
         for precision in PRECISIONS:

@@ -27,10 +27,14 @@ RUN_OUTPUTS = (
     "backup",
 )
 RUN_FOLDER = FolderKind("a cosent-tf training run", "config.json", RUN_OUTPUTS + (".lock", ".tmp-*", ".old-*"))
-# Settings a resumed run may change, since they do not change what training computes. The
-# strategy may change only while the loss ranks the global batch: per replica (--per-replica-loss),
-# what a step computes depends on the number of replicas.
-RESUMABLE_CHANGES = ("epochs", "eval_every", "backup_every", "strict", "output_dir", "strategy")
+# Settings a resumed run may change, since they do not change what training computes, each with
+# the condition (on the resumed run's settings) under which that holds. The strategy may change
+# only while the loss ranks the global batch: per replica (--per-replica-loss), what a step
+# computes depends on the number of replicas.
+RESUMABLE_CHANGES = {
+    **dict.fromkeys(("epochs", "eval_every", "backup_every", "strict", "output_dir"), lambda settings: True),
+    "strategy": lambda settings: settings.get("global_batch_loss", True),
+}
 PATH_SETTINGS = ("data_dir", "config", "checkpoint", "vocab")
 # Settings that were saved under another name by earlier versions: {old: new}.
 RENAMED_SETTINGS = {"model": "architecture"}
@@ -106,8 +110,7 @@ def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False):
     differences = [
         f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
         for key in sorted(set(saved) | set(current))
-        if saved.get(key) != current.get(key)
-        and (key not in RESUMABLE_CHANGES or (key == "strategy" and not current.get("global_batch_loss", True)))
+        if saved.get(key) != current.get(key) and not (key in RESUMABLE_CHANGES and RESUMABLE_CHANGES[key](current))
     ]
     if (current["epochs"] or 0) < (saved.get("epochs") or 0):
         differences.append(f"epochs {saved.get('epochs')} there, {current['epochs']} now (may only grow)")
