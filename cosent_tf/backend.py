@@ -22,6 +22,9 @@ Keras 2. What this module works around:
   the same dropout masks both times: every Keras dropout draws its mask through
   ``RandomGenerator.dropout``, which is replaced here by one that, inside
   :func:`repeatable_dropout`, draws from a stateless generator (and otherwise is Keras's own).
+  The replacement also draws a mixed-precision model's masks from float32 uniform numbers:
+  Keras draws them in the compute dtype, and bfloat16's 7 bits make rate 0.1 drop 13/128
+  of the units.
 * Keras's Dense runs a (batch, tokens, features) input through ``tensordot``, which puts a
   reshape between the matmul and its bias and activation, so TensorFlow's oneDNN remapper
   cannot fuse them. bert4keras's attention and feed-forward blocks are given
@@ -52,6 +55,7 @@ reads TensorFlow's eager seed state.
 
 import contextlib
 import dataclasses
+import functools
 import os
 import random
 import re
@@ -338,10 +342,19 @@ _keras_dropout = _keras_backend.RandomGenerator.dropout
 def _keyed_dropout(self, inputs, rate, noise_shape=None):
     key = getattr(_dropout_keys, "key", None)
     if key is None:
-        return _keras_dropout(self, inputs, rate, noise_shape)
-    key[1] += 1
-    seed = tf.random.experimental.stateless_fold_in(key[0], key[1])
-    return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=seed, noise_shape=noise_shape)
+        if inputs.dtype == tf.float32:
+            return _keras_dropout(self, inputs, rate, noise_shape)
+        draw = self.random_uniform
+    else:
+        key[1] += 1
+        draw = functools.partial(
+            tf.random.stateless_uniform, seed=tf.random.experimental.stateless_fold_in(key[0], key[1])
+        )
+    # Drawn in bfloat16, the uniform numbers would have 7 bits: rate 0.1 would drop 13/128 of
+    # the units, and the draw itself is slower than in float32 on a CPU (docs/performance.md).
+    return tf.nn.experimental.general_dropout(
+        inputs, rate, uniform_sampler=lambda shape, dtype: draw(shape=shape, dtype=tf.float32), noise_shape=noise_shape
+    )
 
 
 _keras_backend.RandomGenerator.dropout = _keyed_dropout

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import sys
@@ -153,6 +154,23 @@ def test_repeatable_dropout_draws_the_same_masks_for_the_same_seed():
     assert np.mean(first.numpy() != other.numpy()) > 0.3
     # outside the block dropout is Keras's own, random on every call
     assert np.mean(model(x, training=True).numpy() != model(x, training=True).numpy()) > 0.3
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keras", "repeatable"])
+def test_bfloat16_dropout_drops_its_rate_of_units(keyed):
+    """A uniform number drawn in bfloat16 has 7 bits, so rate 0.1 would drop 13/128 = 0.1016 of
+    the units: 10 standard errors away from 0.1 over 4 million units."""
+    from cosent_tf.backend import dtype_policy, repeatable_dropout
+
+    with dtype_policy("mixed_bfloat16"):
+        layer = keras.layers.Dropout(0.1)
+    x = tf.ones([2000, 2000], tf.bfloat16)
+    with repeatable_dropout(tf.constant([1, 2])) if keyed else contextlib.nullcontext():
+        y = layer(x, training=True).numpy().astype(np.float32)
+    assert layer(x, training=True).dtype == tf.bfloat16
+    assert abs(np.mean(y == 0) - 0.1) < 0.0006
+    kept = y[y != 0]
+    np.testing.assert_array_equal(kept, np.float32(tf.cast(1 / 0.9, tf.bfloat16)))
 
 
 def _dense_pair(activation):
