@@ -335,11 +335,12 @@ def random_seed(seed: int) -> Iterator[None]:
 # dropout inside the layer's call), draws its mask through RandomGenerator.dropout: inside
 # `repeatable_dropout(seed)` that draws from a stateless generator keyed by the seed and the
 # dropout's place in the order of calls, which is the same on each run of the same model.
+# Outside such a block a float32 dropout is Keras's own; any other draws in float32 (below).
 _dropout_keys = threading.local()
 _keras_dropout = _keras_backend.RandomGenerator.dropout
 
 
-def _keyed_dropout(self, inputs, rate, noise_shape=None):
+def _dropout(self, inputs, rate, noise_shape=None):
     key = getattr(_dropout_keys, "key", None)
     if key is None:
         if inputs.dtype == tf.float32:
@@ -357,7 +358,7 @@ def _keyed_dropout(self, inputs, rate, noise_shape=None):
     )
 
 
-_keras_backend.RandomGenerator.dropout = _keyed_dropout
+_keras_backend.RandomGenerator.dropout = _dropout
 
 
 @contextlib.contextmanager
