@@ -23,6 +23,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from cosent_tf.io import write_text  # noqa: E402
+
 import common  # noqa: E402
 import run  # noqa: E402
 
@@ -98,9 +100,7 @@ def main():
     raw = {"started": started.isoformat(), "cpu": run.cpu_description(), "caps": AVX2_CAPS, "probes": probes}
     raw["runs"] = runs
     path = os.path.join(args.output_dir, "avx2_emulation.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(raw, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_text(path, json.dumps(raw, indent=1))
     write_report(os.path.join(args.output_dir, "AVX2_EMULATION.md"), raw)
     return 1 if any("error" in r for r in runs) else 0
 
@@ -138,9 +138,7 @@ def write_report(path, raw):
             value = run.ratio(results[(model, run.ENGINE, mine)], results[(model, run.ST, theirs)])
             lines.append(run.ratio_row(model, label, value, target))
     lines += run.failures_section(results)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    write_text(path, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from cosent_tf.io import write_text  # noqa: E402
+
 import common  # noqa: E402
 
 CONTESTANTS = {  # name: (script, the virtual environment it runs in)
@@ -267,9 +269,7 @@ def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, p
         lines += _micro_section(micro)
     lines += _accuracy_section(accuracy, previous)
     lines += failures_section(results, micro, accuracy)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def _micro_section(micro):
@@ -460,9 +460,7 @@ def main():
     }
     results_path = os.path.join(args.output_dir, "results.json")
     raw["previous"] = previous_run(results_path)
-    with open(results_path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(raw, f, indent=1)
-    os.replace(results_path + ".tmp", results_path)
+    write_text(results_path, json.dumps(raw, indent=1))
     return report(results_path)
 
 
