@@ -7,6 +7,7 @@ each case in its own process: the CPU is split when cosent_tf is imported.
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -211,7 +212,7 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
 
 
 @pytest.mark.slow
-def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker_command):
+def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result_on_the_cluster_or_alone(worker_command):
     tmp_path, command = worker_command
     finish(start_workers(command + ["--output-dir", str(tmp_path / "whole")]))
     out = tmp_path / "killed"
@@ -233,6 +234,7 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker
     assert "error: worker 0: lost contact with worker 1 while training;" in chief_err
     assert f"the last saved training state is in {out / 'backup'}: run the same command again" in chief_err
     assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
+    shutil.copytree(out, tmp_path / "moved")  # the same stopped run, to go on without the cluster
 
     (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(out)]))
     assert int(re.search(r"resumed at step (\d+)", chief_log).group(1)) in (6, 8)
@@ -241,6 +243,16 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result(worker
     assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
     for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(out)):
         np.testing.assert_allclose(actual, expected, atol=1e-6)
+
+    # The chief's backup holds no trace of the cluster: the run goes on in one process.
+    alone = subprocess.run(command + ["--output-dir", str(tmp_path / "moved")], capture_output=True, text=True)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "resuming the unfinished run in this folder with strategy 'multi-worker' -> 'default'" in alone.stderr
+    moved = json.loads((tmp_path / "moved" / "metrics.json").read_text())
+    assert (moved["replicas"], moved["steps"]) == (1, 12)
+    assert moved["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-5)
+    for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(tmp_path / "moved")):
+        np.testing.assert_allclose(actual, expected, atol=1e-5)
 
 
 def refused_start(workers):
