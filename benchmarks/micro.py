@@ -4,6 +4,8 @@
 * loss share: at 64 pairs per batch (128 rows), the time of CoSENT's forward and
   backward on the encoder's output over the time of a whole training step
   (``FusedAdam``, length-grouped batches of the benchmark's BQ pairs).
+* bf16 over float32 at the bench's 32 pairs: the two precisions' training steps taking turns
+  on the same batches in this one process (``turn_taking_seconds``).
 * achieved GFLOP/s: the FLOPs the encoder's matmuls perform on those batches (counted from
   the shapes; the [CLS]-only last block counted as it runs; backward = 2× forward) over the
   measured step time, in float32 and mixed_bfloat16, against the peak of the same precision.
@@ -26,6 +28,10 @@ import common  # noqa: E402
 
 LOSS_SHARE_PAIRS = 64
 STEPS = 12
+# The bf16-over-float32 ratio at the bench's batch size, from steps of the two precisions taking
+# turns in one process: this machine's speed drifts by 15% and more between processes minutes
+# apart, which decides a ratio of two separate jobs more than the precisions do.
+TURNS_PAIRS, TURNS_STEPS, TURNS_ROUNDS = common.BATCH_PAIRS, 24, 3
 
 
 def median_seconds(run, repeats, warmup=3):
@@ -121,6 +127,27 @@ def _step_measurements(batches):
     return step_seconds, loss_seconds
 
 
+def turn_taking_seconds(config_path, batches, rounds):
+    """{precision: seconds} of ``rounds`` passes over ``batches`` by a float32 and a bf16 training
+    step taking turns on each batch (which goes first alternates), each traced beforehand."""
+    steps = {}
+    for precision in ("float32", "bf16"):
+        with dtype_policy(policy_name(precision)), random_seed(0):
+            _, _, steps[precision] = training_step(config_path)
+            for inputs, labels in batches:  # traces every length
+                steps[precision](inputs, labels).numpy()
+    seconds = dict.fromkeys(steps, 0.0)
+    order = list(steps)
+    for _ in range(rounds):
+        for inputs, labels in batches:
+            for precision in order:
+                started = time.perf_counter()
+                steps[precision](inputs, labels).numpy()
+                seconds[precision] += time.perf_counter() - started
+            order.reverse()
+    return seconds
+
+
 def main():
     config = common.model_config()
     peaks = {"float32": matmul_peak(tf.float32), "bf16": matmul_peak(tf.bfloat16)}
@@ -143,6 +170,14 @@ def main():
             "fraction_of_peak": flops / step_seconds / 1e9 / peaks[precision],
         }
         print(precision, results[precision], flush=True)
+    batches = training_batches(TURNS_PAIRS, TURNS_STEPS)
+    results["turns"] = {
+        "pairs_per_batch": TURNS_PAIRS,
+        "steps": len(batches) * TURNS_ROUNDS,
+        "mean_padded_length": mean_padded_length(batches),
+        "seconds": turn_taking_seconds(common.MODEL_CONFIG, batches, TURNS_ROUNDS),
+    }
+    print("turns", results["turns"], flush=True)
     return results
 
 

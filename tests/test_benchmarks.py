@@ -13,11 +13,16 @@ import pytest
 from conftest import ROOT, SHARED_DATA, requires_shared_data, write_config
 
 
-def bench_runner():
-    spec = importlib.util.spec_from_file_location("bench_run", os.path.join(ROOT, "benchmarks", "run.py"))
+def bench_module(name):
+    """benchmarks/NAME.py, loaded afresh (it puts benchmarks/ on sys.path for its own imports)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(ROOT, "benchmarks", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def bench_runner():
+    return bench_module("run")
 
 
 def figures(job, base):
@@ -47,6 +52,12 @@ def results_json(path, runner, failed_job=None, failed_accuracy=None, figures_of
             matmul_peak_gflops=450.0,
             fraction_of_peak=0.44,
         )
+    micro["turns"] = {
+        "pairs_per_batch": 32,
+        "steps": 72,
+        "mean_padded_length": 15.0,
+        "seconds": {"float32": 7.2, "bf16": 6.0},
+    }
     runs = []
     for number, key in enumerate(runner.JOBS):
         run = dict(zip(("model", "contestant", "job", "precision"), key))
@@ -166,6 +177,50 @@ def test_bf16_over_float32_is_not_judged_on_a_cpu_without_bf16_arithmetic(tmp_pa
         r"not measurable \(this CPU has neither\) \|",
         text,
     )
+    assert "one process (`micro.py`) | 1.20× (72 steps of 32 pairs each) | ≥ 1.5× with AVX512-BF16 or AMX | not" in text
+
+
+TURNS_ROW = (
+    "| small | training bf16 vs float32, this engine, steps taking turns in one process (`micro.py`) | "
+    "1.20× (72 steps of 32 pairs each) | ≥ 1.5× | **no** |"
+)
+
+
+def test_bf16_over_float32_is_also_judged_on_steps_that_took_turns_in_one_process(tmp_path, capsys):
+    runner = bench_runner()
+    path = results_json(tmp_path, runner)
+    runner.report(str(path))
+    assert TURNS_ROW in (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    older = json.loads(path.read_text())  # a results.json from before micro.py measured turns
+    del older["micro"]["turns"]
+    path.write_text(json.dumps(older), encoding="utf-8")
+    runner.report(str(path))
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "taking turns" not in text and "| small | CoSENT loss share of a float32 step at 64 pairs |" in text
+
+
+def test_the_two_precisions_that_take_turns_are_float32_and_mixed_bf16(tmp_path, monkeypatch):
+    from cosent_tf.backend import keras, tf
+
+    micro = bench_module("micro")
+    config = write_config(tmp_path / "config.json", vocab_size=50, hidden=16, layers=1, heads=2, intermediate=32)
+    built = []
+    training_step = micro.training_step
+
+    def recorded(config_path):
+        built.append(keras.mixed_precision.global_policy().name)
+        return training_step(config_path)
+
+    monkeypatch.setattr(micro, "training_step", recorded)
+    ids = tf.constant([[2, 7, 9, 3, 0], [2, 8, 3, 0, 0], [2, 5, 6, 11, 3], [2, 4, 3, 0, 0]])
+    batches = [
+        ((ids, tf.zeros_like(ids)), tf.constant([1.0, 0.0])),
+        ((ids[:, :4], tf.zeros_like(ids[:, :4])), tf.constant([0.0, 1.0])),
+    ]
+    seconds = micro.turn_taking_seconds(config, batches, rounds=2)
+    assert built == ["float32", "mixed_bfloat16"]
+    assert set(seconds) == {"float32", "bf16"} and all(s > 0 for s in seconds.values())
+    assert keras.mixed_precision.global_policy().name == "float32"
 
 
 def test_accuracy_is_compared_with_the_run_that_results_json_held_before(tmp_path, capsys):
@@ -187,11 +242,7 @@ def test_accuracy_is_compared_with_the_run_that_results_json_held_before(tmp_pat
 
 
 def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transformers(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location(
-        "avx2_emulation", os.path.join(ROOT, "benchmarks", "avx2_emulation.py")
-    )
-    emulation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emulation)
+    emulation = bench_module("avx2_emulation")
     environments = []
 
     def run_job(python, script, job, precision, env, model="small"):
@@ -256,10 +307,7 @@ def test_a_bench_python_without_sentence_transformers_is_named_before_any_job(mo
 
 
 def step_profiler():
-    spec = importlib.util.spec_from_file_location("step_profile", os.path.join(ROOT, "benchmarks", "step_profile.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("step_profile")
 
 
 def test_thread_occupancy_splits_the_span_and_charges_idle_time_to_the_ops_running_then():
