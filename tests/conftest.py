@@ -1,5 +1,6 @@
 import json
 import os
+import subprocess
 import tempfile
 
 import numpy as np
@@ -155,3 +156,17 @@ def tiny_setup(tmp_path):
         "--lr",
         "1e-3",
     ]
+
+
+def run_until(command, line_start, send):
+    """Start ``command``, send it signal ``send`` once its log (stderr) shows a line starting with
+    ``line_start``; (exit status, its whole stderr)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    shown = []
+    for line in process.stderr:
+        shown.append(line)
+        if line.startswith(line_start):
+            process.send_signal(send)
+            break
+    _, rest = process.communicate(timeout=120)
+    return process.returncode, "".join(shown) + rest

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from cosent_tf.backend import tf
 from cosent_tf.distribute import get_strategy, is_chief
 from cosent_tf.errors import ConfigError
 
-from conftest import ROOT, tiny_setup  # noqa: F401  (a fixture)
+from conftest import ROOT, run_until, tiny_setup  # noqa: F401  (a fixture)
 
 
 def two_cpus():
@@ -184,6 +185,17 @@ def trained_weights(out):
     return SentenceEncoder.load(str(out / "model")).model.get_weights()
 
 
+def same_result(expected, actual, tolerance):
+    """Assert that the run in folder ``actual`` ended as the one in ``expected`` did: the same number
+    of steps, test Spearman and model weights within ``tolerance``. Returns ``actual``'s metrics."""
+    want, got = (json.loads((folder / "metrics.json").read_text()) for folder in (expected, actual))
+    assert got["steps"] == want["steps"]
+    assert got["test"]["spearman"] == pytest.approx(want["test"]["spearman"], abs=tolerance)
+    for wanted_weights, weights in zip(trained_weights(expected), trained_weights(actual)):
+        np.testing.assert_allclose(weights, wanted_weights, atol=tolerance)
+    return got
+
+
 @pytest.fixture
 def worker_command(tiny_setup):  # noqa: F811
     tmp_path, options = tiny_setup
@@ -204,11 +216,8 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
     assert json.loads(worker_out) == {"worker": "worker 1", "steps": 12}
     assert json.loads(chief_out)["test"] == json.loads((tmp_path / "two" / "metrics.json").read_text())["test"]
     assert "2 replicas (--strategy multi-worker), 4 pairs each a step" in chief_log
-    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("single", "two"))
-    assert two["replicas"] == 2 and two["steps"] == one["steps"] == 12
-    assert two["test"]["spearman"] == pytest.approx(one["test"]["spearman"], abs=1e-5)
-    for expected, actual in zip(trained_weights(tmp_path / "single"), trained_weights(tmp_path / "two")):
-        np.testing.assert_allclose(actual, expected, atol=1e-5)
+    two = same_result(tmp_path / "single", tmp_path / "two", 1e-5)
+    assert two["replicas"] == 2 and two["steps"] == 12
 
 
 @pytest.mark.slow
@@ -238,21 +247,14 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result_on_the
 
     (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(out)]))
     assert int(re.search(r"resumed at step (\d+)", chief_log).group(1)) in (6, 8)
-    whole, resumed = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("whole", "killed"))
-    assert resumed["steps"] == whole["steps"] == 12
-    assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
-    for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(out)):
-        np.testing.assert_allclose(actual, expected, atol=1e-6)
+    assert same_result(tmp_path / "whole", out, 1e-6)["steps"] == 12
 
     # The chief's backup holds no trace of the cluster: the run goes on in one process.
     alone = subprocess.run(command + ["--output-dir", str(tmp_path / "moved")], capture_output=True, text=True)
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert "resuming the unfinished run in this folder with strategy 'multi-worker' -> 'default'" in alone.stderr
-    moved = json.loads((tmp_path / "moved" / "metrics.json").read_text())
+    moved = same_result(tmp_path / "whole", tmp_path / "moved", 1e-5)
     assert (moved["replicas"], moved["steps"]) == (1, 12)
-    assert moved["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-5)
-    for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(tmp_path / "moved")):
-        np.testing.assert_allclose(actual, expected, atol=1e-5)
 
 
 def refused_start(workers):
@@ -290,13 +292,9 @@ def test_a_run_stopped_on_one_device_resumes_on_two_replicas_to_the_same_result(
     tmp_path, command = worker_command
     whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-3000:]
-    out = tmp_path / "moved"
-    stopped = subprocess.Popen(command + ["--output-dir", str(out)], stderr=subprocess.PIPE, text=True)
-    for line in stopped.stderr:  # 6 steps an epoch: by step 8's validation, step 6's state is saved
-        if line.startswith("step 8 valid"):
-            stopped.kill()
-            break
-    stopped.communicate(timeout=60)
+    out = tmp_path / "moved"  # 6 steps an epoch: by step 8's validation, step 6's state is saved
+    code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
+    assert code == -signal.SIGKILL
     assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
     resumed = subprocess.run(
         command + ["--output-dir", str(out), "--strategy", "mirrored"], env=two_cpus(), capture_output=True, text=True
@@ -304,8 +302,4 @@ def test_a_run_stopped_on_one_device_resumes_on_two_replicas_to_the_same_result(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming the unfinished run in this folder with strategy 'default' -> 'mirrored'" in resumed.stderr
     assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
-    one, moved = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("whole", "moved"))
-    assert (moved["replicas"], moved["steps"]) == (2, one["steps"])
-    assert moved["test"]["spearman"] == pytest.approx(one["test"]["spearman"], abs=1e-5)
-    for expected, actual in zip(trained_weights(tmp_path / "whole"), trained_weights(out)):
-        np.testing.assert_allclose(actual, expected, atol=1e-5)
+    assert same_result(tmp_path / "whole", out, 1e-5)["replicas"] == 2

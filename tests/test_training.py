@@ -20,7 +20,7 @@ from cosent_tf.optimizers import build_optimizer
 from cosent_tf.run_folder import RUN_OUTPUTS
 from cosent_tf.training import RunConfig, load_run_data, train
 
-from conftest import CHARACTERS, ROOT, tiny_pairs, tiny_setup, write_config, write_tiny_data
+from conftest import CHARACTERS, ROOT, run_until, tiny_pairs, tiny_setup, write_config, write_tiny_data
 
 RUN_FILES = [
     ".lock",
@@ -276,19 +276,6 @@ def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
     encoder = build_encoder(options[options.index("--config") + 1])
     assert {weight.dtype for weight in encoder.weights} == {tf.float32}
     assert encoder.get_layer("Embedding-Token").compute_dtype == "float32"
-
-
-def run_until(command, line_start, send):
-    """Start ``command``, send a signal once it prints a line starting with ``line_start``."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    shown = []  # stderr: the log, where progress lines go
-    for line in process.stderr:
-        shown.append(line)
-        if line.startswith(line_start):
-            process.send_signal(send)
-            break
-    _, rest = process.communicate(timeout=120)
-    return process.returncode, "".join(shown) + rest
 
 
 @pytest.fixture(scope="module")
