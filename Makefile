@@ -52,11 +52,14 @@ bench: $(STAMP) $(REF_VENV)/.installed
 bench-avx2: $(STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/avx2_emulation.py --bench-python $(REF_PY)
 
-# Where a training step's time goes, by op type and by compute thread, float32 against bf16
-# (about 4 minutes; writes benchmarks/STEP_PROFILE_small.md and STEP_PROFILE_base.md).
+# Where a training step's time goes, by op type and by inter-op thread, float32 against bf16,
+# and how much the cores beyond the first speed it up (about 8 minutes; writes
+# benchmarks/STEP_PROFILE_{small,base}.md and CORE_SCALING_{small,base}.md).
 profile-step: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/step_profile.py --model small
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/step_profile.py --model base
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/core_scaling.py --model small
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/core_scaling.py --model base --steps 6 --rounds 1 --repeats 1
 
 # Many short trainings in parallel processes, counting failures (not part of CI; about
 # 4 minutes per 200 runs here). SOAK_ARGS="--variant before-fix --variant default" compares

@@ -6,9 +6,11 @@ CPU at hand (so that a run on an AMX machine says what to fix there):
 * wall milliseconds a step, without and with the profiler;
 * each op type's self time a step, summed over threads (TensorFlow's op profile), matmuls
   (``*MatMul*``, ``*Einsum*``) against everything else;
-* how fully the step occupies TensorFlow's compute threads: the time every one of them is
-  busy, some are and some idle, none is; and which op types run while a thread idles (op
-  dispatch, one-threaded kernels and uneven splits, which no faster matmul shortens).
+* how many ops run at once on TensorFlow's inter-op threads (``tf_Compute``): the time every
+  one of them runs an op, some do and some have none, none does; and which op types run while
+  an inter-op thread has none. These are ops side by side, not cores: an op's shards run on
+  the intra-op threads, which the profile gives no op events, so a lone op may still keep
+  every core busy. ``core_scaling.py`` measures how much of the cores' time a step leaves unused.
 
 The step is ``micro.training_step``'s (the engine's encoder, ``FusedAdam``, CoSENT) on the
 benchmark's length-grouped BQ batches. Uses TensorFlow's profiler and its private XSpace
@@ -38,7 +40,7 @@ import run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRECISIONS = ("float32", "bf16")
-COMPUTE_THREAD = "tf_Compute"
+INTER_OP_THREAD = "tf_Compute"  # the intra-op threads (tf_numa_*_Eigen) carry no op events
 TABLE_ROWS = 25
 
 
@@ -46,8 +48,9 @@ def is_matmul(op_type):
     return "MatMul" in op_type or "Einsum" in op_type
 
 
-def op_self_ms(xplane_path, steps):
-    """{op type: self milliseconds a step, summed over threads} from TensorFlow's op profile."""
+def op_stats(xplane_path, steps):
+    """({op type: self milliseconds a step, summed over threads}, {op type: executions a step})
+    from TensorFlow's op profile."""
     from tensorflow.python.profiler.internal import _pywrap_profiler_plugin  # after cosent_tf: Keras 2
 
     data, ok = _pywrap_profiler_plugin.xspace_to_tools_data([xplane_path], "framework_op_stats")
@@ -55,12 +58,14 @@ def op_self_ms(xplane_path, steps):
         raise RuntimeError(f"{xplane_path}: TensorFlow's op profile could not be read")
     table = json.loads(data)[0]
     columns = [c["id"] for c in table["cols"]]
-    totals = {}
+    self_ms, executions = {}, {}
     for row in table["rows"]:
         cells = dict(zip(columns, (c["v"] for c in row["c"])))
-        if cells["type"] not in ("IDLE", ""):
-            totals[cells["type"]] = totals.get(cells["type"], 0.0) + cells["total_self_time"] / 1000 / steps
-    return totals
+        kind = cells["type"]
+        if kind not in ("IDLE", ""):
+            self_ms[kind] = self_ms.get(kind, 0.0) + cells["total_self_time"] / 1000 / steps
+            executions[kind] = executions.get(kind, 0.0) + cells["occurrences"] / steps
+    return self_ms, executions
 
 
 def read_xspace(path):
@@ -90,13 +95,13 @@ def op_type(event_name):
 
 
 def thread_occupancy(space, steps):
-    """How busy the compute threads of ``space`` (an XSpace) were, in milliseconds a step:
+    """How busy the inter-op threads of ``space`` (an XSpace) were, in milliseconds a step:
     ``all_busy``, ``some_idle`` (some busy, some not), ``none_busy`` over the span from the first
     to the last event, and ``while_idle``: {op type: time its executions overlap ``some_idle``}."""
     plane = next(p for p in space.planes if p.name == "/host:CPU")
-    lines = [line for line in plane.lines if line.name.startswith(COMPUTE_THREAD)]
+    lines = [line for line in plane.lines if line.name.startswith(INTER_OP_THREAD)]
     if not lines:
-        raise RuntimeError("the profile holds no TensorFlow compute threads")
+        raise RuntimeError("the profile holds no TensorFlow inter-op threads")
     busy = [merged((e.offset_ps, e.offset_ps + e.duration_ps) for e in line.events) for line in lines]
     span_start = min(b[0][0] for b in busy if b)
     span_end = max(b[-1][1] for b in busy if b)
@@ -157,11 +162,12 @@ def profile_precision(precision, config_path, batches, steps, folder):
             tf.profiler.experimental.stop()
     (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
     space = read_xspace(path)
-    ops = op_self_ms(path, steps)
+    ops, executions = op_stats(path, steps)
     return {
         "step_ms": unprofiled,
         "profiled_step_ms": profiled,
         "op_ms": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "op_executions": dict(sorted(executions.items(), key=lambda kv: -kv[1])),
         "matmul_ms": sum(v for k, v in ops.items() if is_matmul(k)),
         "other_ms": sum(v for k, v in ops.items() if not is_matmul(k)),
         "threads": thread_occupancy(space, steps),
@@ -200,17 +206,19 @@ def write_report(results, path):
     row("op time: matmuls", f32["matmul_ms"], bf16["matmul_ms"])
     row("op time: everything else", f32["other_ms"], bf16["other_ms"])
     threads = f32["threads"]["compute_threads"]
-    row(f"every compute thread busy ({threads} threads)", f32["threads"]["all_busy"], bf16["threads"]["all_busy"])
-    row("some compute threads busy, some idle", f32["threads"]["some_idle"], bf16["threads"]["some_idle"])
-    row("no compute thread busy", f32["threads"]["none_busy"], bf16["threads"]["none_busy"])
+    row(f"an op on every inter-op thread ({threads} threads)", f32["threads"]["all_busy"], bf16["threads"]["all_busy"])
+    row("an op on some inter-op threads, none on others", f32["threads"]["some_idle"], bf16["threads"]["some_idle"])
+    row("no op on any inter-op thread", f32["threads"]["none_busy"], bf16["threads"]["none_busy"])
     lines += ["", "## Op time by type", "", "| op type | float32 | bf16 | float32 / bf16 |", "|---|---|---|---|"]
     for kind in by_total(f32["op_ms"], bf16["op_ms"])[:TABLE_ROWS]:
         row(kind, f32["op_ms"].get(kind, 0.0), bf16["op_ms"].get(kind, 0.0))
     lines += [
         "",
-        "## What runs while a compute thread idles",
+        "## What runs while an inter-op thread has no op",
         "",
-        "Each op type's time a step during which some compute threads were busy and others idle.",
+        "Each op type's time a step during which some inter-op threads ran an op and others had none. "
+        "Inter-op threads are not cores: the intra-op threads running an op's shards leave no op events "
+        "(`core_scaling.py` measures the cores' unused time).",
         "",
         "| op type | float32 | bf16 |",
         "|---|---|---|",
