@@ -7,7 +7,7 @@ import pytest
 
 from cosent_tf import ConfigError, DataError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
 from cosent_tf.backend import dtype_policy, tf
-from cosent_tf.inference import batched_outputs, cosine_scores, top_k_cosine
+from cosent_tf.inference import batched_outputs, cosine_scores, inference_function, top_k_cosine
 from cosent_tf.models import head_layer_name
 
 from conftest import make_model_dir
@@ -198,6 +198,29 @@ def test_a_bf16_pair_scorer_keeps_its_head_in_float32_and_scores_like_float32(he
     expected, scores = full.similarity(texts_a, texts_b), bf16.similarity(texts_a, texts_b)
     assert scores.dtype == np.float32
     np.testing.assert_allclose(scores, expected, atol=0.02 * max(1.0, float(np.abs(expected).max())))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+def test_a_batch_computed_in_two_halves_equals_the_model_on_the_whole_batch(tiny_config, rows):
+    encoder = build_encoder(tiny_config, pooling="cls")
+    rng = np.random.default_rng(rows)
+    token_ids = rng.integers(672, 2000, size=(rows, 9)).astype(np.int32)
+    token_ids[:, 0], token_ids[:, -1] = 101, 102
+    token_ids[0, 5:] = 0  # padding: the first half's longest row is not the batch's
+    segment_ids = np.zeros_like(token_ids)
+    function = inference_function(encoder)
+    np.testing.assert_allclose(
+        function(token_ids, segment_ids).numpy(), encoder([token_ids, segment_ids], training=False).numpy(), atol=1e-6
+    )
+
+    # the traced graph calls the model twice: two halves the executor can run side by side
+    def softmaxes(function):
+        return sum(
+            op.type == "Softmax" for op in function.get_concrete_function(token_ids, segment_ids).graph.get_operations()
+        )
+
+    whole = tf.function(lambda ids, segments: encoder([ids, segments], training=False))
+    assert softmaxes(whole) > 0 and softmaxes(function) == 2 * softmaxes(whole)
 
 
 def test_batched_outputs_come_back_in_input_order(tiny_config):
