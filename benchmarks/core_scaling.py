@@ -19,17 +19,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cosent_tf.io import write_text  # noqa: E402
 
-import common  # noqa: E402
 import micro  # noqa: E402
-import run  # noqa: E402
+import step_profile  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PRECISIONS = ("float32", "bf16")
 
 
@@ -103,29 +100,15 @@ def write_report(results, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=sorted(common.MODELS), default="small")
-    parser.add_argument("--config", help="a model config to measure instead of --model's")
-    parser.add_argument("--pairs", type=int, default=common.BATCH_PAIRS, help="pairs a step")
-    parser.add_argument("--steps", type=int, default=24, help="batches a pass")
+    step_profile.add_step_arguments(parser, 24, "batches a pass")
     parser.add_argument("--rounds", type=int, default=2, help="passes over the batches in each child")
     parser.add_argument("--repeats", type=int, default=2, help="child processes for each number of cores")
-    parser.add_argument("--output-dir", default=HERE)
     parser.add_argument("--child", metavar="OUTPUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    config_path = args.config or common.MODELS[args.model][0]
+    config_path, results = step_profile.report_header(args)
     if args.child:
         return child(config_path, args.pairs, args.steps, args.rounds, args.child)
-    results = {
-        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": run.cpu_description(),
-        "model": "custom" if args.config else args.model,
-        "config": os.path.basename(config_path),
-        "pairs": args.pairs,
-        "steps": args.steps,
-        "rounds": args.rounds,
-        "repeats": args.repeats,
-        "cores": len(os.sched_getaffinity(0)),
-    }
+    results.update(rounds=args.rounds, repeats=args.repeats, cores=len(os.sched_getaffinity(0)))
     results["step_ms"] = {str(n): ms for n, ms in measure(args, config_path).items()}
     os.makedirs(args.output_dir, exist_ok=True)
     name = results["model"]

@@ -230,25 +230,36 @@ def write_report(results, path):
         f.write("\n".join(lines) + "\n")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_step_arguments(parser, steps, steps_help):
+    """The options this script and ``core_scaling.py`` share: which model, pairs a step, how many
+    steps, where the report goes."""
     parser.add_argument("--model", choices=sorted(common.MODELS), default="small")
-    parser.add_argument("--config", help="a model config to profile instead of --model's")
+    parser.add_argument("--config", help="a model config to measure instead of --model's")
     parser.add_argument("--pairs", type=int, default=common.BATCH_PAIRS, help="pairs a step")
-    parser.add_argument("--steps", type=int, default=20, help="steps profiled in each precision")
+    parser.add_argument("--steps", type=int, default=steps, help=steps_help)
     parser.add_argument("--output-dir", default=HERE)
-    args = parser.parse_args(argv)
+
+
+def report_header(args):
+    """(the model config's path, what a report says of its run: when, CPU, model, pairs, steps)."""
     config_path = args.config or common.MODELS[args.model][0]
-    batches = micro.training_batches(args.pairs, args.steps)
-    results = {
+    return config_path, {
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpu": run.cpu_description(),
         "model": "custom" if args.config else args.model,
         "config": os.path.basename(config_path),
         "pairs": args.pairs,
         "steps": args.steps,
-        "mean_padded_length": micro.mean_padded_length(batches),
     }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_arguments(parser, 20, "steps profiled in each precision")
+    args = parser.parse_args(argv)
+    config_path, results = report_header(args)
+    batches = micro.training_batches(args.pairs, args.steps)
+    results["mean_padded_length"] = micro.mean_padded_length(batches)
     with tempfile.TemporaryDirectory() as folder:
         for precision in PRECISIONS:
             results[precision] = profile_precision(precision, config_path, batches, args.steps, folder)

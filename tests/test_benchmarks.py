@@ -348,19 +348,24 @@ def test_op_types_are_read_from_op_events_only():
     assert profile.is_matmul("_MklEinsum") and profile.is_matmul("_MklMatMul") and not profile.is_matmul("Mul")
 
 
-@pytest.mark.slow
-@requires_shared_data
-def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path):
+def run_on_a_tiny_model(script, tmp_path, *options):
+    """benchmarks/SCRIPT.py on a one-layer model of width 24, reporting into tmp_path/out."""
     config = write_config(tmp_path / "config.json", hidden=24, layers=1, heads=2, intermediate=48)
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "step_profile.py"), "--config", config]
-        + ["--pairs", "8", "--steps", "3", "--output-dir", str(tmp_path / "out")],
+        [sys.executable, os.path.join(ROOT, "benchmarks", script), "--config", config, *options]
+        + ["--output-dir", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         env={**os.environ, "COSENT_SHARED_DATA": SHARED_DATA},
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+@requires_shared_data
+def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path):
+    run_on_a_tiny_model("step_profile.py", tmp_path, "--pairs", "8", "--steps", "3")
     figures = json.loads((tmp_path / "out" / "step_profile_custom.json").read_text())
     for precision in ("float32", "bf16"):
         run = figures[precision]
@@ -386,16 +391,7 @@ def core_scaler():
 @pytest.mark.slow
 @requires_shared_data
 def test_core_scaling_times_both_precisions_on_one_core_and_on_all(tmp_path):
-    config = write_config(tmp_path / "config.json", hidden=24, layers=1, heads=2, intermediate=48)
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "core_scaling.py"), "--config", config]
-        + ["--pairs", "8", "--steps", "2", "--rounds", "1", "--repeats", "1", "--output-dir", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COSENT_SHARED_DATA": SHARED_DATA},
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_on_a_tiny_model("core_scaling.py", tmp_path, "--pairs", "8", "--steps", "2", "--rounds", "1", "--repeats", "1")
     figures = json.loads((tmp_path / "out" / "core_scaling_custom.json").read_text())
     cores = len(os.sched_getaffinity(0))
     assert figures["cores"] == cores and set(figures["step_ms"]) == {"1", str(cores)}
