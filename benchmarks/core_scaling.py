@@ -26,8 +26,7 @@ from cosent_tf.io import write_text  # noqa: E402
 
 import micro  # noqa: E402
 import step_profile  # noqa: E402
-
-PRECISIONS = ("float32", "bf16")
+from step_profile import PRECISIONS  # noqa: E402
 
 
 def child(config_path, pairs, steps, rounds, output):

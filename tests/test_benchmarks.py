@@ -384,10 +384,6 @@ def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path):
     assert "Model custom (config.json), 8 pairs a step" in report
 
 
-def core_scaler():
-    return bench_module("core_scaling")
-
-
 @pytest.mark.slow
 @requires_shared_data
 def test_core_scaling_times_both_precisions_on_one_core_and_on_all(tmp_path):
@@ -406,7 +402,7 @@ def test_core_scaling_times_both_precisions_on_one_core_and_on_all(tmp_path):
 
 
 def test_a_child_that_ran_on_other_cores_than_it_was_pinned_to_fails_the_measurement(monkeypatch):
-    scaling = core_scaler()
+    scaling = bench_module("core_scaling")
 
     def unpinned(command, **kwargs):  # a child that reports every core whatever it was given
         output = command[command.index("--child") + 1]
