@@ -45,6 +45,11 @@ Keras 2. What this module works around:
   (:func:`cosent_tf.models.first_token_output`) makes such matmuls in every training
   step. oneDNN's own primitive cache is therefore off
   (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``, set here unless already set).
+* ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`` lets oneDNN keep each fused Dense's weights in its
+  blocked layout, reordered once, which is what its AMX kernel needs: bf16 encoding on an
+  Intel Xeon with AMX gained 1.1-1.3x (``docs/performance.md``, item 13). TensorFlow then
+  never reads those weights again, so training in such a process would go on computing with
+  its first weights; :class:`TokenDense` refuses to be traced for training there.
 
 The package relies on private internals of its pinned stack in these places, all named
 in ``setup.py``: bert4keras's transformer classes and tf-keras's ``RandomGenerator.dropout``
@@ -66,7 +71,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import environment  # noqa: F401  (before TensorFlow: Keras 2 and the allocator settings)
+from . import environment  # before TensorFlow: Keras 2 and the allocator settings
 
 # What TensorFlow's native code prints at start-up whatever TF_CPP_MIN_LOG_LEVEL says: absl's
 # notice, oneDNN's, the CPU-feature note, and CUDA probing on a machine without a GPU.
@@ -152,6 +157,23 @@ def _split_cpu():
 _split_cpu()
 
 
+def weights_assumed_frozen() -> bool:
+    """Whether TensorFlow's oneDNN matmuls may take their weights for constants in this process
+    (``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS`` true now, or when cosent_tf was imported)."""
+    values = (environment.FROZEN_WEIGHTS_AT_IMPORT, os.environ.get(environment.FROZEN_WEIGHTS_VARIABLE))
+    return any((value or "").strip().lower() in ("1", "true") for value in values)
+
+
+def check_weights_may_change() -> None:
+    """A ConfigError where training could not change what the model computes (see above)."""
+    if weights_assumed_frozen():
+        raise ConfigError(
+            f"{environment.FROZEN_WEIGHTS_VARIABLE} is set in this process, so TensorFlow would keep computing "
+            "with the first weights it saw and training would not change the model: it is for processes that "
+            "only encode or serve; train without it"
+        )
+
+
 class TokenDense(keras.layers.Dense):
     """Dense over the last axis that computes a rank-3 or higher input as one 2-D matmul.
 
@@ -162,7 +184,9 @@ class TokenDense(keras.layers.Dense):
     ``docs/performance.md``).
     """
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
+        if training is True:  # any training step, model.fit's or a custom loop's, traces this
+            check_weights_may_change()
         rank = inputs.shape.rank if isinstance(inputs, tf.Tensor) else None
         if rank is None or rank <= 2:
             return super().call(inputs)

@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from . import huggingface
-from .backend import dtype_policy, get_architecture, keras, policy_name, random_seed, tf
+from .backend import check_weights_may_change, dtype_policy, get_architecture, keras, policy_name, random_seed, tf
 from .callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from .checkpoints import checkpoint_files, open_checkpoint, read_config
 from .data import (
@@ -175,7 +175,9 @@ class RunData:
 def check_inputs(cfg: RunConfig) -> None:
     """What a run reads that can be checked at once, before any data is read: the data folder
     (or the user's files), the config, the vocabulary and the checkpoint. Errors name the path
-    (and, when it is relative, the folder it is relative to)."""
+    (and, when it is relative, the folder it is relative to). Also that this process can train at
+    all (:func:`cosent_tf.backend.check_weights_may_change`)."""
+    check_weights_may_change()
     if cfg.train_file:
         for path in (cfg.train_file, cfg.valid_file, cfg.test_file):
             if path is not None and not os.path.isfile(path):

@@ -1,4 +1,5 @@
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 from cosent_tf import ConfigError, build_encoder
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, inference_policy_name, keras, tf
 
-from conftest import ROOT
+from conftest import ROOT, make_model_dir
 
 # A few training steps of a tiny [CLS] encoder: the single-query attention of the last block
 # makes matmuls over a size-1 dimension, forward and backward, for every sequence length.
@@ -213,3 +214,96 @@ def test_inference_policy_keeps_weights_in_the_compute_dtype():
     assert [inference_policy_name(p) for p in ("float32", "bf16", "fp16")] == ["float32", "bfloat16", "float16"]
     with pytest.raises(ConfigError, match="unknown precision 'int8'"):
         inference_policy_name("int8")
+
+
+# A process that sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS: it encodes with a model folder in both
+# precisions, trains a plain Keras model (which nothing guards), then tries to train a cosent_tf
+# encoder. Each result is one JSON line.
+FROZEN_WEIGHTS_PROCESS = """
+import json, sys
+import numpy as np
+import cosent_tf as ct
+from cosent_tf.backend import keras, tf
+model_dir, config, output, texts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+np.savez(output, **{p: ct.SentenceEncoder.load(model_dir, p).encode(texts) for p in ("float32", "bf16")})
+keras.utils.set_random_seed(0)
+x, y = tf.random.normal([64, 8]), tf.random.normal([64, 4])
+plain = keras.Sequential([keras.layers.Dense(32, activation="gelu"), keras.layers.Dense(4)])
+plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+print(json.dumps({"plain_losses": plain.fit(x, y, epochs=6, batch_size=64, verbose=0).history["loss"]}))
+encoder = ct.build_encoder(config)
+encoder.compile(optimizer=ct.FusedAdam(1e-3), loss=ct.CoSENTLoss())
+ids = [np.arange(5, 5 + n, dtype=np.int32) for n in (3, 4, 5, 6)]
+try:
+    encoder.fit(ct.pair_dataset(ids[:2], ids[2:], np.array([0.0, 1.0], np.float32), batch_size=2), verbose=0)
+    print(json.dumps({"trained": True}))
+except Exception as error:  # Keras's tracing wraps it in a StagingError that keeps its message
+    print(json.dumps({"refused": str(error)}))
+"""
+
+
+@pytest.mark.slow
+def test_frozen_weights_process_encodes_the_same_vectors_and_refuses_to_train(tmp_path, tiny_config):
+    """With TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (oneDNN keeps fused Dense weights reordered, for
+    AMX) a model folder encodes what it encodes without it, and training a cosent_tf model is
+    refused: TensorFlow would go on using the first weights, as the plain Keras model shows."""
+    from cosent_tf import SentenceEncoder
+
+    make_model_dir(tmp_path / "model", tiny_config)
+    texts = ["我们是中国人", "你好", "他在这里说话了", "大"]
+    env = dict(os.environ, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS="1", PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FROZEN_WEIGHTS_PROCESS,
+            str(tmp_path / "model"),
+            str(tiny_config),
+            str(tmp_path / "v.npz"),
+        ]
+        + texts,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    frozen = np.load(tmp_path / "v.npz")
+    for precision, tolerance in (("float32", 1e-5), ("bf16", 2e-2)):
+        expected = SentenceEncoder.load(str(tmp_path / "model"), precision).encode(texts)
+        np.testing.assert_allclose(frozen[precision], expected, atol=tolerance)
+
+    keras.utils.set_random_seed(0)
+    x, y = tf.random.normal([64, 8]), tf.random.normal([64, 4])
+    plain = keras.Sequential([keras.layers.Dense(32, activation="gelu"), keras.layers.Dense(4)])
+    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    learned = plain.fit(x, y, epochs=6, batch_size=64, verbose=0).history["loss"]
+    stale = lines[0]["plain_losses"]
+    assert stale[0] == pytest.approx(learned[0], rel=1e-5)  # the same model and data
+    assert learned[0] - learned[-1] > 3 * (stale[0] - stale[-1])  # but the weights stayed put there
+
+    assert "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS is set in this process" in lines[1]["refused"]
+
+
+@pytest.mark.parametrize(
+    "now, at_import, frozen",
+    [
+        ("1", None, True),
+        ("TRUE", None, True),
+        (None, "true", True),
+        ("0", None, False),
+        ("false", "0", False),
+        (None, None, False),
+        ("", None, False),
+    ],
+)
+def test_weights_count_as_frozen_when_the_variable_is_true_now_or_was_at_import(monkeypatch, now, at_import, frozen):
+    from cosent_tf import backend, environment
+
+    monkeypatch.setattr(environment, "FROZEN_WEIGHTS_AT_IMPORT", at_import)
+    if now is None:
+        monkeypatch.delenv(environment.FROZEN_WEIGHTS_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(environment.FROZEN_WEIGHTS_VARIABLE, now)
+    assert backend.weights_assumed_frozen() is frozen

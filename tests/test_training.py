@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cosent_tf import DataError, PairScorer, SentenceEncoder, build_encoder, read_senteval, save_checkpoint, training
+from cosent_tf import (
+    ConfigError,
+    DataError,
+    PairScorer,
+    SentenceEncoder,
+    build_encoder,
+    read_senteval,
+    save_checkpoint,
+    training,
+)
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import train_main
 from cosent_tf.data import nli_files
@@ -161,6 +170,23 @@ def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
     )
     assert metrics["comparable"] is False and "NOT comparable" in metrics["notes"][0]
     assert metrics["train_pairs"] == 12
+
+
+def test_a_run_is_refused_before_it_reads_anything_where_weights_count_as_frozen(tiny_setup, monkeypatch):
+    """TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 makes TensorFlow keep a fused Dense's first weights
+    (tests/test_backend.py shows it); a run says so at once, with no run folder made."""
+    tmp_path, _ = tiny_setup
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "1")  # read here only: nothing runs a matmul
+    cfg = RunConfig(
+        task="BQ",
+        data_dir=str(tmp_path / "data"),
+        config=str(tmp_path / "config.json"),
+        vocab=str(tmp_path / "vocab.txt"),
+        output_dir=str(tmp_path / "run"),
+    )
+    with pytest.raises(ConfigError, match="TF_ONEDNN_ASSUME_FROZEN_WEIGHTS is set in this process"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("as_prefix", [False, True], ids=["folder", "prefix"])
