@@ -53,8 +53,12 @@ ENGINE, ORIGINAL, ST = "this engine", "original pipeline", "sentence-transformer
 # Encode jobs beyond each contestant's plain one, and the row label they get in RESULTS.md.
 EXTRA_ENCODE_JOBS = {
     "encode_saved_model": "exported SavedModel, raw strings in input order",
+    "encode_frozen_weights": "encode, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1",
     "encode_sorted": "sentences sorted by length",
 }
+# Variables a job's process starts with: README advises TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 for
+# processes that only encode or serve (oneDNN's AMX kernel for the Dense layers, where the CPU has it).
+JOB_ENVIRONMENT = {"encode_frozen_weights": {"TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "1"}}
 
 
 def _jobs():
@@ -62,7 +66,9 @@ def _jobs():
         for name in CONTESTANTS:
             yield from ((model, name, job, p) for job in ("train", "encode") for p in PRECISIONS)
             if name == ENGINE:
-                yield from ((model, name, "encode_saved_model", p) for p in PRECISIONS)
+                yield from (
+                    (model, name, job, p) for job in ("encode_saved_model", "encode_frozen_weights") for p in PRECISIONS
+                )
             if name == ORIGINAL and model == "small":
                 yield (model, name, "encode_sorted", "float32")
 
@@ -149,6 +155,20 @@ TARGETS = [
         ("training float32 vs original pipeline", model, ("train", "float32"), (ORIGINAL, "train", "float32"), 2.0),
         ("encoding bf16 vs float32, this engine", model, ("encode", "bf16"), (ENGINE, "encode", "float32"), None),
         ("encoding float32 vs original pipeline", model, ("encode", "float32"), (ORIGINAL, "encode", "float32"), None),
+        (
+            "encoding float32, frozen weights, vs sentence-transformers",
+            model,
+            ("encode_frozen_weights", "float32"),
+            (ST, "encode", "float32"),
+            None,
+        ),
+        (
+            "encoding bf16, frozen weights, vs sentence-transformers bf16",
+            model,
+            ("encode_frozen_weights", "bf16"),
+            (ST, "encode", "bf16"),
+            None,
+        ),
         (
             "SavedModel encoding float32 vs sentence-transformers",
             model,
@@ -447,7 +467,8 @@ def main():
     runs = {}
     for model, name, job, precision in JOBS:
         script, venv = CONTESTANTS[name]
-        runs[(model, name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, env, model)
+        job_env = {**env, **JOB_ENVIRONMENT.get(job, {})}
+        runs[(model, name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, job_env, model)
         if "error" not in figures:
             print(
                 f"{model} {name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "

@@ -6,6 +6,8 @@
   ``FusedAdam`` 2e-5, ``model.fit``. ``bf16`` trains under mixed_bfloat16 as ``--precision bf16``.
 * encode: ``SentenceEncoder.load(folder, precision).encode(sentences, batch_size=64)``
   on a model folder written by ``save_model_dir``, tokenisation included.
+* encode_frozen_weights: encode, in a process started with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
+  (``run.py`` sets it), as README advises for processes that only encode or serve.
 * encode_saved_model: the folder exported by ``export_saved_model(..., precision)`` and
   loaded with ``tf.saved_model.load``; its ``serving_default`` signature called on raw
   strings, 64 at a time in input order (as requests reach a server: nothing sorts them).
@@ -19,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
-from cosent_tf.backend import import_tensorflow_text, keras, tf  # noqa: E402
+from cosent_tf.backend import import_tensorflow_text, keras, tf, weights_assumed_frozen  # noqa: E402
 
 import common  # noqa: E402
 
@@ -62,6 +64,12 @@ def encode(precision):
     return common.encode_figures(run, sentences)
 
 
+def encode_frozen_weights(precision):
+    if not weights_assumed_frozen():  # a process starts with it, as README's users' processes do
+        raise SystemExit("start this job with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (benchmarks/run.py does)")
+    return encode(precision)
+
+
 def encode_saved_model(precision):
     import_tensorflow_text()  # registers the WordPiece op the exported graph holds
     sentences = common.test_sentences()
@@ -81,4 +89,11 @@ def encode_saved_model(precision):
 
 
 if __name__ == "__main__":
-    common.contestant_main({"train": train, "encode": encode, "encode_saved_model": encode_saved_model})
+    common.contestant_main(
+        {
+            "train": train,
+            "encode": encode,
+            "encode_frozen_weights": encode_frozen_weights,
+            "encode_saved_model": encode_saved_model,
+        }
+    )

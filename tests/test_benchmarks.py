@@ -241,6 +241,33 @@ def test_accuracy_is_compared_with_the_run_that_results_json_held_before(tmp_pat
     assert "| length-grouped bf16 | 0.5100 | 0.4900 | +0.0000 | 0.4900 | +0.0000 | yes | 60 |" in text
 
 
+def test_only_the_frozen_weights_jobs_start_with_tf_onednn_assume_frozen_weights(tmp_path, monkeypatch):
+    runner = bench_runner()
+    started = {}
+
+    def run_job(python, script, job, precision, env, model="small"):
+        started[(model, script, job, precision)] = env.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS")
+        if job == "micro":
+            return {"error": "exit status 1: not measured here", "command": "micro.py"}
+        return figures(job, 100.0)
+
+    monkeypatch.setattr(runner, "run_job", run_job)
+    monkeypatch.setattr(runner, "check_environment", lambda python: None)
+    monkeypatch.delenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", raising=False)
+    monkeypatch.setattr(sys, "argv", ["run.py", "--skip-accuracy", "--output-dir", str(tmp_path)])
+    assert runner.main() == 1  # micro.py "failed"
+    frozen = {key for key, value in started.items() if value is not None}
+    assert frozen == {
+        (model, "this_engine.py", "encode_frozen_weights", p)
+        for model in ("small", "base")
+        for p in ("float32", "bf16")
+    }
+    assert {started[key] for key in frozen} == {"1"} and len(started) == len(runner.JOBS) + 1
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert "| small | this engine, encode, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 | bf16 | | | | 110 (100–120) |" in text
+    assert "| base | encoding bf16, frozen weights, vs sentence-transformers bf16 | 1.00× |" in text
+
+
 def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transformers(tmp_path, monkeypatch):
     emulation = bench_module("avx2_emulation")
     environments = []
