@@ -47,9 +47,10 @@ Keras 2. What this module works around:
   (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``, set here unless already set).
 * ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`` lets oneDNN keep each fused Dense's weights in its
   blocked layout, reordered once, which is what its AMX kernel needs: bf16 encoding on an
-  Intel Xeon with AMX gained 1.1-1.3x (``docs/performance.md``, item 13). TensorFlow then
-  never reads those weights again, so training in such a process would go on computing with
-  its first weights; :class:`TokenDense` refuses to be traced for training there.
+  Intel Xeon with AMX gained 1.30-1.35x for BERT-base and 1.05-1.17x for the small model
+  (``docs/performance.md``, item 13). TensorFlow then never reads those weights again, so a
+  model trained in such a process would go on computing with its first weights: a run
+  (:func:`check_weights_may_change`) and :class:`TokenDense`, traced for training, refuse.
 
 The package relies on private internals of its pinned stack in these places, all named
 in ``setup.py``: bert4keras's transformer classes and tf-keras's ``RandomGenerator.dropout``

@@ -19,9 +19,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 
-# Set, TensorFlow's oneDNN matmuls reorder their weights once, on first use, and keep that copy
-# for good: a trained model would keep computing with its first weights. TensorFlow reads it
-# once a process, so its value when cosent_tf was imported counts too
+# When it is set, TensorFlow's fused oneDNN matmuls reorder their weights once, on first use, and
+# keep that copy: a model trained in the process would go on computing with its first weights.
+# TensorFlow reads it once a process, so its value when cosent_tf was imported counts too
 # (:func:`cosent_tf.backend.weights_assumed_frozen`).
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 FROZEN_WEIGHTS_AT_IMPORT = os.environ.get(FROZEN_WEIGHTS_VARIABLE)
