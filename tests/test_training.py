@@ -153,16 +153,21 @@ def test_same_seed_same_result_and_periodic_validation(tiny_setup):
     assert [(r["step"], r["end_of_epoch"]) for r in rows] == [("2", "False"), ("4", "False"), ("6", "True")]
 
 
-def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
-    tmp_path, options = tiny_setup
-    (tmp_path / "data" / "senteval_cn" / "LCQMC" / "LCQMC.train.data").unlink()
-    cfg = RunConfig(
-        task="LCQMC",
+def tiny_run_config(tmp_path, task):
+    """A run of ``task`` on tiny_setup's data, config and vocabulary, into tmp_path/run."""
+    return RunConfig(
+        task=task,
         data_dir=str(tmp_path / "data"),
         config=str(tmp_path / "config.json"),
         vocab=str(tmp_path / "vocab.txt"),
         output_dir=str(tmp_path / "run"),
     )
+
+
+def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
+    tmp_path, options = tiny_setup
+    (tmp_path / "data" / "senteval_cn" / "LCQMC" / "LCQMC.train.data").unlink()
+    cfg = tiny_run_config(tmp_path, "LCQMC")
     with pytest.raises(DataError, match=r"LCQMC/LCQMC.train.data: the LCQMC train split is not here"):
         train(cfg)
     metrics = train_main(
@@ -177,13 +182,7 @@ def test_a_run_is_refused_before_it_reads_anything_where_weights_count_as_frozen
     (tests/test_backend.py shows it); a run says so at once, with no run folder made."""
     tmp_path, _ = tiny_setup
     monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "1")  # read here only: nothing runs a matmul
-    cfg = RunConfig(
-        task="BQ",
-        data_dir=str(tmp_path / "data"),
-        config=str(tmp_path / "config.json"),
-        vocab=str(tmp_path / "vocab.txt"),
-        output_dir=str(tmp_path / "run"),
-    )
+    cfg = tiny_run_config(tmp_path, "BQ")
     with pytest.raises(ConfigError, match="TF_ONEDNN_ASSUME_FROZEN_WEIGHTS is set in this process"):
         train(cfg)
     assert not (tmp_path / "run").exists()
