@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from cosent_tf import ConfigError, build_encoder
+from cosent_tf import ConfigError, SentenceEncoder, build_encoder
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, inference_policy_name, keras, tf
 
 from conftest import ROOT, make_model_dir
@@ -247,8 +247,6 @@ def test_frozen_weights_process_encodes_the_same_vectors_and_refuses_to_train(tm
     """With TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (oneDNN keeps fused Dense weights reordered, for
     AMX) a model folder encodes what it encodes without it, and training a cosent_tf model is
     refused: TensorFlow would go on using the first weights, as the plain Keras model shows."""
-    from cosent_tf import SentenceEncoder
-
     make_model_dir(tmp_path / "model", tiny_config)
     texts = ["我们是中国人", "你好", "他在这里说话了", "大"]
     env = dict(os.environ, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS="1", PYTHONPATH=ROOT)
