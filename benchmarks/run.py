@@ -24,7 +24,10 @@ It writes ``benchmarks/results.json`` (every repetition) and ``benchmarks/RESULT
 recorded with its error in both, the others are still measured, and the command then exits
 with status 1; nothing is retried.
 
-    .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-reference/bin/python]
+    .venv/bin/python benchmarks/run.py [--time-budget 60] [--bench-python .venv-reference/bin/python] [--cpus 0,1]
+
+``--cpus`` pins every process the run starts to those CPUs (as ``taskset -c`` would), so that a
+larger machine can be measured on as many cores as the developers' 2-core machines have.
 """
 
 import argparse
@@ -89,12 +92,32 @@ def failure(command, completed):
     }
 
 
-def run_job(python, script, job, precision, env, model="small"):
+def pinned_to(cpus):
+    """A ``preexec_fn`` that pins the child process to ``cpus`` (None: no pinning). TensorFlow and
+    PyTorch size their thread pools from the affinity they start with."""
+    return None if cpus is None else lambda: os.sched_setaffinity(0, cpus)
+
+
+def parse_cpus(text):
+    """``--cpus``: CPU numbers as ``taskset -c`` takes them (``0,1``, ``0-3``, ``0-1,8``)."""
+    cpus = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        last = last if dash else first
+        if not (first.isdigit() and last.isdigit()) or int(last) < int(first):
+            raise argparse.ArgumentTypeError(f"{text!r}: give CPU numbers and ranges, as in 0,1 or 0-3")
+        cpus.update(range(int(first), int(last) + 1))
+    return sorted(cpus)
+
+
+def run_job(python, script, job, precision, env, model="small", cpus=None):
     """The job's figures, or (it failed) :func:`failure`'s record; said on the console either way."""
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "result.json")
         command = [python, os.path.join(HERE, script), job, precision, output]
-        completed = subprocess.run(command, env={**env, "BENCH_MODEL": model}, capture_output=True, text=True)
+        completed = subprocess.run(
+            command, env={**env, "BENCH_MODEL": model}, capture_output=True, text=True, preexec_fn=pinned_to(cpus)
+        )
         if completed.returncode != 0:
             print(f"FAILED: {' '.join(command)}\n{completed.stderr[-3000:]}", flush=True)
             return failure(command, completed)
@@ -215,12 +238,16 @@ def ratio_row(model, label, value, target, basis="", measurable=True):
 
 
 def write_report(path, results, micro, accuracy, args, started, cpu, has_bf16, previous=None):
+    cpus = getattr(args, "cpus", None)  # results.json from before --cpus has none
+    cpus_text = ",".join(map(str, cpus or ()))
+    pinning = f", every process pinned to CPUs {cpus_text} ({len(cpus)} of them)" if cpus else ""
+    cpus_option = f" --cpus {cpus_text}" if cpus else ""
     lines = [
         "# Speed: this engine vs the original bert4keras pipeline and sentence-transformers",
         "",
-        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu}, Python {platform.python_version()}, "
-        f"by `make bench` (`.venv/bin/python benchmarks/run.py --time-budget {args.time_budget:g}`): each job "
-        f"in its own process, {common.REPEATS} repetitions after a warm-up. Rates are medians of the "
+        f"Measured {started:%Y-%m-%d %H:%M} UTC on {cpu}{pinning}, Python {platform.python_version()}, "
+        f"by `make bench` (`.venv/bin/python benchmarks/run.py --time-budget {args.time_budget:g}{cpus_option}`): "
+        f"each job in its own process, {common.REPEATS} repetitions after a warm-up. Rates are medians of the "
         "repetitions with their min–max.",
         "",
         f"Set-up (every contestant): random BERTs of two shapes, {' and '.join(MODEL_NAMES.values())}, vocab "
@@ -385,7 +412,7 @@ ACCURACY_RUNS = {
 }
 
 
-def accuracy_runs(folder):
+def accuracy_runs(folder, cpus=None):
     """Test Spearman of a short STS-B run per set-up: {name: metrics}."""
     metrics = {}
     for name, options in ACCURACY_RUNS.items():
@@ -404,7 +431,7 @@ def accuracy_runs(folder):
             output,
             *options,
         ]
-        completed = subprocess.run(command, capture_output=True, text=True)
+        completed = subprocess.run(command, capture_output=True, text=True, preexec_fn=pinned_to(cpus))
         if completed.returncode != 0:
             print(f"FAILED: accuracy, {name}\n{completed.stderr[-3000:]}", flush=True)
             metrics[name] = failure(command, completed)
@@ -454,21 +481,29 @@ def main():
     parser.add_argument("--output-dir", default=HERE)
     parser.add_argument("--skip-accuracy", action="store_true", help="leave out the three short STS-B runs")
     parser.add_argument("--report-only", action="store_true", help="rewrite RESULTS.md from OUTPUT_DIR/results.json")
+    parser.add_argument(
+        "--cpus", type=parse_cpus, help="pin every job to these CPUs, as taskset -c takes them (0,1 or 0-3)"
+    )
     args = parser.parse_args()
     if args.report_only:
         return report(os.path.join(args.output_dir, "results.json"))
+    unavailable = sorted(set(args.cpus or ()) - os.sched_getaffinity(0))
+    if unavailable:
+        parser.error(f"--cpus: this process may not run on CPU {', '.join(map(str, unavailable))}")
     check_environment(args.bench_python)
     started = datetime.datetime.now(datetime.timezone.utc)
     pythons = {"engine": sys.executable, "bench": args.bench_python}
     env = {**os.environ, "BENCH_TIME_BUDGET": str(args.time_budget), "PYTHONUNBUFFERED": "1"}
-    micro = run_job(sys.executable, "micro.py", "micro", "float32", env)
+    micro = run_job(sys.executable, "micro.py", "micro", "float32", env, cpus=args.cpus)
     if "error" not in micro:
         print(f"micro: loss share {100 * micro['float32']['loss_share']:.2f}%", flush=True)
     runs = {}
     for model, name, job, precision in JOBS:
         script, venv = CONTESTANTS[name]
         job_env = {**env, **JOB_ENVIRONMENT.get(job, {})}
-        runs[(model, name, job, precision)] = figures = run_job(pythons[venv], script, job, precision, job_env, model)
+        runs[(model, name, job, precision)] = figures = run_job(
+            pythons[venv], script, job, precision, job_env, model, args.cpus
+        )
         if "error" not in figures:
             print(
                 f"{model} {name} {job} {precision}: {', '.join(f'{r:.1f}' for r in figures[RATE[job]])}/s, "
@@ -476,7 +511,7 @@ def main():
                 flush=True,
             )
     with tempfile.TemporaryDirectory() as folder:
-        accuracy = {} if args.skip_accuracy else accuracy_runs(folder)
+        accuracy = {} if args.skip_accuracy else accuracy_runs(folder, args.cpus)
     raw = {
         "started": started.isoformat(),
         "cpu": cpu_description(),

@@ -1,6 +1,7 @@
 """make bench's bookkeeping (benchmarks/run.py): a failed job is recorded and reported, the rest
 measured. The measurements themselves are `make bench`'s, not the tests'."""
 
+import argparse
 import importlib.util
 import json
 import os
@@ -245,7 +246,7 @@ def test_only_the_frozen_weights_jobs_start_with_tf_onednn_assume_frozen_weights
     runner = bench_runner()
     started = {}
 
-    def run_job(python, script, job, precision, env, model="small"):
+    def run_job(python, script, job, precision, env, model="small", cpus=None):
         started[(model, script, job, precision)] = env.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS")
         if job == "micro":
             return {"error": "exit status 1: not measured here", "command": "micro.py"}
@@ -266,6 +267,62 @@ def test_only_the_frozen_weights_jobs_start_with_tf_onednn_assume_frozen_weights
     text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
     assert "| small | this engine, encode, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 | bf16 | | | | 110 (100–120) |" in text
     assert "| base | encoding bf16, frozen weights, vs sentence-transformers bf16 | 1.00× |" in text
+
+
+def test_cpus_are_read_as_taskset_takes_them():
+    runner = bench_runner()
+    assert runner.parse_cpus("0,1") == [0, 1]
+    assert runner.parse_cpus("0-3") == [0, 1, 2, 3]
+    assert runner.parse_cpus("4, 0-1,1") == [0, 1, 4]
+    for bad in ("", "a", "3-1", "0,,1", "1-", "-2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="give CPU numbers and ranges"):
+            runner.parse_cpus(bad)
+
+
+def test_a_job_runs_pinned_to_the_cpus_asked_for(tmp_path):
+    runner = bench_runner()
+    script = tmp_path / "affinity.py"
+    script.write_text(
+        "import json, os, sys\njson.dump({'cpus': sorted(os.sched_getaffinity(0))}, open(sys.argv[3], 'w'))\n"
+    )
+    first = min(os.sched_getaffinity(0))
+    pinned = runner.run_job(sys.executable, str(script), "encode", "float32", dict(os.environ), cpus=[first])
+    assert pinned == {"cpus": [first]}
+    free = runner.run_job(sys.executable, str(script), "encode", "float32", dict(os.environ))
+    assert free == {"cpus": sorted(os.sched_getaffinity(0))}
+
+
+def test_cpus_this_process_may_not_use_stop_the_bench_before_any_job(monkeypatch, capsys):
+    runner = bench_runner()
+    started = []
+    monkeypatch.setattr(runner, "run_job", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(runner, "check_environment", lambda python: started.append(python))
+    missing = max(os.sched_getaffinity(0)) + 1
+    monkeypatch.setattr(sys, "argv", ["run.py", "--cpus", f"0,{missing}"])
+    with pytest.raises(SystemExit):
+        runner.main()
+    assert f"--cpus: this process may not run on CPU {missing}" in capsys.readouterr().err and not started
+
+
+def test_a_pinned_run_says_so_and_pins_every_job(tmp_path, monkeypatch):
+    runner = bench_runner()
+    pinned = {}
+
+    def run_job(python, script, job, precision, env, model="small", cpus=None):
+        pinned[(model, script, job, precision)] = cpus
+        if job == "micro":
+            return {"error": "exit status 1: not measured here", "command": "micro.py"}
+        return figures(job, 100.0)
+
+    first = min(os.sched_getaffinity(0))
+    monkeypatch.setattr(runner, "run_job", run_job)
+    monkeypatch.setattr(runner, "check_environment", lambda python: None)
+    monkeypatch.setattr(sys, "argv", ["run.py", "--skip-accuracy", "--cpus", str(first), "--output-dir", str(tmp_path)])
+    runner.main()
+    assert len(pinned) == len(runner.JOBS) + 1 and set(map(tuple, pinned.values())) == {(first,)}
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    assert f", every process pinned to CPUs {first} (1 of them), Python" in text
+    assert f"run.py --time-budget 60 --cpus {first}`" in text
 
 
 def test_the_avx2_emulation_caps_every_job_and_reports_ratios_to_sentence_transformers(tmp_path, monkeypatch):
