@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cosent_tf.io import write_text  # noqa: E402
 
 import micro  # noqa: E402
+import run  # noqa: E402
 import step_profile  # noqa: E402
 from step_profile import PRECISIONS  # noqa: E402
 
@@ -43,9 +44,7 @@ def pinned_step_ms(cores, args, config_path):
         output = os.path.join(folder, "child.json")
         command = [sys.executable, os.path.abspath(__file__), "--child", output, "--config", config_path]
         command += ["--pairs", str(args.pairs), "--steps", str(args.steps), "--rounds", str(args.rounds)]
-        completed = subprocess.run(
-            command, capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, cores)
-        )
+        completed = subprocess.run(command, capture_output=True, text=True, preexec_fn=run.pinned_to(cores))
         if completed.returncode:
             raise SystemExit(f"{' '.join(command)} (cores {sorted(cores)}) failed:\n{completed.stderr[-3000:]}")
         with open(output, encoding="utf-8") as f:

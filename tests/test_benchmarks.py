@@ -242,21 +242,29 @@ def test_accuracy_is_compared_with_the_run_that_results_json_held_before(tmp_pat
     assert "| length-grouped bf16 | 0.5100 | 0.4900 | +0.0000 | 0.4900 | +0.0000 | yes | 60 |" in text
 
 
-def test_only_the_frozen_weights_jobs_start_with_tf_onednn_assume_frozen_weights(tmp_path, monkeypatch):
-    runner = bench_runner()
+def main_with_jobs_recorded(runner, monkeypatch, tmp_path, *options):
+    """run.main with OPTIONS, no accuracy runs and every job faked (micro.py "fails"): its exit
+    status and {(model, script, job, precision): (the job's environment, its --cpus)}."""
     started = {}
 
     def run_job(python, script, job, precision, env, model="small", cpus=None):
-        started[(model, script, job, precision)] = env.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS")
+        started[(model, script, job, precision)] = env, cpus
         if job == "micro":
             return {"error": "exit status 1: not measured here", "command": "micro.py"}
         return figures(job, 100.0)
 
     monkeypatch.setattr(runner, "run_job", run_job)
     monkeypatch.setattr(runner, "check_environment", lambda python: None)
+    monkeypatch.setattr(sys, "argv", ["run.py", "--skip-accuracy", "--output-dir", str(tmp_path), *options])
+    return runner.main(), started
+
+
+def test_only_the_frozen_weights_jobs_start_with_tf_onednn_assume_frozen_weights(tmp_path, monkeypatch):
+    runner = bench_runner()
     monkeypatch.delenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", raising=False)
-    monkeypatch.setattr(sys, "argv", ["run.py", "--skip-accuracy", "--output-dir", str(tmp_path)])
-    assert runner.main() == 1  # micro.py "failed"
+    status, jobs = main_with_jobs_recorded(runner, monkeypatch, tmp_path)
+    assert status == 1  # micro.py "failed"
+    started = {key: env.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS") for key, (env, _) in jobs.items()}
     frozen = {key for key, value in started.items() if value is not None}
     assert frozen == {
         (model, "this_engine.py", "encode_frozen_weights", p)
@@ -306,19 +314,9 @@ def test_cpus_this_process_may_not_use_stop_the_bench_before_any_job(monkeypatch
 
 def test_a_pinned_run_says_so_and_pins_every_job(tmp_path, monkeypatch):
     runner = bench_runner()
-    pinned = {}
-
-    def run_job(python, script, job, precision, env, model="small", cpus=None):
-        pinned[(model, script, job, precision)] = cpus
-        if job == "micro":
-            return {"error": "exit status 1: not measured here", "command": "micro.py"}
-        return figures(job, 100.0)
-
     first = min(os.sched_getaffinity(0))
-    monkeypatch.setattr(runner, "run_job", run_job)
-    monkeypatch.setattr(runner, "check_environment", lambda python: None)
-    monkeypatch.setattr(sys, "argv", ["run.py", "--skip-accuracy", "--cpus", str(first), "--output-dir", str(tmp_path)])
-    runner.main()
+    _, jobs = main_with_jobs_recorded(runner, monkeypatch, tmp_path, "--cpus", str(first))
+    pinned = {key: cpus for key, (_, cpus) in jobs.items()}
     assert len(pinned) == len(runner.JOBS) + 1 and set(map(tuple, pinned.values())) == {(first,)}
     text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
     assert f", every process pinned to CPUs {first} (1 of them), Python" in text
