@@ -41,5 +41,5 @@ setup(
         # reading a Hugging Face folder's pytorch_model.bin (model.safetensors needs no torch)
         "torch": ["torch>=2.1"],
     },
-    entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:main"]},
+    entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:console_main"]},
 )

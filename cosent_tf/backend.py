@@ -51,6 +51,8 @@ Keras 2. What this module works around:
   (``docs/performance.md``, item 13). TensorFlow then never reads those weights again, so a
   model trained in such a process would go on computing with its first weights: a run
   (:func:`check_weights_may_change`) and :class:`TokenDense`, traced for training, refuse.
+  The ``cosent-tf`` script sets it for its bf16 inference commands on a CPU with AMX
+  (:func:`cosent_tf.cli.keeps_weights_in_amx_layout`).
 
 The package relies on private internals of its pinned stack in these places, all named
 in ``setup.py``: bert4keras's transformer classes and tf-keras's ``RandomGenerator.dropout``

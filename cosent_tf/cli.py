@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from . import environment
 from .data import read_lines, read_pair_lines
 from .errors import ConfigError, CosentError, TrainingInterrupted
 from .io import atomic_path, check_output_file, check_output_folder, write_json, write_text
@@ -367,19 +368,54 @@ def argument_parser(command_name: str = None):
     return parser
 
 
-def main(argv=None) -> int:
+# Commands that only run models forward: their processes never change a model's weights.
+INFERENCE_COMMANDS = ("evaluate", "encode", "similarity", "search")
+
+
+def keeps_weights_in_amx_layout(args, cpu_flags, environ) -> bool:
+    """Whether a ``cosent-tf`` process that runs ``args`` should set ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1``:
+    an inference command in bf16, on a CPU with AMX, where the user has not set the variable
+    either way. oneDNN then keeps each Dense layer's weights in the layout its AMX kernel needs
+    (bf16 encoding 1.05-1.35× faster on a Xeon, docs/performance.md item 13); elsewhere, and in
+    float32, it gained nothing that was measured consistently."""
+    return (
+        args.command in INFERENCE_COMMANDS
+        and args.precision == "bf16"
+        and "amx_bf16" in cpu_flags
+        and environ.get(environment.FROZEN_WEIGHTS_VARIABLE) is None
+    )
+
+
+def main(argv=None, *, whole_process=False) -> int:
+    """The command line on ``argv`` (default: ``sys.argv[1:]``). ``whole_process``: this call is
+    all the process does (the ``cosent-tf`` script), so it may set up TensorFlow for the command
+    alone (:func:`keeps_weights_in_amx_layout`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # train's options import TensorFlow while the parser is built: --verbose must already hold then
     try:
         with tensorflow_start_up_shown("--verbose" in argv):
             args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
             with console_logging():
+                if whole_process and keeps_weights_in_amx_layout(args, environment.cpu_flags(), os.environ):
+                    # Not put back: TensorFlow reads it once, at its first fused matmul, and the
+                    # training guard (backend.weights_assumed_frozen) must go on seeing it.
+                    os.environ[environment.FROZEN_WEIGHTS_VARIABLE] = "1"
+                    logging.getLogger("cosent_tf").info(
+                        "AMX CPU, bf16: oneDNN keeps each Dense layer's weights in its AMX layout "
+                        "(%s=1; set it to 0 to turn this off)",
+                        environment.FROZEN_WEIGHTS_VARIABLE,
+                    )
                 args.handler(args)
     except (CosentError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
     except KeyboardInterrupt:  # outputs are written atomically: nothing half-done is left
         raise SystemExit("stopped: SIGINT received; nothing was written") from None
     return 0
+
+
+def console_main() -> int:
+    """The ``cosent-tf`` console script: :func:`main` as the whole of its process."""
+    return main(whole_process=True)
 
 
 # The training scripts (scripts/*.py): options of cosent_tf.training.RunConfig.

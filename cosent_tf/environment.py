@@ -25,3 +25,14 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 # (:func:`cosent_tf.backend.weights_assumed_frozen`).
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 FROZEN_WEIGHTS_AT_IMPORT = os.environ.get(FROZEN_WEIGHTS_VARIABLE)
+
+
+def cpu_flags(cpuinfo="/proc/cpuinfo") -> frozenset:
+    """The instruction-set extensions this CPU has, as Linux's ``cpuinfo`` names them
+    (``amx_bf16``, ``avx512_bf16``, ...); empty where that file is missing."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return frozenset(flags.split())

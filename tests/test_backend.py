@@ -284,6 +284,18 @@ def test_frozen_weights_process_encodes_the_same_vectors_and_refuses_to_train(tm
     assert "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS is set in this process" in lines[1]["refused"]
 
 
+def test_cpu_flags_are_the_first_processors_flags_line(tmp_path):
+    from cosent_tf.environment import cpu_flags
+
+    (tmp_path / "cpuinfo").write_text(
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: fpu avx512_bf16 amx_bf16 amx_tile\n\n"
+        "processor\t: 1\nflags\t\t: fpu\n",
+        encoding="utf-8",
+    )
+    assert cpu_flags(tmp_path / "cpuinfo") == {"fpu", "avx512_bf16", "amx_bf16", "amx_tile"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
 @pytest.mark.parametrize(
     "now, at_import, frozen",
     [

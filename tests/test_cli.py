@@ -9,9 +9,9 @@ import pytest
 
 from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
-from cosent_tf.cli import console_logging, main
+from cosent_tf.cli import argument_parser, console_logging, keeps_weights_in_amx_layout, main
 
-from conftest import make_model_dir
+from conftest import ROOT, make_model_dir
 
 SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
 
@@ -192,6 +192,74 @@ def test_console_script_is_installed_with_help():
     script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
     result = subprocess.run([script, "search", "query", "--help"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "--top-k" in result.stdout
+
+
+BF16 = ["--precision", "bf16"]
+
+
+@pytest.mark.parametrize(
+    "argv, flags, preset, kept",
+    [
+        (["encode", "m", "t.txt", "v.npy"] + BF16, {"amx_tile", "amx_bf16", "avx512_bf16"}, None, True),
+        (["similarity", "m", "p.tsv", "s.tsv"] + BF16, {"amx_bf16"}, None, True),
+        (["search", "build", "m", "c.txt", "index"] + BF16, {"amx_bf16"}, None, True),
+        (["search", "query", "index", "q.txt", "h.jsonl"] + BF16, {"amx_bf16"}, None, True),
+        (["evaluate", "m", "p.tsv"] + BF16, {"amx_bf16"}, None, True),
+        (["encode", "m", "t.txt", "v.npy"], {"amx_bf16"}, None, False),  # float32: no AMX kernel
+        (["encode", "m", "t.txt", "v.npy"] + BF16, {"avx512_bf16", "avx512f"}, None, False),  # no AMX
+        (["encode", "m", "t.txt", "v.npy"] + BF16, {"amx_bf16"}, "0", False),  # the user chose
+        (["encode", "m", "t.txt", "v.npy"] + BF16, {"amx_bf16"}, "", False),
+        (["export", "m", "out"] + BF16, {"amx_bf16"}, None, False),  # export traces; servers choose
+        (["train", "--train", "t.tsv"] + BF16, {"amx_bf16"}, None, False),  # weights change
+    ],
+)
+def test_weights_stay_in_amx_layout_only_for_bf16_inference_on_amx(argv, flags, preset, kept):
+    args = argument_parser(argv[0]).parse_args(argv)
+    environ = {} if preset is None else {"TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": preset}
+    assert keeps_weights_in_amx_layout(args, frozenset(flags), environ) is kept
+
+
+# The console script's entry point in a process of its own, on a CPU that reports the flags
+# given. Then a Dense layer of a compiled function has its weights changed between two calls:
+# where TensorFlow took TF_ONEDNN_ASSUME_FROZEN_WEIGHTS, the second call still sees the first.
+CONSOLE_PROCESS = """
+import json, os, sys
+import cosent_tf.cli as cli
+from cosent_tf import environment
+flags = frozenset(sys.argv[1].split(","))
+environment.cpu_flags = lambda: flags
+sys.argv = ["cosent-tf"] + sys.argv[2:]
+cli.console_main()
+from cosent_tf.backend import keras, tf
+layer = keras.layers.Dense(16, activation="gelu")
+call = tf.function(layer)
+x = tf.random.normal([64, 32])
+first = call(x).numpy()
+layer.kernel.assign(layer.kernel * 2.0)
+second = call(x).numpy()
+stale = bool((first == second).all())
+print(json.dumps({"variable": os.environ.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"), "stale": stale}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, kept", [("amx_tile,amx_bf16,avx512_bf16", True), ("avx512_bf16,avx512f", False)])
+def test_console_script_on_amx_keeps_bf16_weights_in_amx_layout_for_the_process(model_dir, tmp_path, flags, kept):
+    texts, out = str(tmp_path / "texts.txt"), str(tmp_path / "vectors.npy")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"}
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_PROCESS, flags, "encode", str(model_dir), texts, out] + BF16,
+        env=dict(env, PYTHONPATH=ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report == {"variable": "1" if kept else None, "stale": kept}
+    assert ("keeps each Dense layer's weights in its AMX layout" in result.stderr) is kept
+    expected = SentenceEncoder.load(model_dir, "bf16").encode(SENTENCES)
+    np.testing.assert_allclose(np.load(out), expected, atol=2e-2)
 
 
 def test_console_logging_shows_progress_and_warnings_on_stderr_while_it_lasts(capsys):
