@@ -196,6 +196,12 @@ class TokenDense(keras.layers.Dense):
         if inputs.dtype.base_dtype != self._compute_dtype_object.base_dtype:
             inputs = tf.cast(inputs, self._compute_dtype_object)
         outputs = tf.matmul(tf.reshape(inputs, [-1, inputs.shape[-1]]), self.kernel)
+        if training is True and outputs.dtype == tf.bfloat16:
+            # Fused with bias and GELU, a matmul runs oneDNN's inner product, whose AMX kernel
+            # needs weights TensorFlow may take for constants, not weights a step changes. Kept
+            # apart (grappler fuses across neither this op nor a cast), it runs oneDNN's matmul,
+            # which reaches AMX as the backward pass's matmuls do (docs/performance.md, item 14).
+            outputs = tf.ensure_shape(outputs, outputs.shape)
         if self.use_bias:
             outputs = tf.nn.bias_add(outputs, self.bias)
         if self.activation is not None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder, build_encoder
-from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, inference_policy_name, keras, tf
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, dtype_policy, inference_policy_name, keras, tf
 
 from conftest import ROOT, make_model_dir
 
@@ -201,6 +201,32 @@ def test_token_dense_puts_the_bias_straight_after_the_matmul_so_that_they_fuse()
     plain, token = _dense_pair("gelu")
     assert bias_inputs(token) == {"MatMul"}
     assert bias_inputs(plain) == {"Reshape"}  # Keras's tensordot: what keeps oneDNN from fusing
+
+
+@pytest.mark.parametrize(
+    "policy, training, before_bias",
+    [
+        ("float32", True, "MatMul"),
+        ("float32", False, "MatMul"),
+        ("mixed_bfloat16", False, "MatMul"),  # encoding: fused (frozen weights take that to AMX)
+        ("mixed_bfloat16", True, "EnsureShape"),  # training: apart, the matmul alone reaches AMX
+    ],
+)
+def test_token_dense_keeps_only_a_bf16_training_matmul_apart_from_its_bias(policy, training, before_bias):
+    with dtype_policy(policy):
+        layer = TokenDense(5, activation="gelu")
+        layer.build((None, None, 8))
+    call = tf.function(lambda x: layer(x, training=training))
+    graph = call.get_concrete_function(tf.TensorSpec((None, None, 8), tf.float32)).graph
+    (bias_add,) = [op for op in graph.get_operations() if op.type == "BiasAdd"]
+    before = bias_add.inputs[0].op
+    assert before.type == before_bias
+    assert before.type == "MatMul" or before.inputs[0].op.type == "MatMul"  # nothing else in between
+
+    inputs = np.random.default_rng(0).normal(size=(3, 7, 8)).astype(np.float32)
+    kept_apart, fused = call(inputs), layer(inputs, training=False)
+    assert kept_apart.shape == (3, 7, 5) and kept_apart.dtype == fused.dtype
+    np.testing.assert_allclose(np.float32(kept_apart), np.float32(fused), atol=1e-2)
 
 
 def test_bert4keras_blocks_are_built_with_token_dense(tiny_config):
