@@ -11,6 +11,10 @@ from cosent_tf.backend import keras
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.environ.get("COSENT_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+# TensorFlow turns its oneDNN ops on by default only on CPUs with AVX512-VNNI, AVX512-BF16,
+# AVX-VNNI or AMX; tests of what those ops do (TF_ONEDNN_ASSUME_FROZEN_WEIGHTS) run their
+# subprocess with them on, so that they hold on an AVX2-only CPU too.
+ONEDNN_ON_ANY_CPU = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 SHARED_VOCAB = os.path.join(SHARED_DATA, "vocab", "bert-base-chinese-vocab.txt")
 
 requires_shared_data = pytest.mark.skipif(

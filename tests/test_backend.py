@@ -10,7 +10,7 @@ import pytest
 from cosent_tf import ConfigError, SentenceEncoder, build_encoder
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, dtype_policy, inference_policy_name, keras, tf
 
-from conftest import ROOT, make_model_dir
+from conftest import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 
 # A few training steps of a tiny [CLS] encoder: the single-query attention of the last block
 # makes matmuls over a size-1 dimension, forward and backward, for every sequence length.
@@ -275,7 +275,7 @@ def test_frozen_weights_process_encodes_the_same_vectors_and_refuses_to_train(tm
     refused: TensorFlow would go on using the first weights, as the plain Keras model shows."""
     make_model_dir(tmp_path / "model", tiny_config)
     texts = ["我们是中国人", "你好", "他在这里说话了", "大"]
-    env = dict(os.environ, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS="1", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS="1", PYTHONPATH=ROOT, **ONEDNN_ON_ANY_CPU)
     result = subprocess.run(
         [
             sys.executable,

@@ -11,7 +11,7 @@ from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import argument_parser, console_logging, keeps_weights_in_amx_layout, main
 
-from conftest import ROOT, make_model_dir
+from conftest import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 
 SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
 
@@ -249,7 +249,7 @@ def test_console_script_on_amx_keeps_bf16_weights_in_amx_layout_for_the_process(
     env = {k: v for k, v in os.environ.items() if k != "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"}
     result = subprocess.run(
         [sys.executable, "-c", CONSOLE_PROCESS, flags, "encode", str(model_dir), texts, out] + BF16,
-        env=dict(env, PYTHONPATH=ROOT),
+        env=dict(env, PYTHONPATH=ROOT, **ONEDNN_ON_ANY_CPU),
         capture_output=True,
         text=True,
         timeout=300,
