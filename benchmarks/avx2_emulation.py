@@ -3,9 +3,9 @@ of the AVX2-only CPUs that some of the team's machines have and no ``make bench`
 
 oneDNN (TensorFlow's and PyTorch's), MKL (PyTorch's float32 matmuls) and PyTorch's own ATen
 kernels each obey a cap on the instructions they use; TensorFlow's other kernels are built
-for AVX in its wheels, so need none. TensorFlow's oneDNN ops are off, as TensorFlow leaves
-them on a CPU without AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX. The report shows each library's float32 matmul rate
-with and without the cap, so it is seen where the cap bites. The cores, caches and clocks
+for AVX in its wheels, so need none. TensorFlow's oneDNN ops are turned off, as TensorFlow
+itself does on a CPU without AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX. The report shows each
+library's float32 matmul rate with and without the cap, so it is seen where the cap bites. The cores, caches and clocks
 stay this CPU's: read the ratios, not the rates, as what an AVX2 machine shows. bf16 is left
 out: an AVX2 CPU has no bf16 arithmetic, and under the cap TensorFlow's bf16 matmul finds no
 kernel at all.
