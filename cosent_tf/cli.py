@@ -560,6 +560,14 @@ def _add_run_options(parser):
         "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs",
     )
     parser.add_argument(
+        "--worker-timeout",
+        type=_number(float, 0, low_included=False),
+        default=RunConfig.worker_timeout,
+        metavar="SECONDS",
+        help="--strategy multi-worker: how long a worker waits for the others to start before it stops with an "
+        "error naming them (default: %(default)g)",
+    )
+    parser.add_argument(
         "--micro-batch-size",
         type=_number(int, 1),
         metavar="PAIRS",

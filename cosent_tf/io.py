@@ -40,6 +40,54 @@ def atomic_path(path):
             os.remove(tmp)
 
 
+def read_json(path, what: str = "JSON", expect: type = dict):
+    """The JSON value in ``path``, which must be a ``expect`` (dict, list, or None for any).
+
+    Every way a file can fail to be that becomes a ConfigError naming the file and ``what`` it
+    should hold: unreadable, not UTF-8, not JSON (with the line), nested too deep, or a value of
+    another JSON type.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read {what} ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: {what} is not valid UTF-8 ({e.reason})") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}, line {e.lineno}: {what} is not valid JSON ({e.msg})") from e
+    except RecursionError:
+        raise ConfigError(f"{path}: {what} is not usable JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(f"{path}: {what} is not usable JSON ({e})") from e
+    if expect is not None and not isinstance(value, expect):
+        raise ConfigError(f"{path}: {what} must be a JSON {json_type(expect)}, not {json_type(type(value))}")
+    return value
+
+
+def json_type(python_type: type) -> str:
+    """The JSON name of a Python type as ``json`` reads it, for messages."""
+    names = {dict: "object", list: "array", str: "string", bool: "true/false", int: "integer", float: "number"}
+    return names.get(python_type, "null" if python_type is type(None) else python_type.__name__)
+
+
+def json_field(record: dict, key: str, expect, path, what: str = None, default=None):
+    """``record[key]`` checked to be of type ``expect`` (a type or a tuple of types), or ``default``
+    when missing; otherwise a ConfigError naming ``path`` and the key. A bool is never taken
+    for a number."""
+    if key not in record:
+        return default
+    value = record[key]
+    types = expect if isinstance(expect, tuple) else (expect,)
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        wanted = " or ".join(json_type(t) for t in types)
+        raise ConfigError(
+            f"{path}: {what or repr(key)} must be a JSON {wanted}, not {json_type(type(value))} ({str(value)[:60]})"
+        )
+    return value
+
+
 def _umask():
     mask = os.umask(0)
     os.umask(mask)

@@ -111,6 +111,7 @@ class RunConfig:
     precision: str = "float32"
     strategy: str = "default"
     global_batch_loss: bool = True
+    worker_timeout: float = 300.0
     micro_batch_size: int = None
     output_dir: str = None
     # A user's own files instead of a benchmark task (``task`` then names the run's task).

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,8 @@ from cosent_tf.io import (
     check_output_file,
     check_output_folder,
     folder_lock,
+    json_field,
+    read_json,
     write_json,
 )
 
@@ -135,3 +138,40 @@ def test_atomic_files_get_the_usual_mode(tmp_path):
     finally:
         os.umask(mask)
     assert (os.stat(tmp_path / "m.json").st_mode & 0o777) == 0o644
+
+
+@pytest.mark.parametrize(
+    "text, expect, message",
+    [
+        ("[1, 2]", dict, "must be a JSON object, not array"),
+        ('{"a": 1}', list, "must be a JSON array, not object"),
+        ("[" * 100000, dict, "nested too deeply"),
+        ('{"a": 1', dict, "line 1: the settings is not valid JSON"),
+        ("", dict, "not valid JSON"),
+    ],
+)
+def test_read_json_names_the_file_and_what_is_wrong(tmp_path, text, expect, message):
+    path = tmp_path / "settings.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(message)) as error:
+        read_json(path, "the settings", expect)
+    assert str(path) in str(error.value)
+
+
+def test_read_json_refuses_bytes_that_are_not_utf8_and_a_missing_file(tmp_path):
+    path = tmp_path / "latin.json"
+    path.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(ConfigError, match="not valid UTF-8"):
+        read_json(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_json(tmp_path / "missing.json")
+
+
+def test_json_field_checks_the_type_and_never_takes_a_bool_for_a_number(tmp_path):
+    record = {"layers": 2, "flag": True, "name": "x"}
+    assert json_field(record, "layers", int, "c.json") == 2
+    assert json_field(record, "missing", int, "c.json", default=7) == 7
+    with pytest.raises(ConfigError, match=r"c.json: 'flag' must be a JSON integer, not true/false"):
+        json_field(record, "flag", int, "c.json")
+    with pytest.raises(ConfigError, match=r"'name' must be a JSON integer or number, not string"):
+        json_field(record, "name", (int, float), "c.json")
