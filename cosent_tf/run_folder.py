@@ -32,7 +32,9 @@ RUN_FOLDER = FolderKind("a cosent-tf training run", "config.json", RUN_OUTPUTS +
 # only while the loss ranks the global batch: per replica (--per-replica-loss), what a step
 # computes depends on the number of replicas.
 RESUMABLE_CHANGES = {
-    **dict.fromkeys(("epochs", "eval_every", "backup_every", "strict", "output_dir", "worker_timeout"), lambda settings: True),
+    **dict.fromkeys(
+        ("epochs", "eval_every", "backup_every", "strict", "output_dir", "worker_timeout"), lambda settings: True
+    ),
     "strategy": lambda settings: settings.get("global_batch_loss", True),
 }
 PATH_SETTINGS = ("data_dir", "config", "checkpoint", "vocab")
