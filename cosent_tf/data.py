@@ -75,18 +75,36 @@ class PairData:
         return "binary" if set(np.unique(self.labels)) <= {0.0, 1.0} else "graded"
 
 
+# A longer line is not text (a binary file, /dev/zero): refused before it fills memory.
+MAX_LINE_BYTES = 1 << 20
+
+
 def _decoded_lines(path):
-    """Yield (line number, text) of a UTF-8 file; a bad byte sequence names its line."""
+    """Yield (line number, text) of a UTF-8 file, reading at most MAX_LINE_BYTES a line; a bad
+    byte sequence or a longer line names its line."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 (a with block follows; only the open may fail here)
     except OSError as e:
         raise DataError(where(path) if isinstance(e, FileNotFoundError) else path, f"cannot open ({e.strerror})") from e
     with handle:
-        for number, raw in enumerate(handle, start=1):
+        number = 0
+        while raw := _read_line(handle, path, number + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise DataError(
+                    path, f"line {number} is longer than {MAX_LINE_BYTES >> 20} MB; is this a text file?", line=number
+                )
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(path, f"not valid UTF-8 at byte {e.start} ({e.reason})", line=number) from e
+
+
+def _read_line(handle, path, number):
+    try:
+        return handle.readline(MAX_LINE_BYTES + 1)
+    except OSError as e:  # a folder, or a device that fails
+        raise DataError(path, f"cannot read ({e.strerror or e})", line=number) from e
 
 
 # Python's float() also reads "0_5" (as 5.0) and "１" (full-width digits): labels must be plain.
@@ -160,13 +178,36 @@ def read_senteval(path, strict: bool = False, task=None, benchmark: bool = False
     return PairData(texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped)
 
 
+# Labels are stored as float32: a larger number would become infinite there.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _finite_label(path, number, value, what="label"):
+    """``value`` (a number, or a text float() reads) as a float, refused unless float32, the type
+    labels are stored in, holds it as a finite number. Every label and score is checked here."""
+    try:
+        label = float(value)
+    except OverflowError:  # an integer beyond every float
+        label = math.inf
+    if not abs(label) <= FLOAT32_MAX:  # NaN fails this too
+        raise DataError(
+            path, f"{what} {_shown(value)} is not finite as a 32-bit float (labels lie within ±3.4e38)", line=number
+        )
+    return label
+
+
+def _shown(value, limit=40):
+    """``repr(value)`` cut to ``limit`` characters, for a message about a 400-digit label."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _label(path, number, text, task: Task):
     try:
-        label = float(text)
+        float(text)
     except ValueError:
         raise DataError(path, f"label {text!r} is not a number", line=number) from None
-    if not math.isfinite(label):
-        raise DataError(path, f"label {text!r} is not finite", line=number)
+    label = _finite_label(path, number, text)
     if not PLAIN_DECIMAL.fullmatch(text.strip()):
         raise DataError(path, f"label {text!r} is not a plain decimal number", line=number)
     if task is None:
@@ -194,12 +235,7 @@ def read_nli(path, strict: bool = False) -> PairData:
         if not line.strip():
             problems.add(number, "blank, skipped", skipped=True)
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
-        if not isinstance(record, dict):
-            raise DataError(path, "expected a JSON object", line=number)
+        record = _json_object(path, number, line)
         missing = [k for k in ("sentence1", "sentence2", "gold_label") if k not in record]
         if missing:
             raise DataError(path, f"missing field(s) {', '.join(missing)}", line=number)
@@ -377,14 +413,12 @@ _SKIP = object()  # a label that marks a line to leave out, as NLI's "-"
 def _file_label(path, number, value):
     """(label, is an NLI word) of a label cell, or _SKIP for NLI's '-'."""
     not_a_label = DataError(
-        path, f"label {value!r} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number
+        path, f"label {_shown(value)} is not a number or an NLI word ({'/'.join(NLI_LABELS)})", line=number
     )
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise not_a_label
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise DataError(path, f"label {value!r} is not finite", line=number)
-        return float(value), False
+        return _finite_label(path, number, value), False
     text = value.strip()
     if text.lower() in NLI_LABELS:
         return float(NLI_LABELS[text.lower()]), True
@@ -392,10 +426,7 @@ def _file_label(path, number, value):
         return _SKIP
     if not PLAIN_DECIMAL.fullmatch(text):
         raise not_a_label
-    label = float(text)
-    if not math.isfinite(label):
-        raise DataError(path, f"label {value!r} is not finite", line=number)
-    return label, False
+    return _finite_label(path, number, text), False
 
 
 def _is_label(text):
@@ -505,6 +536,22 @@ def read_pair_file(path, file_format: PairFileFormat = PairFileFormat(), strict:
     )
 
 
+def _json_object(path, number, line):
+    """The JSON object on a line; anything else (not JSON, nested too deep, a number Python
+    cannot convert, another JSON type) is a DataError naming the line."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
+    except RecursionError:
+        raise DataError(path, "not usable JSON (nested too deeply)", line=number) from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise DataError(path, f"not usable JSON ({e})", line=number) from None
+    if not isinstance(record, dict):
+        raise DataError(path, "expected a JSON object", line=number)
+    return record
+
+
 def _jsonl_objects(path, fields, problems=None, hint=""):
     """(line number, object) of a JSONL file whose objects all have ``fields``; blank lines are
     left out (and reported to ``problems`` when given)."""
@@ -513,12 +560,7 @@ def _jsonl_objects(path, fields, problems=None, hint=""):
             if problems is not None:
                 problems.add(number, "blank, skipped", skipped=True)
             continue
-        try:
-            record = json.loads(line.lstrip("\ufeff"))
-        except json.JSONDecodeError as e:
-            raise DataError(path, f"not valid JSON ({e.msg})", line=number) from None
-        if not isinstance(record, dict):
-            raise DataError(path, "expected a JSON object", line=number)
+        record = _json_object(path, number, line.lstrip("\ufeff"))
         missing = [name for name in fields if name not in record]
         if missing:
             raise DataError(
@@ -528,6 +570,38 @@ def _jsonl_objects(path, fields, problems=None, hint=""):
                 line=number,
             )
         yield number, record
+
+
+def _retrieval_id(path, number, record, earlier, what):
+    """A record's ``_id`` as the qrels file writes it; a repeated one is an error, not a silent choice."""
+    value = record["_id"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, f"_id must be a string or an integer, not {_json_type(value)}", line=number)
+    key = str(value)
+    if key in earlier:
+        raise DataError(path, f"_id {key!r} repeats an earlier {what}", line=number)
+    return key
+
+
+def _retrieval_text(path, number, record, field, optional=False):
+    value = record.get(field)
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str):
+        raise DataError(path, f"{field} must be a string, not {_json_type(value)}", line=number)
+    return value
+
+
+def _json_type(value):
+    names = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+    }
+    return names.get(type(value), "null")
 
 
 def read_retrieval_files(queries_path, corpus_path, qrels_path) -> tuple:
@@ -540,15 +614,15 @@ def read_retrieval_files(queries_path, corpus_path, qrels_path) -> tuple:
     the set of corpus indices relevant to query i.
     """
     query_text, corpus_index, corpus = {}, {}, []
-    for _, record in _jsonl_objects(queries_path, ("_id", "text")):
-        query_text.setdefault(str(record["_id"]), str(record["text"]))
+    for number, record in _jsonl_objects(queries_path, ("_id", "text")):
+        key = _retrieval_id(queries_path, number, record, query_text, "query")
+        query_text[key] = _retrieval_text(queries_path, number, record, "text")
     for number, record in _jsonl_objects(corpus_path, ("_id", "text")):
-        key = str(record["_id"])
-        if key in corpus_index:
-            raise DataError(corpus_path, f"_id {key!r} repeats an earlier document", line=number)
+        key = _retrieval_id(corpus_path, number, record, corpus_index, "document")
+        text = _retrieval_text(corpus_path, number, record, "text")
+        title = _retrieval_text(corpus_path, number, record, "title", optional=True).strip()
         corpus_index[key] = len(corpus)
-        title = str(record.get("title") or "").strip()
-        corpus.append(f"{title} {record['text']}" if title else str(record["text"]))
+        corpus.append(f"{title} {text}" if title else text)
     relevant = {}
     for number, line in _decoded_lines(qrels_path):
         fields = _without_newline(line).split("\t")
@@ -567,7 +641,7 @@ def read_retrieval_files(queries_path, corpus_path, qrels_path) -> tuple:
             raise DataError(qrels_path, f"corpus-id {document!r} is not in {corpus_path}", line=number)
         if not PLAIN_DECIMAL.fullmatch(score.strip()):
             raise DataError(qrels_path, f"score {score!r} is not a number", line=number)
-        if float(score) > 0:
+        if _finite_label(qrels_path, number, score.strip(), "score") > 0:
             relevant.setdefault(query, set()).add(corpus_index[document])
     if not relevant:
         raise DataError(qrels_path, "no relevant (score > 0) query-document pair in this file")
