@@ -9,6 +9,7 @@ import numpy as np
 from . import huggingface
 from .backend import Bert4kerasTokenizer
 from .checkpoints import read_config
+from .data import _decoded_lines
 from .errors import ConfigError, DataError
 
 
@@ -18,19 +19,22 @@ def load_vocab(vocab_path: str) -> list:
     if os.fspath(vocab_path).endswith(".json"):
         return huggingface.read_tokenizer_json(vocab_path)[0]
     try:
-        with open(vocab_path, "rb") as f:
-            raw_lines = f.read().splitlines()
+        with open(vocab_path, "rb"):
+            pass
     except OSError as e:
         raise DataError(vocab_path, f"cannot read the vocabulary ({e.strerror})") from e
     first_line = {}  # token: the line it is on, in file order
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            token = raw.decode("utf-8").strip()
-        except UnicodeDecodeError as e:
-            raise DataError(vocab_path, f"not valid UTF-8 ({e.reason})", line=number) from e
-        if token in first_line:  # the later id would win, silently changing the encoding
-            raise DataError(vocab_path, f"token {token!r} repeats line {first_line[token]}", line=number)
-        first_line[token] = number
+    number = 0
+    # Read a bounded line at a time (a binary file is refused, not loaded whole); a lone
+    # carriage return ends a line too, as it always has here.
+    for _, line in _decoded_lines(vocab_path):
+        line = line[:-1] if line.endswith("\n") else line
+        for piece in (line[:-1] if line.endswith("\r") else line).split("\r"):
+            number += 1
+            token = piece.strip()
+            if token in first_line:  # the later id would win, silently changing the encoding
+                raise DataError(vocab_path, f"token {token!r} repeats line {first_line[token]}", line=number)
+            first_line[token] = number
     tokens = list(first_line)
     if not tokens:
         raise DataError(vocab_path, "the vocabulary is empty")

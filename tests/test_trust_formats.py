@@ -100,6 +100,19 @@ def test_dev_zero_is_refused_in_bounded_memory(reader):
     )
 
 
+def test_a_vocabulary_line_longer_than_1_mb_is_refused_and_lines_still_end_at_any_line_break(tmp_path):
+    from cosent_tf.tokenization import load_vocab
+
+    with pytest.raises(DataError, match=r"vocab.txt, line 2: line 2 is longer than 1 MB"):
+        load_vocab(write(tmp_path / "vocab.txt", "[PAD]\n" + "x" * (3 * MAX_LINE_BYTES)))
+    assert load_vocab(write(tmp_path / "vocab.txt", b"[PAD]\r\n[UNK]\r[CLS]\n \xe5\xa5\xbd ")) == [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "好",
+    ]
+
+
 # -- C-4: JSON lines that json reads but Python cannot use --------------------------------------
 
 JSONL_READERS = {
