@@ -114,6 +114,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self._best_weights = self.model.get_weights()
             self._save_best()
         best = "  (best so far)" if improved else f"  (best {self.best:.4f} at epoch {self.best_epoch})"
+        if self.best_epoch is None:
+            best = "  (no finite score yet)"
         logger.info("epoch %d valid: %s%s", epoch + 1, _format(metrics), best)
 
     def _save_best(self):

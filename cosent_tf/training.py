@@ -3,6 +3,9 @@
 Per-dataset scripts are a few lines over :func:`cosent_tf.cli.train_main`, which parses the
 options into a :class:`RunConfig` and calls :func:`train`. A run writes to its output folder:
 
+* ``.cosent-run``       first, the marker that makes the folder a run's (only such a folder is
+  resumed or replaced), with a fingerprint of every file the run reads: a run resumes only
+  while they are unchanged;
 * ``config.json``       the full, resolved configuration;
 * ``best.weights.h5``   weights of the epoch with the best valid Spearman;
 * ``valid_metrics.csv`` every validation (each epoch end, and every ``--eval-every`` steps);
@@ -27,10 +30,14 @@ rules for finished and unfinished runs already in the folder.
 
 import contextlib
 import dataclasses
+import glob
 import logging
+import math
+import numbers
 import os
 import re
 import shutil
+import stat
 import time
 
 import numpy as np
@@ -51,7 +58,7 @@ from .data import (
     task_file,
 )
 from .distribute import get_strategy, is_chief, started_together, worker
-from .errors import CheckpointError, ConfigError, DataError, WorkerLostError, where
+from .errors import CheckpointError, ConfigError, DataError, NonFiniteLossError, WorkerLostError, where
 from .evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
 from .gradient_cache import GradientCacheModel
 from .inference import batched_outputs, l2_normalize
@@ -63,7 +70,7 @@ from .optimizers import build_optimizer
 from .pipeline import batches_per_epoch, interaction_dataset, pair_dataset
 from .recipes import get_recipe
 from .report import plot_valid_curve
-from .run_folder import check_run_folder, prepare_run_folder
+from .run_folder import check_run_folder, fingerprints, prepare_run_folder
 from .tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
 from .tokenization import SentenceTokenizer, check_vocab_size
 
@@ -125,9 +132,28 @@ class RunConfig:
     valid_fraction: float = 0.1
     allow_single_label: bool = False
 
+    def check(self) -> None:
+        """Raise ConfigError naming the option if a number is not one, or out of its range
+        (:data:`RANGES`); ``None`` (the default) passes."""
+        for name, (low, low_included, high, high_included, what) in RANGES.items():
+            value, option = getattr(self, name), f"--{name.replace('_', '-')} (RunConfig.{name})"
+            if value is None:
+                continue
+            whole = isinstance(low, int) and (high is None or isinstance(high, int))
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
+                raise ConfigError(f"{option} must be {'an integer' if whole else 'a number'}, not {value!r}")
+            above = value >= low if low_included else value > low
+            below = high is None or (value <= high if high_included else value < high)
+            if not (math.isfinite(value) and above and below):
+                bounds = f"{'at least' if low_included else 'above'} {low:g}"
+                bounds += f" and {'at most' if high_included else 'below'} {high:g}" if high is not None else ""
+                raise ConfigError(f"{option} is {value!r}: {what} must be {bounds}")
+
     def resolved(self) -> "RunConfig":
         """Fill in the defaults: what is not set comes from the recipe (:mod:`cosent_tf.recipes`),
-        then the loss and task tables; and the config, vocab and output paths."""
+        then the loss and task tables; and the config, vocab and output paths. The numbers are
+        checked first (:meth:`check`)."""
+        self.check()
         task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
         loss = get_loss(self.kind, self.loss)
         recipe = get_recipe(self.recipe)
@@ -160,17 +186,42 @@ class RunConfig:
         return RunConfig(**values)
 
 
+# The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).
+# An int bound makes the setting a whole number. The contrastive loss pushes a negative pair's
+# cosine, which lies in [-1, 1], below epsilon: from 1 up it pushes nothing; below -1 it acts as -1.
+RANGES = {
+    "epsilon": (-1.0, True, 1.0, False, "the contrastive loss's cosine threshold"),
+    "scale": (0.0, False, None, False, "CoSENT's scale (lambda)"),
+    "lr": (0.0, False, None, False, "the learning rate"),
+    "weight_decay": (0.0, True, None, False, "the weight decay"),
+    "warmup": (0.0, True, 1.0, True, "the warm-up's fraction of all steps"),
+    "valid_fraction": (0.0, False, 1.0, False, "the fraction of --train held out as valid"),
+    "train_from_valid": (0.0, False, 1.0, False, "the fraction of valid trained on"),
+    "worker_timeout": (0.0, False, None, False, "the wait for the other workers (seconds)"),
+    "maxlen": (3, True, None, False, "the tokens per text"),
+    "batch_size": (1, True, None, False, "the pairs per batch"),
+    "epochs": (1, True, None, False, "the number of epochs"),
+    "steps_per_epoch": (1, True, None, False, "the steps per epoch"),
+    "max_train_pairs": (1, True, None, False, "the number of train pairs"),
+    "max_eval_pairs": (1, True, None, False, "the number of valid and test pairs"),
+    "eval_every": (0, True, None, False, "the steps between validations"),
+    "backup_every": (0, True, None, False, "the steps between saves of the training state"),
+    "micro_batch_size": (1, True, None, False, "the pairs per micro-batch"),
+}
+
+
 @dataclasses.dataclass
 class RunData:
     """What a run trains and tests on: train pairs, (valid, test) per evaluated task and the
-    :class:`~cosent_tf.tasks.Task` of each, the task train's labels belong to, and notes
-    for the user (recorded in metrics.json)."""
+    :class:`~cosent_tf.tasks.Task` of each, the task train's labels belong to, notes
+    for the user (recorded in metrics.json), and the data files read."""
 
     train: PairData
     evaluation: dict
     tasks: dict
     task: Task
     notes: list
+    files: list = dataclasses.field(default_factory=list)  # every data file read
 
 
 def check_inputs(cfg: RunConfig) -> None:
@@ -180,9 +231,15 @@ def check_inputs(cfg: RunConfig) -> None:
     all (:func:`cosent_tf.backend.check_weights_may_change`)."""
     check_weights_may_change()
     if cfg.train_file:
-        for path in (cfg.train_file, cfg.valid_file, cfg.test_file):
-            if path is not None and not os.path.isfile(path):
+        for option, path in (("--train", cfg.train_file), ("--valid", cfg.valid_file), ("--test", cfg.test_file)):
+            if path is not None and not os.path.exists(path):
                 raise DataError(where(path), "file not found")
+            if path is not None and not os.path.isfile(path):
+                raise DataError(
+                    where(path),
+                    f"{option} is {_file_kind(path)}, not a regular file: a run reads its files again (to check, "
+                    "before resuming, that they have not changed); save the data to a file and pass that",
+                )
     elif not os.path.isdir(cfg.data_dir):
         raise DataError(
             where(cfg.data_dir),
@@ -201,6 +258,35 @@ def check_inputs(cfg: RunConfig) -> None:
         raise CheckpointError(f"{where(cfg.checkpoint)}: checkpoint not found")
     if cfg.checkpoint and not huggingface.is_hf_folder(cfg.checkpoint):
         open_checkpoint(cfg.checkpoint)  # a Google checkpoint's variable list: cheap, and it must be readable
+
+
+def _file_kind(path):
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO), which can be read only once"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file"
+
+
+def run_inputs(cfg: RunConfig, data: RunData) -> list:
+    """Every file a run reads: its data files, the model config, the vocabulary and the
+    checkpoint's weights (a Google checkpoint's ``.index`` and data files, or the weights file
+    that a Hugging Face folder is read from)."""
+    paths = [*data.files, cfg.config, cfg.vocab]
+    if cfg.checkpoint and huggingface.is_hf_folder(cfg.checkpoint):
+        folder = huggingface.transformer_folder(cfg.checkpoint)
+        single, index, torch_file = (os.path.join(folder, name) for name in huggingface.WEIGHT_FILES)
+        if os.path.isfile(single):
+            paths.append(single)
+        elif os.path.isfile(index):
+            paths += [index, *sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))]
+        else:
+            paths.append(torch_file)
+    elif cfg.checkpoint:
+        prefix = checkpoint_files(cfg.checkpoint)[1]
+        paths += sorted(p for p in glob.glob(glob.escape(prefix) + ".*") if os.path.isfile(p))
+    return paths
 
 
 def load_run_data(cfg: RunConfig) -> RunData:
@@ -225,25 +311,27 @@ def load_run_data(cfg: RunConfig) -> RunData:
 
 
 def _load_benchmark(cfg):
-    folder, notes, task = senteval_dir(cfg.data_dir), [], get_task(cfg.task)
+    folder, notes, task, files = senteval_dir(cfg.data_dir), [], get_task(cfg.task), []
     if task.data == CNSD:
-        paths = nli_files(cfg.data_dir)
-        if not paths:
+        files = nli_files(cfg.data_dir)
+        if not files:
             raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
-        train = PairData.concat([read_nli(p, cfg.strict) for p in paths])
+        train = PairData.concat([read_nli(p, cfg.strict) for p in files])
         tasks = MATCHING_TASKS
     else:
         tasks = (cfg.task,)
     evaluation = {
         t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict)) for t in tasks
     }
+    files += [task_file(folder, t, split) for t in tasks for split in ("valid", "test")]
     if task.data != CNSD:
         train_path = task_file(folder, cfg.task, "train")
         if os.path.exists(train_path):
             train = load_task(folder, cfg.task, "train", cfg.strict)
+            files.append(train_path)
         elif cfg.train_from_valid:
             valid, test = evaluation[cfg.task]
-            train, valid = _hold_out(valid, cfg.train_from_valid, cfg.seed)
+            train, valid = _hold_out(valid, cfg.train_from_valid, cfg.seed, "--train-from-valid", "trained on")
             evaluation[cfg.task] = (valid, test)
             notes.append(
                 f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
@@ -256,13 +344,22 @@ def _load_benchmark(cfg):
                 f"the {cfg.task} train split is not here (file does not exist); "
                 "pass --train-from-valid FRACTION to train on a seeded part of valid instead",
             )
-    return RunData(train, evaluation, {t: get_task(t) for t in evaluation}, task, notes)
+    return RunData(train, evaluation, {t: get_task(t) for t in evaluation}, task, notes, files)
 
 
-def _hold_out(pairs, fraction, seed):
-    """(a seeded ``fraction`` of ``pairs``, the rest), each in file order."""
+def _hold_out(pairs, fraction, seed, option, taken):
+    """(a seeded ``fraction`` of ``pairs``, the rest), each in file order; a DataError naming the
+    file if either part would be empty. ``option`` sets the fraction; ``taken``: what the fraction is."""
     order = np.random.default_rng(seed).permutation(len(pairs))
     cut = int(round(len(pairs) * fraction))
+    if not 0 < cut < len(pairs):
+        other = "validated on" if taken == "trained on" else "trained on"
+        raise DataError(
+            pairs.source,
+            f"{len(pairs)} pair{'s' * (len(pairs) != 1)}: {option} {fraction:g} leaves {cut} to be {taken} and "
+            f"{len(pairs) - cut} to be {other}, and a run needs both; use a larger file, another {option}"
+            + (", or pass --valid FILE" if option == "--valid-fraction" else ""),
+        )
     return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
 
 
@@ -276,7 +373,7 @@ def _load_files(cfg):
     if cfg.valid_file:
         valid = read_pair_file(cfg.valid_file, file_format, cfg.strict)
     else:
-        valid, train = _hold_out(train, cfg.valid_fraction, cfg.seed)
+        valid, train = _hold_out(train, cfg.valid_fraction, cfg.seed, "--valid-fraction", "held out as valid")
         notes.append(
             f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} ({len(valid)} pairs) "
             f"is held out as valid; {len(train)} pairs are trained on"
@@ -291,7 +388,8 @@ def _load_files(cfg):
         )
     for other in (valid, test):
         _require_same_kind(train, other)
-    return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes)
+    files = [path for path in (cfg.train_file, cfg.valid_file, cfg.test_file) if path]
+    return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes, files)
 
 
 def _require_same_kind(train, other):
@@ -305,6 +403,8 @@ def _require_same_kind(train, other):
 
 
 def _require_two_labels(pairs, consequence):
+    if not len(pairs):
+        raise DataError(pairs.source, "holds no pairs")
     if len(np.unique(pairs.labels)) < 2:
         raise DataError(
             pairs.source,
@@ -417,6 +517,7 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
             f"--batch-size {cfg.batch_size} pairs cannot be shared equally by the {strategy.num_replicas_in_sync} "
             f"replicas of --strategy {cfg.strategy}: make it a multiple of that"
         )
+    get_loss(cfg.kind, cfg.loss).check_batch(cfg.batch_size, strategy.num_replicas_in_sync, cfg.global_batch_loss)
     with random_seed(cfg.seed), dtype_policy(policy_name(cfg.precision)):
         return _train(cfg, overwrite, strategy)
 
@@ -454,9 +555,11 @@ def _train(cfg, overwrite, strategy):
                 logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
             data = load_run_data(cfg)
             if chief:
-                check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab))
+                settings = dataclasses.asdict(cfg)
+                check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab), settings)
+                inputs = fingerprints(run_inputs(cfg, data))
                 run_folder_held.enter_context(folder_lock(cfg.output_dir, "training run"))
-                start = prepare_run_folder(cfg.output_dir, dataclasses.asdict(cfg), overwrite)
+                start = prepare_run_folder(cfg.output_dir, settings, overwrite, inputs)
         train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
         for note in notes:
             logger.warning("NOTE: %s", note)
@@ -591,6 +694,14 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         ) from lost
     finally:
         backup.restore_signal_handlers()
+    if validation.best_epoch is None:  # every epoch's score was NaN: no weights are worth keeping
+        epochs = sum(row["end_of_epoch"] for row in validation.history)
+        raise NonFiniteLossError(
+            f"validation never gave a finite {validation.monitor} (not at the end of any of the {epochs} "
+            "epochs): the model diverged, or it scores every valid pair alike; nothing was saved as the "
+            f"model (no model/ or metrics.json in {cfg.output_dir}). Lower --lr (or use float32) and train "
+            "again from scratch with --overwrite"
+        )
     return validation, validation.steps_done
 
 

@@ -3,12 +3,13 @@ import json
 import pytest
 
 from cosent_tf import ConfigError
-from cosent_tf.run_folder import check_run_folder, prepare_run_folder
+from cosent_tf.run_folder import RUN_MARKER, check_run_folder, prepare_run_folder
 
 SETTINGS = {"task": "BQ", "architecture": "bert", "lr": 2e-5, "epochs": 2, "eval_every": 0, "output_dir": "x"}
 
 
 def unfinished_run(folder, settings):
+    (folder / RUN_MARKER).write_text("{}")
     (folder / "backup").mkdir(parents=True)
     (folder / "backup" / "state").write_text("saved")
     (folder / "config.json").write_text(json.dumps(settings))
@@ -35,12 +36,13 @@ def test_a_run_started_before_the_rename_of_model_resumes(tmp_path):
 
 
 def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
+    (tmp_path / RUN_MARKER).write_text("{}")
     (tmp_path / "config.json").write_text(json.dumps(SETTINGS))
     (tmp_path / "metrics.json").write_text("{}")
     with pytest.raises(ConfigError, match="holds a finished run"):
         prepare_run_folder(tmp_path, SETTINGS)
     assert prepare_run_folder(tmp_path, SETTINGS, overwrite=True).startswith("--overwrite")
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RUN_MARKER]  # the new run's
 
 
 def test_folders_of_other_files_or_holding_an_input_are_refused(tmp_path):

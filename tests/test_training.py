@@ -32,6 +32,7 @@ from cosent_tf.training import RunConfig, load_run_data, train
 from conftest import CHARACTERS, ROOT, run_until, tiny_pairs, tiny_setup, write_config, write_tiny_data
 
 RUN_FILES = [
+    ".cosent-run",
     ".lock",
     "best.weights.h5",
     "config.json",

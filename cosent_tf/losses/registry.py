@@ -33,6 +33,9 @@ class LossEntry:
         interaction_head: the head of the interaction model it trains (``score`` or
             ``softmax``, see :func:`cosent_tf.models.build_interaction_model`).
         batch_size: the original script's batch size when it is not the task's default.
+        min_pairs: the fewest pairs a batch must hold for the loss to learn anything (a ranking
+            loss compares the pairs of a batch with each other); each replica's share, for a
+            loss that ranks each replica's pairs alone.
     """
 
     name: str
@@ -43,6 +46,26 @@ class LossEntry:
     training_head: Callable[[int], keras.layers.Layer] = None
     interaction_head: str = None
     batch_size: int = None
+    min_pairs: int = 1
+
+    def check_batch(self, batch_size: int, replicas: int = 1, global_batch: bool = True) -> None:
+        """Raise ConfigError if batches of ``batch_size`` pairs, shared by ``replicas`` (each ranking
+        its own share unless ``global_batch``), give this loss nothing to learn from."""
+        share = batch_size if global_batch or replicas == 1 else batch_size // replicas
+        if share >= self.min_pairs:
+            return
+        if share == batch_size:
+            raise ConfigError(
+                f"--batch-size {batch_size}: the {self.name} loss ranks the pairs of a batch against each other, so "
+                f"a batch of fewer than {self.min_pairs} pairs gives a loss of 0 at every step and the model never "
+                f"changes; pass --batch-size {self.min_pairs} or more"
+            )
+        raise ConfigError(
+            f"--batch-size {batch_size} with --per-replica-loss gives each of the {replicas} replicas {share} "
+            f"pair{'s' * (share != 1)}, and the {self.name} loss ranks each replica's pairs against each other, so "
+            f"it needs at least {self.min_pairs} there (else its loss is 0 at every step); pass --batch-size "
+            f"{self.min_pairs * replicas} or more, or leave out --per-replica-loss"
+        )
 
 
 def _sentence_bert_head(num_classes):
@@ -52,7 +75,13 @@ def _sentence_bert_head(num_classes):
 LOSSES = {
     (entry.kind, entry.name): entry
     for entry in (
-        LossEntry("cosent", FEATURE, "CoSENT", lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch)),
+        LossEntry(
+            "cosent",
+            FEATURE,
+            "CoSENT",
+            lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch),
+            min_pairs=2,
+        ),
         LossEntry(
             "sbert",
             FEATURE,
@@ -83,6 +112,7 @@ LOSSES = {
             lambda global_batch=True, **_: InteractionCoSENTLoss(global_batch),
             interaction_head="score",
             batch_size=64,
+            min_pairs=2,
         ),
     )
 }
