@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from .errors import CheckpointError, ConfigError
+from .io import is_inside, json_field, read_json
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -48,16 +49,38 @@ ST_MODULE_TYPES = ("Transformer", "Pooling", "Normalize")
 CLASSIFIER_HEADS = {1: "score", 2: "softmax"}
 
 
-def _read_json(path, what):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read {what} ({e.strerror})") from e
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}, line {e.lineno}: not valid JSON ({e.msg})") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not valid UTF-8 ({e.reason})") from e
+# The Google-format BERT config's values, under the names Hugging Face's config.json shares with it:
+# sizes, a size that may be 0 (no segment embeddings), and rates.
+POSITIVE_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+RATES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+NOTHING = type(None)
+
+
+def check_bert_values(config: dict, path) -> None:
+    """Raise ConfigError naming ``path`` and the key unless each size of a BERT config present
+    is a positive integer (type_vocab_size: 0 or more) and each rate a number from 0 to 1."""
+    for key in (*POSITIVE_SIZES, "type_vocab_size"):
+        least = 1 if key in POSITIVE_SIZES else 0
+        value = json_field(config, key, int, path)
+        if value is not None and value < least:
+            wanted = "a positive integer" if least else "an integer, 0 or more"
+            raise ConfigError(f"{path}: {key} must be {wanted}, got {value!r}")
+    for key in RATES:
+        value = json_field(config, key, (int, float), path)
+        if value is not None and not 0 <= value < 1:
+            raise ConfigError(f"{path}: {key} must be a number from 0 to 1, got {value!r}")
+
+
+def _object(record: dict, key: str, path, what=None) -> dict:
+    """``record[key]``, which must be a JSON object, or null or missing (then {})."""
+    return json_field(record, key, (dict, NOTHING), path, what) or {}
 
 
 def is_sentence_transformers_folder(path) -> bool:
@@ -109,42 +132,50 @@ def read_sentence_transformers(folder) -> SentenceTransformersModules:
     Anything else is a ConfigError naming the module or setting.
     """
     modules_path = os.path.join(folder, MODULES_FILE)
-    modules = _read_json(modules_path, "the sentence-transformers modules")
-    if not isinstance(modules, list) or not all(isinstance(m, dict) and "type" in m for m in modules):
-        raise ConfigError(f"{modules_path}: not a list of modules with a 'type' each")
+    modules = read_json(modules_path, "the sentence-transformers modules", expect=list)
     found = {}
-    for module in modules:
-        kind = str(module["type"]).rsplit(".", 1)[-1]
+    for number, module in enumerate(modules):
+        if not isinstance(module, dict) or "type" not in module:
+            raise ConfigError(f"{modules_path}: module {number} is not a JSON object with a 'type'")
+        where = f"module {number}'s"
+        kind = json_field(module, "type", str, modules_path, f"{where} 'type'").rsplit(".", 1)[-1]
         if kind not in ST_MODULE_TYPES or kind in found:
             raise ConfigError(
                 f"{modules_path}: module {module.get('name', module.get('idx'))!r} ({module['type']}) is not "
                 f"supported; cosent-tf reads one each of {', '.join(ST_MODULE_TYPES)} (Normalize optional)"
             )
-        found[kind] = os.path.join(folder, module.get("path") or "")
+        found[kind] = os.path.join(
+            folder, json_field(module, "path", (str, NOTHING), modules_path, f"{where} 'path'") or ""
+        )
     if "Transformer" not in found or "Pooling" not in found:
         raise ConfigError(f"{modules_path}: needs a Transformer and a Pooling module")
     transformer = found["Transformer"]
     settings = {}
     settings_path = os.path.join(transformer, SENTENCE_CONFIG)
     if os.path.isfile(settings_path):
-        settings = _read_json(settings_path, "the sentence-transformers settings")
-    maxlen = settings.get("max_seq_length")
+        settings = read_json(settings_path, "the sentence-transformers settings")
+    maxlen = json_field(settings, "max_seq_length", (int, NOTHING), settings_path)
+    if maxlen is not None and maxlen < 3:
+        raise ConfigError(f"{settings_path}: max_seq_length {maxlen} leaves no room for [CLS], [SEP] and a token")
     return SentenceTransformersModules(
         transformer_folder=transformer,
         pooling=_st_pooling(os.path.join(found["Pooling"], CONFIG_FILE)),
-        maxlen=int(maxlen) if maxlen else None,
-        do_lower_case=bool(settings.get("do_lower_case", False)),
+        maxlen=maxlen,
+        do_lower_case=json_field(settings, "do_lower_case", bool, settings_path, default=False),
     )
 
 
 def _st_pooling(path):
     """The Pooling layer mode of a sentence-transformers pooling config (old or new keys)."""
-    config = _read_json(path, "the pooling config")
+    config = read_json(path, "the pooling config")
     if "pooling_mode" in config:  # sentence-transformers 6
-        modes = config["pooling_mode"]
-        modes = [modes] if isinstance(modes, str) else list(modes)
+        modes = json_field(config, "pooling_mode", (str, list), path)
+        modes = [modes] if isinstance(modes, str) else modes
+        if not all(isinstance(mode, str) for mode in modes):
+            raise ConfigError(f"{path}: 'pooling_mode' must be a JSON string or an array of strings, not {modes!r}")
     else:
-        modes = [key[len("pooling_mode_") :] for key, on in config.items() if key.startswith("pooling_mode_") and on]
+        keys = [key for key in config if key.startswith("pooling_mode_")]
+        modes = [key[len("pooling_mode_") :] for key in keys if json_field(config, key, bool, path)]
         modes = [{"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max"}.get(m, m) for m in modes]
     if len(modes) != 1 or modes[0] not in ST_POOLING:
         raise ConfigError(
@@ -165,9 +196,12 @@ def transformer_folder(path) -> str:
 def bert_config(hf_config: dict, path: str) -> dict:
     """A Hugging Face ``config.json`` (already parsed) as a Google-format BERT config.
 
-    Settings bert4keras's BERT cannot reproduce are a ConfigError naming them.
+    Settings bert4keras's BERT cannot reproduce, and values of the wrong JSON type, are a
+    ConfigError naming them.
     """
-    model_type = hf_config.get("model_type")
+    if not isinstance(hf_config, dict):
+        raise ConfigError(f"{path}: the model config must be a JSON object")
+    model_type = json_field(hf_config, "model_type", (str, NOTHING), path)
     if model_type != "bert":
         other = (
             f" cosent-tf builds {model_type} only from a Google-format TF checkpoint so far."
@@ -178,21 +212,24 @@ def bert_config(hf_config: dict, path: str) -> dict:
             f"{path}: model_type {model_type!r} is not supported from Hugging Face folders; cosent-tf reads "
             f"model_type 'bert' (BERT, RoBERTa-wwm-ext, MacBERT, text2vec, bge-zh).{other}"
         )
-    activation = hf_config.get("hidden_act", "gelu")
+    activation = json_field(hf_config, "hidden_act", str, path, default="gelu")
     if activation not in ACTIVATIONS:
         raise ConfigError(
             f"{path}: hidden_act {activation!r} is not supported; cosent-tf reads {', '.join(ACTIVATIONS)}"
         )
     unsupported = {
-        "position_embedding_type": (hf_config.get("position_embedding_type", "absolute"), "absolute"),
-        "is_decoder": (hf_config.get("is_decoder", False), False),
-        "add_cross_attention": (hf_config.get("add_cross_attention", False), False),
+        "position_embedding_type": (
+            json_field(hf_config, "position_embedding_type", str, path, default="absolute"),
+            "absolute",
+        ),
+        "is_decoder": (json_field(hf_config, "is_decoder", bool, path, default=False), False),
+        "add_cross_attention": (json_field(hf_config, "add_cross_attention", bool, path, default=False), False),
     }
     for key, (value, supported) in unsupported.items():
         if value != supported:
             raise ConfigError(f"{path}: {key} {value!r} is not supported (only {supported!r})")
-    eps = hf_config.get("layer_norm_eps", LAYER_NORM_EPS)
-    if not isinstance(eps, (int, float)) or not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-6):
+    eps = json_field(hf_config, "layer_norm_eps", (int, float), path, default=LAYER_NORM_EPS)
+    if not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-6):
         raise ConfigError(f"{path}: layer_norm_eps {eps!r} is not supported (bert4keras's BERT uses {LAYER_NORM_EPS})")
     config = {
         key: hf_config[key]
@@ -210,6 +247,7 @@ def bert_config(hf_config: dict, path: str) -> dict:
         )
         if key in hf_config
     }
+    check_bert_values(config, path)
     config["hidden_act"] = ACTIVATIONS[activation]
     config.setdefault("max_position_embeddings", 512)
     config.setdefault("type_vocab_size", 2)
@@ -249,16 +287,22 @@ def hf_config(google_config: dict, architectures=("BertModel",), num_labels: int
 
 def read_hf_config(folder) -> dict:
     """The parsed ``config.json`` of a Hugging Face folder (of its transformer, for sentence-transformers)."""
-    return _read_json(os.path.join(transformer_folder(folder), CONFIG_FILE), "the model config")
+    return read_json(os.path.join(transformer_folder(folder), CONFIG_FILE), "the model config")
 
 
-def classifier_labels(hf_config: dict):
-    """num_labels of a ``*ForSequenceClassification`` config; None for other models."""
-    if not any(str(a).endswith("ForSequenceClassification") for a in hf_config.get("architectures") or ()):
+def classifier_labels(hf_config: dict, path=CONFIG_FILE):
+    """num_labels of a ``*ForSequenceClassification`` config (``path``, for messages); None for other models."""
+    architectures = json_field(hf_config, "architectures", (list, NOTHING), path) or []
+    if not all(isinstance(name, str) for name in architectures):
+        raise ConfigError(f"{path}: 'architectures' must be a JSON array of strings")
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
         return None
     if "num_labels" in hf_config:
-        return int(hf_config["num_labels"])
-    return len(hf_config.get("id2label") or {0: 0, 1: 1})
+        labels = json_field(hf_config, "num_labels", int, path)
+        if labels < 1:
+            raise ConfigError(f"{path}: num_labels must be a positive integer, got {labels}")
+        return labels
+    return len(_object(hf_config, "id2label", path) or {0: 0, 1: 1})
 
 
 # -- weight names ---------------------------------------------------------------------------------
@@ -322,16 +366,33 @@ def read_hf_weights(folder) -> dict:
     ``model.safetensors`` (or its sharded index) is read without torch; ``pytorch_model.bin``
     needs torch (``pip install cosent-tf[torch]``).
     """
+    return {name: value for name, (_, value) in _weight_files(folder).items()}
+
+
+def _weight_files(folder) -> dict:
+    """{state-dict key: (the file it is in, its array)} of a Hugging Face folder."""
     folder = transformer_folder(folder)
     single, index, torch_file = (os.path.join(folder, name) for name in WEIGHT_FILES)
     if os.path.isfile(single):
         return _read_safetensors([single])
     if os.path.isfile(index):
-        weight_map = _read_json(index, "the safetensors index").get("weight_map", {})
-        return _read_safetensors([os.path.join(folder, name) for name in sorted(set(weight_map.values()))])
+        return _read_safetensors(_shards(index, folder))
     if os.path.isfile(torch_file):
         return _read_torch(torch_file)
     raise CheckpointError(f"{folder}: no weights ({', '.join(WEIGHT_FILES)})")
+
+
+def _shards(index, folder) -> list:
+    """The weight files a ``model.safetensors.index.json`` names, each a file of ``folder``."""
+    weight_map = json_field(read_json(index, "the safetensors index"), "weight_map", dict, index, default={})
+    shards = set()
+    for name in weight_map:
+        shard = json_field(weight_map, name, str, index, f"the file of {name!r} in weight_map")
+        path = os.path.join(folder, shard)
+        if not is_inside(path, folder) or os.path.realpath(path) == os.path.realpath(folder):
+            raise ConfigError(f"{index}: weight_map names {shard!r}, which is not a file of {folder}")
+        shards.add(path)
+    return sorted(shards)
 
 
 def _read_safetensors(paths):
@@ -344,8 +405,8 @@ def _read_safetensors(paths):
             loaded = load_file(path)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise CheckpointError(f"{path}: cannot read these weights ({e}); the file may be truncated") from None
-        weights.update(loaded)
-    return {name: _float32(value) for name, value in weights.items()}
+        weights.update({name: (path, _float32(value)) for name, value in loaded.items()})
+    return weights
 
 
 def _read_torch(path):
@@ -361,7 +422,7 @@ def _read_torch(path):
     except Exception as e:  # torch raises many types for a bad file
         raise CheckpointError(f"{path}: cannot read these weights ({e}); the file may be truncated") from None
     return {
-        name: _float32(value.numpy() if not value.is_floating_point() else value.float().numpy())
+        name: (path, _float32(value.numpy() if not value.is_floating_point() else value.float().numpy()))
         for name, value in state.items()
     }
 
@@ -371,19 +432,37 @@ def _float32(value):
     return np.asarray(value, dtype=np.float32) if np.issubdtype(value.dtype, np.floating) else value
 
 
+def check_weight(value, path, name):
+    """Raise CheckpointError naming the file and tensor unless ``value`` holds floating-point
+    numbers, every one finite (NaN or infinity would make every vector NaN, silently)."""
+    dtype = np.dtype(value.dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise CheckpointError(
+            f"{path}: tensor {name} holds {dtype.name} values, not floating-point weights; this file does not hold "
+            "a model's trained weights (or holds them under other names)"
+        )
+    broken = value.size - int(np.count_nonzero(np.isfinite(value)))
+    if broken:
+        raise CheckpointError(
+            f"{path}: tensor {name} holds {broken} NaN or infinite value(s) of {value.size} (as float32); "
+            "these weights are broken: use an intact copy of the model"
+        )
+
+
 def google_arrays(folder, head_scope: str = None) -> tuple:
     """({Google name: array}, [unused state-dict keys], {Google name: state-dict key}) of a
     Hugging Face folder's weights; the last covers every BERT weight of its depth, present or not.
 
     ``head_scope`` is the Google scope a ``classifier`` is read as (see :func:`bert_name_table`).
     """
-    weights = {_canonical(name): value for name, value in read_hf_weights(folder).items()}
+    weights = {_canonical(name): (path, value, name) for name, (path, value) in _weight_files(folder).items()}
     layers = [int(m.group(1)) for name in weights if (m := re.match(r"encoder\.layer\.(\d+)\.", name))]
     arrays, used, names = {}, set(), {}
     for google, hf, transposed in bert_name_table(max(layers, default=-1) + 1, head_scope):
         names[google] = hf
         if hf in weights:
-            value = weights[hf]
+            path, value, own_name = weights[hf]
+            check_weight(value, path, own_name)
             arrays[google] = np.ascontiguousarray(value.T) if transposed else value
             used.add(hf)
     unused = sorted(name for name in weights if name not in used and not name.endswith("position_ids"))
@@ -424,20 +503,26 @@ def read_tokenizer_json(path) -> tuple:
     (BERT's: clean text, split Chinese characters, lower-case and strip accents together);
     anything else is a ConfigError naming the setting.
     """
-    spec = _read_json(path, "the tokenizer")
-    model = spec.get("model") or {}
-    if model.get("type") != "WordPiece":
-        raise ConfigError(f"{path}: tokenizer model {model.get('type')!r} is not supported (only WordPiece)")
-    if model.get("continuing_subword_prefix", "##") != "##" or model.get("unk_token", "[UNK]") != "[UNK]":
+    spec = read_json(path, "the tokenizer")
+    model = _object(spec, "model", path)
+    kind = json_field(model, "type", (str, NOTHING), path, "model.type")
+    if kind != "WordPiece":
+        raise ConfigError(f"{path}: tokenizer model {kind!r} is not supported (only WordPiece)")
+    prefix = json_field(model, "continuing_subword_prefix", str, path, "model.continuing_subword_prefix", "##")
+    if prefix != "##" or json_field(model, "unk_token", str, path, "model.unk_token", "[UNK]") != "[UNK]":
         raise ConfigError(f"{path}: WordPiece must use '##' sub-words and '[UNK]' (as BERT's vocabulary does)")
-    normalizer = spec.get("normalizer") or {}
-    if normalizer.get("type") != "BertNormalizer":
-        raise ConfigError(f"{path}: normalizer {normalizer.get('type')!r} is not supported (only BertNormalizer)")
-    lowercase = bool(normalizer.get("lowercase", True))
-    strip_accents = normalizer.get("strip_accents")
+    normalizer = _object(spec, "normalizer", path)
+    kind = json_field(normalizer, "type", (str, NOTHING), path, "normalizer.type")
+    if kind != "BertNormalizer":
+        raise ConfigError(f"{path}: normalizer {kind!r} is not supported (only BertNormalizer)")
+    lowercase = json_field(normalizer, "lowercase", bool, path, "normalizer.lowercase", True)
+    strip_accents = json_field(normalizer, "strip_accents", (bool, NOTHING), path, "normalizer.strip_accents")
     checks = {
-        "clean_text": (normalizer.get("clean_text", True), True),
-        "handle_chinese_chars": (normalizer.get("handle_chinese_chars", True), True),
+        "clean_text": (json_field(normalizer, "clean_text", bool, path, "normalizer.clean_text", True), True),
+        "handle_chinese_chars": (
+            json_field(normalizer, "handle_chinese_chars", bool, path, "normalizer.handle_chinese_chars", True),
+            True,
+        ),
         "strip_accents": (lowercase if strip_accents is None else strip_accents, lowercase),
     }
     for key, (value, needed) in checks.items():
@@ -447,10 +532,12 @@ def read_tokenizer_json(path) -> tuple:
                 + (" with lowercase" if key == "strip_accents" else "")
                 + ")"
             )
-    pre_tokenizer = (spec.get("pre_tokenizer") or {}).get("type")
+    pre_tokenizer = json_field(_object(spec, "pre_tokenizer", path), "type", (str, NOTHING), path, "pre_tokenizer.type")
     if pre_tokenizer != "BertPreTokenizer":
         raise ConfigError(f"{path}: pre_tokenizer {pre_tokenizer!r} is not supported (only BertPreTokenizer)")
-    vocab = model.get("vocab") or {}
+    vocab = _object(model, "vocab", path, "model.vocab")
+    for token in vocab:
+        json_field(vocab, token, int, path, f"the id of {token!r} in model.vocab")
     ids = sorted(vocab.values())
     if ids != list(range(len(vocab))):
         raise ConfigError(f"{path}: the WordPiece ids are not 0..{len(vocab) - 1} without gaps")
@@ -463,8 +550,9 @@ def do_lower_case(folder) -> bool:
     folder = transformer_folder(folder)
     tokenizer = os.path.join(folder, TOKENIZER_FILE)
     config_path = os.path.join(folder, TOKENIZER_CONFIG)
-    if os.path.isfile(config_path) and "do_lower_case" in (config := _read_json(config_path, "the tokenizer config")):
-        lower = bool(config["do_lower_case"])
+    config = read_json(config_path, "the tokenizer config") if os.path.isfile(config_path) else {}
+    if "do_lower_case" in config:
+        lower = json_field(config, "do_lower_case", bool, config_path)
     elif os.path.isfile(tokenizer):
         lower = read_tokenizer_json(tokenizer)[1]
     else:
@@ -477,8 +565,8 @@ def model_max_length(folder):
     path = os.path.join(transformer_folder(folder), TOKENIZER_CONFIG)
     if not os.path.isfile(path):
         return None
-    value = _read_json(path, "the tokenizer config").get("model_max_length")
-    return int(value) if isinstance(value, (int, float)) and 3 <= value < 1_000_000 else None
+    value = json_field(read_json(path, "the tokenizer config"), "model_max_length", (int, float, NOTHING), path)
+    return int(value) if value is not None and 3 <= value < 1_000_000 else None
 
 
 def write_vocab(path, tokens) -> None:
