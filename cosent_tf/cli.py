@@ -2,27 +2,39 @@
 trained model folder) and :func:`train_main`, which every training script wraps.
 
 Every output is written through a temporary file and a rename, so an interrupted
-command leaves either the previous file or none, never a truncated one. Outputs are
-checked before the work starts: an output file may not be a folder or an input, and an
-output folder (index, export) must be new, empty, or (with ``--overwrite``) an earlier
-output of the same kind that holds no input.
+command leaves either the previous file or none, never a truncated one (a device or pipe,
+``/dev/stdout``, is written as a stream). Outputs are checked before the work starts: an
+output file may not be a folder, an input or inside one, nor lie inside a folder this tool
+writes (:func:`output_kinds`); an output folder (index, export) must be new, empty, or (with
+``--overwrite``) an earlier output of the same kind that holds no input. A failure ends the
+command with one ``error: ...`` line naming the file (:func:`errors_reported`).
 """
 
 import argparse
 import contextlib
-import json
 import logging
 import math
 import os
 import signal
 import sys
+import traceback
 
 import numpy as np
 
 from . import environment
 from .data import read_lines, read_pair_lines
 from .errors import ConfigError, CosentError, TrainingInterrupted
-from .io import atomic_path, check_output_file, check_output_folder, write_json, write_text
+from .io import (
+    atomic_path,
+    check_can_write_in,
+    check_not_in_tool_folder,
+    check_output_file,
+    check_output_folder,
+    is_inside,
+    json_text,
+    write_json,
+    write_text,
+)
 
 
 @contextlib.contextmanager
@@ -61,24 +73,84 @@ def tensorflow_start_up_shown(verbose: bool):
             os.environ["COSENT_TF_VERBOSE"] = previous
 
 
-VERBOSE_HELP = "show TensorFlow's start-up lines (absl, oneDNN, CUDA probing), which are held back by default"
+VERBOSE_HELP = (
+    "show TensorFlow's start-up lines (absl, oneDNN, CUDA probing), which are held back by default, "
+    "and the traceback of an error"
+)
+
+
+def error_message(error) -> str:
+    """The ``error: ...`` line's text for ``error``: an OSError says which file and what the system
+    said (``out.npy: No space left on device``), not its errno and repr."""
+    if isinstance(error, OSError):
+        names = [os.fsdecode(name) for name in (error.filename, error.filename2) if name is not None]
+        said = error.strerror or (str(error.args[0]) if error.args else type(error).__name__)
+        return ": ".join([" -> ".join(names), said] if names else [said])
+    return str(error)
+
+
+@contextlib.contextmanager
+def errors_reported(verbose: bool):
+    """Within the block, bad input (CosentError, ValueError) and a failed file operation (OSError:
+    a full or read-only disk, a path under a file) end the process with one ``error: ...`` line
+    naming the file, and exit status 1; ``verbose`` prints the traceback first. Other exceptions
+    are bugs, and keep their traceback."""
+    try:
+        yield
+    except (CosentError, ValueError, OSError) as error:
+        if verbose:
+            traceback.print_exc()
+        raise SystemExit(f"error: {error_message(error)}") from None
+
+
+def output_kinds() -> tuple:
+    """The folders this tool writes (by their :class:`cosent_tf.io.FolderKind`): no output of a
+    command may land inside one, where it would be lost when the folder is replaced or make the
+    folder look like someone else's."""
+    from .export import HF_FOLDER, SAVED_MODEL
+    from .inference import VectorIndex
+    from .model_dir import MODEL_FOLDER
+    from .run_folder import RUN_FOLDER
+
+    return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, HF_FOLDER, RUN_FOLDER
+
+
+def summary_stream(output):
+    """Where a command says what it wrote: stdout, unless the output is stdout itself
+    (``/dev/stdout``), where the line would be mixed into the result."""
+    try:
+        if os.path.samestat(os.stat(output), os.fstat(sys.stdout.fileno())):
+            return sys.stderr
+    except (OSError, ValueError):  # not there yet, or a stdout without a file (captured)
+        pass
+    return sys.stdout
 
 
 def _encode(args):
     from .inference import SentenceEncoder
 
-    check_output_file(args.output, [args.texts])
+    check_output_file(args.output, [args.model_dir, args.texts], output_kinds())
+    said = summary_stream(args.output)
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
     vectors = encoder.encode(read_lines(args.texts, args.strict), args.batch_size, normalize=not args.no_normalize)
     with atomic_path(args.output) as tmp, open(tmp, "wb") as f:
-        np.save(f, vectors)
-    print(f"{args.output}: {vectors.shape[0]} vectors of dimension {vectors.shape[1]}")
+        np.save(_WriteOnly(f), vectors)
+    print(f"{args.output}: {vectors.shape[0]} vectors of dimension {vectors.shape[1]}", file=said)
+
+
+class _WriteOnly:
+    """A file seen only through its ``write``: numpy writes a real file with ``tofile``, which
+    needs a file it can seek in, and so fails on a pipe (``/dev/stdout``)."""
+
+    def __init__(self, file):
+        self.write = file.write
 
 
 def _similarity(args):
     from .inference import load_matcher
 
-    check_output_file(args.output, [args.pairs])
+    check_output_file(args.output, [args.model_dir, args.pairs], output_kinds())
+    said = summary_stream(args.output)
     matcher = load_matcher(args.model_dir, args.precision)
     texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict)
     scores = matcher.similarity(texts_a, texts_b, args.batch_size)
@@ -87,14 +159,14 @@ def _similarity(args):
         columns.append([str(int(s > matcher.threshold)) for s in scores])
     write_text(args.output, "".join("\t".join([line, *row]) + "\n" for line, *row in zip(lines, *columns)))
     extra = f" and 0/1 at the tuned threshold {matcher.threshold:.4f}" if matcher.threshold is not None else ""
-    print(f"{args.output}: {len(scores)} pairs, each line with its score{extra}")
+    print(f"{args.output}: {len(scores)} pairs, each line with its score{extra}", file=said)
 
 
 def _search_build(args):
     from .inference import SentenceEncoder, VectorIndex
 
     inputs = [args.model_dir, args.corpus]
-    check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs)
+    check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
     index = encoder.build_index(read_lines(args.corpus, args.strict), args.batch_size)
     index.save(args.index_dir, args.overwrite, inputs)
@@ -104,7 +176,8 @@ def _search_build(args):
 def _search_query(args):
     from .inference import SentenceEncoder, VectorIndex
 
-    check_output_file(args.output, [args.queries])
+    check_output_file(args.output, [args.index_dir, args.queries, args.model_dir], output_kinds())
+    said = summary_stream(args.output)
     index = VectorIndex.load(args.index_dir)
     model_dir = args.model_dir or index.model_dir
     if not model_dir:
@@ -115,22 +188,25 @@ def _search_query(args):
             f"{args.model_dir}; its vectors cannot be compared with another model's: query it "
             "without --model-dir, or build an index with this model"
         )
+    check_output_file(args.output, [model_dir], output_kinds())  # the model the index names
     encoder = SentenceEncoder.load(model_dir, args.precision)
     queries = read_lines(args.queries, args.strict)
     hits = encoder.search(queries, index, args.top_k, args.batch_size)
     write_text(
         args.output,
         "".join(
-            json.dumps({"query": query, "hits": [hit._asdict() for hit in row]}, ensure_ascii=False) + "\n"
+            json_text({"query": query, "hits": [hit._asdict() for hit in row]}, ensure_ascii=False) + "\n"
             for query, row in zip(queries, hits)
         ),
     )
-    print(f"{args.output}: top {args.top_k} of {len(index)} for {len(queries)} queries")
+    print(f"{args.output}: top {args.top_k} of {len(index)} for {len(queries)} queries", file=said)
 
 
 def _export(args):
-    from .export import export_hf, export_saved_model
+    from .export import HF_FOLDER, SAVED_MODEL, export_hf, export_saved_model
 
+    kind = HF_FOLDER if args.format == "hf" else SAVED_MODEL
+    check_output_folder(args.output_dir, kind, args.overwrite, [args.model_dir], output_kinds())
     if args.format == "hf":
         if args.precision != "float32":
             raise ConfigError("--precision is for --format savedmodel; a Hugging Face folder holds float32 weights")
@@ -166,10 +242,10 @@ def _evaluate(args):
         raise CosentError("--queries, --corpus and --qrels go together: pass all three")
     if not args.file and not any(beir):
         raise CosentError("nothing to evaluate: pass a pair FILE, or --queries, --corpus and --qrels")
-    inputs = [p for p in [args.file, *beir] if p]
+    inputs = [args.model_dir, args.file, *beir]
     outputs = [args.output + ".json", args.output + ".tsv"] if args.output else []
     for path in outputs:
-        check_output_file(path, inputs)
+        check_output_file(path, inputs, output_kinds())
     spec = read_spec(args.model_dir)
     if (args.retrieval or any(beir)) and spec.kind != "feature":
         raise CosentError(
@@ -192,7 +268,7 @@ def _evaluate(args):
     if any(beir):
         queries, corpus, relevant = read_retrieval_files(*beir)
         metrics["beir"] = retrieval_by(lambda texts: matcher.encode(texts, args.batch_size), queries, corpus, relevant)
-    print(json.dumps(metrics, indent=2, ensure_ascii=False))
+    print(json_text(metrics, indent=2, ensure_ascii=False))
     if args.output:
         write_json(outputs[0], metrics)
         if lines is not None:
@@ -232,7 +308,7 @@ def argument_parser(command_name: str = None):
         return sub
 
     def inference_options(sub):
-        sub.add_argument("--batch-size", type=int, default=64)
+        sub.add_argument("--batch-size", type=_number(int, 1), default=64)
         sub.add_argument("--precision", default="float32", choices=["float32", "bf16"])
         sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
 
@@ -285,7 +361,9 @@ def argument_parser(command_name: str = None):
     )
     sub.add_argument("model_dir")
     sub.add_argument("file", nargs="?", help="pair file (TSV, CSV or JSONL, as for train)")
-    sub.add_argument("--threshold", type=float, help="for accuracy (default: the model folder's tuned one)")
+    sub.add_argument(
+        "--threshold", type=_finite, help="for accuracy (default: the model folder's tuned one)", metavar="SCORE"
+    )
     sub.add_argument(
         "--retrieval",
         action="store_true",
@@ -338,7 +416,7 @@ def argument_parser(command_name: str = None):
     sub.add_argument("queries", help="UTF-8 text file, one query a line")
     sub.add_argument("output", help=".jsonl file: one {query, hits: [{index, score, text}]} per query")
     sub.add_argument("--model-dir", help="model folder (default: the one that built the index)")
-    sub.add_argument("--top-k", type=int, default=10)
+    sub.add_argument("--top-k", type=_number(int, 1), default=10)
     inference_options(sub)
 
     sub = command(
@@ -391,9 +469,9 @@ def main(argv=None, *, whole_process=False) -> int:
     all the process does (the ``cosent-tf`` script), so it may set up TensorFlow for the command
     alone (:func:`keeps_weights_in_amx_layout`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    # train's options import TensorFlow while the parser is built: --verbose must already hold then
+    verbose = "--verbose" in argv  # train's options import TensorFlow while the parser is built
     try:
-        with tensorflow_start_up_shown("--verbose" in argv):
+        with errors_reported(verbose), tensorflow_start_up_shown(verbose):
             args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
             with console_logging():
                 if whole_process and keeps_weights_in_amx_layout(args, environment.cpu_flags(), os.environ):
@@ -406,8 +484,6 @@ def main(argv=None, *, whole_process=False) -> int:
                         environment.FROZEN_WEIGHTS_VARIABLE,
                     )
                 args.handler(args)
-    except (CosentError, ValueError) as error:
-        raise SystemExit(f"error: {error}") from None
     except KeyboardInterrupt:  # outputs are written atomically: nothing half-done is left
         raise SystemExit("stopped: SIGINT received; nothing was written") from None
     return 0
@@ -419,6 +495,17 @@ def console_main() -> int:
 
 
 # The training scripts (scripts/*.py): options of cosent_tf.training.RunConfig.
+
+
+def _finite(text):
+    """An argparse type: a finite float (``nan`` and ``inf`` parse as floats, but mean nothing here)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
 
 
 def _number(number_type, low, high=None, low_included=True):
@@ -520,7 +607,7 @@ def _add_run_options(parser):
     parser.add_argument(
         "--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale, help="CoSENT's lambda"
     )
-    parser.add_argument("--epsilon", type=float, default=RunConfig.epsilon, help="contrastive threshold")
+    parser.add_argument("--epsilon", type=_finite, default=RunConfig.epsilon, help="contrastive threshold")
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
     parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
@@ -620,8 +707,8 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: str = Non
 
 def _run_training(cfg, overwrite):
     """Train ``cfg``, print the final metrics as JSON, the only line on stdout (the log and
-    Keras's progress go to stderr); errors and signals become an exit status. The caller shows
-    the log (:func:`console_logging`)."""
+    Keras's progress go to stderr); signals become an exit status. The caller shows the log
+    (:func:`console_logging`) and reports errors (:func:`errors_reported`)."""
     from .training import train
 
     try:
@@ -630,15 +717,13 @@ def _run_training(cfg, overwrite):
     except TrainingInterrupted as stopped:
         print(f"stopped: {stopped}", file=sys.stderr, flush=True)
         raise SystemExit(128 + stopped.signal_number) from None
-    except CosentError as error:  # bad input or a diverged run: the message says it all
-        raise SystemExit(f"error: {error}") from None
     except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
         print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGINT) from None
     if "worker" in metrics:  # a multi-worker run's other worker: the chief has the results
-        print(json.dumps(metrics))
+        print(json_text(metrics))
     else:
-        print(json.dumps({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
+        print(json_text({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
     return metrics
 
 
@@ -647,13 +732,27 @@ def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str
     from .training import RunConfig
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    with tensorflow_start_up_shown("--verbose" in argv):  # the parser itself imports TensorFlow
+    verbose = "--verbose" in argv  # the parser itself imports TensorFlow
+    with errors_reported(verbose), tensorflow_start_up_shown(verbose):
         args = vars(training_parser(kind, loss, task).parse_args(argv))
         if task is not None:
             args["task"] = task
         overwrite, _ = args.pop("overwrite"), args.pop("verbose")
         with console_logging():
             return _run_training(RunConfig(kind=kind, **args), overwrite)
+
+
+def _check_report_folder(output_dir, runs):
+    """The report's folder may not be, or lie inside, one of the runs it reads or any folder this
+    tool writes (a run, a model folder): its files there would make a run look like someone else's."""
+    for run in runs:
+        if is_inside(output_dir, run):
+            raise ConfigError(
+                f"{output_dir}: lies inside the run {run}, an input of the report; nothing was written: "
+                "choose another --output-dir"
+            )
+    check_not_in_tool_folder(output_dir, output_kinds(), start=output_dir)
+    check_can_write_in(output_dir, output_dir)
 
 
 def report_main(argv=None) -> None:
@@ -664,9 +763,12 @@ def report_main(argv=None) -> None:
     parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")
     parser.add_argument("--output-dir", default="docs/results")
     parser.add_argument("--preface", default="", help="text placed above the tables")
+    parser.add_argument("--verbose", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(argv)
-    for path in write_report(args.runs, args.output_dir, args.preface):
-        print(path)
+    with errors_reported(args.verbose):
+        _check_report_folder(args.output_dir, args.runs)
+        for path in write_report(args.runs, args.output_dir, args.preface):
+            print(path)
 
 
 if __name__ == "__main__":

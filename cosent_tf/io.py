@@ -14,7 +14,9 @@ import fnmatch
 import json
 import math
 import os
+import re
 import shutil
+import stat
 import tempfile
 
 from .errors import ConfigError
@@ -22,22 +24,111 @@ from .errors import ConfigError
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Yield a temporary file path; on success it replaces ``path``, on error it is removed."""
+    """Yield the path to write the output ``path`` through.
+
+    A regular file (or a new path) is written to a temporary file beside it, which replaces it once
+    the block succeeds and is removed on error; a symlink is followed, so the file it points to is
+    replaced, not the link. A character device (``/dev/null``, ``/dev/stdout`` on a terminal) or a
+    FIFO (``/dev/stdout`` in a pipe) would be destroyed by a rename: the block writes to it
+    directly, as a stream. A folder, a block device or a socket is refused. An OSError of the
+    block that names no file, or the temporary one, is made to name ``path``.
+    """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    # Keep the whole extension (".weights.h5"): Keras picks the weights format from it.
-    name = os.path.basename(path)
-    suffix = "." + name.split(".", 1)[1] if "." in name else ""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
-    os.close(fd)
+    target, stream = output_target(path)
+    if stream:
+        with _naming(path, path):
+            yield path
+        return
+    tmp = None
     try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-        os.replace(tmp, path)
+        with _naming(path, target):
+            make_folder(os.path.dirname(target), path)
+            # Keep the whole extension (".weights.h5"): Keras picks the weights format from it.
+            name = os.path.basename(target)
+            suffix = "." + name.split(".", 1)[1] if "." in name else ""
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=os.path.dirname(target))
+            os.close(fd)
+            yield tmp
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+            os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextlib.contextmanager
+def _naming(path, *written):
+    """An OSError of the block that names no file, or a temporary one, names ``path`` instead:
+    the message should say which output failed (a full disk raises with no file name at all)."""
+    try:
+        yield
+    except OSError as error:
+        name = error.filename
+        if name is None or os.path.basename(os.fspath(name)).startswith(".tmp-") or name in written:
+            error.filename = path
+        raise
+
+
+def output_target(path):
+    """(the path to write, whether to write it as a stream) for the output file ``path``: see
+    :func:`atomic_path`. Raises ConfigError for what cannot be an output file."""
+    try:
+        status = os.stat(path)
+    except OSError:  # not there yet (a dangling link: where it points); a file in the way is found later
+        return os.path.realpath(path), False
+    if stat.S_ISREG(status.st_mode):
+        real = os.path.realpath(path)
+        if os.path.exists(real) and os.path.samestat(os.stat(real), status):
+            return real, False
+        return path, True  # reached only through a link of /proc (a deleted file open as stdout)
+    if stat.S_ISCHR(status.st_mode) or stat.S_ISFIFO(status.st_mode):
+        return path, True
+    if stat.S_ISDIR(status.st_mode):
+        raise ConfigError(f"{path}: is a folder; give the path of a file to write")
+    what = (
+        "block device"
+        if stat.S_ISBLK(status.st_mode)
+        else "socket"
+        if stat.S_ISSOCK(status.st_mode)
+        else "special file"
+    )
+    raise ConfigError(
+        f"{path}: is a {what}, which an output may not replace or be written into; nothing was written: "
+        "give the path of a file (or a character device or pipe such as /dev/stdout)"
+    )
+
+
+def _nearest_existing(folder):
+    folder = os.path.abspath(folder)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def make_folder(folder, output):
+    """Create ``folder`` (and its parents) to write ``output`` in; a file in the way is a
+    ConfigError naming it, rather than the system's "File exists"."""
+    nearest = _nearest_existing(folder)
+    if not os.path.isdir(nearest):
+        raise ConfigError(f"{output}: cannot be written: {nearest} is a file, not a folder; nothing was written")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as error:  # say which output it was for, and which folder failed
+        error.strerror = f"cannot create its folder {error.filename or folder}: {error.strerror}"
+        error.filename = output
+        raise
+
+
+def check_can_write_in(folder, output):
+    """Raise ConfigError if ``output`` could not be created in ``folder`` (made if needed): a file in
+    the way, a read-only file system, no permission. Checked before the work, so that it is not lost."""
+    nearest = _nearest_existing(folder)
+    if not os.path.isdir(nearest):
+        raise ConfigError(f"{output}: cannot be written: {nearest} is a file, not a folder; nothing was written")
+    if os.statvfs(nearest).f_flag & os.ST_RDONLY:
+        raise ConfigError(f"{output}: cannot be written: {nearest} is on a read-only file system; nothing was written")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ConfigError(f"{output}: cannot be written: no permission to write in {nearest}; nothing was written")
 
 
 def read_json(path, what: str = "JSON", expect: type = dict):
@@ -89,7 +180,16 @@ def json_field(record: dict, key: str, expect, path, what: str = None, default=N
 
 
 def _umask():
-    mask = os.umask(0)
+    """The process's umask, read without changing it where the system shows it (Linux): setting it
+    to read it would, for an instant, give files made by other threads the wrong mode."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
     os.umask(mask)
     return mask
 
@@ -99,9 +199,15 @@ def write_text(path, text):
         f.write(text)
 
 
+def json_text(obj, **options) -> str:
+    """``obj`` as JSON text; NaN and infinities, which JSON lacks (``json`` would write a bare
+    ``NaN`` that strict readers refuse), become null."""
+    return json.dumps(_finite(obj), allow_nan=False, **options)
+
+
 def write_json(path, obj):
     """Write ``obj`` as JSON; NaN and infinities, which JSON lacks, are written as null."""
-    write_text(path, json.dumps(_finite(obj), indent=2, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
+    write_text(path, json_text(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def _finite(obj):
@@ -138,12 +244,32 @@ def is_inside(path, folder):
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def check_output_folder(path, kind, overwrite=False, inputs=()):
+def check_not_in_tool_folder(path, kinds, start=None):
+    """Raise ConfigError if ``path`` lies inside a folder of one of ``kinds`` (the folders this
+    tool writes: a model folder, an index, an export, a training run), found by the kind's marker
+    file in ``start`` (default: the folder ``path`` is in) or any folder above it, links
+    resolved. A file added there would be lost when the folder is replaced, and would make an
+    index or a run folder look like someone else's."""
+    folder = os.path.realpath(start if start is not None else os.path.dirname(os.path.abspath(path)))
+    while True:
+        for kind in kinds:
+            if os.path.isfile(os.path.join(folder, kind.marker)):
+                raise ConfigError(
+                    f"{path}: lies inside {kind.description} ({folder}), which an output may not change; "
+                    "nothing was written: choose a path outside it"
+                )
+        if os.path.dirname(folder) == folder:
+            return
+        folder = os.path.dirname(folder)
+
+
+def check_output_folder(path, kind, overwrite=False, inputs=(), kinds=()):
     """Raise ConfigError unless ``path`` may become a ``kind`` folder; call it before the work.
 
     Allowed: a new path, an empty folder, or (with ``overwrite``) an earlier output of the
-    same kind. Refused: a file, a folder holding anything else, and a folder that is, holds
-    or lies inside one of ``inputs``.
+    same kind. Refused: a file, a folder holding anything else, a folder that is, holds
+    or lies inside one of ``inputs``, and one inside a folder of one of ``kinds``
+    (:func:`check_not_in_tool_folder`).
     """
     path = os.fspath(path)
     for source in inputs:
@@ -152,7 +278,9 @@ def check_output_folder(path, kind, overwrite=False, inputs=()):
                 f"{path}: the output folder would {'lie inside' if is_inside(path, source) else 'hold'} "
                 f"the input {source}; choose an output folder apart from the inputs"
             )
+    check_not_in_tool_folder(path, kinds)
     if not os.path.exists(path):
+        check_can_write_in(os.path.dirname(os.path.abspath(path)), path)
         return
     if not os.path.isdir(path):
         raise ConfigError(f"{path}: exists and is not a folder; nothing was written")
@@ -172,14 +300,35 @@ def check_output_folder(path, kind, overwrite=False, inputs=()):
         )
 
 
-def check_output_file(path, inputs=()):
-    """Raise ConfigError if ``path`` is a folder or one of ``inputs``; call it before the work."""
+def check_output_file(path, inputs=(), kinds=()):
+    """Raise ConfigError unless ``path`` may be written as an output file; call it before the work.
+
+    Refused: a folder, a block device or socket (:func:`output_target`); a path that is one of
+    ``inputs`` or lies inside one (an input folder: a model folder, an index), links resolved;
+    a path inside a folder of one of ``kinds`` (:func:`check_not_in_tool_folder`); and a path
+    whose folder cannot be made or written in.
+    """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ConfigError(f"{path}: is a folder; give the path of a file to write")
+    target, stream = output_target(path)
     for source in inputs:
-        if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
+        if source is None:
+            continue
+        if is_inside(path, source) and not os.path.isdir(source) or _same_file(path, source):
             raise ConfigError(f"{path}: is also an input of this command; write the output to another file")
+        if is_inside(path, source):
+            raise ConfigError(
+                f"{path}: lies inside the input {source}; nothing was written: write the output outside it"
+            )
+    check_not_in_tool_folder(path, kinds)
+    if not stream:
+        check_can_write_in(os.path.dirname(target), path)
+
+
+def _same_file(path, source):
+    try:
+        return os.path.samefile(path, source)
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
@@ -187,27 +336,81 @@ def atomic_directory(path, kind, overwrite=False, inputs=()):
     """Yield a temporary directory that becomes ``path`` once the block succeeds.
 
     ``path`` is checked with :func:`check_output_folder` first; an earlier output of the
-    same kind that it replaces is removed only after the new folder is in its place.
+    same kind that it replaces is removed only after the new folder is in its place. The
+    finished folder gets the mode the umask gives. Temporary folders left beside ``path`` by
+    a writer that was killed are removed first (:func:`_writers_held`).
     """
-    check_output_folder(path, kind, overwrite, inputs)
     path = os.path.abspath(os.fspath(path))
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=parent)
+    parent, name = os.path.dirname(path), os.path.basename(path)
+    with contextlib.ExitStack() as held:
+        if os.path.isdir(parent):
+            held.enter_context(_writers_held(parent, name))
+        check_output_folder(path, kind, overwrite, inputs)
+        if not os.path.isdir(parent):
+            make_folder(parent, path)
+            held.enter_context(_writers_held(parent, name))
+        tmp = tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=parent)
+        try:
+            yield tmp
+            check_output_folder(path, kind, overwrite, inputs)  # it may have changed meanwhile
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: others (a server) could not read it
+            old = None
+            if os.path.exists(path):
+                old = tempfile.mkdtemp(prefix=f".old-{name}-", dir=parent)
+                os.rmdir(old)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _writers_held(parent, name):
+    """Take part, for the block, in the writers of output folders in ``parent``: a shared
+    ``flock`` on ``parent``, which the system drops when a writer dies however it dies.
+
+    Before, if no other writer holds it, the ``.tmp-NAME-*`` and ``.old-NAME-*`` folders there
+    are leftovers of killed writers: the temporary ones are removed, and an earlier output
+    that was moved aside for its replacement (``.old-``) goes back to ``NAME`` if the
+    replacement never arrived, else is removed. A concurrent writer's folders are never
+    touched. Where the file system has no ``flock``, nothing is removed.
+    """
     try:
-        yield tmp
-        check_output_folder(path, kind, overwrite, inputs)  # it may have changed meanwhile
-        old = None
-        if os.path.exists(path):
-            old = tempfile.mkdtemp(prefix=".old-" + os.path.basename(path) + "-", dir=parent)
-            os.rmdir(old)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _remove_leftovers(parent, name)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except BlockingIOError:  # another writer is at work here: wait only for a cleaner
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except OSError:
+                pass
+        yield
     finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
+
+
+def _remove_leftovers(parent, name):
+    # tempfile.mkdtemp's names: the prefix, then 8 characters of this set.
+    leftover = re.compile(r"\.(tmp|old)-" + re.escape(name) + r"-[a-z0-9_]{8}")
+    target = os.path.join(parent, name)
+    for entry in sorted(os.listdir(parent)):
+        match = leftover.fullmatch(entry)
+        folder = os.path.join(parent, entry)
+        if not match or os.path.islink(folder) or not os.path.isdir(folder):
+            continue
+        if match.group(1) == "old" and not os.path.lexists(target):
+            os.replace(folder, target)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
