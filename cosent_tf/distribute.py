@@ -4,7 +4,9 @@
 * ``mirrored``: every accelerator of this machine (``MirroredStrategy``), or its logical CPU
   devices where it has none.
 * ``multi-worker``: one replica set per machine (``MultiWorkerMirroredStrategy``), the
-  machines listed in the ``TF_CONFIG`` environment variable, TensorFlow's convention.
+  machines listed in the ``TF_CONFIG`` environment variable, TensorFlow's convention. Each
+  worker checks TF_CONFIG, then waits (``--worker-timeout``) for the others to listen before
+  TensorFlow, whose own wait has no limit and ignores SIGTERM and SIGINT, starts.
 
 ``--batch-size`` stays the global number of pairs: each replica gets an equal slice of whole
 pairs, and CoSENT ranks the global batch (see :class:`cosent_tf.losses.CoSENTLoss`).
@@ -16,19 +18,39 @@ device.
 """
 
 import contextlib
+import errno
 import json
+import logging
 import os
+import signal
+import socket
+import threading
+import time
 
 from .backend import tf
-from .errors import ConfigError
+from .errors import ConfigError, TrainingInterrupted
+from .io import json_type
+
+logger = logging.getLogger(__name__)
 
 STRATEGIES = ("default", "mirrored", "multi-worker")
+JOBS = ("chief", "worker")  # the tasks MultiWorkerMirroredStrategy trains on, in TensorFlow's order
+TF_CONFIG_EXAMPLE = (
+    'e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", '
+    '"index": 0}}\' on the first machine, index 1 on the second'
+)
+WAIT_LOG_EVERY = 30.0  # seconds between the lines that say a worker is still being waited for
+PROBE_EVERY = 0.5  # seconds between two rounds of connection attempts to the workers not seen yet
 
 _made = {}  # one strategy object per name for the process: a second one's collectives would clash
 
 
-def get_strategy(name: str = "default") -> "tf.distribute.Strategy":
-    """The strategy called ``name`` (:data:`STRATEGIES`); the same object on every call."""
+def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> "tf.distribute.Strategy":
+    """The strategy called ``name`` (:data:`STRATEGIES`); the same object on every call.
+
+    ``multi-worker`` first checks TF_CONFIG and waits, at most ``worker_timeout`` seconds, until
+    every other worker of its cluster listens on its port (see :func:`wait_for_workers`).
+    """
     if name not in STRATEGIES:
         raise ConfigError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     if name == "default":
@@ -42,18 +64,188 @@ def get_strategy(name: str = "default") -> "tf.distribute.Strategy":
             )
             _made[name] = tf.distribute.MirroredStrategy(devices)
         else:
-            if "TF_CONFIG" not in os.environ:
-                raise ConfigError(
-                    "--strategy multi-worker reads the cluster from the TF_CONFIG environment variable, which is not "
-                    'set; e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
-                    '"task": {"type": "worker", "index": 0}}\' on the first machine, index 1 on the second'
-                )
-            try:
-                json.loads(os.environ["TF_CONFIG"])
-            except ValueError as error:
-                raise ConfigError(f"TF_CONFIG is not JSON: {error}") from None
+            tasks, me = read_tf_config()
+            wait_for_workers(tasks, me, worker_timeout)
             _made[name] = tf.distribute.MultiWorkerMirroredStrategy()
     return _made[name]
+
+
+def read_tf_config() -> tuple:
+    """The cluster of the TF_CONFIG environment variable, checked: ``({(job, index): (host, port)},
+    (job, index) of this process)``. Each fault is a ConfigError naming TF_CONFIG and the key:
+    TensorFlow would otherwise train alone on a TF_CONFIG without a cluster, or fail in C++."""
+    if "TF_CONFIG" not in os.environ:
+        raise ConfigError(
+            "--strategy multi-worker reads the cluster from the TF_CONFIG environment variable, which is not set; "
+            + TF_CONFIG_EXAMPLE
+        )
+    try:
+        config = json.loads(os.environ["TF_CONFIG"])
+    except ValueError as error:
+        raise ConfigError(f"TF_CONFIG is not JSON: {error}; {TF_CONFIG_EXAMPLE}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f'TF_CONFIG must be a JSON object with "cluster" and "task", not {json_type(type(config))}; '
+            + TF_CONFIG_EXAMPLE
+        )
+    cluster, task = config.get("cluster"), config.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        shown = "missing" if cluster is None else f"{json.dumps(cluster)[:60]}"
+        raise ConfigError(
+            f'TF_CONFIG: "cluster" must be an object of job name -> list of "host:port" addresses, not {shown}; '
+            + TF_CONFIG_EXAMPLE
+        )
+    tasks = {}
+    for job, addresses in cluster.items():
+        if job not in JOBS:
+            raise ConfigError(
+                f'TF_CONFIG: cluster job "{job}" is not one that --strategy multi-worker trains on ("chief", "worker")'
+            )
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise ConfigError(
+                f'TF_CONFIG: cluster["{job}"] must be a list of "host:port" strings, not {json.dumps(addresses)[:60]}'
+            )
+        if job == "chief" and len(addresses) > 1:
+            raise ConfigError(f'TF_CONFIG: cluster["chief"] lists {len(addresses)} addresses; a cluster has one chief')
+        for index, address in enumerate(addresses):
+            tasks[job, index] = _host_and_port(address, f'cluster["{job}"][{index}]')
+    if not cluster.get("worker"):
+        raise ConfigError('TF_CONFIG: "cluster" has no "worker" job with an address; ' + TF_CONFIG_EXAMPLE)
+    seen = {}
+    for (job, index), address in tasks.items():
+        if address in seen:
+            raise ConfigError(
+                f"TF_CONFIG: the address {_address(address)} is listed twice ({seen[address]} and {job} {index}); "
+                "give each task its own host:port"
+            )
+        seen[address] = f"{job} {index}"
+    if not isinstance(task, dict):
+        shown = "missing" if task is None else json.dumps(task)[:60]
+        raise ConfigError(f'TF_CONFIG: "task" must be an object like {{"type": "worker", "index": 0}}, not {shown}')
+    job, index = task.get("type"), task.get("index")
+    if job not in cluster:
+        raise ConfigError(
+            f'TF_CONFIG: task "type" {json.dumps(job)} is not a job of the cluster ({", ".join(cluster)})'
+        )
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ConfigError(f'TF_CONFIG: task "index" must be an integer, not {json.dumps(index)}')
+    if not 0 <= index < len(cluster[job]):
+        raise ConfigError(
+            f'TF_CONFIG: task "index" {index} is out of range: cluster["{job}"] lists {len(cluster[job])} '
+            f"address(es), index 0 to {len(cluster[job]) - 1}"
+        )
+    return tasks, (job, index)
+
+
+def _host_and_port(address: str, key: str) -> tuple:
+    host, colon, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]:port
+    if not colon or not host or not port.isdigit():
+        raise ConfigError(f'TF_CONFIG: {key} {address!r} is not a "host:port" address')
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"TF_CONFIG: {key} {address!r}: port {int(port)} is out of range (1 to 65535)")
+    return host, int(port)
+
+
+def _address(host_port) -> str:
+    host, port = host_port
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def wait_for_workers(tasks: dict, me: tuple, timeout: float):
+    """Hold this task's port and return once every other task of ``tasks`` accepts a connection
+    on its own; a ConfigError naming those that did not within ``timeout`` seconds.
+
+    TensorFlow's start-up waits for every worker inside C++, with no time limit, deaf to SIGINT
+    and (its preemption notifier's handler) SIGTERM. This wait is in Python: it says whom it waits
+    for, ends on SIGTERM or SIGINT with a TrainingInterrupted, and holds this task's port (a plain
+    listening socket, which the others' checks connect to) until TensorFlow's server takes it over.
+    """
+    name = f"{me[0]} {me[1]}"
+    port = tasks[me][1]
+    others = {task: address for task, address in tasks.items() if task != me}
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorFlow's server does
+    try:
+        try:
+            listener.bind(("", port))
+            listener.listen(len(tasks) + 8)  # never accepted: the others' checks only connect
+        except OSError as error:
+            in_use = error.errno == errno.EADDRINUSE
+            raise ConfigError(
+                f"TF_CONFIG: this task's address {_address(tasks[me])} ({name}): "
+                + (f"port {port} on this machine is in use by another process" if in_use else f"port {port}: {error}")
+                + "; end that process or give this task another port in TF_CONFIG (on every machine)"
+            ) from None
+        with _signals_noted() as received:
+            _wait(name, others, timeout, received)
+    finally:
+        listener.close()
+
+
+def _wait(name, others, timeout, received):
+    def named(tasks):
+        return " and ".join(f"{job} {index} ({_address(others[job, index])})" for job, index in tasks)
+
+    def stop_if_signalled():
+        if received:
+            raise TrainingInterrupted(
+                received[0],
+                f"{signal.Signals(received[0]).name} received while {name} waited for "
+                f"{' and '.join(f'{job} {index}' for job, index in waiting)} to start; nothing was trained or written",
+            )
+
+    waiting, reasons = sorted(others, key=lambda t: (JOBS.index(t[0]), t[1])), {}
+    started = time.monotonic()
+    next_log = started
+    while True:
+        for task in list(waiting):
+            left = timeout - (time.monotonic() - started)
+            try:
+                with socket.create_connection(others[task], timeout=max(0.1, min(1.0, left))):
+                    waiting.remove(task)
+            except OSError as error:
+                reasons[task] = error.strerror or str(error) or type(error).__name__
+            stop_if_signalled()
+        if not waiting:
+            return
+        now = time.monotonic()
+        if now - started >= timeout:
+            why = "; ".join(f"{job} {index}: {reasons[job, index]}" for job, index in waiting)
+            raise ConfigError(
+                f"{name}: {named(waiting)} did not start within {timeout:g} seconds ({why}); nothing was trained: "
+                "start the same command on every machine of TF_CONFIG's cluster, or wait longer with "
+                "--worker-timeout SECONDS"
+            )
+        if now >= next_log:
+            waited = f"still waiting, after {now - started:.0f} seconds," if next_log > started else "waiting"
+            logger.info(
+                "%s: %s for %s to start (up to %g seconds, --worker-timeout) ...", name, waited, named(waiting), timeout
+            )
+            next_log = now + WAIT_LOG_EVERY
+        time.sleep(max(0.0, min(PROBE_EVERY, timeout - (now - started))))
+        stop_if_signalled()
+
+
+@contextlib.contextmanager
+def _signals_noted():
+    """Within the block SIGTERM and SIGINT are noted in the list yielded, for the wait to end on at
+    its next check: an exception raised in the handler could land inside logging, which would
+    swallow it. The handlers before are put back after the block. Python runs signal handlers
+    in the main thread only: elsewhere nothing is noted."""
+    received = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {
+        number: signal.signal(number, lambda number, frame: received.append(number))
+        for number in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _cluster(strategy):
