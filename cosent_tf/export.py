@@ -10,10 +10,16 @@ the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signature
 * interaction model: ``serving_default(first: string[batch], second: string[batch])
   -> {"scores": float32[batch], "truncated": bool[batch]}``, and ``score_ids(token_ids, segment_ids)``.
 
+A string input of another rank (one string, a matrix of them) is an InvalidArgumentError that
+says it must be a 1-D batch of strings.
+
 Each request's rows are computed in groups of similar length (:func:`in_length_buckets`), as
 requests come unsorted: about twice the sentences a second of one call padded to its longest
 row, for BQ's test sentences 64 to a request (``docs/performance.md``).
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
+
+Every export holds :data:`EXPORT_RECORD`, a file only this tool writes: ``overwrite`` replaces
+a folder holding it, and no other (a downloaded checkpoint has the same file names).
 """
 
 import json
@@ -21,17 +27,19 @@ import os
 
 import numpy as np
 
-from . import huggingface
+from . import __version__, huggingface
 from .backend import model_precision, tf
 from .checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from .errors import ConfigError
 from .graph_tokenization import GraphTokenizer
-from .io import FolderKind, atomic_directory, check_output_folder
+from .io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from .model_dir import load_model_dir
 from .models import head_layer_name
 from .pipeline import pair_segment_ids
 
-_TEXTS = tf.TensorSpec(shape=[None], dtype=tf.string)
+# No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
+# 4 sentences), so the served functions check the rank themselves (:func:`_batch_of_strings`).
+_TEXTS = tf.TensorSpec(shape=None, dtype=tf.string)
 _IDS = tf.TensorSpec(shape=[None, None], dtype=tf.int32)
 
 # Widths (in tokens) at which a request's rows are split between model calls, 1.5x apart.
@@ -71,6 +79,18 @@ def in_length_buckets(compute, token_ids, segment_ids, buckets=LENGTH_BUCKETS):
     return tf.gather(grouped.concat(), tf.math.invert_permutation(order))
 
 
+def _batch_of_strings(texts, name):
+    """``texts`` once checked to be a 1-D batch, with that static shape for the ops after it."""
+    shape = tf.shape(texts)
+    is_batch = tf.debugging.Assert(
+        tf.equal(tf.rank(texts), 1), [f"{name} must be a 1-D batch of strings (a list), not a tensor of shape", shape]
+    )
+    with tf.control_dependencies([is_batch]):
+        texts = tf.identity(texts)
+    texts.set_shape([None])
+    return texts
+
+
 class _Served(tf.Module):
     def __init__(self, model, tokenizer, pair_segments=False):
         super().__init__(name="cosent_tf")
@@ -93,6 +113,7 @@ class _Served(tf.Module):
 
     @tf.function(input_signature=[_TEXTS])
     def embed(self, sentences):
+        sentences = _batch_of_strings(sentences, "sentences")
         token_ids, truncated = self.tokenizer.encode_and_flag(sentences)
         return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
 
@@ -102,6 +123,13 @@ class _Served(tf.Module):
 
     @tf.function(input_signature=[_TEXTS, _TEXTS])
     def score(self, first, second):
+        first, second = _batch_of_strings(first, "first"), _batch_of_strings(second, "second")
+        same_count = tf.debugging.Assert(
+            tf.equal(tf.size(first), tf.size(second)),
+            ["first and second must hold as many strings (pairs align), not", tf.size(first), tf.size(second)],
+        )
+        with tf.control_dependencies([same_count]):
+            first = tf.identity(first)
         token_ids, truncated = self.tokenizer.encode_pairs_and_flag(first, second)
         if self.pair_segments:
             segment_ids = pair_segment_ids(token_ids, self.tokenizer.sep_id)
@@ -114,21 +142,67 @@ class _Served(tf.Module):
         return {"scores": self._scores(token_ids, segment_ids)}
 
 
+EXPORT_RECORD = "cosent_tf_export.json"
+EXPORT_FORMAT = "cosent-tf-export"
 SAVED_MODEL = FolderKind(
-    "a SavedModel export", "saved_model.pb", ("saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra")
+    "a SavedModel export",
+    EXPORT_RECORD,
+    (EXPORT_RECORD, "saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"),
 )
+
+
+def check_export_folder(out_dir, kind, overwrite, model_dir):
+    """:func:`cosent_tf.io.check_output_folder` for an export: a folder is replaced only when it
+    holds this tool's :data:`EXPORT_RECORD`. Another program's folder with the same file names (a
+    downloaded Hugging Face model, a SavedModel) is refused, and so is an export written before
+    exports carried the record, which cannot be told apart from one."""
+    out_dir = os.fspath(out_dir)
+    names = os.listdir(out_dir) if os.path.isdir(out_dir) else []
+    apart = not (is_inside(out_dir, model_dir) or is_inside(model_dir, out_dir))  # else the inputs' message
+    if names and apart and kind.marker not in names:
+        found = [name for name in ("saved_model.pb", huggingface.CONFIG_FILE) if name in names]
+        if found:
+            raise ConfigError(
+                f"{out_dir}: holds a model ({found[0]}) that cosent-tf did not mark as its own export (no "
+                f"{EXPORT_RECORD}): another program's model, or an export from before exports carried that "
+                "file, is never replaced; nothing was written: delete the folder yourself if it may go, "
+                "or choose a new or empty folder"
+            )
+    if names and apart and kind.marker in names:
+        record_path = os.path.join(out_dir, kind.marker)
+        record = read_json(record_path, "the cosent-tf export record")
+        if json_field(record, "format", str, record_path) != EXPORT_FORMAT:
+            raise ConfigError(
+                f"{record_path}: not a cosent-tf export record (format is not {EXPORT_FORMAT!r}); nothing was "
+                "written: choose a new or empty folder"
+            )
+    check_output_folder(out_dir, kind, overwrite, inputs=[model_dir])
+
+
+def _write_export_record(folder, written, model_dir, spec, **extra):
+    """The file that marks ``folder`` as this tool's export (see :func:`check_export_folder`)."""
+    record = {
+        "format": EXPORT_FORMAT,
+        "export": written,
+        "model_dir": os.path.abspath(model_dir),
+        "kind": spec.kind,
+        "cosent_tf_version": __version__,
+        **extra,
+    }
+    write_json(os.path.join(folder, EXPORT_RECORD), record)
 
 
 def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32") -> list:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
     Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
-    model's description, with the tuned threshold) for the serving side. An existing
-    ``out_dir`` must be empty, or a SavedModel and ``overwrite`` true; it may not hold or
-    lie inside ``model_dir``. ``precision='bf16'`` serves the model in bfloat16 with bfloat16 weights
-    (outputs stay float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
+    model's description, with the tuned threshold) for the serving side, and
+    :data:`EXPORT_RECORD`. An existing ``out_dir`` must be empty, or this tool's export and
+    ``overwrite`` true (:func:`check_export_folder`); it may not hold or lie inside ``model_dir``.
+    ``precision='bf16'`` serves the model in bfloat16 with bfloat16 weights (outputs stay
+    float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
     """
-    check_output_folder(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir])
+    check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
     spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
     if spec.word_level:
         raise ConfigError(
@@ -159,12 +233,13 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
                 indent=2,
                 ensure_ascii=False,
             )
+        _write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision)
     return sorted(signatures)
 
 
 HF_FOLDER = FolderKind(
     "a Hugging Face export",
-    huggingface.CONFIG_FILE,
+    EXPORT_RECORD,
     (
         huggingface.CONFIG_FILE,
         huggingface.SAFETENSORS_FILE,
@@ -176,6 +251,7 @@ HF_FOLDER = FolderKind(
         "1_Pooling",
         "2_Normalize",
         "README.md",
+        EXPORT_RECORD,
     ),
 )
 # Architectures whose weights and tokenizer are Hugging Face's BertModel and BertTokenizer.
@@ -191,9 +267,11 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     does. An interaction model trained with ``--head pooler`` becomes a
     ``BertForSequenceClassification`` (num_labels 1 for a score, 2 for the softmax head) that
     ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load.
-    Returns what was written (``sentence-transformers`` or ``sequence-classification``).
+    Returns what was written (``sentence-transformers`` or ``sequence-classification``). The folder
+    also holds :data:`EXPORT_RECORD`, which transformers and sentence-transformers do not read; an
+    existing ``out_dir`` is replaced only as :func:`check_export_folder` allows.
     """
-    check_output_folder(out_dir, HF_FOLDER, overwrite, inputs=[model_dir])
+    check_export_folder(out_dir, HF_FOLDER, overwrite, model_dir)
     spec, model, tokenizer = load_model_dir(model_dir)
     if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
         raise ConfigError(
@@ -242,6 +320,7 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
         huggingface.write_tokenizer(tmp, tokens, spec.do_lower_case, spec.maxlen)
         with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
             f.write(_model_card(spec, written, model_dir))
+        _write_export_record(tmp, written, model_dir, spec)
     return written
 
 

@@ -37,7 +37,7 @@ from .checkpoints import (
     write_checkpoint_folder,
 )
 from .errors import ConfigError
-from .io import FolderKind, atomic_directory, is_inside
+from .io import FolderKind, atomic_directory, is_inside, json_field, read_json
 from .layers import POOLING_MODES
 from .losses.registry import KINDS
 from .models import (
@@ -56,6 +56,22 @@ FORMAT = "cosent-tf-model"
 # "head_input" and "pair_segments". Older folders still load.
 FORMAT_VERSION = 3
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
+
+
+# The JSON type of each field of cosent_model.json (None: null).
+SPEC_TYPES = {
+    "kind": str,
+    "architecture": str,
+    "pooling": (str, type(None)),
+    "head": (str, type(None)),
+    "head_input": str,
+    "pair_segments": bool,
+    "maxlen": int,
+    "do_lower_case": bool,
+    "word_level": bool,
+    "threshold": (int, float, type(None)),
+    "source": dict,
+}
 
 
 @dataclasses.dataclass
@@ -84,18 +100,9 @@ class ModelSpec:
 
     def check(self, where):
         """Raise ConfigError naming ``where`` and the field for a value of the wrong type or range."""
-        types = {
-            "kind": str,
-            "architecture": str,
-            "pooling": (str, type(None)),
-            "head": (str, type(None)),
-            "head_input": str,
-            "do_lower_case": bool,
-            "pair_segments": bool,
-            "word_level": bool,
-            "source": dict,
-        }
-        for name, expected in types.items():
+        for name, expected in SPEC_TYPES.items():
+            if name in ("maxlen", "threshold"):  # NumPy numbers are welcome here; checked below
+                continue
             if not isinstance(getattr(self, name), expected):
                 raise ConfigError(f"{where}: {name} has the wrong type ({getattr(self, name)!r})")
         threshold = self.threshold
@@ -154,24 +161,24 @@ def read_spec(directory: str) -> ModelSpec:
             "OUTPUT_DIR/model), nor a Hugging Face or sentence-transformers folder (config.json with "
             "model.safetensors or pytorch_model.bin)"
         )
-    try:
-        with open(spec_path, encoding="utf-8") as f:
-            record = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{spec_path}, line {e.lineno}: not valid JSON ({e.msg})") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{spec_path}: cannot read ({e})") from e
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    record = read_json(spec_path, "the model description")
+    if json_field(record, "format", str, spec_path) != FORMAT:
         raise ConfigError(f"{spec_path}: not a cosent-tf model description (format is not {FORMAT!r})")
-    if record.get("format_version", 0) > FORMAT_VERSION:
+    version = json_field(record, "format_version", int, spec_path, default=0)
+    if version > FORMAT_VERSION:
         raise ConfigError(
-            f"{spec_path}: format version {record['format_version']} is newer than this "
-            f"cosent-tf reads ({FORMAT_VERSION}); upgrade cosent-tf"
+            f"{spec_path}: format version {version} is newer than this cosent-tf reads ({FORMAT_VERSION}); "
+            "upgrade cosent-tf"
         )
     if "model" in record:  # format version 1
-        record.setdefault("architecture", record.pop("model"))
-    fields = {f.name for f in dataclasses.fields(ModelSpec)}
-    spec = ModelSpec(**{k: v for k, v in record.items() if k in fields})
+        record.setdefault("architecture", json_field(record, "model", str, spec_path))
+    spec = ModelSpec(
+        **{
+            name: json_field(record, name, expected, spec_path)
+            for name, expected in SPEC_TYPES.items()
+            if name in record
+        }
+    )
     spec.check(spec_path)
     missing = [
         name

@@ -153,7 +153,7 @@ def test_index_problems_are_explained(encoder_and_model, tmp_path):
     (tmp_path / "index" / "vectors.npy").write_bytes(vectors)
     info = (tmp_path / "index" / "index.json").read_text()
     (tmp_path / "index" / "index.json").write_text(info[:-5])
-    with pytest.raises(DataError, match=r"index.json, line \d+: not valid JSON"):
+    with pytest.raises(ConfigError, match=r"index.json, line \d+: the index description is not valid JSON"):
         VectorIndex.load(tmp_path / "index")
     (tmp_path / "index" / "index.json").write_text(info)
     assert len(VectorIndex.load(tmp_path / "index")) == 2

@@ -73,7 +73,7 @@ def test_bad_descriptions_are_explained(tiny_config, tmp_path):
     make_model_dir(folder, tiny_config)
     text = (folder / SPEC_FILE).read_text()
     (folder / SPEC_FILE).write_text(text.replace('"kind"', "kind", 1))
-    with pytest.raises(ConfigError, match=r"cosent_model.json, line \d+: not valid JSON"):
+    with pytest.raises(ConfigError, match=r"cosent_model.json, line \d+: the model description is not valid JSON"):
         read_spec(folder)
     (folder / SPEC_FILE).write_text(text)
     for changes, message in [
@@ -83,10 +83,10 @@ def test_bad_descriptions_are_explained(tiny_config, tmp_path):
         ({"maxlen": 2}, "maxlen must be an integer of at least 3"),
         ({"architecture": "gpt"}, "unknown architecture 'gpt'"),
         ({"threshold": float("nan")}, "threshold must be a finite number or null, got nan"),
-        ({"threshold": "0.5"}, "threshold must be a finite number or null, got '0.5'"),
-        ({"do_lower_case": "false"}, "do_lower_case has the wrong type \\('false'\\)"),
-        ({"architecture": ["bert"]}, r"architecture has the wrong type \(\['bert'\]\)"),
-        ({"maxlen": True}, "maxlen must be an integer"),
+        ({"threshold": "0.5"}, r"'threshold' must be a JSON integer or number or null, not string \(0.5\)"),
+        ({"do_lower_case": "false"}, r"'do_lower_case' must be a JSON true/false, not string \(false\)"),
+        ({"architecture": ["bert"]}, r"'architecture' must be a JSON string, not array"),
+        ({"maxlen": True}, r"'maxlen' must be a JSON integer, not true/false"),
         ({"pooling": "mean"}, "pooling 'mean' is not one of"),
     ]:
         (folder / SPEC_FILE).write_text(text)
