@@ -8,18 +8,21 @@ Google names first. Either way the weights arrive as a :class:`CheckpointVariabl
 """
 
 import dataclasses
+import glob
 import json
 import logging
 import os
 import re
 import shutil
+import tempfile
+import weakref
 
 import numpy as np
 
 from . import huggingface
 from .backend import keras, tf, transformer_class
 from .errors import CheckpointError, ConfigError, where
-from .io import FolderKind, atomic_directory, is_inside
+from .io import FolderKind, atomic_directory, is_inside, json_field, read_json
 
 CONFIG_FILE = "bert_config.json"
 CHECKPOINT_PREFIX = "bert_model.ckpt"
@@ -33,30 +36,21 @@ logger = logging.getLogger(__name__)
 
 
 def read_config(config_path: str) -> dict:
-    """A BERT-style config json as a dict, its sizes checked; errors name the file (and line).
+    """A BERT-style config json as a dict, its sizes (positive integers) and rates (numbers from 0
+    to 1) checked; errors name the file (and line, or key).
 
     A Hugging Face ``config.json`` (it has ``model_type``) is translated to the Google format.
     """
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except FileNotFoundError as e:
-        raise ConfigError(f"{where(config_path)}: cannot read the model config ({e.strerror})") from e
-    except OSError as e:
-        raise ConfigError(f"{config_path}: cannot read the model config ({e.strerror})") from e
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{config_path}, line {e.lineno}: not valid JSON ({e.msg})") from e
-    if not isinstance(config, dict):
-        raise ConfigError(f"{config_path}: the model config is not a JSON object")
+    if not os.path.exists(config_path):
+        raise ConfigError(f"{where(config_path)}: cannot read the model config (No such file or directory)")
+    config = read_json(config_path, "the model config")
     if "model_type" in config:
         config = huggingface.bert_config(config, config_path)
     missing = [k for k in (*REQUIRED_CONFIG, "hidden_act") if k not in config]
     if missing:
         raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
-    for key in REQUIRED_CONFIG:
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{config_path}: {key} must be a positive integer, got {value!r}")
+    huggingface.check_bert_values(config, config_path)
+    json_field(config, "hidden_act", (str, list), config_path)
     if config["hidden_size"] % config["num_attention_heads"]:
         raise ConfigError(
             f"{config_path}: hidden_size {config['hidden_size']} is not a multiple of "
@@ -65,13 +59,14 @@ def read_config(config_path: str) -> dict:
     return config
 
 
-def list_checkpoint_variables(checkpoint_prefix: str) -> dict:
-    """{name: shape} of a checkpoint; an unreadable one is a CheckpointError naming it."""
+def list_checkpoint_variables(checkpoint_prefix: str, shown: str = None) -> dict:
+    """{name: shape} of a checkpoint; an unreadable one is a CheckpointError naming it (or ``shown``)."""
     try:
         return dict(tf.train.list_variables(checkpoint_prefix))
     except (tf.errors.OpError, ValueError, IndexError) as e:
         raise CheckpointError(
-            f"{checkpoint_prefix}: cannot read this checkpoint ({_first_line(e)}); it may be truncated or corrupted"
+            f"{shown or checkpoint_prefix}: cannot read this checkpoint ({_first_line(e)}); "
+            "it may be truncated or corrupted"
         ) from None
 
 
@@ -84,7 +79,9 @@ def resolve_checkpoint(checkpoint_path: str) -> str:
     """Accept a checkpoint prefix (``.../bert_model.ckpt``) or the directory holding it."""
     path = os.fspath(checkpoint_path)
     if os.path.isdir(path):
-        prefix = tf.train.latest_checkpoint(path)
+        # latest_checkpoint globs the path (see readable_prefix): such a folder is searched below
+        globbed = any(c in os.path.abspath(path) for c in TF_GLOB_CHARACTERS)
+        prefix = None if globbed else tf.train.latest_checkpoint(path)
         if prefix is not None and not is_inside(prefix, path):
             raise CheckpointError(
                 f"{path}: its 'checkpoint' file names {prefix}, outside this folder; "
@@ -137,7 +134,39 @@ def open_checkpoint(checkpoint_path: str, head_scope: str = None) -> CheckpointV
         return CheckpointVariables(os.fspath(checkpoint_path), shapes, arrays, unused, names)
     _refuse_hub_name(checkpoint_path)
     prefix = resolve_checkpoint(checkpoint_path)
-    return CheckpointVariables(prefix, list_checkpoint_variables(prefix), prefix)
+    readable, links = readable_prefix(prefix)
+    try:
+        checkpoint = CheckpointVariables(prefix, list_checkpoint_variables(readable, prefix), readable)
+    except BaseException:
+        if links is not None:
+            shutil.rmtree(links, ignore_errors=True)
+        raise
+    if links is not None:  # the links live as long as the variables read through them
+        weakref.finalize(checkpoint, shutil.rmtree, links, True)
+    return checkpoint
+
+
+# TensorFlow's checkpoint readers look a prefix up as a glob pattern first (GetMatchingPaths), and
+# then open it as a plain path: a prefix holding these characters cannot be read, escaped or not.
+TF_GLOB_CHARACTERS = "*?[\\"
+
+
+def readable_prefix(prefix: str) -> tuple:
+    """(a prefix TensorFlow can read the checkpoint ``prefix`` through, the folder of links made
+    for it or None). A prefix with glob characters (a run folder ``run[1]/``) is read through
+    links to its files from a new folder whose path has none; the caller removes that folder."""
+    if not any(c in os.path.abspath(prefix) for c in TF_GLOB_CHARACTERS):
+        return prefix, None
+    links = tempfile.mkdtemp(prefix="cosent-tf-checkpoint-")
+    if any(c in links for c in TF_GLOB_CHARACTERS):
+        os.rmdir(links)
+        raise CheckpointError(
+            f"{prefix}: TensorFlow cannot read a checkpoint whose path holds any of {' '.join(TF_GLOB_CHARACTERS)}, "
+            f"and the temporary folder {links} holds one too; rename the folder, or set TMPDIR to another"
+        )
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        os.symlink(os.path.abspath(path), os.path.join(links, CHECKPOINT_PREFIX + path[len(prefix) :]))
+    return os.path.join(links, CHECKPOINT_PREFIX), links
 
 
 def _refuse_hub_name(path):
@@ -196,11 +225,32 @@ def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
         raise CheckpointError(f"{checkpoint.where}: does not fit the model config: " + ". ".join(problems))
 
 
+def check_values(checkpoint: CheckpointVariables, names) -> None:
+    """Raise CheckpointError naming the checkpoint and variable unless each of ``names`` holds
+    floating-point values, all finite: NaN or infinity would make every output NaN, silently."""
+    if isinstance(checkpoint.source, dict):  # a Hugging Face folder's, checked as its files were read
+        return
+    try:
+        reader = tf.train.load_checkpoint(checkpoint.source)
+        dtypes = reader.get_variable_to_dtype_map()
+        for name in names:
+            value = reader.get_tensor(name)
+            # bfloat16 arrives as an ml_dtypes type NumPy does not call floating: checked as float32
+            value = np.asarray(value, dtype=np.float32) if dtypes[name].is_floating else value
+            huggingface.check_weight(value, checkpoint.where, name)
+    except (tf.errors.OpError, IndexError) as e:
+        raise CheckpointError(
+            f"{checkpoint.where}: cannot read this checkpoint's weights ({_first_line(e)}); "
+            "it may be truncated or corrupted"
+        ) from None
+
+
 def load_checkpoint(transformer, checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
     """Load a checkpoint (Google prefix or folder, or a Hugging Face folder) into a built
     bert4keras transformer, checked first. Returns the checkpoint's variables (for a head)."""
     checkpoint = open_checkpoint(checkpoint_path, head_scope)
     check_checkpoint(transformer, checkpoint)
+    check_values(checkpoint, [name for name, _ in _mapped_variables(transformer)])
     try:
         transformer.load_weights_from_checkpoint(checkpoint.source)
     except (tf.errors.OpError, ValueError, IndexError) as e:
@@ -248,6 +298,7 @@ def load_head(model, layer_name: str, checkpoint: CheckpointVariables, required:
         if any(name in checkpoint.shapes for name, _ in variables):
             logger.warning("%s: %s; the head starts from random weights", checkpoint.where, "; ".join(problems))
         return False
+    check_values(checkpoint, [name for name, _ in variables])
     values = [checkpoint.value(name) for name, _ in variables]
     for (_, weight), value in zip(variables, values):
         weight.assign(np.asarray(value, dtype=weight.dtype.as_numpy_dtype))
