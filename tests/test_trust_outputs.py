@@ -1,0 +1,407 @@
+"""Issue 33: the outputs of every command, and the error every entry point shows.
+
+An output never replaces an input or lands in a folder this tool writes; a device or pipe is
+written as a stream, never renamed over; a failed file operation is one ``error:`` line naming
+the file; JSON has no bare NaN; no option takes nan or inf; finished folders get the umask's
+mode; a killed writer's temporary folders are cleared by the next write, a live one's never.
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from cosent_tf import ConfigError, SentenceEncoder, VectorIndex
+from cosent_tf.cli import _run_training, argument_parser, main, output_kinds, report_main, train_main
+from cosent_tf.io import FolderKind, atomic_directory, write_json, write_text
+from cosent_tf.run_folder import RUN_FOLDER
+
+from conftest import ROOT, make_model_dir
+
+KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
+TEXTS = ["今天天气怎么样", "我想换手机", "明天会下雨吗"]
+
+
+def tree(folder):
+    """Every path under ``folder`` with its type and content: what a refused command must keep."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                found[path] = "link " + os.readlink(path)
+            elif os.path.isfile(path):
+                found[path] = hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+            else:
+                found[path] = "folder"
+    return found
+
+
+@pytest.fixture
+def place(tiny_config, tmp_path):
+    """A model folder, a text and a pair file, an index of the model, a finished training run and
+    a SavedModel-like export, each as this tool writes it (by the markers of output_kinds())."""
+    make_model_dir(tmp_path / "model", tiny_config, threshold=0.5)
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    (tmp_path / "pairs.tsv").write_text("你好\t你好呀\t1\n天气\t下雨\t0\n", encoding="utf-8")
+    vectors = np.eye(3, 16, dtype=np.float32)
+    VectorIndex(vectors, TEXTS, model_dir=str(tmp_path / "model")).save(tmp_path / "index")
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in {RUN_FOLDER.marker, "config.json", "metrics.json"}:
+        (run / name).write_text("{}")
+    make_model_dir(run / "model", tiny_config)
+    export = tmp_path / "export"
+    export.mkdir()
+    saved_model = next(kind for kind in output_kinds() if kind.description == "a SavedModel export")
+    (export / saved_model.marker).write_text("")
+    (tmp_path / "link-to-model").symlink_to(tmp_path / "model")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        # The review's cases: each destroyed the model, the index or the run.
+        (["encode", "{tmp}/model", "{tmp}/texts.txt", "{tmp}/model/vocab.txt"], "lies inside the input {tmp}/model"),
+        (
+            ["evaluate", "{tmp}/model", "{tmp}/pairs.tsv", "--output", "{tmp}/model/cosent_model"],
+            "lies inside the input {tmp}/model",
+        ),
+        (
+            ["similarity", "{tmp}/model", "{tmp}/pairs.tsv", "{tmp}/model/bert_config.json"],
+            "lies inside the input {tmp}/model",
+        ),
+        (
+            ["search", "query", "{tmp}/index", "{tmp}/texts.txt", "{tmp}/index/texts.jsonl"],
+            "lies inside the input {tmp}/index",
+        ),
+        (
+            ["encode", "{tmp}/model", "{tmp}/texts.txt", "{tmp}/run/metrics.json"],
+            "lies inside a cosent-tf training run",
+        ),
+        # The same through a link, and into folders that are not inputs of the command.
+        (
+            ["encode", "{tmp}/model", "{tmp}/texts.txt", "{tmp}/link-to-model/out.npy"],
+            "lies inside the input {tmp}/model",
+        ),
+        (
+            ["encode", "{tmp}/model", "{tmp}/texts.txt", "{tmp}/run/out/vectors.npy"],
+            "lies inside a cosent-tf training run",
+        ),
+        (["encode", "{tmp}/run/model", "{tmp}/texts.txt", "{tmp}/export/v.npy"], "lies inside a SavedModel export"),
+        (["similarity", "{tmp}/model", "{tmp}/pairs.tsv", "{tmp}/index/s.tsv"], "lies inside a cosent-tf index"),
+        (["search", "query", "{tmp}/index", "{tmp}/texts.txt", "{tmp}/run/model/h.jsonl"], "lies inside a cosent-tf"),
+        (["evaluate", "{tmp}/model", "{tmp}/pairs.tsv", "--output", "{tmp}/run/eval"], "lies inside a cosent-tf"),
+        (
+            ["search", "build", "{tmp}/model", "{tmp}/texts.txt", "{tmp}/run/index"],
+            "lies inside a cosent-tf training run",
+        ),
+        (["export", "{tmp}/model", "{tmp}/index/exported"], "lies inside a cosent-tf index"),
+        (["encode", "{tmp}/model", "{tmp}/texts.txt", "{tmp}/texts.txt"], "is also an input of this command"),
+    ],
+)
+def test_an_output_never_lands_in_an_input_or_a_folder_this_tool_writes(arguments, message, place, capsys):
+    before = tree(place)
+    arguments = [a.format(tmp=place) for a in arguments]
+    with pytest.raises(SystemExit) as refused:
+        main(arguments)
+    said = str(refused.value.code)
+    assert said.startswith("error: ") and message.format(tmp=place) in said, said
+    output = arguments[-1] if arguments[-2] != "--output" else arguments[-1] + ".json"
+    assert output in said  # the message names the output it refused
+    assert tree(place) == before and "Traceback" not in capsys.readouterr().err
+
+
+def test_every_kind_of_folder_this_tool_writes_is_recognised_by_its_marker(model_and_texts):
+    tmp = model_and_texts
+    kinds = output_kinds()
+    for number, kind in enumerate(kinds):
+        folder = tmp / f"kind-{number}"
+        folder.mkdir()
+        (folder / kind.marker).write_text("")
+        # Kinds that share a marker (the two exports) are told apart by the folder's other files.
+        described = "|".join(re.escape(k.description) for k in kinds if k.marker == kind.marker)
+        for output in (folder / "out.npy", folder / "deeper" / "out.npy"):
+            with pytest.raises(SystemExit, match=f"error: {output}: lies inside ({described}) \\({folder}\\)"):
+                main(["encode", str(tmp / "model"), str(tmp / "texts.txt"), str(output)])
+        assert sorted(os.listdir(folder)) == [kind.marker]
+
+
+def read_fifo(path, into):
+    with open(path, "rb") as f:
+        into.append(f.read())
+
+
+def test_a_fifo_is_written_as_a_stream_and_stays_a_fifo(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=read_fifo, args=(fifo, received), daemon=True)
+    reader.start()
+    write_json(fifo, {"spearman": float("nan")})
+    reader.join(timeout=30)
+    assert received == [b'{\n  "spearman": null\n}\n']  # a reader that waits gets the output
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe"]
+
+
+def test_a_character_device_is_written_and_kept(tmp_path):
+    write_text("/dev/null", "nothing\n")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert not [name for name in os.listdir("/dev") if name.startswith(".tmp-")]
+    with pytest.raises(OSError) as full:  # written into, not renamed over: the device's own error
+        write_text("/dev/full", "x" * 100000)
+    assert full.value.filename == "/dev/full" and full.value.strerror == "No space left on device"
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_a_socket_is_refused_not_replaced(tmp_path):
+    path = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        with pytest.raises(ConfigError, match=r"sock: is a socket, which an output may not replace"):
+            write_text(path, "x")
+        assert stat.S_ISSOCK(os.stat(path).st_mode) and os.listdir(tmp_path) == ["sock"]
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_encode_writes_to_stdout_and_says_so_on_stderr(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config)
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
+    result = subprocess.run(
+        [script, "encode", str(tmp_path / "model"), str(tmp_path / "texts.txt"), "/dev/stdout"],
+        capture_output=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    vectors = np.load(io.BytesIO(result.stdout))  # stdout holds the .npy and nothing else
+    np.testing.assert_allclose(vectors, SentenceEncoder.load(tmp_path / "model").encode(TEXTS), atol=1e-6)
+    assert "/dev/stdout: 3 vectors of dimension 16" in result.stderr.decode()
+    assert os.path.islink("/dev/stdout")
+
+
+@pytest.fixture
+def model_and_texts(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config)
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    (tmp_path / "a-file").write_text("keep me")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("{tmp}/a-file/out.npy", r"{tmp}/a-file/out.npy: cannot be written: {tmp}/a-file is a file, not a folder"),
+        (
+            "{tmp}/a-file/deeper/out.npy",
+            r"{tmp}/a-file/deeper/out.npy: cannot be written: {tmp}/a-file is a file, not a folder",
+        ),
+        (
+            "/proc/cosent-tf-none/out.npy",
+            r"/proc/cosent-tf-none/out.npy: (cannot create its folder /proc/cosent-tf-none: "
+            r"No such file or directory|cannot be written: no permission to write in /proc)",
+        ),
+        ("/sys/out.npy", r"/sys/out.npy: (Permission denied|cannot be written: (no permission|.* read-only))"),
+        ("/dev/full", r"/dev/full: No space left on device"),
+    ],
+)
+def test_a_failed_write_is_one_error_line_naming_the_output(output, message, model_and_texts, capsys):
+    tmp = model_and_texts
+    output = output.format(tmp=tmp)
+    with pytest.raises(SystemExit) as failed:
+        main(["encode", str(tmp / "model"), str(tmp / "texts.txt"), output])
+    assert failed.value.code.startswith("error: ")
+    assert re.match("error: " + message.format(tmp=tmp), failed.value.code), failed.value.code
+    assert "Traceback" not in capsys.readouterr().err
+    assert (tmp / "a-file").read_text() == "keep me" and not os.path.exists("/sys/out.npy")
+
+
+def test_verbose_adds_the_traceback_to_the_error_line(model_and_texts, capsys):
+    tmp = model_and_texts
+    arguments = ["encode", str(tmp / "model"), str(tmp / "texts.txt"), "/dev/full"]
+    with pytest.raises(SystemExit, match="error: /dev/full: No space left on device"):
+        main(["--verbose"] + arguments)
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "OSError" in err
+
+
+def test_the_report_script_turns_errors_into_one_line(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RUN_FOLDER.marker).write_text("{}")
+    cases = [
+        (tmp_path / "nothing", tmp_path / "report", f"error: {tmp_path}/nothing"),
+        (run, run / "report", f"error: {run}/report: lies inside the run {run}"),
+        (run, tmp_path / "a-file" / "r", f"error: {tmp_path}/a-file/r: cannot be written: {tmp_path}/a-file is a file"),
+    ]
+    for source, output, message in cases:
+        with pytest.raises(SystemExit, match=re.escape(message)):
+            report_main([str(source), "--output-dir", str(output)])
+        assert "Traceback" not in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=re.escape(f"error: {tmp_path}/nothing")):
+        report_main([str(tmp_path / "nothing"), "--verbose", "--output-dir", str(tmp_path / "report")])
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "run"] and os.listdir(run) == [RUN_FOLDER.marker]
+
+
+def test_the_training_scripts_turn_an_os_error_into_one_line(tiny_setup, capsys):
+    tmp_path, options = tiny_setup
+    (tmp_path / "a-file").write_text("keep me")
+    with pytest.raises(SystemExit) as failed:
+        train_main(["BQ", "--output-dir", str(tmp_path / "a-file" / "run")] + options)
+    assert failed.value.code.startswith(f"error: {tmp_path}/a-file/run: "), failed.value.code
+    assert "Traceback" not in capsys.readouterr().err and (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_training_prints_its_final_metrics_as_strict_json(monkeypatch, capsys):
+    from cosent_tf import training
+
+    metrics = {"valid": {"spearman": float("nan")}, "test": {"spearman": float("inf")}, "best_epoch": 1}
+    monkeypatch.setattr(training, "train", lambda cfg, overwrite: dict(metrics, wall_seconds=2.5))
+
+    def no_bare_constants(name):
+        raise AssertionError(f"bare {name} in the printed JSON")
+
+    _run_training(None, False)
+    printed = json.loads(capsys.readouterr().out, parse_constant=no_bare_constants)
+    assert printed == {"valid": {"spearman": None}, "test": {"spearman": None}, "best_epoch": 1, "wall_seconds": 2.5}
+
+
+def every_option():
+    """(command, option, its argparse type) of every option of every cosent-tf command."""
+    parser = argument_parser()
+
+    def walk(parser, command):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, f"{command} {name}".strip())
+            elif action.type is not None and action.option_strings:
+                yield command, action.option_strings[0], action.type
+
+    return list(walk(parser, ""))
+
+
+def test_no_option_of_any_command_takes_nan_or_inf():
+    options = every_option()
+    assert ("evaluate", "--threshold") in {(command, option) for command, option, _ in options}
+    for command, option, parse in options:
+        for text in ("nan", "NaN", "inf", "-inf", "Infinity"):
+            with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+                value = parse(text)
+                pytest.fail(f"cosent-tf {command} {option} took {text!r} as {value!r}")
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["evaluate", "m", "p.tsv", "--threshold", "nan"], "argument --threshold: must be a finite number, got nan"),
+        (["evaluate", "m", "p.tsv", "--threshold=-inf"], "argument --threshold: must be a finite number, got -inf"),
+        (["train", "--train", "t.tsv", "--epsilon", "inf"], "argument --epsilon: must be a finite number, got inf"),
+        (["encode", "m", "t.txt", "v.npy", "--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
+        (["search", "query", "i", "q.txt", "h.jsonl", "--top-k", "0"], "argument --top-k: must be at least 1, got 0"),
+    ],
+)
+def test_option_values_that_mean_nothing_are_refused_naming_the_option(arguments, message, capsys):
+    with pytest.raises(SystemExit) as refused:
+        argument_parser(arguments[0]).parse_args(arguments)
+    assert refused.value.code == 2 and message in capsys.readouterr().err
+    assert argument_parser("evaluate").parse_args(["evaluate", "m", "--threshold", "0.25"]).threshold == 0.25
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_finished_folders_and_files_get_the_mode_the_umask_gives(tmp_path, mask):
+    previous = os.umask(mask)
+    try:
+        with atomic_directory(tmp_path / "out", KIND) as tmp:
+            open(os.path.join(tmp, "marker"), "w").close()
+        write_json(tmp_path / "m.json", {})
+        assert os.umask(mask) == mask  # reading the umask left it as it was
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o777 & ~mask
+    assert stat.S_IMODE(os.stat(tmp_path / "m.json").st_mode) == 0o666 & ~mask
+
+
+WRITER = """
+import os, signal, sys, time
+from cosent_tf.io import FolderKind, atomic_directory
+with atomic_directory(sys.argv[1], FolderKind("a test output", "marker", ("marker", "part-*"))) as tmp:
+    open(os.path.join(tmp, "marker"), "w").close()
+    if sys.argv[2] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    print("writing", flush=True)
+    time.sleep(120)
+"""
+
+
+def writer(target, how):
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(target), how],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+
+
+def leftovers(folder):
+    return sorted(name for name in os.listdir(folder) if name.startswith((".tmp-", ".old-")))
+
+
+def test_a_killed_writers_folders_are_removed_by_the_next_write_and_a_live_ones_kept(tmp_path):
+    target = tmp_path / "out"
+    killed = writer(target, "die")
+    assert killed.wait(timeout=120) == -signal.SIGKILL
+    [stale] = leftovers(tmp_path)
+    assert stale.startswith(".tmp-out-")
+    live = writer(target, "live")  # the next write: it removes what the killed one left
+    try:
+        assert live.stdout.readline() == "writing\n"
+        [busy] = leftovers(tmp_path)
+        assert busy != stale
+        with atomic_directory(target, KIND) as tmp:  # another writer is at work: nothing is removed
+            open(os.path.join(tmp, "marker"), "w").close()
+        assert leftovers(tmp_path) == [busy] and os.listdir(target) == ["marker"]
+    finally:
+        live.kill()
+        live.wait()
+    with atomic_directory(target, KIND, overwrite=True) as tmp:
+        open(os.path.join(tmp, "part-2"), "w").close()
+        open(os.path.join(tmp, "marker"), "w").close()
+    assert leftovers(tmp_path) == [] and sorted(os.listdir(target)) == ["marker", "part-2"]
+
+
+def test_an_output_moved_aside_for_a_replacement_that_never_came_is_put_back(tmp_path):
+    aside = tmp_path / ".old-out-abcd_123"
+    aside.mkdir()
+    (aside / "marker").write_text("the earlier output")
+    (tmp_path / ".tmp-out-notes").mkdir()  # not a name this tool makes: kept
+    (tmp_path / ".tmp-out-abcdefgh").write_text("a file, not a folder: kept")
+    with pytest.raises(ConfigError, match="out: already holds a test output; nothing was written"):
+        with atomic_directory(tmp_path / "out", KIND):
+            raise AssertionError("the block must not run")
+    assert (tmp_path / "out" / "marker").read_text() == "the earlier output"
+    assert leftovers(tmp_path) == [".tmp-out-abcdefgh", ".tmp-out-notes"]
+    aside.mkdir()  # moved aside, and its replacement arrived: only the removal was missed
+    (aside / "marker").write_text("older")
+    with atomic_directory(tmp_path / "out", KIND, overwrite=True) as tmp:
+        open(os.path.join(tmp, "marker"), "w").close()
+    assert leftovers(tmp_path) == [".tmp-out-abcdefgh", ".tmp-out-notes"]
+    assert (tmp_path / "out" / "marker").read_text() == ""
