@@ -17,31 +17,190 @@ at several global batch sizes.
 """
 
 import collections
-import json
+import csv
+import logging
+import math
 import os
+import shutil
+import tempfile
+import zipfile
 
 import numpy as np
 
 from .callbacks import read_history
-from .io import atomic_path, write_text
+from .errors import ConfigError, DataError
+from .io import atomic_path, json_field, read_json, write_text
 from .layers import POOLING_MODES
 from .losses import get_loss
-from .tasks import BINARY_TASKS, CNSD, MATCHING_TASKS, get_task
+from .tasks import BINARY_TASKS, CNSD, MATCHING_TASKS, TASKS, get_task
+
+logger = logging.getLogger(__name__)
+
+# The test metrics the tables and plots read, and the range each must lie in (or be NaN, which
+# the engine writes as null: an undefined correlation of constant scores).
+METRIC_RANGES = {"spearman": (-1.0, 1.0), "pearson": (-1.0, 1.0), "accuracy": (0.0, 1.0)}
+KINDS = ("feature", "interaction")
 
 
 def load_runs(run_dirs) -> list:
-    """Finished runs (folders holding metrics.json and config.json); others are ignored."""
+    """The finished runs among ``run_dirs``, each read and checked whole.
+
+    A folder of an unfinished run (config.json without metrics.json), or of no run at all, is
+    left out with a warning naming it. A damaged finished run stops the report: a ConfigError
+    or DataError names the folder's file and what is wrong with it, rather than a table that
+    quietly lacks or misreads the run.
+    """
     runs = []
     for folder in run_dirs:
+        folder = os.fspath(folder)
+        if not os.path.isdir(folder):
+            raise ConfigError(
+                f"{folder}: {'is not a folder' if os.path.exists(folder) else 'no such run folder'}; "
+                "give the folders of finished training runs"
+            )
         metrics_path, config_path = os.path.join(folder, "metrics.json"), os.path.join(folder, "config.json")
-        if not (os.path.exists(metrics_path) and os.path.exists(config_path)):
+        if not os.path.exists(metrics_path):
+            why = "a run not finished (no metrics.json)" if os.path.exists(config_path) else "not a training run"
+            logger.warning("%s: %s; left out of the report", folder, why)
             continue
-        with open(metrics_path, encoding="utf-8") as f:
-            metrics = json.load(f)
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+        if not os.path.exists(config_path):
+            raise ConfigError(
+                f"{config_path}: missing beside {metrics_path}: the run's settings are lost, so the report cannot "
+                "place it; restore config.json or leave this folder out"
+            )
+        config = _checked_config(read_json(config_path, "a training run's config"), config_path)
+        if config is None:
+            logger.warning("%s: trained on its own files (train_file), not a benchmark task; left out", folder)
+            continue
+        metrics = _checked_metrics(read_json(metrics_path, "a training run's metrics"), metrics_path)
+        if config["task"] in MATCHING_TASKS and config["task"] not in metrics["tasks"]:
+            raise ConfigError(f"{metrics_path}: no test metrics of the run's own task {config['task']} (in 'tasks')")
         runs.append({"dir": folder, "metrics": metrics, "config": config, "method": method_name(config)})
     return runs
+
+
+def _checked_config(config, path):
+    """The fields of config.json the report reads, checked; None for a run on its own files."""
+    if json_field(config, "train_file", str, path) is not None:
+        return None
+    for key in ("task", "kind", "loss"):
+        if json_field(config, key, str, path) is None:
+            raise ConfigError(f"{path}: {key!r} is missing; the report needs the run's task, kind and loss")
+    if config["task"] not in TASKS:
+        raise ConfigError(f"{path}: 'task' {config['task']!r} is not one of the benchmark tasks ({', '.join(TASKS)})")
+    if config["kind"] not in KINDS:
+        raise ConfigError(f"{path}: 'kind' {config['kind']!r} is not one of {', '.join(KINDS)}")
+    try:
+        get_loss(config["kind"], config["loss"])
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    if json_field(config, "architecture", str, path) is None and json_field(config, "model", str, path) is None:
+        raise ConfigError(f"{path}: 'architecture' is missing")
+    pooling = json_field(config, "pooling", (str, type(None)), path)
+    if pooling is not None and pooling not in POOLING_MODES:
+        raise ConfigError(f"{path}: 'pooling' {pooling!r} is not one of {', '.join(POOLING_MODES)}")
+    for key in ("batch_size", "micro_batch_size"):
+        value = json_field(config, key, (int, type(None)), path)
+        if value is not None and value < 1:
+            raise ConfigError(f"{path}: {key!r} is {value}; a batch holds at least one pair")
+    if config["loss"] == "contrastive":
+        epsilon = json_field(config, "epsilon", (int, float), path)
+        if epsilon is None or not math.isfinite(epsilon):
+            raise ConfigError(f"{path}: 'epsilon' must be a finite number for a contrastive run, not {epsilon}")
+    return config
+
+
+def _checked_metrics(metrics, path):
+    """metrics.json with what the report reads checked: ``comparable``, and for each task its test
+    metrics (numbers in range, or null, read as NaN)."""
+    json_field(metrics, "comparable", bool, path)
+    tasks = json_field(metrics, "tasks", dict, path)
+    if not tasks:
+        raise ConfigError(f"{path}: 'tasks' is missing or empty; a finished run records each task's test metrics")
+    checked = {}
+    for task, result in tasks.items():
+        where = f"tasks[{task!r}]"
+        if task not in TASKS:
+            raise ConfigError(f"{path}: {where}: not one of the benchmark tasks ({', '.join(TASKS)})")
+        if not isinstance(result, dict):
+            raise ConfigError(f"{path}: {where} must be a JSON object")
+        test = json_field(result, "test", dict, path, what=f"{where}['test']")
+        if test is None:
+            raise ConfigError(f"{path}: {where}['test'] is missing")
+        values = {}
+        for metric, (low, high) in METRIC_RANGES.items():
+            value = json_field(test, metric, (int, float, type(None)), path, what=f"{where}['test'][{metric!r}]")
+            if metric not in test:
+                continue
+            value = math.nan if value is None else float(value)
+            if not (math.isnan(value) or low <= value <= high):
+                raise ConfigError(f"{path}: {where}['test'][{metric!r}] is {value}, outside {low:g} to {high:g}")
+            values[metric] = value
+        if "spearman" not in values:
+            raise ConfigError(f"{path}: {where}['test']['spearman'] is missing")
+        checked[task] = {**result, "test": values}
+    return {**metrics, "tasks": checked}
+
+
+def _history(run) -> list:
+    """The run's valid_metrics.csv rows; a DataError naming the file (and line) if it is missing
+    or damaged: cut off, a row of other fields than the header's, a value that is no number, a
+    Spearman outside -1 to 1 (NaN, of constant scores, is one the engine writes)."""
+    if "history" in run:
+        return run["history"]
+    path = os.path.join(run["dir"], "valid_metrics.csv")
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
+        lines = list(csv.reader(text.splitlines()))
+    except FileNotFoundError:
+        raise DataError(path, "missing: a finished run's validation history") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise DataError(path, f"not readable as a validation history ({error})") from None
+    if text and not text.endswith("\n"):
+        raise DataError(path, "cut off (the last line is not whole)", line=text.count("\n") + 1)
+    header = lines[0] if lines else []
+    if not {"step", "spearman"} <= set(header):
+        raise DataError(path, "no 'step' and 'spearman' columns", line=1)
+    for number, row in enumerate(lines[1:], 2):
+        if len(row) != len(header):
+            raise DataError(path, f"{len(row)} values where the header names {len(header)}", line=number)
+        for key, value in zip(header, row):
+            whole = key in ("epoch", "step")
+            try:
+                if key != "end_of_epoch":
+                    (int if whole else float)(value)
+            except ValueError:
+                raise DataError(
+                    path, f"{key} {value!r} is not {'a whole' if whole else 'a'} number", line=number
+                ) from None
+    rows = read_history(path)
+    for number, row in enumerate(rows, 2):
+        spearman = row["spearman"]
+        if not (math.isnan(spearman) or -1.0 <= spearman <= 1.0) or row["step"] < 0:
+            raise DataError(path, f"step {row['step']}, spearman {spearman}: not a validation result", line=number)
+    run["history"] = rows
+    return rows
+
+
+def _test_scores(run, task):
+    """(scores, labels) of ``task`` from the run's test_scores.npz; a DataError naming the file
+    if it is missing or damaged."""
+    path = os.path.join(run["dir"], "test_scores.npz")
+    try:
+        with np.load(path) as saved:
+            scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]
+    except FileNotFoundError:
+        raise DataError(path, "missing: a finished run's test scores") from None
+    except KeyError:
+        raise DataError(path, f"holds no {task}.scores and {task}.labels") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise DataError(path, f"not readable as the run's test scores ({error})") from None
+    if scores.ndim != 1 or scores.shape != labels.shape or not scores.size:
+        raise DataError(path, f"{task}.scores and {task}.labels are not two lists of the same length")
+    if not (np.issubdtype(scores.dtype, np.number) and np.isfinite(scores).all()):
+        raise DataError(path, f"{task}.scores holds values that are not finite numbers")
+    return scores, labels
 
 
 def _trained_on_nli(config):
@@ -184,7 +343,8 @@ def _pooling_table(groups):
 
 def _batch_label(config):
     micro = config.get("micro_batch_size")
-    return f"{config['batch_size']} pairs" + (f" (micro-batches of {micro})" if micro else "")
+    size = "batch size not recorded" if config.get("batch_size") is None else f"{config['batch_size']} pairs"
+    return size + (f" (micro-batches of {micro})" if micro else "")
 
 
 def _batch_size_runs(groups):
@@ -197,7 +357,7 @@ def _batch_size_runs(groups):
         for r in groups["per_task"] + groups["pooling"]
         if r["config"]["loss"] == "cosent" and (_pooling(r["config"]), r["config"]["task"]) in settings
     ]
-    return sorted(usual + studied, key=lambda r: _batch_size(r["config"]))
+    return sorted(usual + studied, key=lambda r: (_batch_size(r["config"]) is None, _batch_size(r["config"]) or 0))
 
 
 def _batch_size_table(groups):
@@ -225,9 +385,12 @@ def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
     """From each run's valid_metrics.csv: the steps until valid Spearman first reaches
     ``fraction`` of the run's own best; and, as the paper compares convergence, the steps each
     other method took to its best and the steps CoSENT took to reach that same value."""
-    histories = {id(r): read_history(os.path.join(r["dir"], "valid_metrics.csv")) for r in runs}
+    histories = {id(r): _history(r) for r in runs}
     tasks = _trained_tasks(runs)
-    best = {id(r): max((row["spearman"] for row in histories[id(r)]), default=None) for r in runs}
+    # NaN (constant scores) is no one's best
+    best = {
+        id(r): max((row["spearman"] for row in histories[id(r)] if row["spearman"] >= -1), default=None) for r in runs
+    }
     cosent = {r["config"]["task"]: r for r in runs if r["config"]["loss"] == "cosent"}
     own_rows, versus_rows = {}, {}
     for run in runs:
@@ -371,7 +534,7 @@ def plot_convergence(runs, path):
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
     for axis, task in zip(axes[0], tasks):
         for run in (r for r in runs if r["config"]["task"] == task):
-            history = read_history(os.path.join(run["dir"], "valid_metrics.csv"))
+            history = _history(run)
             kind = " (interaction)" if run["config"]["kind"] == "interaction" else ""
             axis.plot(
                 [h["step"] for h in history], [h["spearman"] for h in history], marker=".", label=run["method"] + kind
@@ -397,8 +560,7 @@ def plot_cosine_density(runs, path):
     for run in runs:
         axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]
         task = run["config"]["task"]
-        saved = np.load(os.path.join(run["dir"], "test_scores.npz"))
-        scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]
+        scores, labels = _test_scores(run, task)
         positive = get_task(task).positive(labels)
         # Bin over the scores' own range: a weak model's cosines can sit in a narrow band.
         low, high = np.percentile(scores, [0.5, 99.5])
@@ -425,7 +587,7 @@ def plot_batch_sizes(runs, path):
         points = sorted(
             (_batch_size(r["config"]), r["metrics"]["tasks"][task]["test"]["spearman"])
             for r in runs
-            if r["config"]["task"] == task
+            if r["config"]["task"] == task and _batch_size(r["config"]) is not None
         )
         axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=task)
     axis.set_xscale("log", base=2)
@@ -443,23 +605,35 @@ def write_report(run_dirs, output_dir: str, preface: str = "") -> list:
     paper's Figure 3), cosine_density.png (test cosines of positive and negative pairs, its
     Figure 5) and, with a Table I sweep, epsilon_density.png (the same for each ε and CoSENT),
     with CoSENT runs at several batch sizes, batch_size.png.
-    Returns the written paths."""
+    Returns the written paths.
+
+    Everything is made in a scratch folder first and moved into ``output_dir`` only once all of
+    it was made: a damaged run (see :func:`load_runs`) stops the report with nothing written.
+    """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ConfigError(f"{output_dir}: exists and is not a folder; give a folder for the report")
     runs = load_runs(run_dirs)
     if not runs:
-        raise ValueError("no finished runs (folders with metrics.json and config.json) among: " + ", ".join(run_dirs))
+        raise ConfigError(
+            "no finished runs (folders with metrics.json and config.json) among: " + ", ".join(map(str, run_dirs))
+        )
     groups = group_runs(runs)
-    os.makedirs(output_dir, exist_ok=True)
-    written = [os.path.join(output_dir, "results.md")]
-    write_text(written[0], (preface + "\n\n" if preface else "") + tables(runs))
-    extra = {p: runs for p, runs in convergence_groups(groups).items() if p != groups["usual_pooling"]}
-    plots = (
-        ("convergence.png", plot_convergence, groups["per_task"] + groups["interaction"]),
-        *((f"convergence-{pooling}.png", plot_convergence, runs) for pooling, runs in extra.items()),
-        ("cosine_density.png", plot_cosine_density, groups["per_task"]),
-        ("epsilon_density.png", plot_cosine_density, table_one_runs(groups) if groups["epsilon"] else []),
-        ("batch_size.png", plot_batch_sizes, _batch_size_runs(groups)),
-    )
-    for name, plot, plotted in plots:
-        if plot(plotted, os.path.join(output_dir, name)):
-            written.append(os.path.join(output_dir, name))
+    with tempfile.TemporaryDirectory(prefix="cosent-report-") as scratch:
+        made = ["results.md"]
+        write_text(os.path.join(scratch, "results.md"), (preface + "\n\n" if preface else "") + tables(runs))
+        extra = {p: runs for p, runs in convergence_groups(groups).items() if p != groups["usual_pooling"]}
+        plots = (
+            ("convergence.png", plot_convergence, groups["per_task"] + groups["interaction"]),
+            *((f"convergence-{pooling}.png", plot_convergence, runs) for pooling, runs in extra.items()),
+            ("cosine_density.png", plot_cosine_density, groups["per_task"]),
+            ("epsilon_density.png", plot_cosine_density, table_one_runs(groups) if groups["epsilon"] else []),
+            ("batch_size.png", plot_batch_sizes, _batch_size_runs(groups)),
+        )
+        for name, plot, plotted in plots:
+            if plot(plotted, os.path.join(scratch, name)):
+                made.append(name)
+        written = [os.path.join(output_dir, name) for name in made]
+        for name, path in zip(made, written):
+            with atomic_path(path) as tmp:
+                shutil.copyfile(os.path.join(scratch, name), tmp)
     return written

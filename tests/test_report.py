@@ -61,7 +61,9 @@ def test_tables_follow_the_published_layout(tmp_path):
             {t: 0.1 * (i + 1) for i, t in enumerate(["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"])},
         ),
     ]
-    text = tables(load_runs(runs + [str(tmp_path / "unfinished")]))
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.json").write_text(json.dumps({"task": "BQ", "kind": "feature", "loss": "mse"}))
+    text = tables(load_runs(runs + [str(tmp_path / "unfinished")]))  # left out, with a warning
     assert "| method | ATEC | BQ | LCQMC | PAWSX | STS-B | Avg |" in text
     assert "| BERT + CoSENT | – | 70.00 | – | – | 60.00 | 65.00* |" in text
     assert "| BERT + Sentence-BERT | – | 50.00 | – | – | – | 50.00* |" in text
@@ -81,8 +83,10 @@ def test_report_writes_tables_and_plots(tmp_path):
     assert (tmp_path / "out" / "results.md").read_text().startswith("Random init.")
     for name in ("convergence.png", "cosine_density.png"):
         assert (tmp_path / "out" / name).read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "nothing").mkdir()
     with pytest.raises(ValueError, match="no finished runs"):
         write_report([str(tmp_path / "nothing")], str(tmp_path / "out2"))
+    assert not (tmp_path / "out2").exists()
 
 
 def test_table_one_sorts_the_contrastive_runs_by_epsilon_next_to_cosent(tmp_path):

@@ -5,6 +5,7 @@ every check and the wait for the other workers come before the strategy is built
 """
 
 import json
+import math
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import pytest
 
 from cosent_tf import distribute
 from cosent_tf.distribute import get_strategy
-from cosent_tf.errors import ConfigError, TrainingInterrupted
+from cosent_tf.errors import ConfigError, DataError, TrainingInterrupted
 
 from conftest import ROOT, tiny_setup  # noqa: F401  (a fixture)
 
@@ -252,3 +253,262 @@ def test_a_script_whose_other_worker_never_starts_times_out_or_stops_on_sigterm(
         "stopped: SIGTERM received while worker 0 waited for worker 1 to start; nothing was trained or written\n"
     )
     assert "Traceback" not in rest and not (tmp_path / "b").exists()
+
+
+def good_runs(tmp_path):
+    from test_report import fake_run
+
+    return [
+        fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.8, pooling="cls", batch_size=32),
+        fake_run(tmp_path / "b", "BQ", "feature", "mse", {"BQ": 0.6}, accuracy=0.7, pooling="cls", batch_size=32),
+    ]
+
+
+def edit_json(name, change):
+    def damage(folder):
+        path = folder / name
+        value = json.loads(path.read_text())
+        change(value)
+        path.write_text(json.dumps(value))
+
+    return damage
+
+
+def write(name, text):
+    def damage(folder):
+        path = folder / name
+        path.unlink(missing_ok=True)
+        if text is not None:
+            path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return damage
+
+
+HEADER = "epoch,step,end_of_epoch,spearman\r\n"
+DAMAGED_RUNS = {
+    "config.json missing": (write("config.json", None), ConfigError, "config.json: missing beside", None),
+    "metrics.json not JSON": (write("metrics.json", '{"tasks": '), ConfigError, "metrics.json, line 1: a tra", None),
+    "metrics.json a list": (
+        write("metrics.json", "[]"),
+        ConfigError,
+        "metrics.json: a training run's metrics must be a JSON object, not array",
+        None,
+    ),
+    "config.json a string": (
+        write("config.json", '"BQ"'),
+        ConfigError,
+        "config.json: a training run's config must be a JSON object, not string",
+        None,
+    ),
+    "config.json not UTF-8": (
+        write("config.json", b'{"task": "\xff"}'),
+        ConfigError,
+        "config.json: a training run's config is not valid UTF-8",
+        None,
+    ),
+    "no task": (edit_json("config.json", lambda c: c.pop("task")), ConfigError, "config.json: 'task' is missing", None),
+    "kind a number": (
+        edit_json("config.json", lambda c: c.update(kind=1)),
+        ConfigError,
+        "config.json: 'kind' must be a JSON string, not integer",
+        None,
+    ),
+    "unknown task": (
+        edit_json("config.json", lambda c: c.update(task="bq")),
+        ConfigError,
+        "config.json: 'task' 'bq' is not one of the benchmark tasks",
+        None,
+    ),
+    "unknown loss": (
+        edit_json("config.json", lambda c: c.update(loss="foo")),
+        ConfigError,
+        "config.json: unknown feature loss 'foo'",
+        None,
+    ),
+    "unknown pooling": (
+        edit_json("config.json", lambda c: c.update(pooling="avg")),
+        ConfigError,
+        "config.json: 'pooling' 'avg' is not one of",
+        None,
+    ),
+    "batch size a string": (
+        edit_json("config.json", lambda c: c.update(batch_size="32")),
+        ConfigError,
+        "config.json: 'batch_size' must be a JSON integer or null, not string",
+        None,
+    ),
+    "batch size NaN": (
+        edit_json("config.json", lambda c: c.update(batch_size=math.nan)),
+        ConfigError,
+        "config.json: 'batch_size' must be a JSON integer or null, not number (nan)",
+        None,
+    ),
+    "contrastive epsilon NaN": (
+        edit_json("config.json", lambda c: c.update(loss="contrastive", epsilon=math.nan)),
+        ConfigError,
+        "config.json: 'epsilon' must be a finite number",
+        None,
+    ),
+    "no tasks": (
+        edit_json("metrics.json", lambda m: m.pop("tasks")),
+        ConfigError,
+        "metrics.json: 'tasks' is missing or empty",
+        None,
+    ),
+    "tasks a list": (
+        edit_json("metrics.json", lambda m: m.update(tasks=[])),
+        ConfigError,
+        "metrics.json: 'tasks' must be a JSON object, not array",
+        None,
+    ),
+    "spearman a string": (
+        edit_json("metrics.json", lambda m: m["tasks"]["BQ"]["test"].update(spearman="0.6")),
+        ConfigError,
+        "metrics.json: tasks['BQ']['test']['spearman'] must be a JSON integer or number or null, not string",
+        None,
+    ),
+    "spearman out of range": (
+        edit_json("metrics.json", lambda m: m["tasks"]["BQ"]["test"].update(spearman=60.0)),
+        ConfigError,
+        "metrics.json: tasks['BQ']['test']['spearman'] is 60.0, outside -1 to 1",
+        None,
+    ),
+    "accuracy out of range": (
+        edit_json("metrics.json", lambda m: m["tasks"]["BQ"]["test"].update(accuracy=-0.5)),
+        ConfigError,
+        "metrics.json: tasks['BQ']['test']['accuracy'] is -0.5, outside 0 to 1",
+        None,
+    ),
+    "no spearman": (
+        edit_json("metrics.json", lambda m: m["tasks"]["BQ"]["test"].pop("spearman")),
+        ConfigError,
+        "metrics.json: tasks['BQ']['test']['spearman'] is missing",
+        None,
+    ),
+    "test a list": (
+        edit_json("metrics.json", lambda m: m["tasks"]["BQ"].update(test=[])),
+        ConfigError,
+        "metrics.json: tasks['BQ']['test'] must be a JSON object, not array",
+        None,
+    ),
+    "comparable a string": (
+        edit_json("metrics.json", lambda m: m.update(comparable="yes")),
+        ConfigError,
+        "metrics.json: 'comparable' must be a JSON true/false, not string",
+        None,
+    ),
+    "own task not tested": (
+        edit_json("metrics.json", lambda m: m.update(tasks={"ATEC": m["tasks"]["BQ"]})),
+        ConfigError,
+        "metrics.json: no test metrics of the run's own task BQ",
+        None,
+    ),
+    "history missing": (write("valid_metrics.csv", None), DataError, "valid_metrics.csv: missing", None),
+    "history cut off": (
+        write("valid_metrics.csv", HEADER + "1,10,False,0.1\r\n1,2"),
+        DataError,
+        "valid_metrics.csv, line 3: cut off",
+        3,
+    ),
+    "history short row": (
+        write("valid_metrics.csv", HEADER + "1,10,False,0.1\r\n1,20\r\n"),
+        DataError,
+        "valid_metrics.csv, line 3: 2 values where the header names 4",
+        3,
+    ),
+    "history bad number": (
+        write("valid_metrics.csv", HEADER + "1,10,False,0.1\r\n1,20,False,abc\r\n"),
+        DataError,
+        "valid_metrics.csv, line 3: spearman 'abc' is not a number",
+        3,
+    ),
+    "history bad step": (
+        write("valid_metrics.csv", HEADER + "1,10,False,0.1\r\n1,2.5,False,0.2\r\n"),
+        DataError,
+        "valid_metrics.csv, line 3: step '2.5' is not a whole number",
+        3,
+    ),
+    "history out of range": (
+        write("valid_metrics.csv", HEADER + "1,10,False,0.1\r\n1,20,False,3.5\r\n"),
+        DataError,
+        "valid_metrics.csv, line 3: step 20, spearman 3.5: not a validation result",
+        3,
+    ),
+    "history without spearman": (
+        write("valid_metrics.csv", "epoch,step\r\n1,10\r\n"),
+        DataError,
+        "valid_metrics.csv, line 1: no 'step' and 'spearman' columns",
+        1,
+    ),
+    "test scores missing": (write("test_scores.npz", None), DataError, "test_scores.npz: missing", None),
+    "test scores damaged": (
+        write("test_scores.npz", b"PK\x03\x04 not a zip"),
+        DataError,
+        "test_scores.npz: not readable as the run's test scores",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("damage, error, message, line", DAMAGED_RUNS.values(), ids=DAMAGED_RUNS.keys())
+def test_a_damaged_run_stops_the_report_naming_its_file_and_nothing_is_written(damage, error, message, line, tmp_path):
+    from cosent_tf.report import write_report
+
+    runs = good_runs(tmp_path)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "results.md").write_text("the last report")
+    damage(tmp_path / "b")
+    with pytest.raises(error) as refused:
+        write_report(runs, str(out))
+    assert str(refused.value).startswith(str(tmp_path / "b") + os.sep), str(refused.value)
+    assert message in str(refused.value)
+    if error is DataError:
+        assert refused.value.line == line
+    assert sorted(p.name for p in out.iterdir()) == ["results.md"]
+    assert (out / "results.md").read_text() == "the last report"
+
+
+def test_an_undefined_spearman_is_shown_as_nan_and_is_no_runs_best(tmp_path):
+    from test_report import fake_run
+
+    from cosent_tf.report import load_runs, tables
+
+    nan = math.nan
+    cosent = fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.5}, history=[(10, nan), (20, 0.5)])
+    mse = fake_run(tmp_path / "b", "BQ", "feature", "mse", {"BQ": 0.4}, history=[(10, nan), (20, 0.3), (30, 0.4)])
+    metrics = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    metrics["tasks"]["BQ"]["test"]["spearman"] = None  # as the engine writes a NaN
+    (tmp_path / "b" / "metrics.json").write_text(json.dumps(metrics))
+    text = tables(load_runs([cosent, mse]))
+    assert "| BERT + MSE | – | nan | – | – | – | nan* |" in text
+    own, versus = text.split("### Convergence")[1].split("steps CoSENT took to reach the same value")
+    assert "| BERT + CoSENT | 20 |" in own and "| BERT + MSE | 30 |" in own
+    assert "| BERT + MSE | 30 / 20 |" in versus  # its best, 0.4, at step 30; CoSENT passed it at 20
+
+
+def test_runs_left_out_are_named_and_a_missing_folder_or_a_file_for_output_is_refused(tmp_path, caplog):
+    from cosent_tf.report import write_report
+
+    runs = good_runs(tmp_path)
+    (tmp_path / "running").mkdir()
+    (tmp_path / "running" / "config.json").write_text("{}")
+    (tmp_path / "notes").mkdir()
+    own = tmp_path / "own"
+    own.mkdir()
+    for name in ("config.json", "metrics.json"):
+        (own / name).write_text(json.dumps({"train_file": "pairs.tsv", "task": "mine"}))
+    caplog.set_level("WARNING", "cosent_tf")
+    written = write_report(runs + [str(tmp_path / name) for name in ("running", "notes", "own")], str(tmp_path / "out"))
+    assert os.path.basename(written[0]) == "results.md"
+    assert caplog.messages == [
+        f"{tmp_path / 'running'}: a run not finished (no metrics.json); left out of the report",
+        f"{tmp_path / 'notes'}: not a training run; left out of the report",
+        f"{own}: trained on its own files (train_file), not a benchmark task; left out",
+    ]
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'gone'}: no such run folder; give the folders of finished"):
+        write_report(runs + [str(tmp_path / "gone")], str(tmp_path / "out2"))
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'file'}: exists and is not a folder; give a folder"):
+        write_report(runs, str(tmp_path / "file"))
+    assert not (tmp_path / "out2").exists() and (tmp_path / "file").read_text() == "mine"
