@@ -285,8 +285,9 @@ def test_training_prints_its_final_metrics_as_strict_json(monkeypatch, capsys):
 
 
 def every_option():
-    """(command, option, its argparse type) of every option of every cosent-tf command."""
-    parser = argument_parser()
+    """(command, option, its argparse type) of every option of every cosent-tf command and of
+    the training scripts."""
+    from cosent_tf.cli import training_parser
 
     def walk(parser, command):
         for action in parser._actions:
@@ -296,7 +297,7 @@ def every_option():
             elif action.type is not None and action.option_strings:
                 yield command, action.option_strings[0], action.type
 
-    return list(walk(parser, ""))
+    return list(walk(argument_parser(), "")) + list(walk(training_parser(), "scripts/cosent.py"))
 
 
 def test_no_option_of_any_command_takes_nan_or_inf():
