@@ -164,19 +164,24 @@ def wait_for_workers(tasks: dict, me: tuple, timeout: float):
     name = f"{me[0]} {me[1]}"
     port = tasks[me][1]
     others = {task: address for task, address in tasks.items() if task != me}
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorFlow's server does
+    # On every interface and with SO_REUSEADDR, as TensorFlow's server binds; never accepted: the
+    # others' checks only connect.
+    dual_stack = socket.has_dualstack_ipv6()
     try:
-        try:
-            listener.bind(("", port))
-            listener.listen(len(tasks) + 8)  # never accepted: the others' checks only connect
-        except OSError as error:
-            in_use = error.errno == errno.EADDRINUSE
-            raise ConfigError(
-                f"TF_CONFIG: this task's address {_address(tasks[me])} ({name}): "
-                + (f"port {port} on this machine is in use by another process" if in_use else f"port {port}: {error}")
-                + "; end that process or give this task another port in TF_CONFIG (on every machine)"
-            ) from None
+        listener = socket.create_server(
+            ("", port),
+            family=socket.AF_INET6 if dual_stack else socket.AF_INET,
+            backlog=len(tasks) + 8,
+            dualstack_ipv6=dual_stack,
+        )
+    except OSError as error:
+        in_use = error.errno == errno.EADDRINUSE
+        raise ConfigError(
+            f"TF_CONFIG: this task's address {_address(tasks[me])} ({name}): "
+            + (f"port {port} on this machine is in use by another process" if in_use else f"port {port}: {error}")
+            + "; end that process or give this task another port in TF_CONFIG (on every machine)"
+        ) from None
+    try:
         with _signals_noted() as received:
             _wait(name, others, timeout, received)
     finally:
