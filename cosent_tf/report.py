@@ -200,6 +200,8 @@ def _test_scores(run, task):
         raise DataError(path, f"{task}.scores and {task}.labels are not two lists of the same length")
     if not (np.issubdtype(scores.dtype, np.number) and np.isfinite(scores).all()):
         raise DataError(path, f"{task}.scores holds values that are not finite numbers")
+    if not np.issubdtype(labels.dtype, np.number):
+        raise DataError(path, f"{task}.labels holds values that are not numbers")
     return scores, labels
 
 
@@ -387,9 +389,9 @@ def convergence_tables(runs, fraction=CONVERGENCE_FRACTION) -> str:
     other method took to its best and the steps CoSENT took to reach that same value."""
     histories = {id(r): _history(r) for r in runs}
     tasks = _trained_tasks(runs)
-    # NaN (constant scores) is no one's best
-    best = {
-        id(r): max((row["spearman"] for row in histories[id(r)] if row["spearman"] >= -1), default=None) for r in runs
+    best = {  # NaN (constant scores) is no run's best
+        id(r): max((row["spearman"] for row in histories[id(r)] if not math.isnan(row["spearman"])), default=None)
+        for r in runs
     }
     cosent = {r["config"]["task"]: r for r in runs if r["config"]["loss"] == "cosent"}
     own_rows, versus_rows = {}, {}

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from cosent_tf import distribute
@@ -284,6 +285,13 @@ def write(name, text):
     return damage
 
 
+def scores(**arrays):
+    def damage(folder):
+        np.savez(folder / "test_scores.npz", **arrays)
+
+    return damage
+
+
 HEADER = "epoch,step,end_of_epoch,spearman\r\n"
 DAMAGED_RUNS = {
     "config.json missing": (write("config.json", None), ConfigError, "config.json: missing beside", None),
@@ -441,6 +449,24 @@ DAMAGED_RUNS = {
         1,
     ),
     "test scores missing": (write("test_scores.npz", None), DataError, "test_scores.npz: missing", None),
+    "test scores of another task": (
+        scores(**{"ATEC.scores": np.zeros(4), "ATEC.labels": np.zeros(4)}),
+        DataError,
+        "test_scores.npz: holds no BQ.scores and BQ.labels",
+        None,
+    ),
+    "test scores not finite": (
+        scores(**{"BQ.scores": np.array([0.5, np.nan]), "BQ.labels": np.zeros(2)}),
+        DataError,
+        "test_scores.npz: BQ.scores holds values that are not finite numbers",
+        None,
+    ),
+    "test scores and labels apart": (
+        scores(**{"BQ.scores": np.zeros(3), "BQ.labels": np.zeros(2)}),
+        DataError,
+        "test_scores.npz: BQ.scores and BQ.labels are not two lists of the same length",
+        None,
+    ),
     "test scores damaged": (
         write("test_scores.npz", b"PK\x03\x04 not a zip"),
         DataError,
