@@ -2,9 +2,11 @@
 
 A crash never leaves a truncated file where a good one was: output is written to a
 temporary path beside the target, then renamed (atomic on POSIX file systems), so readers
-see either the old file or the complete new one. An output folder replaces only an earlier
-output of the same kind (a :class:`FolderKind`), and only when asked to; a folder holding
-anything else, or an input, is refused before any work is done.
+see either the old file or the complete new one; a device or pipe, which a rename would
+destroy, is written as a stream. An output folder replaces only an earlier output of the same
+kind (a :class:`FolderKind`), and only when asked to; a folder holding anything else, or an
+input, is refused before any work is done, and so is an output inside a folder this tool
+wrote. What a killed writer left beside its output is cleared by the next one.
 """
 
 import contextlib
@@ -85,32 +87,27 @@ def output_target(path):
         return path, True
     if stat.S_ISDIR(status.st_mode):
         raise ConfigError(f"{path}: is a folder; give the path of a file to write")
-    what = (
-        "block device"
-        if stat.S_ISBLK(status.st_mode)
-        else "socket"
-        if stat.S_ISSOCK(status.st_mode)
-        else "special file"
-    )
+    what = {stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket"}.get(stat.S_IFMT(status.st_mode), "special file")
     raise ConfigError(
         f"{path}: is a {what}, which an output may not replace or be written into; nothing was written: "
         "give the path of a file (or a character device or pipe such as /dev/stdout)"
     )
 
 
-def _nearest_existing(folder):
+def _nearest_existing(folder, output):
+    """The nearest folder that exists on the way to ``folder``; a file in the way is a ConfigError
+    naming it, rather than the system's "File exists" or "Not a directory"."""
     folder = os.path.abspath(folder)
     while not os.path.exists(folder) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{output}: cannot be written: {folder} is a file, not a folder; nothing was written")
     return folder
 
 
 def make_folder(folder, output):
-    """Create ``folder`` (and its parents) to write ``output`` in; a file in the way is a
-    ConfigError naming it, rather than the system's "File exists"."""
-    nearest = _nearest_existing(folder)
-    if not os.path.isdir(nearest):
-        raise ConfigError(f"{output}: cannot be written: {nearest} is a file, not a folder; nothing was written")
+    """Create ``folder`` (and its parents) to write ``output`` in; errors name ``output``."""
+    _nearest_existing(folder, output)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as error:  # say which output it was for, and which folder failed
@@ -122,9 +119,7 @@ def make_folder(folder, output):
 def check_can_write_in(folder, output):
     """Raise ConfigError if ``output`` could not be created in ``folder`` (made if needed): a file in
     the way, a read-only file system, no permission. Checked before the work, so that it is not lost."""
-    nearest = _nearest_existing(folder)
-    if not os.path.isdir(nearest):
-        raise ConfigError(f"{output}: cannot be written: {nearest} is a file, not a folder; nothing was written")
+    nearest = _nearest_existing(folder, output)
     if os.statvfs(nearest).f_flag & os.ST_RDONLY:
         raise ConfigError(f"{output}: cannot be written: {nearest} is on a read-only file system; nothing was written")
     if not os.access(nearest, os.W_OK | os.X_OK):
@@ -356,15 +351,24 @@ def atomic_directory(path, kind, overwrite=False, inputs=()):
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: others (a server) could not read it
             old = None
             if os.path.exists(path):
-                old = tempfile.mkdtemp(prefix=f".old-{name}-", dir=parent)
-                os.rmdir(old)
+                old = _unused_name(parent, f".old-{name}-")
                 os.replace(path, old)
             os.replace(tmp, path)
             if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+                # Renamed before it is removed: a killed removal leaves a .tmp- folder, which is
+                # removed, not a half-removed .old- one, which could be put back.
+                doomed = _unused_name(parent, f".tmp-{name}-")
+                os.replace(old, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
         finally:
             if os.path.exists(tmp):
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unused_name(parent, prefix):
+    name = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    os.rmdir(name)
+    return name
 
 
 @contextlib.contextmanager
@@ -374,7 +378,7 @@ def _writers_held(parent, name):
 
     Before, if no other writer holds it, the ``.tmp-NAME-*`` and ``.old-NAME-*`` folders there
     are leftovers of killed writers: the temporary ones are removed, and an earlier output
-    that was moved aside for its replacement (``.old-``) goes back to ``NAME`` if the
+    that was moved aside, whole, for its replacement (``.old-``) goes back to ``NAME`` if the
     replacement never arrived, else is removed. A concurrent writer's folders are never
     touched. Where the file system has no ``flock``, nothing is removed.
     """
@@ -386,12 +390,15 @@ def _writers_held(parent, name):
         if fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = True
+            except BlockingIOError:  # another writer is at work here
+                alone = False
+            except OSError:  # no flock here: no leftover can be known to be stale
+                alone = None
+            if alone:
                 _remove_leftovers(parent, name)
-                fcntl.flock(fd, fcntl.LOCK_SH)
-            except BlockingIOError:  # another writer is at work here: wait only for a cleaner
-                fcntl.flock(fd, fcntl.LOCK_SH)
-            except OSError:
-                pass
+            if alone is not None:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another writer removes leftovers
         yield
     finally:
         if fd is not None:
@@ -408,7 +415,8 @@ def _remove_leftovers(parent, name):
         if not match or os.path.islink(folder) or not os.path.isdir(folder):
             continue
         if match.group(1) == "old" and not os.path.lexists(target):
-            os.replace(folder, target)
+            with contextlib.suppress(OSError):  # left as it is: the user can still move it back
+                os.replace(folder, target)
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
