@@ -123,7 +123,7 @@ def read_tf_config() -> tuple:
         shown = "missing" if task is None else json.dumps(task)[:60]
         raise ConfigError(f'TF_CONFIG: "task" must be an object like {{"type": "worker", "index": 0}}, not {shown}')
     job, index = task.get("type"), task.get("index")
-    if job not in cluster:
+    if not isinstance(job, str) or job not in cluster:
         raise ConfigError(
             f'TF_CONFIG: task "type" {json.dumps(job)} is not a job of the cluster ({", ".join(cluster)})'
         )

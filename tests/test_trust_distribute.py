@@ -71,6 +71,10 @@ BAD_TF_CONFIGS = [
     ('{"cluster": {"worker": ["a:1"]}, "task": 0}', 'TF_CONFIG: "task" must be an object like'),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"index": 0}}', 'TF_CONFIG: task "type" null is not a job of the'),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', 'task "type" "chief" is not a job'),
+    (
+        '{"cluster": {"worker": ["a:1"]}, "task": {"type": ["worker"], "index": 0}}',
+        'task "type" ["worker"] is not a job',
+    ),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker"}}', 'TF_CONFIG: task "index" must be an integer, not'),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}}', 'task "index" must be an integer'),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": true}}', 'task "index" must be an integ'),
