@@ -203,10 +203,9 @@ def _search_query(args):
 
 
 def _export(args):
-    from .export import HF_FOLDER, SAVED_MODEL, export_hf, export_saved_model
+    from .export import export_hf, export_saved_model
 
-    kind = HF_FOLDER if args.format == "hf" else SAVED_MODEL
-    check_output_folder(args.output_dir, kind, args.overwrite, [args.model_dir], output_kinds())
+    check_not_in_tool_folder(args.output_dir, output_kinds())  # the rest is checked by the export
     if args.format == "hf":
         if args.precision != "float32":
             raise ConfigError("--precision is for --format savedmodel; a Hugging Face folder holds float32 weights")

@@ -406,3 +406,22 @@ def test_an_output_moved_aside_for_a_replacement_that_never_came_is_put_back(tmp
         open(os.path.join(tmp, "marker"), "w").close()
     assert leftovers(tmp_path) == [".tmp-out-abcdefgh", ".tmp-out-notes"]
     assert (tmp_path / "out" / "marker").read_text() == ""
+
+
+def test_a_read_only_or_forbidden_folder_is_refused_before_the_work(model_and_texts, monkeypatch):
+    import cosent_tf.io as cosent_io
+    from cosent_tf import inference
+
+    tmp = model_and_texts
+    monkeypatch.setattr(inference.SentenceEncoder, "load", lambda *a: pytest.fail("the model was loaded"))
+    statvfs = os.statvfs
+    read_only = type("ReadOnly", (), {"f_flag": os.ST_RDONLY})
+    monkeypatch.setattr(cosent_io.os, "statvfs", lambda path: read_only if path == str(tmp) else statvfs(path))
+    output = tmp / "new" / "v.npy"
+    with pytest.raises(SystemExit, match=re.escape(f"error: {output}: cannot be written: {tmp} is on a read-only")):
+        main(["encode", str(tmp / "model"), str(tmp / "texts.txt"), str(output)])
+    monkeypatch.setattr(cosent_io.os, "statvfs", statvfs)
+    monkeypatch.setattr(cosent_io.os, "access", lambda path, mode: path != str(tmp))
+    with pytest.raises(SystemExit, match=re.escape(f"error: {output}: cannot be written: no permission to write in")):
+        main(["encode", str(tmp / "model"), str(tmp / "texts.txt"), str(output)])
+    assert not (tmp / "new").exists()
