@@ -191,7 +191,9 @@ def _finite_label(path, number, value, what="label"):
         label = math.inf
     if not abs(label) <= FLOAT32_MAX:  # NaN fails this too
         raise DataError(
-            path, f"{what} {_shown(value)} is not finite as a 32-bit float (labels lie within ±3.4e38)", line=number
+            path,
+            f"{what} {_shown(value)} is not finite as a 32-bit float, which labels are stored in (±3.4e38 at most)",
+            line=number,
         )
     return label
 
