@@ -26,7 +26,7 @@ from cosent_tf.cli import train_main
 from cosent_tf.data import nli_files
 from cosent_tf.io import folder_lock
 from cosent_tf.optimizers import build_optimizer
-from cosent_tf.run_folder import RUN_OUTPUTS
+from cosent_tf.run_folder import RUN_MARKER, RUN_OUTPUTS
 from cosent_tf.training import RunConfig, load_run_data, train
 
 from conftest import CHARACTERS, ROOT, run_until, tiny_pairs, tiny_setup, write_config, write_tiny_data
@@ -1008,6 +1008,7 @@ def test_every_output_of_a_run_arrives_whole_by_rename(tiny_setup, monkeypatch):
     out = tmp_path / "run"
     train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options])
     monkeypatch.undo()
+    assert renamed[0][1] == RUN_MARKER  # first: the folder is a run's before it holds anything else
     targets = {target: source for source, target in renamed}
     for name in set(RUN_OUTPUTS) - {"backup"}:  # the training state is a folder Keras writes and removes
         assert name in targets and targets[name].startswith(".tmp-"), (name, renamed)
