@@ -120,6 +120,28 @@ def test_dev_zero_is_refused_in_bounded_memory(reader):
     )
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["encode", "{model}", "/dev/zero", "{out}/vectors.npy"],
+        ["similarity", "{model}", "/dev/zero", "{out}/scores.tsv"],
+        ["search", "build", "{model}", "/dev/zero", "{out}/index"],
+    ],
+    ids=["encode", "similarity", "search build"],
+)
+def test_the_command_line_refuses_dev_zero_in_bounded_memory(tiny_config, tmp_path, command):
+    make_model_dir(tmp_path / "model", tiny_config)
+    (tmp_path / "out").mkdir()
+    arguments = [a.format(model=tmp_path / "model", out=tmp_path / "out") for a in command]
+    cli = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
+    result = subprocess.run(
+        ["prlimit", f"--as={4 << 30}", cli, *arguments], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "error: /dev/zero, line 1: line 1 is longer than 1 MB; is this a text file?" in result.stderr
+    assert os.listdir(tmp_path / "out") == []
+
+
 def test_a_vocabulary_line_longer_than_1_mb_is_refused_and_lines_still_end_at_any_line_break(tmp_path):
     with pytest.raises(DataError, match=r"vocab.txt, line 2: line 2 is longer than 1 MB"):
         load_vocab(write(tmp_path / "vocab.txt", "[PAD]\n" + "x" * (3 * MAX_LINE_BYTES)))
