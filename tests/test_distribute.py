@@ -278,13 +278,14 @@ def test_a_worker_that_cannot_start_ends_every_worker_before_training(refusing, 
         reason, left = "is not a cosent-tf training run", ["notes.txt"]
     else:
         own_options[1] = ["--data-dir", str(tmp_path / "no-such-data")]  # only worker 1's data is missing
-        reason, left = "no-such-data", [".lock"]  # the chief had locked the folder, and wrote nothing
+        # the chief had locked the folder and marked it as a run's (run_folder.RUN_MARKER), nothing more
+        reason, left = "no-such-data", [".cosent-run", ".lock"]
     outcomes = refused_start(start_workers(command + ["--output-dir", str(out)], own_options))
     (code, err), (other_code, other_err) = outcomes[refusing], outcomes[1 - refusing]
     assert code != 0 and reason in err, err[-3000:]
     assert other_code != 0, other_err[-3000:]
     assert f"worker {1 - refusing}: worker {refusing} could not start the run (its log says why)" in other_err
-    assert [p.name for p in out.iterdir()] == left
+    assert sorted(p.name for p in out.iterdir()) == left
 
 
 @pytest.mark.slow
