@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -237,6 +238,28 @@ def test_every_file_a_run_reads_is_fingerprinted(tiny_setup):
     assert len(weights) >= 2  # the index and the data
     assert run_inputs(cfg, load_run_data(cfg)) == [*own.values(), cfg.config, cfg.vocab, *weights]
     assert cfg.config == str(tmp_path / "ckpt" / "bert_config.json")
+
+
+def test_a_hugging_face_checkpoint_is_fingerprinted_by_the_weights_it_is_read_from(tmp_path):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "pytorch_model.bin", "tf_model.h5"):
+        (folder / name).write_text("{}")
+    cfg = SimpleNamespace(config=str(folder / "config.json"), vocab=str(folder / "vocab.txt"), checkpoint=str(folder))
+    data = SimpleNamespace(files=["train.tsv"])
+    assert run_inputs(cfg, data) == ["train.tsv", cfg.config, cfg.vocab, str(folder / "model.safetensors")]
+    (folder / "model.safetensors").unlink()
+    for name in (
+        "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ):
+        (folder / name).write_text("{}")
+    shards = [str(folder / f"model-0000{i}-of-00002.safetensors") for i in (1, 2)]
+    assert run_inputs(cfg, data)[3:] == [str(folder / "model.safetensors.index.json"), *shards]
+    for name in ("model.safetensors.index.json", *shards):
+        os.remove(folder / name)
+    assert run_inputs(cfg, data)[3:] == [str(folder / "pytorch_model.bin")]
 
 
 def test_fingerprints_are_of_the_content_and_refuse_a_pipe(tmp_path):
