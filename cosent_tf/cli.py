@@ -27,6 +27,7 @@ from .errors import ConfigError, CosentError, TrainingInterrupted
 from .io import (
     atomic_path,
     check_can_write_in,
+    check_folder_apart,
     check_not_in_tool_folder,
     check_output_file,
     check_output_folder,
@@ -205,6 +206,7 @@ def _search_query(args):
 def _export(args):
     from .export import export_hf, export_saved_model
 
+    check_folder_apart(args.output_dir, [args.model_dir])
     check_not_in_tool_folder(args.output_dir, output_kinds())  # the rest is checked by the export
     if args.format == "hf":
         if args.precision != "float32":

@@ -258,6 +258,16 @@ def check_not_in_tool_folder(path, kinds, start=None):
         folder = os.path.dirname(folder)
 
 
+def check_folder_apart(path, inputs):
+    """Raise ConfigError if the output folder ``path`` is, holds or lies inside one of ``inputs``."""
+    for source in inputs:
+        if source is not None and (is_inside(path, source) or is_inside(source, path)):
+            raise ConfigError(
+                f"{path}: the output folder would {'lie inside' if is_inside(path, source) else 'hold'} "
+                f"the input {source}; choose an output folder apart from the inputs"
+            )
+
+
 def check_output_folder(path, kind, overwrite=False, inputs=(), kinds=()):
     """Raise ConfigError unless ``path`` may become a ``kind`` folder; call it before the work.
 
@@ -267,12 +277,7 @@ def check_output_folder(path, kind, overwrite=False, inputs=(), kinds=()):
     (:func:`check_not_in_tool_folder`).
     """
     path = os.fspath(path)
-    for source in inputs:
-        if source is not None and (is_inside(path, source) or is_inside(source, path)):
-            raise ConfigError(
-                f"{path}: the output folder would {'lie inside' if is_inside(path, source) else 'hold'} "
-                f"the input {source}; choose an output folder apart from the inputs"
-            )
+    check_folder_apart(path, inputs)
     check_not_in_tool_folder(path, kinds)
     if not os.path.exists(path):
         check_can_write_in(os.path.dirname(os.path.abspath(path)), path)
