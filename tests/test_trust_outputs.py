@@ -366,6 +366,7 @@ def leftovers(folder):
     return sorted(name for name in os.listdir(folder) if name.startswith((".tmp-", ".old-")))
 
 
+@pytest.mark.slow
 def test_a_killed_writers_folders_are_removed_by_the_next_write_and_a_live_ones_kept(tmp_path):
     target = tmp_path / "out"
     killed = writer(target, "die")
