@@ -240,8 +240,6 @@ def test_an_old_index_naming_its_model_by_a_non_string_is_refused(tmp_path):
         (b'{"text": "a"}', "holds a JSON object, not a string"),
         (b"true", "holds a JSON true/false, not a string"),
         (b"2.5", "holds a JSON number, not a string"),
-        (b"text", r"not a JSON string \(Expecting value\)"),
-        (b"", r"not a JSON string \(Expecting value\)"),
         (b"[" * 100000, r"not a JSON string"),
         ('"caf\xe9"'.encode("latin-1"), r"not valid UTF-8"),
     ],
