@@ -24,6 +24,8 @@ import logging
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -49,7 +51,9 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> "tf.di
     """The strategy called ``name`` (:data:`STRATEGIES`); the same object on every call.
 
     ``multi-worker`` first checks TF_CONFIG and waits, at most ``worker_timeout`` seconds, until
-    every other worker of its cluster listens on its port (see :func:`wait_for_workers`).
+    every other worker of its cluster listens on its port (see :func:`wait_for_workers`); then
+    TensorFlow connects them, and the process ends if that takes more than ``worker_timeout``
+    again (:func:`_ended_unless_done_within`).
     """
     if name not in STRATEGIES:
         raise ConfigError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
@@ -66,7 +70,8 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> "tf.di
         else:
             tasks, me = read_tf_config()
             wait_for_workers(tasks, me, worker_timeout)
-            _made[name] = tf.distribute.MultiWorkerMirroredStrategy()
+            with _ended_unless_done_within(worker_timeout, f"{me[0]} {me[1]}"):
+                _made[name] = tf.distribute.MultiWorkerMirroredStrategy()
     return _made[name]
 
 
@@ -230,6 +235,48 @@ def _wait(name, others, timeout, received):
             next_log = now + WAIT_LOG_EVERY
         time.sleep(max(0.0, min(PROBE_EVERY, timeout - (now - started))))
         stop_if_signalled()
+
+
+# The watchdog of _ended_unless_done_within, a process of its own: TensorFlow's start-up holds
+# Python's lock, so no thread of this process could run. It ends when its stdin closes.
+WATCHDOG = """
+import os, select, signal, sys
+pid, timeout, late, interrupted = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+def end(message):
+    print(message, file=sys.stderr, flush=True)
+    os.kill(pid, signal.SIGKILL)
+    sys.exit()
+signal.signal(signal.SIGINT, lambda number, frame: end(interrupted))  # Ctrl-C reaches the whole process group
+if not select.select([sys.stdin], [], [], timeout)[0]:
+    end(late)
+"""
+
+
+@contextlib.contextmanager
+def _ended_unless_done_within(timeout, name):
+    """End the process, saying why, if the block runs longer than ``timeout`` seconds or Ctrl-C
+    is pressed meanwhile.
+
+    For TensorFlow's start of the cluster, which waits in C++ with no limit, holding Python's
+    lock, deaf to SIGINT and SIGTERM: it hangs when a worker was seen listening but never joins
+    (it stopped just after, or its port belongs to another program). Nothing is written before
+    training starts, so ending the process (SIGKILL, from a watchdog process) loses nothing.
+    """
+    late = (
+        f"error: {name}: TensorFlow did not connect the cluster's workers within {timeout:g} seconds, although each "
+        "listened on its port (one may have stopped since, or its port belongs to another program); nothing was "
+        "trained: start the same command on every machine again, or wait longer with --worker-timeout SECONDS"
+    )
+    interrupted = f"stopped: SIGINT received while TensorFlow connected {name} to the cluster; nothing was trained"
+    watchdog = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", WATCHDOG, str(os.getpid()), str(timeout), late, interrupted],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        yield
+    finally:
+        watchdog.stdin.close()
+        watchdog.wait()
 
 
 @contextlib.contextmanager

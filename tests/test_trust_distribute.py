@@ -542,3 +542,49 @@ def test_runs_left_out_are_named_and_a_missing_folder_or_a_file_for_output_is_re
     with pytest.raises(ConfigError, match=f"^{tmp_path / 'file'}: exists and is not a folder; give a folder"):
         write_report(runs, str(tmp_path / "file"))
     assert not (tmp_path / "out2").exists() and (tmp_path / "file").read_text() == "mine"
+
+
+LISTENS_BUT_NEVER_JOINS = """
+import json, os, socket, sys
+mine, other, timeout = sys.argv[1:4]
+os.environ["TF_CONFIG"] = json.dumps(
+    {"cluster": {"worker": [f"127.0.0.1:{mine}", f"127.0.0.1:{other}"]}, "task": {"type": "worker", "index": 0}}
+)
+worker_1 = socket.create_server(("127.0.0.1", int(other)))  # another program on worker 1's port
+from cosent_tf.distribute import get_strategy
+print("starting", flush=True)
+get_strategy("multi-worker", worker_timeout=float(timeout))
+print("built", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ended_by", ["the timeout", "Ctrl-C"])
+def test_tensorflows_start_with_a_worker_that_listens_but_never_joins_ends(ended_by):
+    mine, other = free_port(), free_port()
+    timeout = 3 if ended_by == "the timeout" else 300
+    process = subprocess.Popen(
+        [sys.executable, "-c", LISTENS_BUT_NEVER_JOINS, str(mine), str(other), str(timeout)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal gives a command
+    )
+    try:
+        assert process.stdout.readline() == "starting\n"
+        started = time.monotonic()
+        if ended_by == "Ctrl-C":
+            time.sleep(2)  # TensorFlow is starting: the wait for worker 1's port ended at once
+            os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert (3 if ended_by == "the timeout" else 2) <= time.monotonic() - started < 20
+    assert process.returncode == -signal.SIGKILL and out == "", err[-3000:]
+    assert err.endswith(
+        "error: worker 0: TensorFlow did not connect the cluster's workers within 3 seconds, although each listened "
+        "on its port (one may have stopped since, or its port belongs to another program); nothing was trained: "
+        "start the same command on every machine again, or wait longer with --worker-timeout SECONDS\n"
+        if ended_by == "the timeout"
+        else "stopped: SIGINT received while TensorFlow connected worker 0 to the cluster; nothing was trained\n"
+    )
