@@ -246,7 +246,8 @@ def end(message):
     print(message, file=sys.stderr, flush=True)
     os.kill(pid, signal.SIGKILL)
     sys.exit()
-signal.signal(signal.SIGINT, lambda number, frame: end(interrupted))  # Ctrl-C reaches the whole process group
+for number in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C, and many schedulers, signal the whole process group
+    signal.signal(number, lambda number, frame: end(interrupted.format(signal.Signals(number).name)))
 if not select.select([sys.stdin], [], [], timeout)[0]:
     end(late)
 """
@@ -254,8 +255,8 @@ if not select.select([sys.stdin], [], [], timeout)[0]:
 
 @contextlib.contextmanager
 def _ended_unless_done_within(timeout, name):
-    """End the process, saying why, if the block runs longer than ``timeout`` seconds or Ctrl-C
-    is pressed meanwhile.
+    """End the process, saying why, if the block runs longer than ``timeout`` seconds or its
+    process group gets SIGINT (Ctrl-C) or SIGTERM meanwhile.
 
     For TensorFlow's start of the cluster, which waits in C++ with no limit, holding Python's
     lock, deaf to SIGINT and SIGTERM: it hangs when a worker was seen listening but never joins
@@ -267,7 +268,7 @@ def _ended_unless_done_within(timeout, name):
         "listened on its port (one may have stopped since, or its port belongs to another program); nothing was "
         "trained: start the same command on every machine again, or wait longer with --worker-timeout SECONDS"
     )
-    interrupted = f"stopped: SIGINT received while TensorFlow connected {name} to the cluster; nothing was trained"
+    interrupted = f"stopped: {{}} received while TensorFlow connected {name} to the cluster; nothing was trained"
     watchdog = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", WATCHDOG, str(os.getpid()), str(timeout), late, interrupted],
         stdin=subprocess.PIPE,
