@@ -556,8 +556,9 @@ def _train(cfg, overwrite, strategy):
             data = load_run_data(cfg)
             if chief:
                 settings = dataclasses.asdict(cfg)
-                check_run_folder(cfg.output_dir, (cfg.config, cfg.checkpoint, cfg.vocab), settings)
-                inputs = fingerprints(run_inputs(cfg, data))
+                paths = run_inputs(cfg, data)
+                check_run_folder(cfg.output_dir, (*paths, cfg.checkpoint), settings)
+                inputs = fingerprints(paths)
                 run_folder_held.enter_context(folder_lock(cfg.output_dir, "training run"))
                 start = prepare_run_folder(cfg.output_dir, settings, overwrite, inputs)
         train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
