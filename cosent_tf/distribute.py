@@ -5,8 +5,9 @@
   devices where it has none.
 * ``multi-worker``: one replica set per machine (``MultiWorkerMirroredStrategy``), the
   machines listed in the ``TF_CONFIG`` environment variable, TensorFlow's convention. Each
-  worker checks TF_CONFIG, then waits (``--worker-timeout``) for the others to listen before
-  TensorFlow, whose own wait has no limit and ignores SIGTERM and SIGINT, starts.
+  worker checks TF_CONFIG and waits at most ``--worker-timeout`` seconds for the others to
+  listen; then TensorFlow, whose own wait has no limit and ignores SIGTERM and SIGINT, must
+  connect them within that time again, or the process ends saying so.
 
 ``--batch-size`` stays the global number of pairs: each replica gets an equal slice of whole
 pairs, and CoSENT ranks the global batch (see :class:`cosent_tf.losses.CoSENTLoss`).
