@@ -9,7 +9,7 @@ DATA ?= ../shared/data
 REF_VENV := .venv-reference
 REF_PY := $(REF_VENV)/bin/python
 
-.PHONY: install demo test lint bench bench-avx2 profile-step soak mutants
+.PHONY: install demo test lint bench bench-avx2 profile-step soak kill-soak mutants
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -67,6 +67,12 @@ profile-step: $(STAMP)
 SOAK_ARGS ?= --runs 200
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py $(SOAK_ARGS)
+
+# Training runs SIGKILLed at random moments and rerun until they finish, against an uninterrupted
+# one (not part of CI; about 10 minutes): writes benchmarks/KILL_SOAK.md and kill_soak.json.
+KILL_SOAK_ARGS ?= --trials 8
+kill-soak: $(STAMP)
+	$(PY) benchmarks/kill_soak.py $(KILL_SOAK_ARGS)
 
 # Planted bugs that the fast tests must catch (not part of CI; about 10 minutes): writes
 # tools/mutants.json. MUTANTS_ARGS="--only scale" runs a subset.
