@@ -220,7 +220,7 @@ def hf_spec(directory: str) -> ModelSpec:
         do_lower_case=huggingface.do_lower_case(directory),
         source={"huggingface": os.path.abspath(directory)},
     )
-    labels = huggingface.classifier_labels(config)
+    labels = huggingface.classifier_labels(config, where)
     if labels is not None:
         if labels not in huggingface.CLASSIFIER_HEADS:
             raise ConfigError(

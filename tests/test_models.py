@@ -99,7 +99,7 @@ def test_unknown_architecture_and_bad_config(tmp_path, tiny_config):
         build_encoder(tiny_config, architecture="gpt9")
     broken = tmp_path / "broken.json"
     broken.write_text('{"vocab_size": 10,\n oops}')
-    with pytest.raises(ConfigError, match=r"broken.json, line 2: not valid JSON"):
+    with pytest.raises(ConfigError, match=r"broken.json, line 2: the model config is not valid JSON"):
         build_encoder(str(broken))
     with pytest.raises(ConfigError, match="cannot read the model config"):
         build_encoder(str(tmp_path / "absent.json"))
