@@ -157,14 +157,27 @@ def test_a_fifo_is_written_as_a_stream_and_stays_a_fifo(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe"]
 
 
-def test_a_character_device_is_written_and_kept(tmp_path):
-    write_text("/dev/null", "nothing\n")
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
-    assert not [name for name in os.listdir("/dev") if name.startswith(".tmp-")]
+@pytest.fixture
+def devices(tmp_path):
+    """/dev/null and /dev/full to write to. As root, who could rename over the system's own (a
+    regression would replace them for the whole machine), copies made in ``tmp_path``."""
+    if os.geteuid() != 0:
+        return {"null": "/dev/null", "full": "/dev/full"}
+    (tmp_path / "dev").mkdir()
+    for name, minor in (("null", 3), ("full", 7)):
+        os.mknod(tmp_path / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    return {name: str(tmp_path / "dev" / name) for name in ("null", "full")}
+
+
+def test_a_character_device_is_written_and_kept(devices):
+    write_text(devices["null"], "nothing\n")
+    assert stat.S_ISCHR(os.stat(devices["null"]).st_mode)
     with pytest.raises(OSError) as full:  # written into, not renamed over: the device's own error
-        write_text("/dev/full", "x" * 100000)
-    assert full.value.filename == "/dev/full" and full.value.strerror == "No space left on device"
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+        write_text(devices["full"], "x" * 100000)
+    assert full.value.filename == devices["full"] and full.value.strerror == "No space left on device"
+    assert stat.S_ISCHR(os.stat(devices["full"]).st_mode)
+    folder = os.path.dirname(devices["null"])
+    assert not [name for name in os.listdir(folder) if name.startswith(".tmp-")]
 
 
 def test_a_socket_is_refused_not_replaced(tmp_path):
@@ -184,16 +197,17 @@ def test_encode_writes_to_stdout_and_says_so_on_stderr(tiny_config, tmp_path):
     make_model_dir(tmp_path / "model", tiny_config)
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     script = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
+    # /dev/stdout is a link to /proc/self/fd/1, named directly here: a regression that renames
+    # over it then fails (nothing can be created in /proc) rather than replace /dev/stdout as root.
     result = subprocess.run(
-        [script, "encode", str(tmp_path / "model"), str(tmp_path / "texts.txt"), "/dev/stdout"],
+        [script, "encode", str(tmp_path / "model"), str(tmp_path / "texts.txt"), "/proc/self/fd/1"],
         capture_output=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     vectors = np.load(io.BytesIO(result.stdout))  # stdout holds the .npy and nothing else
     np.testing.assert_allclose(vectors, SentenceEncoder.load(tmp_path / "model").encode(TEXTS), atol=1e-6)
-    assert "/dev/stdout: 3 vectors of dimension 16" in result.stderr.decode()
-    assert os.path.islink("/dev/stdout")
+    assert "/proc/self/fd/1: 3 vectors of dimension 16" in result.stderr.decode()
 
 
 @pytest.fixture
@@ -218,24 +232,24 @@ def model_and_texts(tiny_config, tmp_path):
             r"No such file or directory|cannot be written: no permission to write in /proc)",
         ),
         ("/sys/out.npy", r"/sys/out.npy: (Permission denied|cannot be written: (no permission|.* read-only))"),
-        ("/dev/full", r"/dev/full: No space left on device"),
+        ("{full}", r"{full}: No space left on device"),
     ],
 )
-def test_a_failed_write_is_one_error_line_naming_the_output(output, message, model_and_texts, capsys):
+def test_a_failed_write_is_one_error_line_naming_the_output(output, message, model_and_texts, devices, capsys):
     tmp = model_and_texts
-    output = output.format(tmp=tmp)
+    output = output.format(tmp=tmp, full=devices["full"])
     with pytest.raises(SystemExit) as failed:
         main(["encode", str(tmp / "model"), str(tmp / "texts.txt"), output])
     assert failed.value.code.startswith("error: ")
-    assert re.match("error: " + message.format(tmp=tmp), failed.value.code), failed.value.code
+    assert re.match("error: " + message.format(tmp=tmp, full=devices["full"]), failed.value.code), failed.value.code
     assert "Traceback" not in capsys.readouterr().err
     assert (tmp / "a-file").read_text() == "keep me" and not os.path.exists("/sys/out.npy")
 
 
-def test_verbose_adds_the_traceback_to_the_error_line(model_and_texts, capsys):
+def test_verbose_adds_the_traceback_to_the_error_line(model_and_texts, devices, capsys):
     tmp = model_and_texts
-    arguments = ["encode", str(tmp / "model"), str(tmp / "texts.txt"), "/dev/full"]
-    with pytest.raises(SystemExit, match="error: /dev/full: No space left on device"):
+    arguments = ["encode", str(tmp / "model"), str(tmp / "texts.txt"), devices["full"]]
+    with pytest.raises(SystemExit, match=re.escape(f"error: {devices['full']}: No space left on device")):
         main(["--verbose"] + arguments)
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "OSError" in err
