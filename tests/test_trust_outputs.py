@@ -132,7 +132,7 @@ def test_every_kind_of_folder_this_tool_writes_is_recognised_by_its_marker(model
         folder = tmp / f"kind-{number}"
         folder.mkdir()
         (folder / kind.marker).write_text("")
-        # Kinds that share a marker (the two exports) are told apart by the folder's other files.
+        # Kinds that share a marker (the two exports) cannot be told apart by it: either name will do.
         described = "|".join(re.escape(k.description) for k in kinds if k.marker == kind.marker)
         for output in (folder / "out.npy", folder / "deeper" / "out.npy"):
             with pytest.raises(SystemExit, match=f"error: {output}: lies inside ({described}) \\({folder}\\)"):
