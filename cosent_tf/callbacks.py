@@ -27,7 +27,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     Every evaluation becomes a row (epoch, step, end_of_epoch, metrics...) of ``csv_path``,
     rewritten atomically; a resumed run reloads the rows up to the restored step and
     carries on. With ``restore_best`` the model ends training holding the best weights.
-    Best weights are chosen at epoch ends only, as in the original experiments.
+    Best weights are chosen at epoch ends only, as in the original experiments, and a NaN score
+    is never the best: while every one is NaN, ``best_epoch`` stays None (the engine then fails).
     ``progress_bar``: a Keras progress bar is being redrawn on stdout, so a validation within
     an epoch first ends its line (fit's own ProgbarLogger should come before this callback, so
     that it ends the line at epoch ends).

@@ -99,3 +99,19 @@ def test_every_evaluation_is_a_row_and_a_resumed_run_keeps_the_rows_up_to_its_st
     resumed.on_train_begin()
     resumed.on_epoch_begin(1)
     assert [r["step"] for r in resumed.history] == [2, 4] and (resumed.best, resumed.best_epoch) == (0.4, 1)
+
+
+def test_validation_checkpoint_chooses_no_epoch_while_every_score_is_nan(tmp_path, caplog):
+    import logging
+
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), loss="mse")
+    scores = iter([np.nan, np.nan, 0.2])
+    callback = ValidationCheckpoint(lambda m: {"spearman": next(scores)}, str(tmp_path / "best.weights.h5"))
+    x = np.random.default_rng(0).normal(size=(16, 3))
+    with caplog.at_level(logging.INFO, logger="cosent_tf.callbacks"):
+        model.fit(x, x[:, :2], epochs=2, callbacks=[callback], verbose=0)
+    assert callback.best_epoch is None and not (tmp_path / "best.weights.h5").exists()
+    assert "epoch 2 valid: spearman nan  (no finite score yet)" in caplog.text
+    model.fit(x, x[:, :2], epochs=1, callbacks=[callback], verbose=0)  # a finite score at last
+    assert callback.best_epoch == 1 and callback.best == 0.2
