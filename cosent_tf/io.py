@@ -243,12 +243,20 @@ def check_not_in_tool_folder(path, kinds, start=None):
     """Raise ConfigError if ``path`` lies inside a folder of one of ``kinds`` (the folders this
     tool writes: a model folder, an index, an export, a training run), found by the kind's marker
     file in ``start`` (default: the folder ``path`` is in) or any folder above it, links
-    resolved. A file added there would be lost when the folder is replaced, and would make an
-    index or a run folder look like someone else's."""
+    resolved. A file added there would be lost when the folder is replaced, and would make it
+    look like someone else's; one with a name the kind writes would replace the folder's own.
+    A folder that already holds other files than its kind's (the tool no longer replaces it) is
+    refused only the names its kind writes, so that a common marker name (``index.json``) in a
+    folder of other things does not bar it."""
+    target = os.path.realpath(path)
     folder = os.path.realpath(start if start is not None else os.path.dirname(os.path.abspath(path)))
     while True:
+        first = None if target == folder else os.path.relpath(target, folder).split(os.sep)[0]
         for kind in kinds:
-            if os.path.isfile(os.path.join(folder, kind.marker)):
+            if not os.path.isfile(os.path.join(folder, kind.marker)):
+                continue
+            own_name = first is not None and any(fnmatch.fnmatchcase(first, pattern) for pattern in kind.entries)
+            if own_name or kind.holds_only_its_own(os.listdir(folder)):
                 raise ConfigError(
                     f"{path}: lies inside {kind.description} ({folder}), which an output may not change; "
                     "nothing was written: choose a path outside it"

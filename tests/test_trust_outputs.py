@@ -140,6 +140,21 @@ def test_every_kind_of_folder_this_tool_writes_is_recognised_by_its_marker(model
         assert sorted(os.listdir(folder)) == [kind.marker]
 
 
+def test_a_folder_of_other_files_with_a_common_marker_name_is_barred_only_its_kinds_names(tmp_path):
+    from cosent_tf.io import check_output_file
+
+    index = VectorIndex.FOLDER
+    site = tmp_path / "site"  # a web project's folder: an index.json among other files
+    (site / "data").mkdir(parents=True)
+    (site / index.marker).write_text("{}")
+    (site / "page.html").write_text("<p>")
+    check_output_file(site / "data" / "vectors.npy", (), output_kinds())
+    check_output_file(site / "out.npy", (), output_kinds())
+    for name in index.entries:  # a name an index writes would replace the folder's own, were it one
+        with pytest.raises(ConfigError, match=f"{name}: lies inside a cosent-tf index"):
+            check_output_file(site / name, (), output_kinds())
+
+
 def read_fifo(path, into):
     with open(path, "rb") as f:
         into.append(f.read())
