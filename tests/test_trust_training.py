@@ -92,6 +92,19 @@ def test_a_folder_with_a_config_json_but_no_marker_is_refused_and_kept(tmp_path,
         assert contents(tmp_path / "mine") == before
 
 
+def test_training_with_overwrite_into_a_users_folder_is_refused_and_removes_nothing(tiny_setup):
+    from cosent_tf.cli import train_main
+
+    tmp_path, options = tiny_setup
+    users_folder(tmp_path / "mine", json.dumps({"hidden_size": 16}))
+    os.symlink(tmp_path / "mine", tmp_path / "link")
+    before = contents(tmp_path / "mine")
+    for out in ("mine", "link"):
+        with pytest.raises(SystemExit, match=f"error: .*{out}: does not look like a cosent-tf training run"):
+            train_main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / out), "--overwrite", *options])
+        assert contents(tmp_path / "mine") == before and not (tmp_path / "mine" / ".lock").exists()
+
+
 def marked_run(folder, finished=True):
     folder.mkdir(exist_ok=True)
     (folder / RUN_MARKER).write_text(json.dumps({"format": "cosent-tf-run", "inputs": {}}))
