@@ -133,25 +133,19 @@ def _removals(folder):
     paths = []
     for name in RUN_OUTPUTS[1:] + RUN_OUTPUTS[:1]:
         path = os.path.join(folder, name)
-        if not os.path.lexists(path) or os.path.islink(path) or not os.path.isdir(path):
-            paths += [path] if os.path.lexists(path) else []
+        if not os.path.lexists(path):
+            continue
+        if os.path.islink(path) or not os.path.isdir(path) or name == "backup":
+            paths.append(path)
         elif name == "model":
             inside = sorted(os.listdir(path))
-            foreign = [
-                n
-                for n in inside
-                if os.path.isdir(os.path.join(path, n))
-                and not os.path.islink(os.path.join(path, n))
-                or not any(fnmatch.fnmatchcase(n, pattern) for pattern in MODEL_FOLDER.entries)
-            ]
+            foreign = [n for n in inside if not _model_file(os.path.join(path, n))]
             if foreign:
                 raise ConfigError(
                     f"{path}: holds {', '.join(foreign[:8])}, which a run does not write; nothing was removed: "
                     "move them out, or choose another --output-dir"
                 )
             paths += [os.path.join(path, n) for n in inside] + [path]
-        elif name == "backup":
-            paths.append(path)
         else:
             raise ConfigError(
                 f"{path}: is a folder, which a run does not write there; nothing was removed: "

@@ -155,6 +155,16 @@ def test_overwrite_refuses_a_model_folder_holding_what_a_run_does_not_write(tmp_
     assert contents(tmp_path / "run") == before
 
 
+def test_overwrite_refuses_a_folder_where_a_run_writes_a_file(tmp_path):
+    marked_run(tmp_path / "run")
+    (tmp_path / "run" / "best.weights.h5").mkdir()
+    (tmp_path / "run" / "best.weights.h5" / "mine.txt").write_text("the user's")
+    before = contents(tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"best.weights.h5: is a folder, which a run does not write there; nothing"):
+        prepare_run_folder(str(tmp_path / "run"), SETTINGS, overwrite=True)
+    assert contents(tmp_path / "run") == before
+
+
 def test_a_new_run_writes_its_marker_before_anything_else(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
