@@ -8,7 +8,10 @@ fingerprint of every file the run reads (:func:`fingerprints`). A folder holding
 (``metrics.json``) is trained over only with ``overwrite``, which first removes that run's
 outputs; an unfinished run is resumed only with the settings and the input files it was started
 with (``epochs`` may grow; evaluation and backup frequencies may change). A folder holding one
-of the run's inputs, or anything but a cosent-tf run, is refused.
+of the run's inputs, or anything but a cosent-tf run, is refused. Removing a run's outputs
+removes its own names only, a link as a link, and in ``model/`` only a model folder's files.
+A finished run of cosent-tf 0.3, which wrote no marker, is known by its ``config.json`` (a
+run's settings), ``metrics.json`` and model folder; an unfinished one is refused.
 """
 
 import fnmatch
