@@ -180,15 +180,7 @@ def _search_query(args):
     check_output_file(args.output, [args.index_dir, args.queries, args.model_dir], output_kinds())
     said = summary_stream(args.output)
     index = VectorIndex.load(args.index_dir)
-    model_dir = args.model_dir or index.model_dir
-    if not model_dir:
-        raise CosentError(f"{args.index_dir}: the index does not record its model; pass --model-dir MODEL_DIR")
-    if args.model_dir and index.model_dir and os.path.realpath(args.model_dir) != os.path.realpath(index.model_dir):
-        raise CosentError(
-            f"{args.index_dir}: the index was built with the model {index.model_dir}, not "
-            f"{args.model_dir}; its vectors cannot be compared with another model's: query it "
-            "without --model-dir, or build an index with this model"
-        )
+    model_dir = index.model_path(args.model_dir)
     check_output_file(args.output, [model_dir], output_kinds())  # the model the index names
     encoder = SentenceEncoder.load(model_dir, args.precision)
     queries = read_lines(args.queries, args.strict)
