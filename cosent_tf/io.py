@@ -126,17 +126,22 @@ def check_can_write_in(folder, output):
         raise ConfigError(f"{output}: cannot be written: no permission to write in {nearest}; nothing was written")
 
 
+# The largest JSON file read whole: settings, configs, tokenizers and indexes' descriptions.
+MAX_JSON_BYTES = 256 << 20
+
+
 def read_json(path, what: str = "JSON", expect: type = dict):
     """The JSON value in ``path``, which must be a ``expect`` (dict, list, or None for any).
 
     Every way a file can fail to be that becomes a ConfigError naming the file and ``what`` it
-    should hold: unreadable, not UTF-8, not JSON (with the line), nested too deep, or a value of
-    another JSON type.
+    should hold: unreadable, larger than :data:`MAX_JSON_BYTES`, not UTF-8, not JSON (with the
+    line), nested too deep, or a value of another JSON type.
     """
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)  # bounded: /dev/zero or a stray huge file is no JSON of ours
+        value = None if len(data) > MAX_JSON_BYTES else json.loads(data.decode("utf-8"))
     except OSError as e:
         raise ConfigError(f"{path}: cannot read {what} ({e.strerror or e})") from e
     except UnicodeDecodeError as e:
@@ -147,6 +152,8 @@ def read_json(path, what: str = "JSON", expect: type = dict):
         raise ConfigError(f"{path}: {what} is not usable JSON (nested too deeply)") from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts
         raise ConfigError(f"{path}: {what} is not usable JSON ({e})") from e
+    if len(data) > MAX_JSON_BYTES:
+        raise ConfigError(f"{path}: {what} is larger than {MAX_JSON_BYTES >> 20} MB; is this a JSON file?")
     if expect is not None and not isinstance(value, expect):
         raise ConfigError(f"{path}: {what} must be a JSON {json_type(expect)}, not {json_type(type(value))}")
     return value

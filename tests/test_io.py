@@ -175,3 +175,14 @@ def test_json_field_checks_the_type_and_never_takes_a_bool_for_a_number(tmp_path
         json_field(record, "flag", int, "c.json")
     with pytest.raises(ConfigError, match=r"'name' must be a JSON integer or number, not string"):
         json_field(record, "name", (int, float), "c.json")
+
+
+def test_read_json_reads_a_bounded_amount(monkeypatch, tmp_path):
+    import cosent_tf.io
+
+    monkeypatch.setattr(cosent_tf.io, "MAX_JSON_BYTES", 1 << 20)
+    with pytest.raises(ConfigError, match=r"^/dev/zero: the model config is larger than 1 MB; is this a JSON file\?$"):
+        read_json("/dev/zero", "the model config")
+    path = tmp_path / "exactly.json"
+    path.write_text('"' + "a" * ((1 << 20) - 2) + '"')
+    assert len(read_json(path, expect=str)) == (1 << 20) - 2
