@@ -107,8 +107,11 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision
     assert truncated.sum() == encoder.tokenizer.last_truncation.truncated
     assert len(set(map(len, ids))) > 10  # rows of many lengths: several buckets, each cut to its own width
     assert served.shape == expected.shape == (len(sentences), 16)
-    assert np.abs(served - expected).max() < 1e-5
-    assert np.abs(served_ids - expected).max() < 1e-5  # padded to the batch's longest: padding is masked
+    # bf16: the served graph batches rows by length, the encoder by its own batches; on some CPUs a
+    # batch's shape picks another bf16 kernel, whose rounding may differ by a bf16 unit (2**-8)
+    tolerance = {"float32": 1e-5, "bf16": 2**-8}[precision]
+    assert np.abs(served - expected).max() < tolerance
+    assert np.abs(served_ids - expected).max() < tolerance  # padded to the batch's longest: padding is masked
     info = json.loads((tmp_path / "exported" / "assets.extra" / "cosent_model.json").read_text())
     assert info["kind"] == "feature" and info["maxlen"] == 64 and info["precision"] == precision
 
