@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 
+from .checkpoints import TF_GLOB_CHARACTERS
 from .errors import ConfigError, DataError
 from .io import FolderKind, is_inside, json_field, read_json, write_json
 from .model_dir import MODEL_FOLDER, SPEC_FILE
@@ -192,6 +193,13 @@ def check_run_folder(folder: str, inputs=(), settings: dict = None) -> None:
     the run's, tell a finished run of cosent-tf 0.3, which had no marker). Called before the
     folder is locked, so that a refused folder gets no lock file.
     """
+    globbed = [c for c in TF_GLOB_CHARACTERS if c in os.path.abspath(folder)]
+    if globbed:  # the training state's restore globs its path: such a run could never resume
+        raise ConfigError(
+            f"{folder}: its path holds {' '.join(globbed)}, which TensorFlow reads as a pattern when it restores "
+            "a run's saved training state, so an interrupted run here could not resume; nothing was written: "
+            "choose an --output-dir without them"
+        )
     for source in inputs:
         if source and is_inside(source, folder):
             raise ConfigError(

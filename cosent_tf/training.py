@@ -511,7 +511,7 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
     loss are built in the strategy's scope and every batch is shared by its replicas.
     """
     cfg = cfg.resolved()
-    strategy = get_strategy(cfg.strategy)
+    strategy = get_strategy(cfg.strategy, cfg.worker_timeout)
     if cfg.batch_size % strategy.num_replicas_in_sync:
         raise ConfigError(
             f"--batch-size {cfg.batch_size} pairs cannot be shared equally by the {strategy.num_replicas_in_sync} "

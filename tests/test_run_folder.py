@@ -53,3 +53,11 @@ def test_folders_of_other_files_or_holding_an_input_are_refused(tmp_path):
     (tmp_path / "vocab.txt").write_text("[PAD]")
     with pytest.raises(ConfigError, match="holds the run's input"):
         check_run_folder(tmp_path, inputs=[str(tmp_path / "vocab.txt")])
+
+
+@pytest.mark.parametrize("name", ["run[1]", "runs*", "what?", "back\\slash"])
+def test_a_run_folder_whose_path_tensorflow_would_glob_is_refused_before_anything_is_written(tmp_path, name):
+    folder = tmp_path / name / "out"
+    with pytest.raises(ConfigError, match=r"reads as a pattern .* could not resume; nothing was written"):
+        check_run_folder(str(folder))
+    assert not (tmp_path / name).exists()
