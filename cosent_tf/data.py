@@ -432,9 +432,15 @@ def _file_label(path, number, value):
 
 
 def _is_label(text):
+    """Whether line 1's third cell is a pair's label rather than a header's column name. Whatever
+    reads as a number is a label, even one refused later (1e39, nan): taken for a header, its
+    line would be left out without a word."""
+    text = text.strip()
+    if text.lower() in NLI_LABELS or text == "-" or PLAIN_DECIMAL.fullmatch(text):
+        return True
     try:
-        _file_label("", 0, text)
-    except DataError:
+        float(text)
+    except ValueError:
         return False
     return True
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import DataError, PairData, load_task, read_nli, read_senteval
-from cosent_tf.data import task_file
+from cosent_tf.data import read_pair_file, task_file
 
 from conftest import SHARED_DATA, requires_shared_data
 
@@ -396,3 +396,17 @@ def test_a_benchmarks_own_repeated_pairs_are_noted_not_warned_but_skipped_lines_
     with caplog.at_level(logging.DEBUG, logger="cosent_tf.data"):
         read_senteval(folder / "STS-B.train.data")  # the same lines from a user: both warned about
     assert {record.levelno for record in caplog.records} == {logging.WARNING}
+
+
+@pytest.mark.parametrize("label", ["1e39", "nan", "-inf", "1_0"])
+def test_a_first_line_whose_label_reads_as_a_refused_number_is_an_error_not_a_header(tmp_path, label):
+    path = tmp_path / "pairs.tsv"
+    path.write_text(f"a\tb\t{label}\nc\td\t0\ne\tf\t1\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"pairs.tsv, line 1: label"):
+        read_pair_file(str(path))
+
+
+def test_a_first_line_naming_its_columns_is_a_header(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("text_a\ttext_b\tlabel\nc\td\t0\ne\tf\t1\n", encoding="utf-8")
+    assert list(read_pair_file(str(path)).labels) == [0, 1]
