@@ -11,13 +11,22 @@ import shutil
 
 import pytest
 
-from cosent_tf import CheckpointError, ConfigError, DataError, build_encoder, save_checkpoint
+from cosent_tf import CheckpointError, ConfigError, DataError, RunConfig, build_encoder, save_checkpoint, train
 from cosent_tf.cli import main as cosent_tf
 from cosent_tf.cli import train_main
 from cosent_tf.data import read_nli, read_pair_file, read_senteval
 from cosent_tf.tokenization import check_vocab_size, load_vocab
 
-from conftest import ROOT, SHARED_DATA, SHARED_VOCAB, made_vocab, make_model_dir, requires_shared_data, write_config
+from conftest import (
+    ROOT,
+    SHARED_DATA,
+    SHARED_VOCAB,
+    made_vocab,
+    make_model_dir,
+    requires_shared_data,
+    write_config,
+    write_tiny_data,
+)
 
 with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
     README = f.read()
@@ -90,6 +99,14 @@ def own_file_cases(tmp_path):
         lambda: read_pair_file(write(pairs, "a\tb\t1\nc\td\tneutral\n")),
     )
 
+    yield (
+        "pairs.tsv, line N: line N is longer than 1 MB; is this a text file?",
+        lambda: read_pair_file(write(pairs, "a\tb\t1\n" + "x" * (1 << 20) + "\tb\t0\n")),
+    )
+    yield (
+        "pairs.tsv, line N: label '1e39' is not finite as a 32-bit float, which labels are stored in (±3.4e38 at most)",
+        lambda: read_pair_file(write(pairs, "a\tb\t1\nc\td\t1e39\n")),
+    )
     yield (
         "a.csv, line 1: no column 'sentence1'; the header has 'q1', 'sentence2', 'label' (name the columns with "
         "--text-a-field ...)",
@@ -240,7 +257,35 @@ def hugging_face_cases(tmp_path):
     )
 
 
-CASES = {"data": data_cases, "own files": own_file_cases, "model": model_cases, "hugging face": hugging_face_cases}
+def run_cases(tmp_path):
+    write_tiny_data(tmp_path / "data")
+    data = dict(task="BQ", data_dir=str(tmp_path / "data"), vocab=made_vocab())
+    mine = tmp_path / "mine"
+    (mine / "model").mkdir(parents=True)
+    write(mine / "config.json", "{}")
+    yield (
+        "OUTPUT_DIR: does not look like a cosent-tf training run (it holds config.json, model but no .cosent-run, "
+        "which every run writes first); nothing was written: choose a new or empty --output-dir",
+        lambda: train(RunConfig(**data, output_dir=str(mine))),
+    )
+    yield (
+        "--batch-size 1: the cosent loss ranks the pairs of a batch against each other, so a batch of fewer than 2 "
+        "pairs gives a loss of 0 at every step and the model never changes; pass --batch-size 2 or more",
+        lambda: train(RunConfig(**data, batch_size=1, output_dir=str(tmp_path / "one"))),
+    )
+    yield (
+        "--epsilon (RunConfig.epsilon) is 5.0: the contrastive loss's cosine threshold must be at least -1 and below 1",
+        lambda: RunConfig(loss="contrastive", epsilon=5.0).resolved(),
+    )
+
+
+CASES = {
+    "data": data_cases,
+    "run": run_cases,
+    "own files": own_file_cases,
+    "model": model_cases,
+    "hugging face": hugging_face_cases,
+}
 
 
 @pytest.mark.parametrize("group", sorted(CASES))
