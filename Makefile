@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B --overwrite
 
 test: $(STAMP) $(REF_VENV)/.installed
-	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider tests
+	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider --durations=40 tests
 
 # Lint and format check (settings in pyproject.toml); `ruff format .` applies the format.
 lint: $(STAMP)
