@@ -231,22 +231,7 @@ def bert_config(hf_config: dict, path: str) -> dict:
     eps = json_field(hf_config, "layer_norm_eps", (int, float), path, default=LAYER_NORM_EPS)
     if not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-6):
         raise ConfigError(f"{path}: layer_norm_eps {eps!r} is not supported (bert4keras's BERT uses {LAYER_NORM_EPS})")
-    config = {
-        key: hf_config[key]
-        for key in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-            "hidden_dropout_prob",
-            "attention_probs_dropout_prob",
-            "initializer_range",
-        )
-        if key in hf_config
-    }
+    config = {key: hf_config[key] for key in (*POSITIVE_SIZES, "type_vocab_size", *RATES) if key in hf_config}
     check_bert_values(config, path)
     config["hidden_act"] = ACTIVATIONS[activation]
     config.setdefault("max_position_embeddings", 512)
