@@ -17,6 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .backend import keras, model_precision, tf
+from .data import MAX_LINE_BYTES
 from .errors import ConfigError, DataError
 from .io import FolderKind, atomic_directory, json_field, json_type, read_json
 from .model_dir import load_model_dir, read_spec
@@ -380,8 +381,12 @@ class VectorIndex:
     @staticmethod
     def _load_texts(path):
         texts = []
+        # A text came from a line of at most MAX_LINE_BYTES; as JSON its escapes may make it longer.
+        limit = 8 * MAX_LINE_BYTES
         with open(path, "rb") as f:  # bytes: a text holding U+2028 or a stray CR stays one line
-            for number, line in enumerate(f, start=1):
+            for number, line in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+                if len(line) > limit:
+                    raise DataError(path, f"longer than {limit >> 20} MB; rebuild the index", line=number)
                 try:
                     text = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as e:

@@ -251,6 +251,16 @@ def test_every_line_of_an_index_texts_file_must_be_a_json_string(line, message, 
         VectorIndex.load(index)
 
 
+def test_an_index_texts_line_is_read_with_a_bound(tmp_path, monkeypatch):
+    import cosent_tf.inference
+
+    index = saved_index(tmp_path)
+    (index / "texts.jsonl").write_bytes(b'"text 0"\n"' + b"x" * (1 << 20) + b'"\n"text 2"\n')
+    monkeypatch.setattr(cosent_tf.inference, "MAX_LINE_BYTES", 1 << 17)  # the limit is 8 times this: 1 MB
+    with pytest.raises(DataError, match=r"texts.jsonl, line 2: longer than 1 MB; rebuild the index"):
+        VectorIndex.load(index)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("mmap", [True, False])
 def test_an_index_vector_that_is_not_finite_is_named_by_row(bad, mmap, tmp_path, monkeypatch):
