@@ -34,14 +34,14 @@ MUTANTS = [
     (
         "CoSENT loss of the wrong sign",
         "cosent_tf/losses/registry.py",
-        "lambda scale, **_: CoSENTLoss(scale)",
-        "lambda scale, **_: CoSENTLoss(-scale)",
+        "lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch)",
+        "lambda scale, global_batch=True, **_: CoSENTLoss(-scale, global_batch)",
     ),
     (
         "--scale ignored",
         "cosent_tf/losses/registry.py",
-        "lambda scale, **_: CoSENTLoss(scale)",
-        "lambda scale, **_: CoSENTLoss(20.0)",
+        "lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch)",
+        "lambda scale, global_batch=True, **_: CoSENTLoss(20.0, global_batch)",
     ),
     (
         "--epsilon ignored",
@@ -76,8 +76,8 @@ MUTANTS = [
     (
         "--no-group-by-length ignored",
         "cosent_tf/training.py",
-        "group_by_length=self.cfg.group_by_length,",
-        "group_by_length=True,",
+        "group_by_length=cfg.group_by_length, seed=cfg.seed",
+        "group_by_length=True, seed=cfg.seed",
     ),
     (
         "threshold tuned on test",
@@ -88,8 +88,8 @@ MUTANTS = [
     (
         "interaction labels of a sorted index",
         "cosent_tf/pipeline.py",
-        "yield (token_ids, np.zeros_like(token_ids)), labels[index]",
-        "yield (token_ids, np.zeros_like(token_ids)), labels[np.sort(index)]",
+        "yield (token_ids, segment_ids(token_ids, sep_id)), labels[index]",
+        "yield (token_ids, segment_ids(token_ids, sep_id)), labels[np.sort(index)]",
     ),
     (
         "pair labels not interleaved",
