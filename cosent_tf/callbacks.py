@@ -12,7 +12,7 @@ import tempfile
 import numpy as np
 
 from .backend import keras
-from .errors import NonFiniteLossError, TrainingInterrupted
+from .errors import DataError, NonFiniteLossError, TrainingInterrupted
 from .io import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -159,17 +159,39 @@ def _write_history(path, rows):
         writer.writerows(rows)
 
 
-def read_history(path: str) -> list:
-    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    return [
-        {
-            key: int(value) if key in ("epoch", "step") else value == "True" if key == "end_of_epoch" else float(value)
-            for key, value in row.items()
-        }
-        for row in rows
-    ]
+def read_history(path: str, columns=()) -> list:
+    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`; a DataError naming
+    the file (and line) if it is unreadable or damaged: cut off, a header without ``columns``, a
+    row of other fields than the header's, a value that is no number. A missing file raises
+    FileNotFoundError."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
+        lines = list(csv.reader(text.splitlines()))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise DataError(path, f"not readable as a validation history ({error})") from None
+    if text and not text.endswith("\n"):
+        raise DataError(path, "cut off (the last line is not whole)", line=text.count("\n") + 1)
+    header, rows = (lines[0] if lines else []), []
+    if not set(columns) <= set(header):
+        raise DataError(path, f"no {' and '.join(repr(c) for c in columns)} columns", line=1)
+    for number, row in enumerate(lines[1:], 2):
+        if len(row) != len(header):
+            raise DataError(path, f"{len(row)} values where the header names {len(header)}", line=number)
+        rows.append({key: _history_value(path, number, key, value) for key, value in zip(header, row)})
+    return rows
+
+
+def _history_value(path, number, key, value):
+    if key == "end_of_epoch":
+        return value == "True"
+    whole = key in ("epoch", "step")
+    try:
+        return (int if whole else float)(value)
+    except ValueError:
+        raise DataError(path, f"{key} {value!r} is not {'a whole' if whole else 'a'} number", line=number) from None
 
 
 class StartStep(keras.callbacks.Callback):

@@ -17,7 +17,6 @@ at several global batch sizes.
 """
 
 import collections
-import csv
 import logging
 import math
 import os
@@ -150,31 +149,9 @@ def _history(run) -> list:
         return run["history"]
     path = os.path.join(run["dir"], "valid_metrics.csv")
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            text = f.read()
-        lines = list(csv.reader(text.splitlines()))
+        rows = read_history(path, columns=("step", "spearman"))
     except FileNotFoundError:
         raise DataError(path, "missing: a finished run's validation history") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise DataError(path, f"not readable as a validation history ({error})") from None
-    if text and not text.endswith("\n"):
-        raise DataError(path, "cut off (the last line is not whole)", line=text.count("\n") + 1)
-    header = lines[0] if lines else []
-    if not {"step", "spearman"} <= set(header):
-        raise DataError(path, "no 'step' and 'spearman' columns", line=1)
-    for number, row in enumerate(lines[1:], 2):
-        if len(row) != len(header):
-            raise DataError(path, f"{len(row)} values where the header names {len(header)}", line=number)
-        for key, value in zip(header, row):
-            whole = key in ("epoch", "step")
-            try:
-                if key != "end_of_epoch":
-                    (int if whole else float)(value)
-            except ValueError:
-                raise DataError(
-                    path, f"{key} {value!r} is not {'a whole' if whole else 'a'} number", line=number
-                ) from None
-    rows = read_history(path)
     for number, row in enumerate(rows, 2):
         spearman = row["spearman"]
         if not (math.isnan(spearman) or -1.0 <= spearman <= 1.0) or row["step"] < 0:
