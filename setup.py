@@ -1,11 +1,16 @@
+import re
+
 from setuptools import find_packages, setup
 
 with open("README.md", encoding="utf-8") as f:
     README = f.read()
+# The version lives in cosent_tf/__init__.py alone; reading it there keeps setup.py from importing the package.
+with open("cosent_tf/__init__.py", encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
 
 setup(
     name="cosent-tf",
-    version="0.3.0",
+    version=VERSION,
     description="CoSENT and its baselines for Chinese text matching on TensorFlow/Keras 2 (bert4keras)",
     long_description=README,
     long_description_content_type="text/markdown",

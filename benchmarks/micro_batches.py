@@ -4,7 +4,7 @@ Each variant runs in a process of its own, so that its peak RSS is its own: the 
 model (L4 H312), FusedAdam, a batch of ``PAIRS`` BQ train pairs at maxlen 64, one warm-up
 step and ``STEPS`` timed steps in one ``fit`` (the time between the ends of consecutive
 steps), plain (the whole batch's activations at once) and through
-:class:`cosent_tf.gradient_cache.GradientCacheModel` in micro-batches of ``MICRO`` pairs. It
+:class:`cosent_tf.training.gradient_cache.GradientCacheModel` in micro-batches of ``MICRO`` pairs. It
 writes ``benchmarks/MICRO_BATCHES.md`` and ``benchmarks/micro_batches.json`` with the CPU it
 ran on; only the ratios of one run compare.
 
@@ -32,8 +32,8 @@ def measure(variant, pairs, micro, steps):
 
     import cosent_tf as ct
     from cosent_tf.backend import keras, tf
-    from cosent_tf.gradient_cache import GradientCacheModel
     from cosent_tf.optimizers import build_optimizer
+    from cosent_tf.training.gradient_cache import GradientCacheModel
 
     texts_a, texts_b, labels = common.train_pairs(pairs)
     tokenizer = ct.SentenceTokenizer(common.vocab_path(), common.MAXLEN)

@@ -55,11 +55,12 @@ VARIANTS = {
 def _worker(first_run, runs, steps, out_path):
     import numpy as np
 
-    from cosent_tf import models, pipeline
     from cosent_tf.backend import keras, tf
-    from cosent_tf.inference import cosine_scores, interaction_scores
+    from cosent_tf.data import pipeline
+    from cosent_tf.inference.matchers import cosine_scores, interaction_scores
     from cosent_tf.losses import CoSENTLoss, InteractionCoSENTLoss
-    from cosent_tf.models import build_encoder, build_interaction_model
+    from cosent_tf.models import builders as models
+    from cosent_tf.models.builders import build_encoder, build_interaction_model
     from cosent_tf.optimizers import FusedAdam
 
     if os.environ.get("COSENT_SOAK_POOLING") == "first-token-off":

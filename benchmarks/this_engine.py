@@ -1,6 +1,6 @@
 """Contestant (a): this project's training engine and ``SentenceEncoder.encode``.
 
-* train: what ``cosent_tf.training.train`` runs per step for ``scripts/cosent.py``: token
+* train: what ``cosent_tf.training.engine.train`` runs per step for ``scripts/cosent.py``: token
   ids made once by ``SentenceTokenizer``, ``pair_dataset`` (length-grouped batches of 32
   pairs, each padded to its longest), ``build_encoder`` ([CLS]), ``CoSENTLoss(20)``,
   ``FusedAdam`` 2e-5, ``model.fit``. ``bf16`` trains under mixed_bfloat16 as ``--precision bf16``.

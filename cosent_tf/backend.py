@@ -18,7 +18,7 @@ Keras 2. What this module works around:
   imported here (every other line passes on; ``COSENT_TF_VERBOSE=1`` keeps them).
 * tensorflow-text (WordPiece inside a graph, for export) is imported only when needed:
   it registers ops at import and is not needed for training.
-* Micro-batches (:mod:`cosent_tf.gradient_cache`) run each chunk of a batch twice and need
+* Micro-batches (:mod:`cosent_tf.training.gradient_cache`) run each chunk of a batch twice and need
   the same dropout masks both times: every Keras dropout draws its mask through
   ``RandomGenerator.dropout``, which is replaced here by one that, inside
   :func:`repeatable_dropout`, draws from a stateless generator (and otherwise is Keras's own).
@@ -31,7 +31,7 @@ Keras 2. What this module works around:
   :class:`TokenDense` instead, which multiplies the tokens as one 2-D matrix and reshapes
   after the activation: matmul, bias and GELU then run as one fused op.
 * ``COSENT_TF_CPU_DEVICES=N`` splits the CPU into N logical devices (for trying
-  :mod:`cosent_tf.distribute` without accelerators); TensorFlow takes that only before its
+  :mod:`cosent_tf.training.distribute` without accelerators); TensorFlow takes that only before its
   runtime starts, so it happens at import.
 * TensorFlow's default CPU allocator hands large buffers (a 21128-row embedding's
   gradient, say) back to the system and faults them in again on the next step.
@@ -42,7 +42,7 @@ Keras 2. What this module works around:
   may need a larger scratchpad than the one TensorFlow allocated (fixed in oneDNN 3.11,
   uxlfoundation/oneDNN#5043); the primitive then writes past the scratchpad into whatever
   tensor the allocator put next to it. [CLS] pooling's single query
-  (:func:`cosent_tf.models.first_token_output`) makes such matmuls in every training
+  (:func:`cosent_tf.models.builders.first_token_output`) makes such matmuls in every training
   step. oneDNN's own primitive cache is therefore off
   (``ONEDNN_PRIMITIVE_CACHE_CAPACITY=0``, set here unless already set).
 * ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1`` lets oneDNN keep each fused Dense's weights in its
@@ -131,10 +131,10 @@ from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402
 from tensorflow.python.eager import context as _eager_context  # noqa: E402
 from tf_keras.src import backend as _keras_backend  # noqa: E402
 
-from .errors import ConfigError  # noqa: E402
+from .errors import ConfigError, lookup  # noqa: E402
 
 # COSENT_TF_CPU_DEVICES=N splits the CPU into N logical devices, which a MirroredStrategy uses
-# as N replicas (see cosent_tf.distribute): a way to try, and test, training on several devices
+# as N replicas (see cosent_tf.training.distribute): a way to try, and test, training on several devices
 # without accelerators. TensorFlow takes the split only before its runtime starts: hence here.
 CPU_DEVICES_VARIABLE = "COSENT_TF_CPU_DEVICES"
 
@@ -243,8 +243,7 @@ ARCHITECTURES = {
 
 def get_architecture(name: str) -> Architecture:
     """The :class:`Architecture` called ``name``; a ConfigError listing the choices otherwise."""
-    if name not in ARCHITECTURES:
-        raise ConfigError(f"unknown architecture {name!r}; choose one of {', '.join(sorted(ARCHITECTURES))}")
+    return lookup(ARCHITECTURES, name, "architecture", sorted(ARCHITECTURES))
     return ARCHITECTURES[name]
 
 
@@ -299,9 +298,7 @@ def policy_name(precision: str) -> str:
     """The Keras dtype policy of a ``--precision`` value (``float32``, ``bf16`` or ``fp16``)."""
     if precision in PRECISIONS.values():
         return precision
-    if precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    return PRECISIONS[precision]
+    return lookup(PRECISIONS, precision, "precision")
 
 
 def inference_policy_name(precision: str) -> str:
@@ -363,7 +360,7 @@ def random_seed(seed: int) -> Iterator[None]:
         _keras_backend._SEED_GENERATOR.generator = keras_generator
 
 
-# Micro-batches (cosent_tf.gradient_cache) run every chunk of a batch twice and need the same
+# Micro-batches (cosent_tf.training.gradient_cache) run every chunk of a batch twice and need the same
 # dropout masks both times. Every Keras dropout, bert4keras's included (it makes its attention
 # dropout inside the layer's call), draws its mask through RandomGenerator.dropout: inside
 # `repeatable_dropout(seed)` that draws from a stateless generator keyed by the seed and the

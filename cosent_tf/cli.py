@@ -22,7 +22,7 @@ import traceback
 import numpy as np
 
 from . import environment
-from .data import read_lines, read_pair_lines
+from .data.files import read_lines, read_pair_lines
 from .errors import ConfigError, CosentError, TrainingInterrupted
 from .io import (
     atomic_path,
@@ -108,10 +108,10 @@ def output_kinds() -> tuple:
     """The folders this tool writes (by their :class:`cosent_tf.io.FolderKind`): no output of a
     command may land inside one, where it would be lost when the folder is replaced or make the
     folder look like someone else's."""
-    from .export import HF_FOLDER, SAVED_MODEL
-    from .inference import VectorIndex
-    from .model_dir import MODEL_FOLDER
-    from .run_folder import RUN_FOLDER
+    from .export.savedmodel import HF_FOLDER, SAVED_MODEL
+    from .inference.matchers import VectorIndex
+    from .inference.model_dir import MODEL_FOLDER
+    from .training.run_folder import RUN_FOLDER
 
     return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, HF_FOLDER, RUN_FOLDER
 
@@ -128,7 +128,7 @@ def summary_stream(output):
 
 
 def _encode(args):
-    from .inference import SentenceEncoder
+    from .inference.matchers import SentenceEncoder
 
     check_output_file(args.output, [args.model_dir, args.texts], output_kinds())
     said = summary_stream(args.output)
@@ -148,7 +148,7 @@ class _WriteOnly:
 
 
 def _similarity(args):
-    from .inference import load_matcher
+    from .inference.matchers import load_matcher
 
     check_output_file(args.output, [args.model_dir, args.pairs], output_kinds())
     said = summary_stream(args.output)
@@ -164,7 +164,7 @@ def _similarity(args):
 
 
 def _search_build(args):
-    from .inference import SentenceEncoder, VectorIndex
+    from .inference.matchers import SentenceEncoder, VectorIndex
 
     inputs = [args.model_dir, args.corpus]
     check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
@@ -175,7 +175,7 @@ def _search_build(args):
 
 
 def _search_query(args):
-    from .inference import SentenceEncoder, VectorIndex
+    from .inference.matchers import SentenceEncoder, VectorIndex
 
     check_output_file(args.output, [args.index_dir, args.queries, args.model_dir], output_kinds())
     said = summary_stream(args.output)
@@ -196,7 +196,7 @@ def _search_query(args):
 
 
 def _export(args):
-    from .export import export_hf, export_saved_model
+    from .export.savedmodel import export_hf, export_saved_model
 
     check_folder_apart(args.output_dir, [args.model_dir])
     check_not_in_tool_folder(args.output_dir, output_kinds())  # the rest is checked by the export
@@ -211,7 +211,7 @@ def _export(args):
 
 
 def _train(args):
-    from .training import RunConfig
+    from .training.engine import RunConfig
 
     settings = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "overwrite", "name", "verbose")}
     settings["task"] = args.name or os.path.splitext(os.path.basename(args.train_file))[0]
@@ -219,16 +219,16 @@ def _train(args):
 
 
 def _file_format(args):
-    from .data import PairFileFormat
+    from .data.files import PairFileFormat
 
     return PairFileFormat(args.file_format, args.text_a_field, args.text_b_field, args.label_field)
 
 
 def _evaluate(args):
-    from .data import read_pair_file, read_retrieval_files
+    from .data.files import read_pair_file, read_retrieval_files
     from .evaluation import evaluate_pairs, retrieval_by
-    from .inference import load_matcher
-    from .model_dir import read_spec
+    from .inference.matchers import load_matcher
+    from .inference.model_dir import read_spec
 
     beir = [args.queries, args.corpus, args.qrels]
     if any(beir) and not all(beir):
@@ -269,7 +269,7 @@ def _evaluate(args):
 
 
 def _add_file_format_options(sub):
-    from .data import FILE_FORMATS
+    from .data.files import FILE_FORMATS
 
     sub.add_argument(
         "--format",
@@ -487,7 +487,7 @@ def console_main() -> int:
     return main(whole_process=True)
 
 
-# The training scripts (scripts/*.py): options of cosent_tf.training.RunConfig.
+# The training scripts (scripts/*.py): options of cosent_tf.training.engine.RunConfig.
 
 
 def _finite(text):
@@ -524,12 +524,12 @@ def _number(number_type, low, high=None, low_included=True):
 def _add_run_options(parser):
     """The engine's options (model, batching, optimisation, output), common to every way of training."""
     from .backend import ARCHITECTURES, PRECISIONS
-    from .distribute import STRATEGIES
     from .layers import POOLING_MODES
-    from .models import HEAD_INPUTS
+    from .models.builders import HEAD_INPUTS
     from .optimizers import SCHEDULES
-    from .recipes import RECIPES
-    from .training import RunConfig
+    from .training.distribute import STRATEGIES
+    from .training.engine import RunConfig
+    from .training.recipes import RECIPES
 
     parser.add_argument(
         "--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)"
@@ -561,7 +561,7 @@ def _add_run_options(parser):
         "pooler, BERT's pooler (dense + tanh on [CLS]) as Hugging Face's BertForSequenceClassification, which "
         "`cosent-tf export --format hf` needs (default: pooler for such a checkpoint, else cls)",
     )
-    defaults = "default: the task's, as in the original scripts (cosent_tf.tasks)"
+    defaults = "default: the task's, as in the original scripts (cosent_tf.data.tasks)"
     parser.add_argument(
         "--maxlen",
         type=_number(int, 3),
@@ -671,9 +671,9 @@ def _add_run_options(parser):
 
 def training_parser(kind: str = "feature", loss: str = "cosent", task: str = None) -> argparse.ArgumentParser:
     """Options of a training script for ``kind`` models; ``task`` fixed, or the first argument."""
+    from .data.tasks import MATCHING_TASKS
     from .losses import loss_names
-    from .tasks import MATCHING_TASKS
-    from .training import RunConfig
+    from .training.engine import RunConfig
 
     parser = argparse.ArgumentParser(
         description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test."
@@ -702,7 +702,7 @@ def _run_training(cfg, overwrite):
     """Train ``cfg``, print the final metrics as JSON, the only line on stdout (the log and
     Keras's progress go to stderr); signals become an exit status. The caller shows the log
     (:func:`console_logging`) and reports errors (:func:`errors_reported`)."""
-    from .training import train
+    from .training.engine import train
 
     try:
         with contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
@@ -722,7 +722,7 @@ def _run_training(cfg, overwrite):
 
 def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str = None) -> dict:
     """Parse a training script's command line, train, and print the final metrics as JSON."""
-    from .training import RunConfig
+    from .training.engine import RunConfig
 
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = "--verbose" in argv  # the parser itself imports TensorFlow
@@ -750,7 +750,7 @@ def _check_report_folder(output_dir, runs):
 
 def report_main(argv=None) -> None:
     """``scripts/report.py``: tables and plots comparing finished runs."""
-    from .report import write_report
+    from .experiments.report import write_report
 
     parser = argparse.ArgumentParser(description="Tables and plots comparing finished runs.")
     parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")

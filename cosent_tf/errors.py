@@ -1,6 +1,12 @@
 """Error types raised for bad input. Every message names the file (and line) at fault."""
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+Entry = TypeVar("Entry")
 
 
 def where(path) -> str:
@@ -47,3 +53,27 @@ class TrainingInterrupted(CosentError):
     def __init__(self, signal_number, message):
         self.signal_number = signal_number
         super().__init__(message)
+
+
+def lookup(table: Mapping[str, Entry], name: str, what: str, choices: Iterable[str] | None = None) -> Entry:
+    """The entry ``name`` of one of the package's tables (tasks, losses, architectures, ...).
+
+    Args:
+        table: the table, by name.
+        name: the name asked for.
+        what: what the table holds, for the message ("task", "recipe").
+        choices: the names to offer, where not all of the table's (default: its keys).
+
+    Returns:
+        ``table[name]``.
+
+    Raises:
+        ConfigError: ``name`` is not in the table; the message lists the choices.
+
+    Example:
+        >>> lookup({"cosent": 1}, "cosent", "loss")
+        1
+    """
+    if name in table:
+        return table[name]
+    raise ConfigError(f"unknown {what} {name!r}; choose one of {', '.join(choices if choices is not None else table)}")

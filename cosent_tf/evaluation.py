@@ -1,15 +1,15 @@
 """Metrics as the original experiments report them: Spearman (and Pearson) of scores against
 labels, and accuracy at the threshold that is best on valid; and retrieval metrics
 (Recall@k, MRR@10, nDCG@10), since a high Spearman can hide a poor retriever. Scores and
-nearest neighbours come from :mod:`cosent_tf.inference`."""
+nearest neighbours come from :mod:`cosent_tf.inference.matchers`."""
 
 import warnings
 
 import numpy as np
 from scipy import stats
 
-from . import inference
-from .tasks import Task
+from .data.tasks import Task
+from .inference import matchers as inference
 
 
 def spearman(scores, labels) -> float:
@@ -155,8 +155,8 @@ def pair_retrieval(encode, pairs, task) -> dict:
 
 
 def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = False, batch_size: int = 64) -> tuple:
-    """Score labelled pairs with a loaded :class:`~cosent_tf.inference.SentenceEncoder` or
-    :class:`~cosent_tf.inference.PairScorer`: ``(metrics, scores, predictions)``.
+    """Score labelled pairs with a loaded :class:`~cosent_tf.inference.matchers.SentenceEncoder` or
+    :class:`~cosent_tf.inference.matchers.PairScorer`: ``(metrics, scores, predictions)``.
 
     Metrics are Spearman and Pearson; for 0/1 labels also accuracy at ``threshold`` (default:
     the model's tuned one; predictions are None without one); with ``retrieval`` (a
@@ -178,6 +178,8 @@ def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = Fa
 
 
 def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
-    """Deprecated: :func:`cosent_tf.inference.cosine_scores`."""
-    warnings.warn("pair_cosines is deprecated; use cosent_tf.inference.cosine_scores", DeprecationWarning, stacklevel=2)
+    """Deprecated: :func:`cosent_tf.inference.matchers.cosine_scores`."""
+    warnings.warn(
+        "pair_cosines is deprecated; use cosent_tf.inference.matchers.cosine_scores", DeprecationWarning, stacklevel=2
+    )
     return inference.cosine_scores(encoder, ids_a, ids_b, batch_size, show_progress)

@@ -9,8 +9,7 @@ import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder, build_encoder
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, dtype_policy, inference_policy_name, keras, tf
-
-from conftest import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
+from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 
 # A few training steps of a tiny [CLS] encoder: the single-query attention of the last block
 # makes matmuls over a size-1 dimension, forward and backward, for every sequence length.

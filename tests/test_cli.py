@@ -10,8 +10,7 @@ import pytest
 from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import argument_parser, console_logging, keeps_weights_in_amx_layout, main
-
-from conftest import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
+from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 
 SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
 
@@ -263,7 +262,7 @@ def test_console_script_on_amx_keeps_bf16_weights_in_amx_layout_for_the_process(
 
 
 def test_console_logging_shows_progress_and_warnings_on_stderr_while_it_lasts(capsys):
-    log = logging.getLogger("cosent_tf.training")
+    log = logging.getLogger("cosent_tf.training.engine")
     handlers = list(logging.getLogger("cosent_tf").handlers)
     with console_logging():
         log.info("progress")

@@ -14,10 +14,9 @@ import pytest
 from cosent_tf import CheckpointError, ConfigError, DataError, RunConfig, build_encoder, save_checkpoint, train
 from cosent_tf.cli import main as cosent_tf
 from cosent_tf.cli import train_main
-from cosent_tf.data import read_nli, read_pair_file, read_senteval
-from cosent_tf.tokenization import check_vocab_size, load_vocab
-
-from conftest import (
+from cosent_tf.data.files import read_nli, read_pair_file, read_senteval
+from cosent_tf.models.tokenization import check_vocab_size, load_vocab
+from tests.helpers import (
     ROOT,
     SHARED_DATA,
     SHARED_VOCAB,
@@ -68,7 +67,7 @@ def data_cases(tmp_path):
     bq = tmp_path / "BQ" / "BQ.train.data"
     bq.parent.mkdir()
     write(bq, "a\tb\t2\n")
-    from cosent_tf.data import load_task
+    from cosent_tf.data.files import load_task
 
     yield "BQ.train.data, line N: label '2' is not 0 or 1", lambda: load_task(tmp_path, "BQ", "train")
     yield "label '5.5' is outside 0-5", lambda: read_senteval(write(tmp_path / "s.data", "a\tb\t5.5\n"), task="STS-B")
@@ -206,7 +205,7 @@ def hugging_face_cases(tmp_path):
     import json
     import sys
 
-    from conftest import make_model_dir
+    from tests.helpers import make_model_dir
 
     yield (
         "hfl/chinese-roberta-wwm-ext (from ...): no such folder here, and it reads as a Hugging Face hub name, "
@@ -305,7 +304,7 @@ def test_an_option_out_of_range_is_named(capsys):
 
 
 def test_an_unknown_qrels_id_is_named(tmp_path):
-    from cosent_tf.data import read_retrieval_files
+    from cosent_tf.data.files import read_retrieval_files
 
     queries = write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "a"}\n')
     corpus = write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "b"}\n')

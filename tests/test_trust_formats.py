@@ -27,9 +27,7 @@ from cosent_tf import (
     read_senteval,
     save_checkpoint,
 )
-from cosent_tf import huggingface as hf
-from cosent_tf.checkpoints import read_config
-from cosent_tf.data import (
+from cosent_tf.data.files import (
     MAX_LINE_BYTES,
     PairFileFormat,
     read_lines,
@@ -37,11 +35,11 @@ from cosent_tf.data import (
     read_pair_lines,
     read_retrieval_files,
 )
-from cosent_tf.tokenization import load_vocab
+from cosent_tf.huggingface import folders as hf
+from cosent_tf.models.checkpoints import read_config
+from cosent_tf.models.tokenization import load_vocab
+from tests.helpers import ROOT, make_model_dir
 
-from conftest import make_model_dir
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NLI_LINE = '{"sentence1": "一", "sentence2": "二", "gold_label": "neutral"}'
 PAIR_JSONL_LINE = '{"sentence1": "一", "sentence2": "二", "label": 1}'
 

@@ -26,9 +26,8 @@ import pytest
 from cosent_tf import ConfigError, SentenceEncoder, VectorIndex
 from cosent_tf.cli import _run_training, argument_parser, main, output_kinds, report_main, train_main
 from cosent_tf.io import FolderKind, atomic_directory, write_json, write_text
-from cosent_tf.run_folder import RUN_FOLDER
-
-from conftest import ROOT, make_model_dir
+from cosent_tf.training.run_folder import RUN_FOLDER
+from tests.helpers import ROOT, make_model_dir
 
 KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
 TEXTS = ["今天天气怎么样", "我想换手机", "明天会下雨吗"]
@@ -300,7 +299,7 @@ def test_the_training_scripts_turn_an_os_error_into_one_line(tiny_setup, capsys)
 
 
 def test_training_prints_its_final_metrics_as_strict_json(monkeypatch, capsys):
-    from cosent_tf import training
+    from cosent_tf.training import engine as training
 
     metrics = {"valid": {"spearman": float("nan")}, "test": {"spearman": float("inf")}, "best_epoch": 1}
     monkeypatch.setattr(training, "train", lambda cfg, overwrite: dict(metrics, wall_seconds=2.5))
@@ -440,7 +439,7 @@ def test_an_output_moved_aside_for_a_replacement_that_never_came_is_put_back(tmp
 
 def test_a_read_only_or_forbidden_folder_is_refused_before_the_work(model_and_texts, monkeypatch):
     import cosent_tf.io as cosent_io
-    from cosent_tf import inference
+    from cosent_tf.inference import matchers as inference
 
     tmp = model_and_texts
     monkeypatch.setattr(inference.SentenceEncoder, "load", lambda *a: pytest.fail("the model was loaded"))

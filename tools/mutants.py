@@ -17,16 +17,16 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST_TESTS = [
-    "tests/test_losses_cosent.py",
-    "tests/test_losses_interaction_cosent.py",
-    "tests/test_losses_mse.py",
-    "tests/test_losses_contrastive.py",
-    "tests/test_losses_softmax.py",
+    "tests/losses/test_cosent.py",
+    "tests/losses/test_interaction_cosent.py",
+    "tests/losses/test_mse.py",
+    "tests/losses/test_contrastive.py",
+    "tests/losses/test_softmax.py",
     "tests/test_layers.py",
-    "tests/test_pipeline.py",
+    "tests/data/test_pipeline.py",
     "tests/test_evaluation.py",
     "tests/test_callbacks.py",
-    "tests/test_training.py",
+    "tests/training/test_engine.py",
 ]
 
 # (name, file, text to replace, replacement)
@@ -57,43 +57,43 @@ MUTANTS = [
     ),
     (
         "--checkpoint ignored",
-        "cosent_tf/training.py",
+        "cosent_tf/training/engine.py",
         "build_encoder(cfg.config, cfg.checkpoint,",
         "build_encoder(cfg.config, None,",
     ),
     (
         "classes not made for a classification loss",
-        "cosent_tf/training.py",
+        "cosent_tf/training/engine.py",
         "labels = task.classes(labels) if self.loss.on_classes else labels",
         "labels = labels",
     ),
     (
         "--precision ignored",
-        "cosent_tf/training.py",
+        "cosent_tf/training/engine.py",
         "dtype_policy(policy_name(cfg.precision))",
         "dtype_policy(policy_name('float32'))",
     ),
     (
         "--no-group-by-length ignored",
-        "cosent_tf/training.py",
+        "cosent_tf/training/engine.py",
         "group_by_length=cfg.group_by_length, seed=cfg.seed",
         "group_by_length=True, seed=cfg.seed",
     ),
     (
         "threshold tuned on test",
-        "cosent_tf/training.py",
+        "cosent_tf/training/engine.py",
         "task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary)",
         "task_metrics(test_scores, test.labels, test_scores, test.labels, binary=binary)",
     ),
     (
         "interaction labels of a sorted index",
-        "cosent_tf/pipeline.py",
+        "cosent_tf/data/pipeline.py",
         "yield (token_ids, segment_ids(token_ids, sep_id)), labels[index]",
         "yield (token_ids, segment_ids(token_ids, sep_id)), labels[np.sort(index)]",
     ),
     (
         "pair labels not interleaved",
-        "cosent_tf/pipeline.py",
+        "cosent_tf/data/pipeline.py",
         "np.repeat(labels[index], 2)",
         "np.tile(labels[index], 2)",
     ),

@@ -31,7 +31,7 @@ class LossEntry:
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
         interaction_head: the head of the interaction model it trains (``score`` or
-            ``softmax``, see :func:`cosent_tf.models.build_interaction_model`).
+            ``softmax``, see :func:`cosent_tf.models.builders.build_interaction_model`).
         batch_size: the original script's batch size when it is not the task's default.
         min_pairs: the fewest pairs a batch must hold for the loss to learn anything (a ranking
             loss compares the pairs of a batch with each other); each replica's share, for a

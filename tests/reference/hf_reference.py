@@ -1,7 +1,7 @@
 """The independent side of the Hugging Face parity tests; runs in the reference environment.
 
 Imports torch, transformers and sentence-transformers, never cosent_tf or TensorFlow: the
-tests (tests/test_huggingface_parity.py) call it with ``COSENT_REFERENCE_PYTHON``.
+tests (tests/huggingface/test_parity.py) call it with ``COSENT_REFERENCE_PYTHON``.
 
     hf_reference.py make ROOT VOCAB TEXTS.json
         writes random models with transformers' and sentence-transformers' own savers, and

@@ -1,0 +1,24 @@
+"""Trained models out for serving: TensorFlow SavedModels and Hugging Face folders."""
+
+from __future__ import annotations
+
+from ..api import lazy_names
+
+# Each name loads its module on first use (see cosent_tf.api).
+_HOMES = {
+    "LENGTH_BUCKETS": ".savedmodel",
+    "in_length_buckets": ".savedmodel",
+    "EXPORT_RECORD": ".savedmodel",
+    "EXPORT_FORMAT": ".savedmodel",
+    "SAVED_MODEL": ".savedmodel",
+    "check_export_folder": ".savedmodel",
+    "export_saved_model": ".savedmodel",
+    "HF_FOLDER": ".savedmodel",
+    "HF_ARCHITECTURES": ".savedmodel",
+    "export_hf": ".savedmodel",
+    "MAX_WORD_CHARS": ".graph_tokenization",
+    "character_table": ".graph_tokenization",
+    "GraphTokenizer": ".graph_tokenization",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -1,0 +1,174 @@
+"""bert4keras's character-level tokenisation as TensorFlow ops, for models served from a SavedModel.
+
+The bert4keras ``Tokenizer`` (``do_lower_case=True``) turns a text into tokens in three steps:
+
+1. lower-case, NFD-decompose and drop combining marks (category ``Mn``);
+2. put spaces around punctuation and CJK characters, turn white space into spaces and
+   drop control characters (and U+0000, U+FFFD); split on white space;
+3. greedy longest-match WordPiece on each word (a word of more than 200 characters,
+   or one with no match, becomes ``[UNK]``).
+
+Steps 1 and 2 act on one character at a time, so apart from CJK ideographs (padded by
+one regular expression) they are a table from each character to what it becomes,
+computed here with Python's own ``unicodedata``, the one bert4keras uses: the graph
+reproduces Python's decisions rather than re-deriving them from another Unicode
+library. Step 3 is tensorflow-text's ``WordpieceTokenizer``, whose greedy search is
+bert4keras's. tensorflow-text's own ``BertTokenizer`` is not used: its lower-casing
+applies NFKC case folding, which rewrites full-width punctuation (``，`` → ``,``).
+
+Known differences, all outside the shared data: Python lower-cases a word-final Greek
+capital sigma to ``ς`` (this table always gives ``σ``); NFD's canonical re-ordering of
+adjacent combining marks is not applied (only marks that are not ``Mn`` survive step 1,
+so this matters for a few spacing marks only); invalid UTF-8 bytes become U+FFFD and
+are dropped (a Python caller cannot pass them at all).
+"""
+
+import functools
+import unicodedata
+
+from ..backend import import_tensorflow_text, tf
+
+MAX_WORD_CHARS = 200  # bert4keras Tokenizer(word_maxlen=200)
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+_CJK_PATTERN = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in _CJK_RANGES) + "]"
+
+
+def _is_cjk(code):
+    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+
+
+def _is_punctuation(ch):
+    code = ord(ch)
+    return (
+        33 <= code <= 47
+        or 58 <= code <= 64
+        or 91 <= code <= 96
+        or 123 <= code <= 126
+        or unicodedata.category(ch).startswith("P")
+    )
+
+
+def _spaced(ch):
+    """What bert4keras's splitting step makes of one (already normalised) character."""
+    if _is_punctuation(ch) or _is_cjk(ord(ch)):
+        return f" {ch} "
+    if ch in " \n\r\t" or unicodedata.category(ch) == "Zs" or ch.isspace():
+        return " "  # str.split() also splits at the other white space (U+2028, U+2029)
+    if ord(ch) in (0, 0xFFFD) or unicodedata.category(ch) in ("Cc", "Cf"):
+        return ""
+    return ch
+
+
+def _normalised(ch, do_lower_case):
+    if not do_lower_case:
+        return ch
+    decomposed = unicodedata.normalize("NFD", ch.lower())
+    return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
+
+
+@functools.lru_cache(maxsize=2)
+def character_table(do_lower_case=True):
+    """{character: replacement} for every character that steps 1-2 change, CJK aside.
+
+    CJK ideographs that only get padded are left out (the graph pads them with one
+    regular expression); everything else that changes is listed.
+    """
+    table = {}
+    for code in range(0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue  # surrogates never occur in valid UTF-8
+        ch = chr(code)
+        replacement = "".join(_spaced(c) for c in _normalised(ch, do_lower_case))
+        unchanged = f" {ch} " if _is_cjk(code) else ch
+        if replacement != unchanged:
+            table[ch] = replacement
+    return table
+
+
+class GraphTokenizer(tf.Module):
+    """Raw UTF-8 strings to bert4keras token ids, inside a TensorFlow graph.
+
+    ``encode`` gives ``[CLS] text [SEP]`` and ``encode_pairs`` gives
+    ``[CLS] a [SEP] b [SEP]``. Both are truncated to ``maxlen`` exactly as
+    ``SentenceTokenizer`` does, and padded with 0 to the longest row, as int32.
+    """
+
+    def __init__(self, token_dict, maxlen, do_lower_case=True, name="graph_tokenizer"):
+        super().__init__(name=name)
+        self.maxlen = int(maxlen)
+        self.cls_id, self.sep_id = token_dict["[CLS]"], token_dict["[SEP]"]
+        table = character_table(bool(do_lower_case))
+        self._characters = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(list(table.keys())), tf.constant(list(table.values()))),
+            default_value="\x00",
+        )  # NUL is always in the table (it maps to ""), so never a value
+        tokens = list(token_dict)
+        self._vocab = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(tokens), tf.constant([token_dict[t] for t in tokens], dtype=tf.int64)
+            ),
+            default_value=token_dict.get("[UNK]", 0),
+        )
+        self._wordpiece = import_tensorflow_text().WordpieceTokenizer(
+            self._vocab,
+            suffix_indicator="##",
+            max_bytes_per_word=4 * MAX_WORD_CHARS + 4,
+            token_out_type=tf.int64,
+            unknown_token="[UNK]",
+        )
+
+    def tokenize(self, texts):
+        """Token ids of each text, without [CLS]/[SEP] or truncation: ragged int64 (batch, None)."""
+        characters = tf.strings.unicode_split(texts, "UTF-8", errors="replace", replacement_char=0xFFFD)
+        replaced = self._characters.lookup(characters)
+        characters = tf.where(tf.equal(replaced, "\x00"), characters, replaced)
+        spaced = tf.strings.regex_replace(tf.strings.reduce_join(characters, axis=-1), _CJK_PATTERN, " \\0 ")
+        words = tf.strings.split(spaced)
+        words = tf.where(tf.strings.length(words, unit="UTF8_CHAR") > MAX_WORD_CHARS, "[UNK]", words)
+        return self._wordpiece.tokenize(words).merge_dims(-2, -1)
+
+    def encode(self, texts):
+        return self.encode_and_flag(texts)[0]
+
+    def encode_pairs(self, firsts, seconds):
+        return self.encode_pairs_and_flag(firsts, seconds)[0]
+
+    def encode_and_flag(self, texts):
+        """(token ids, whether each text was longer than maxlen and cut)."""
+        tokens = self.tokenize(texts)
+        return self._assemble([tokens[:, : self.maxlen - 2]]), tokens.row_lengths() > self.maxlen - 2
+
+    def encode_pairs_and_flag(self, firsts, seconds):
+        """(token ids of each concatenated pair, whether the pair was longer than maxlen and cut)."""
+        first, second = self.tokenize(firsts), self.tokenize(seconds)
+        first_length, second_length = first.row_lengths(), second.row_lengths()
+        cut = first_length + second_length > self.maxlen - 3
+        # bert4keras pops from the longer side (the first on ties) until both fit; closed form:
+        budget = tf.cast(self.maxlen - 3, tf.int64)
+        first_keep = tf.minimum(first_length, tf.maximum(budget - second_length, budget // 2))
+        second_keep = tf.minimum(second_length, tf.maximum(budget - first_length, budget - budget // 2))
+        return self._assemble([_head(first, first_keep), _head(second, second_keep)]), cut
+
+    def _assemble(self, parts):
+        rows = parts[0].nrows()
+        cls = tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.cast(self.cls_id, tf.int64)))
+        sep = tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.cast(self.sep_id, tf.int64)))
+        pieces = [cls]
+        for part in parts:
+            pieces += [part, sep]
+        return tf.cast(tf.concat(pieces, axis=1).to_tensor(default_value=0), tf.int32)
+
+
+def _head(ragged, keep):
+    """The first ``keep[i]`` items of each row."""
+    positions = tf.ragged.range(ragged.row_lengths())
+    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(keep, 1))

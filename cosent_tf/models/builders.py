@@ -1,0 +1,206 @@
+"""Keras models over bert4keras transformers: sentence encoders and interaction models."""
+
+import warnings
+
+from ..backend import IndependentTruncatedNormal, get_architecture, keras, transformer_class
+from ..errors import ConfigError
+from ..layers import POOLING_MODES, PaddingMask, Pooling
+from .checkpoints import HEAD_SCOPE, checkpoint_files, load_checkpoint, load_head, read_config
+from .tokenization import check_vocab_size
+
+INTERACTION_HEADS = ("score", "softmax")
+# What an interaction head reads: the [CLS] hidden state (the original experiments), or BERT's
+# pooler, dense + tanh on it (Hugging Face's BertForSequenceClassification).
+HEAD_INPUTS = ("cls", "pooler")
+
+
+def head_layer_name(head: str) -> str:
+    """The Keras layer name of an interaction head (``Match-Score`` / ``Match-Softmax``)."""
+    return "Match-" + head.capitalize()
+
+
+def _config_of(config_path, checkpoint_path):
+    """``config_path``, or the config of the checkpoint's folder when it is None."""
+    if config_path is not None:
+        return config_path
+    if checkpoint_path is None:
+        raise ConfigError("a model needs a config: pass config_path, or a checkpoint folder that holds one")
+    return checkpoint_files(checkpoint_path)[0]
+
+
+def build_transformer(config_path: str, checkpoint_path: str = None, architecture: str = "bert", **overrides):
+    """Build (and optionally load) a bert4keras transformer; returns the Transformer object."""
+    config = read_config(config_path)
+    config.update(overrides)
+    config.setdefault("max_position", config.get("max_position_embeddings", 512))
+    config.setdefault("dropout_rate", config.get("hidden_dropout_prob"))
+    config.setdefault("attention_dropout_rate", config.get("attention_probs_dropout_prob"))
+    config.setdefault("segment_vocab_size", config.get("type_vocab_size", 2))
+    transformer = transformer_class(architecture)(**config)
+    transformer.build(**config)
+    if checkpoint_path is not None:
+        load_checkpoint(transformer, checkpoint_path)
+    return transformer
+
+
+def check_maxlen(config_path: str, architecture: str, maxlen: int) -> None:
+    """Raise ConfigError if ``maxlen`` tokens do not fit the model's position embeddings."""
+    limit = read_config(config_path).get("max_position_embeddings", 512)
+    if get_architecture(architecture).learned_positions and maxlen > limit:
+        raise ConfigError(
+            f"{config_path}: maxlen {maxlen} is longer than the model's {limit} position embeddings "
+            f"(max_position_embeddings); use --maxlen {limit} or less"
+        )
+
+
+def _architecture_argument(architecture, model):
+    """``model=`` is the name ``architecture`` had before 0.2; it still works, with a warning."""
+    if model is None:
+        return architecture
+    warnings.warn("model= is deprecated; use architecture=", DeprecationWarning, stacklevel=3)
+    return model
+
+
+def build_encoder(
+    config_path: str,
+    checkpoint_path: str = None,
+    architecture: str = "bert",
+    pooling: str = "cls",
+    vocab_path: str = None,
+    name: str = "encoder",
+    model: str = None,
+    **overrides,
+) -> keras.Model:
+    """A Keras model from [token_ids, segment_ids] to sentence vectors (float32).
+
+    Args:
+        config_path: a BERT-style ``*_config.json`` (or a Hugging Face ``config.json``);
+            ``None`` takes the checkpoint folder's.
+        checkpoint_path: a Google-format TF checkpoint prefix or its directory, or a Hugging
+            Face / sentence-transformers model folder (see :mod:`cosent_tf.huggingface.folders`);
+            ``None`` builds a randomly initialised model (every kernel drawn independently).
+        architecture: one of ``bert``, ``roberta`` (RoBERTa-wwm checkpoints are BERT
+            format), ``wobert``, ``nezha``, ``albert``, ``roformer``.
+        pooling: one of ``cls``, ``last-avg``, ``first-last-avg``, ``max``, ``pooler``.
+        vocab_path: if given, checked against the config's ``vocab_size``.
+        model: deprecated name of ``architecture``.
+        overrides: passed to the bert4keras constructor (e.g. ``dropout_rate=0.1``).
+    """
+    architecture = _architecture_argument(architecture, model)
+    config_path = _config_of(config_path, checkpoint_path)
+    if pooling not in POOLING_MODES:
+        raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
+    if vocab_path is not None:
+        check_vocab_size(config_path, vocab_path)
+    transformer = build_transformer(
+        config_path, checkpoint_path, architecture, with_pool=(pooling == "pooler"), **overrides
+    )
+    token_ids = transformer.inputs[0]
+    mask = PaddingMask(name="Padding-Mask")(token_ids)
+    if pooling == "first-last-avg":
+        hidden = [first_layer_output(transformer), _sequence_output(transformer)]
+    elif pooling == "pooler":
+        hidden = transformer.output
+    elif pooling == "cls":
+        hidden = _cls_input(transformer, architecture)
+    else:
+        hidden = _sequence_output(transformer)
+    vectors = Pooling(pooling, name="Pooling")(hidden, mask=mask)
+    return keras.Model(transformer.inputs, vectors, name=name)
+
+
+def build_interaction_model(
+    config_path: str,
+    checkpoint_path: str = None,
+    architecture: str = "bert",
+    head: str = "score",
+    vocab_path: str = None,
+    name: str = "interaction",
+    model: str = None,
+    head_input: str = "cls",
+    require_head: bool = False,
+    **overrides,
+) -> keras.Model:
+    """A cross-encoder: [token_ids, segment_ids] of a concatenated pair to a match score.
+
+    ``head='score'`` gives one unbounded score per pair (Dense(1), for
+    InteractionCoSENTLoss); ``head='softmax'`` gives the two-way probabilities of the
+    cross-entropy baseline (column 1 is P(similar)). Both are float32. ``head_input`` is
+    what the head reads: ``cls``, the [CLS] hidden state (the original experiments), or
+    ``pooler``, BERT's pooler (as Hugging Face's ``BertForSequenceClassification``, whose
+    folders load here with their classifier). A checkpoint that holds the head's weights
+    fills the head too; otherwise it starts random, or, with ``require_head``, it is an error.
+    """
+    architecture = _architecture_argument(architecture, model)
+    config_path = _config_of(config_path, checkpoint_path)
+    if head not in INTERACTION_HEADS:
+        raise ConfigError(f"unknown interaction head {head!r}; choose one of {', '.join(INTERACTION_HEADS)}")
+    if head_input not in HEAD_INPUTS:
+        raise ConfigError(f"unknown head input {head_input!r}; choose one of {', '.join(HEAD_INPUTS)}")
+    if vocab_path is not None:
+        check_vocab_size(config_path, vocab_path)
+    transformer = build_transformer(config_path, None, architecture, with_pool=head_input == "pooler", **overrides)
+    if head_input == "pooler":
+        features = transformer.output
+    else:
+        features = Pooling("cls", name="Pooling")(_cls_input(transformer, architecture))
+    units, activation = (1, None) if head == "score" else (2, "softmax")
+    output = keras.layers.Dense(
+        units,
+        activation=activation,
+        dtype="float32",
+        name=head_layer_name(head),
+        kernel_initializer=IndependentTruncatedNormal(0.02),
+    )(features)
+    interaction = keras.Model(transformer.inputs, output, name=name)
+    if checkpoint_path is not None:
+        checkpoint = load_checkpoint(transformer, checkpoint_path, HEAD_SCOPE + head_layer_name(head))
+        load_head(interaction, head_layer_name(head), checkpoint, required=require_head)
+    return interaction
+
+
+def first_layer_output(transformer):
+    """Output of the first transformer block (for first-last-avg pooling)."""
+    layers = transformer.layers
+    if "Transformer-0-FeedForward-Norm" in layers:
+        return layers["Transformer-0-FeedForward-Norm"].output
+    # ALBERT shares one block across depths: take the block's first application.
+    return layers["Transformer-FeedForward-Norm"].get_output_at(0)
+
+
+def first_token_output(transformer, architecture):
+    """The last block's output at the first ([CLS]) position only, (B, 1, H), or None.
+
+    The last block's keys and values need every token, but its query, attention output,
+    feed-forward and layer norms are needed at the first position only when only [CLS]
+    is used. Applying that block's own layers (the same weights) to the [CLS] query skips
+    about four fifths of the block, in training and inference; the result is the full
+    model's [CLS] vector. Only for architectures whose last block stands alone with
+    absolute positions (``first_token_only``); NEZHA, ALBERT and RoFormer give None.
+    """
+    if not get_architecture(architecture).first_token_only:
+        return None
+    layers = transformer.layers
+    attention = f"Transformer-{transformer.num_hidden_layers - 1}-MultiHeadSelfAttention"
+    feed_forward = f"Transformer-{transformer.num_hidden_layers - 1}-FeedForward"
+    hidden = layers[attention].get_input_at(0)[0]
+    query = keras.layers.Lambda(lambda x: x[:, :1], name="First-Token-Query")(hidden)
+
+    def dropout(name, x):  # bert4keras leaves the layer out when the rate is 0
+        return layers[name](x) if name in layers else x
+
+    x = dropout(f"{attention}-Dropout", layers[attention]([query, hidden, hidden]))
+    x = layers[f"{attention}-Norm"](layers[f"{attention}-Add"]([query, x]))
+    y = dropout(f"{feed_forward}-Dropout", layers[feed_forward](x))
+    return layers[f"{feed_forward}-Norm"](layers[f"{feed_forward}-Add"]([x, y]))
+
+
+def _cls_input(transformer, architecture):
+    """What [CLS] pooling needs: the last layer at the first position, else all of it."""
+    first = first_token_output(transformer, architecture)
+    return _sequence_output(transformer) if first is None else first
+
+
+def _sequence_output(transformer):
+    output = transformer.output
+    return output[0] if isinstance(output, list) else output

@@ -1,0 +1,399 @@
+"""Checkpoints: reading and checking the config, finding, checking and loading the weights,
+and writing them.
+
+Two formats are read: Google-format TF checkpoints (``bert_config.json``,
+``bert_model.ckpt.*``, ``vocab.txt``), which is also what cosent-tf writes, and Hugging Face
+(or sentence-transformers) folders, whose weights :mod:`cosent_tf.huggingface.folders` renames to the
+Google names first. Either way the weights arrive as a :class:`CheckpointVariables`.
+"""
+
+import dataclasses
+import glob
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import weakref
+
+import numpy as np
+
+from ..backend import keras, tf, transformer_class
+from ..errors import CheckpointError, ConfigError, where
+from ..huggingface import folders as huggingface
+from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
+
+CONFIG_FILE = "bert_config.json"
+CHECKPOINT_PREFIX = "bert_model.ckpt"
+VOCAB_FILE = "vocab.txt"
+CHECKPOINT_ENTRIES = (CONFIG_FILE, CHECKPOINT_PREFIX + ".*", "checkpoint", VOCAB_FILE)
+CHECKPOINT_FOLDER = FolderKind("a checkpoint folder", CHECKPOINT_PREFIX + ".index", CHECKPOINT_ENTRIES)
+REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+# A layer outside the transformer (an interaction model's head) is saved as HEAD_SCOPE<layer>/kernel|bias.
+HEAD_SCOPE = "cosent/"
+logger = logging.getLogger(__name__)
+
+
+def read_config(config_path: str) -> dict:
+    """A BERT-style config json as a dict, its sizes (positive integers) and rates (numbers from 0
+    to 1) checked; errors name the file (and line, or key).
+
+    A Hugging Face ``config.json`` (it has ``model_type``) is translated to the Google format.
+    """
+    if not os.path.exists(config_path):
+        raise ConfigError(f"{where(config_path)}: cannot read the model config (No such file or directory)")
+    config = read_json(config_path, "the model config")
+    if "model_type" in config:
+        config = huggingface.bert_config(config, config_path)
+    missing = [k for k in (*REQUIRED_CONFIG, "hidden_act") if k not in config]
+    if missing:
+        raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
+    huggingface.check_bert_values(config, config_path)
+    json_field(config, "hidden_act", (str, list), config_path)
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ConfigError(
+            f"{config_path}: hidden_size {config['hidden_size']} is not a multiple of "
+            f"num_attention_heads {config['num_attention_heads']}"
+        )
+    return config
+
+
+def list_checkpoint_variables(checkpoint_prefix: str, shown: str = None) -> dict:
+    """{name: shape} of a checkpoint; an unreadable one is a CheckpointError naming it (or ``shown``)."""
+    try:
+        return dict(tf.train.list_variables(checkpoint_prefix))
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise CheckpointError(
+            f"{shown or checkpoint_prefix}: cannot read this checkpoint ({_first_line(e)}); "
+            "it may be truncated or corrupted"
+        ) from None
+
+
+def _first_line(error):
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def resolve_checkpoint(checkpoint_path: str) -> str:
+    """Accept a checkpoint prefix (``.../bert_model.ckpt``) or the directory holding it."""
+    path = os.fspath(checkpoint_path)
+    if os.path.isdir(path):
+        # latest_checkpoint globs the path (see readable_prefix): such a folder is searched below
+        globbed = any(c in os.path.abspath(path) for c in TF_GLOB_CHARACTERS)
+        prefix = None if globbed else tf.train.latest_checkpoint(path)
+        if prefix is not None and not is_inside(prefix, path):
+            raise CheckpointError(
+                f"{path}: its 'checkpoint' file names {prefix}, outside this folder; "
+                "pass that checkpoint itself, or fix the file"
+            )
+        if prefix is None:
+            candidates = sorted(f[: -len(".index")] for f in os.listdir(path) if f.endswith(".index"))
+            if len(candidates) != 1:
+                raise CheckpointError(f"{path}: no TensorFlow checkpoint (*.index) in this directory")
+            prefix = os.path.join(path, candidates[0])
+        return prefix
+    if not os.path.exists(path + ".index"):
+        raise CheckpointError(f"{where(path)}: checkpoint not found (no {os.path.basename(path)}.index)")
+    return path
+
+
+@dataclasses.dataclass
+class CheckpointVariables:
+    """A checkpoint's variables under Google names.
+
+    ``where`` names it in messages; ``shapes`` is {name: shape}; ``source`` is what
+    bert4keras loads from (a TF checkpoint prefix, or {name: array} of a Hugging Face
+    folder); ``unused`` lists a Hugging Face folder's weights no Google name stands for, and
+    ``own_names`` gives a Google name's state-dict key, which its messages use.
+    """
+
+    where: str
+    shapes: dict
+    source: object
+    unused: list = dataclasses.field(default_factory=list)
+    own_names: dict = dataclasses.field(default_factory=dict)
+
+    def own_name(self, name):
+        return self.own_names.get(name, name)
+
+    def value(self, name):
+        if isinstance(self.source, dict):
+            return self.source[name]
+        return tf.train.load_variable(self.source, name)
+
+
+def open_checkpoint(checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
+    """The variables of a Google-format checkpoint (prefix or folder) or a Hugging Face folder.
+
+    ``head_scope`` (``cosent/<head layer>``) is the name a Hugging Face ``classifier`` is read as.
+    """
+    if huggingface.is_hf_folder(checkpoint_path):
+        arrays, unused, names = huggingface.google_arrays(checkpoint_path, head_scope)
+        shapes = {name: tuple(value.shape) for name, value in arrays.items()}
+        return CheckpointVariables(os.fspath(checkpoint_path), shapes, arrays, unused, names)
+    _refuse_hub_name(checkpoint_path)
+    prefix = resolve_checkpoint(checkpoint_path)
+    readable, links = readable_prefix(prefix)
+    try:
+        checkpoint = CheckpointVariables(prefix, list_checkpoint_variables(readable, prefix), readable)
+    except BaseException:
+        if links is not None:
+            shutil.rmtree(links, ignore_errors=True)
+        raise
+    if links is not None:  # the links live as long as the variables read through them
+        weakref.finalize(checkpoint, shutil.rmtree, links, True)
+    return checkpoint
+
+
+# TensorFlow's checkpoint readers look a prefix up as a glob pattern first (GetMatchingPaths), and
+# then open it as a plain path: a prefix holding these characters cannot be read, escaped or not.
+TF_GLOB_CHARACTERS = "*?[\\"
+
+
+def readable_prefix(prefix: str) -> tuple:
+    """(a prefix TensorFlow can read the checkpoint ``prefix`` through, the folder of links made
+    for it or None). A prefix with glob characters (a run folder ``run[1]/``) is read through
+    links to its files from a new folder whose path has none; the caller removes that folder."""
+    if not any(c in os.path.abspath(prefix) for c in TF_GLOB_CHARACTERS):
+        return prefix, None
+    links = tempfile.mkdtemp(prefix="cosent-tf-checkpoint-")
+    if any(c in links for c in TF_GLOB_CHARACTERS):
+        os.rmdir(links)
+        raise CheckpointError(
+            f"{prefix}: TensorFlow cannot read a checkpoint whose path holds any of {' '.join(TF_GLOB_CHARACTERS)}, "
+            f"and the temporary folder {links} holds one too; rename the folder, or set TMPDIR to another"
+        )
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        os.symlink(os.path.abspath(path), os.path.join(links, CHECKPOINT_PREFIX + path[len(prefix) :]))
+    return os.path.join(links, CHECKPOINT_PREFIX), links
+
+
+def _refuse_hub_name(path):
+    if huggingface.looks_like_hub_name(path):
+        raise CheckpointError(
+            f"{where(path)}: no such folder here, and it reads as a Hugging Face hub name, but nothing is downloaded: "
+            f"download the model where there is internet (huggingface-cli download {path} --local-dir FOLDER), "
+            "then pass FOLDER"
+        )
+
+
+def _mapped_variables(transformer):
+    """(checkpoint name, Keras variable) for every variable the built transformer has."""
+    mapping = {transformer.prefixed(k): v for k, v in transformer.variable_mapping().items()}
+    pairs = []
+    for layer_name, names in mapping.items():
+        if layer_name in transformer.layers:
+            pairs.extend(zip(names, transformer.layers[layer_name].trainable_weights))
+    return pairs
+
+
+def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
+    """Raise CheckpointError listing every variable the model needs that is absent or misshapen."""
+    available = checkpoint.shapes
+    missing, wrong_shape = [], []
+    for name, variable in _mapped_variables(transformer):
+        if name not in available:
+            missing.append(checkpoint.own_name(name))
+        elif tuple(available[name]) != tuple(variable.shape):
+            wrong_shape.append(f"{checkpoint.own_name(name)} {tuple(available[name])} != {tuple(variable.shape)}")
+    problems = []
+    if missing and all("pooler" in name for name in missing):
+        raise CheckpointError(
+            f"{checkpoint.where}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
+            "'pooler' cannot be used with it (nor --head pooler); choose cls, last-avg, first-last-avg or max "
+            "(or --head cls)"
+        )
+    if missing:
+        problems.append(
+            f"missing {len(missing)} variable(s): {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
+        )
+    if wrong_shape:
+        problems.append("shape (checkpoint != config) differs for " + "; ".join(wrong_shape[:10]))
+    layers = getattr(transformer, "num_hidden_layers", None)
+    deeper = sorted(
+        name
+        for name in available
+        if layers is not None and (match := re.search(r"/encoder/layer_(\d+)/", name)) and int(match.group(1)) >= layers
+    )
+    if deeper:
+        problems.append(
+            f"the checkpoint has {len(deeper)} variable(s) of layers beyond the config's "
+            f"num_hidden_layers {layers} ({checkpoint.own_name(deeper[0])} ...)"
+        )
+    if problems:
+        raise CheckpointError(f"{checkpoint.where}: does not fit the model config: " + ". ".join(problems))
+
+
+def check_values(checkpoint: CheckpointVariables, names) -> None:
+    """Raise CheckpointError naming the checkpoint and variable unless each of ``names`` holds
+    floating-point values, all finite: NaN or infinity would make every output NaN, silently."""
+    if isinstance(checkpoint.source, dict):  # a Hugging Face folder's, checked as its files were read
+        return
+    try:
+        reader = tf.train.load_checkpoint(checkpoint.source)
+        dtypes = reader.get_variable_to_dtype_map()
+        for name in names:
+            value = reader.get_tensor(name)
+            # bfloat16 arrives as an ml_dtypes type NumPy does not call floating: checked as float32
+            value = np.asarray(value, dtype=np.float32) if dtypes[name].is_floating else value
+            huggingface.check_weight(value, checkpoint.where, name)
+    except (tf.errors.OpError, IndexError) as e:
+        raise CheckpointError(
+            f"{checkpoint.where}: cannot read this checkpoint's weights ({_first_line(e)}); "
+            "it may be truncated or corrupted"
+        ) from None
+
+
+def load_checkpoint(transformer, checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
+    """Load a checkpoint (Google prefix or folder, or a Hugging Face folder) into a built
+    bert4keras transformer, checked first. Returns the checkpoint's variables (for a head)."""
+    checkpoint = open_checkpoint(checkpoint_path, head_scope)
+    check_checkpoint(transformer, checkpoint)
+    check_values(checkpoint, [name for name, _ in _mapped_variables(transformer)])
+    try:
+        transformer.load_weights_from_checkpoint(checkpoint.source)
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise CheckpointError(
+            f"{checkpoint.where}: cannot read this checkpoint's weights ({_first_line(e)}); "
+            "it may be truncated or corrupted"
+        ) from None
+    if isinstance(checkpoint.source, dict):  # a Hugging Face folder: say what it had that is left out
+        needed = {name for name, _ in _mapped_variables(transformer)}
+        left_out = [
+            checkpoint.own_name(n)
+            for n in sorted(checkpoint.shapes)
+            if n not in needed and not n.startswith(HEAD_SCOPE)
+        ]
+        unused = checkpoint.unused + left_out
+        if unused:
+            logger.info("%s: %d weight(s) not used by this model: %s", checkpoint.where, len(unused), ", ".join(unused))
+    return checkpoint
+
+
+def head_variables(model, layer_name: str) -> list:
+    """(checkpoint name, variable) of a layer outside the transformer (an interaction head)."""
+    layer = model.get_layer(layer_name)
+    return [
+        (f"{HEAD_SCOPE}{layer.name}/{weight.name.split('/')[-1].split(':')[0]}", weight) for weight in layer.weights
+    ]
+
+
+def load_head(model, layer_name: str, checkpoint: CheckpointVariables, required: bool = True) -> bool:
+    """Fill a head layer from the checkpoint; returns whether it did.
+
+    A head that is absent or of another shape is an error when ``required``; otherwise the
+    head keeps its fresh weights (a shape mismatch is logged: another number of labels).
+    """
+    variables = head_variables(model, layer_name)
+    problems = []
+    for name, weight in variables:
+        if name not in checkpoint.shapes:
+            problems.append(f"the interaction head's variable {name} is missing")
+        elif tuple(checkpoint.shapes[name]) != tuple(weight.shape):
+            problems.append(f"{name} has shape {tuple(checkpoint.shapes[name])}, the model needs {tuple(weight.shape)}")
+    if problems and required:
+        raise CheckpointError(f"{checkpoint.where}: " + "; ".join(problems))
+    if problems:
+        if any(name in checkpoint.shapes for name, _ in variables):
+            logger.warning("%s: %s; the head starts from random weights", checkpoint.where, "; ".join(problems))
+        return False
+    check_values(checkpoint, [name for name, _ in variables])
+    values = [checkpoint.value(name) for name, _ in variables]
+    for (_, weight), value in zip(variables, values):
+        weight.assign(np.asarray(value, dtype=weight.dtype.as_numpy_dtype))
+    return True
+
+
+def model_arrays(keras_model, config, architecture: str = "bert") -> dict:
+    """{Google checkpoint name: array} of ``keras_model``'s transformer weights (the layers it has)."""
+    config = dict(config)
+    config.setdefault("max_position", config.get("max_position_embeddings", 512))
+    mapping = transformer_class(architecture)(**config).variable_mapping()
+    arrays = {}
+    layer_names = {layer.name for layer in keras_model.layers}
+    for layer_name, checkpoint_names in mapping.items():
+        if layer_name not in layer_names:
+            continue
+        weights = keras_model.get_layer(layer_name).trainable_weights
+        for name, weight in zip(checkpoint_names, weights):
+            value = weight.numpy()
+            arrays[name] = value.T if name == "cls/seq_relationship/output_weights" else value
+    return arrays
+
+
+def _write_variables(keras_model, config, architecture, prefix, extra=None):
+    """Write ``keras_model``'s transformer weights under Google checkpoint names to ``prefix``.
+
+    bert4keras's own writer needs TF1 sessions, so the variables go through the ``SaveV2``
+    op. ``extra`` ({name: array}) adds variables of layers outside the transformer;
+    loaders that do not know them ignore them.
+    """
+    arrays = {**model_arrays(keras_model, config, architecture), **(extra or {})}
+    names = list(arrays)
+    values = [tf.constant(value) for value in arrays.values()]
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=values)
+    return names
+
+
+def save_checkpoint(
+    model: keras.Model,
+    directory: str,
+    config,
+    architecture: str = "bert",
+    vocab_path: str = None,
+    overwrite: bool = False,
+    model_type: str = None,
+) -> list:
+    """Write ``model``'s transformer weights as a Google-format checkpoint folder.
+
+    Args:
+        model: a Keras model holding the transformer's layers (from :func:`build_encoder`
+            or :func:`build_interaction_model`); heads outside the transformer are not saved.
+        directory: the folder to create, atomically: it is complete or untouched. An
+            existing one must be empty, or a checkpoint folder and ``overwrite`` true.
+        config: the BERT config dict, or the path of its json file.
+        architecture: the one the transformer was built as (it fixes the variable names).
+        vocab_path: copied in as ``vocab.txt`` when given.
+        model_type: deprecated name of ``architecture``.
+
+    Returns the list of checkpoint variable names written. The folder loads back with
+    ``build_encoder(dir/bert_config.json, dir/bert_model.ckpt)`` and with bert4keras.
+    """
+    architecture = model_type or architecture
+    with atomic_directory(directory, CHECKPOINT_FOLDER, overwrite) as tmp:
+        return write_checkpoint_folder(model, tmp, config, architecture, vocab_path)
+
+
+def write_checkpoint_folder(model, directory, config, architecture="bert", vocab_path=None, extra=None):
+    """:func:`save_checkpoint` into an existing (temporary) folder, not atomically."""
+    if not isinstance(config, dict):
+        config = read_config(config)
+    names = _write_variables(model, config, architecture, os.path.join(directory, CHECKPOINT_PREFIX), extra)
+    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
+    if vocab_path is not None and os.fspath(vocab_path).endswith(".json"):  # a Hugging Face tokenizer.json
+        huggingface.write_vocab(os.path.join(directory, VOCAB_FILE), huggingface.read_tokenizer_json(vocab_path)[0])
+    elif vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
+    return names
+
+
+def checkpoint_files(checkpoint: str) -> tuple:
+    """(config, checkpoint, vocab) paths of a checkpoint folder, or of the folder of a Google prefix.
+
+    Google format: ``bert_config.json``, the ``bert_model.ckpt`` prefix (or the one given),
+    ``vocab.txt``. A Hugging Face (or sentence-transformers) folder: its transformer's
+    ``config.json``, the folder itself, and ``vocab.txt`` or else ``tokenizer.json``. A hub
+    name (nothing is downloaded) is a CheckpointError that says how to get the folder.
+    """
+    checkpoint = os.fspath(checkpoint)
+    if huggingface.is_hf_folder(checkpoint):
+        config = os.path.join(huggingface.transformer_folder(checkpoint), huggingface.CONFIG_FILE)
+        return config, checkpoint, huggingface.vocab_path(checkpoint)
+    _refuse_hub_name(checkpoint)
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    prefix = os.path.join(folder, CHECKPOINT_PREFIX) if os.path.isdir(checkpoint) else checkpoint
+    return os.path.join(folder, CONFIG_FILE), prefix, os.path.join(folder, VOCAB_FILE)

@@ -1,0 +1,151 @@
+"""Tokenisation: bert4keras's WordPiece Tokenizer, with jieba pre-tokenisation for word models."""
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+
+from ..backend import Bert4kerasTokenizer
+from ..data.files import _decoded_lines
+from ..errors import ConfigError, DataError
+from ..huggingface import folders as huggingface
+from .checkpoints import read_config
+
+
+def load_vocab(vocab_path: str) -> list:
+    """Token list of a BERT vocab file (one token per line), or of a Hugging Face
+    ``tokenizer.json``'s WordPiece model; errors name the file and line."""
+    if os.fspath(vocab_path).endswith(".json"):
+        return huggingface.read_tokenizer_json(vocab_path)[0]
+    try:
+        with open(vocab_path, "rb"):
+            pass
+    except OSError as e:
+        raise DataError(vocab_path, f"cannot read the vocabulary ({e.strerror})") from e
+    first_line = {}  # token: the line it is on, in file order
+    number = 0
+    # Read a bounded line at a time (a binary file is refused, not loaded whole); a lone
+    # carriage return ends a line too, as it always has here.
+    for _, line in _decoded_lines(vocab_path):
+        line = line[:-1] if line.endswith("\n") else line
+        for piece in (line[:-1] if line.endswith("\r") else line).split("\r"):
+            number += 1
+            token = piece.strip()
+            if token in first_line:  # the later id would win, silently changing the encoding
+                raise DataError(vocab_path, f"token {token!r} repeats line {first_line[token]}", line=number)
+            first_line[token] = number
+    tokens = list(first_line)
+    if not tokens:
+        raise DataError(vocab_path, "the vocabulary is empty")
+    return tokens
+
+
+def check_vocab_size(config_path: str, vocab_path: str) -> None:
+    """Raise ConfigError unless the config's vocab_size equals the vocab file's line count."""
+    expected = read_config(config_path)["vocab_size"]
+    actual = len(load_vocab(vocab_path))
+    if expected != actual:
+        raise ConfigError(
+            f"{config_path}: vocab_size is {expected} but {vocab_path} has {actual} tokens; "
+            "the config and the vocabulary must come from the same checkpoint"
+        )
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Truncation:
+    """How many of ``total`` sequences were longer than ``maxlen`` tokens (and cut), and the
+    longest one's length before cutting."""
+
+    what: str
+    total: int
+    truncated: int
+    longest: int
+    maxlen: int
+
+    def __str__(self):
+        share = f" ({self.truncated / self.total:.1%})" if self.total else ""
+        return (
+            f"{self.what}: {self.truncated} of {self.total}{share} longer than maxlen {self.maxlen} tokens "
+            f"were cut; the longest had {self.longest}"
+        )
+
+
+def _jieba_cut(text):
+    import jieba
+
+    return jieba.cut(text, HMM=False)
+
+
+class SentenceTokenizer:
+    """Text to token ids for sentence encoders and cross-encoders.
+
+    Character-level by default (bert4keras ``Tokenizer(vocab, do_lower_case=True)``, as the
+    original experiments); ``word_level=True`` first cuts text with jieba (HMM off), as
+    WoBERT and RoFormer expect. Sequences include [CLS] and [SEP] and are truncated to
+    ``maxlen`` tokens.
+    """
+
+    def __init__(self, vocab_path, maxlen=64, word_level=False, do_lower_case=True):
+        self.vocab_path = str(vocab_path)
+        self.maxlen = int(maxlen)
+        self.word_level = bool(word_level)
+        self.do_lower_case = bool(do_lower_case)
+        if self.maxlen < 3:
+            raise ConfigError(f"maxlen must leave room for [CLS], [SEP] and a token, got {maxlen}")
+        token_dict = {token: i for i, token in enumerate(load_vocab(vocab_path))}
+        if word_level:
+            import jieba
+
+            jieba.setLogLevel(logging.WARNING)
+        self._tokenizer = Bert4kerasTokenizer(
+            token_dict, do_lower_case=do_lower_case, pre_tokenize=_jieba_cut if word_level else None
+        )
+        self.token_dict = token_dict
+        self.vocab_size = len(token_dict)
+        self.sep_id = token_dict.get("[SEP]")
+        self.last_truncation = None  # the Truncation of the latest encode_all / encode_pairs
+
+    def encode(self, text: str) -> list:
+        """Token ids of one sentence, [CLS] ... [SEP]."""
+        return self._tokenizer.encode(text, maxlen=self.maxlen)[0]
+
+    def encode_pair(self, first: str, second: str) -> list:
+        """Token ids of a concatenated pair, [CLS] a [SEP] b [SEP] (longer side truncated first)."""
+        return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
+
+    def encode_all(self, texts, what: str = "texts") -> list:
+        """Token ids of each text (int32 arrays); logs a :class:`Truncation` report."""
+        return self._encode_many([(t,) for t in texts], what)
+
+    def encode_pairs(self, firsts, seconds, what: str = "pairs") -> list:
+        """Token ids of each concatenated pair (int32 arrays); logs a :class:`Truncation` report."""
+        return self._encode_many(list(zip(firsts, seconds)), what)
+
+    def _encode_many(self, items, what):
+        encoded, truncated, longest = [], 0, 0
+        for texts in items:
+            ids = self._tokenizer.encode(*texts)[0]  # uncut first: most texts fit, and then once is enough
+            longest = max(longest, len(ids))
+            if len(ids) > self.maxlen:
+                truncated += 1
+                ids = self._tokenizer.encode(*texts, maxlen=self.maxlen)[0]
+            encoded.append(np.asarray(ids, dtype=np.int32))
+        self.last_truncation = Truncation(what, len(items), truncated, longest, self.maxlen)
+        if items:
+            logger.info("%s", self.last_truncation)
+        return encoded
+
+    def tokenize(self, text: str) -> list:
+        return self._tokenizer.tokenize(text, maxlen=self.maxlen)
+
+    def get_config(self) -> dict:
+        return {
+            "vocab_path": self.vocab_path,
+            "maxlen": self.maxlen,
+            "word_level": self.word_level,
+            "do_lower_case": self.do_lower_case,
+        }

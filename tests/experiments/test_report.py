@@ -1,0 +1,241 @@
+import json
+import os
+
+import numpy as np
+import pytest
+
+from cosent_tf.experiments.report import load_runs, tables, write_report
+
+
+def fake_run(
+    folder, task, kind, loss, spearmans, accuracy=None, comparable=True, steps=(10, 20), history=None, **config
+):
+    """A finished run folder as the engine writes it; ``history``: (step, valid Spearman) rows."""
+    os.makedirs(folder)
+    config = {"task": task, "kind": kind, "loss": loss, "model": "bert", "epsilon": 0.5, **config}
+    tasks = {}
+    for name, value in spearmans.items():
+        test = {"spearman": value, "pearson": value}
+        if accuracy is not None:
+            test.update(accuracy=accuracy, threshold=0.5)
+        tasks[name] = {"valid": {"spearman": value}, "test": test}
+    metrics = {
+        "task": task,
+        "kind": kind,
+        "loss": loss,
+        "comparable": comparable,
+        "tasks": tasks,
+        "test": {"spearman": float(np.mean(list(spearmans.values())))},
+    }
+    with open(os.path.join(folder, "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    history = history or [(step, 0.1 * (i + 1)) for i, step in enumerate(steps)]
+    rows = ["epoch,step,end_of_epoch,spearman"] + [f"1,{step},False,{value}" for step, value in history]
+    with open(os.path.join(folder, "valid_metrics.csv"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+    rng = np.random.default_rng(0)
+    scores = {f"{name}.scores": rng.uniform(-1, 1, 50) for name in spearmans}
+    scores.update({f"{name}.labels": rng.integers(0, 2, 50).astype(float) for name in spearmans})
+    np.savez(os.path.join(folder, "test_scores.npz"), **scores)
+    return str(folder)
+
+
+def section_rows(text, after, start="|"):
+    """The lines starting with ``start`` of the section that follows ``after`` (up to the next ###)."""
+    return [line for line in text.split(after)[1].split("###")[0].splitlines() if line.startswith(start)]
+
+
+def test_tables_follow_the_published_layout(tmp_path):
+    runs = [
+        fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.8),
+        fake_run(tmp_path / "b", "STS-B", "feature", "cosent", {"STS-B": 0.6}),
+        fake_run(tmp_path / "c", "BQ", "feature", "sbert", {"BQ": 0.5}),
+        fake_run(tmp_path / "d", "LCQMC", "interaction", "ce", {"LCQMC": 0.4}, accuracy=0.7, comparable=False),
+        fake_run(
+            tmp_path / "e",
+            "NLI",
+            "feature",
+            "cosent",
+            {t: 0.1 * (i + 1) for i, t in enumerate(["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"])},
+        ),
+    ]
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.json").write_text(json.dumps({"task": "BQ", "kind": "feature", "loss": "mse"}))
+    text = tables(load_runs(runs + [str(tmp_path / "unfinished")]))  # left out, with a warning
+    assert "| method | ATEC | BQ | LCQMC | PAWSX | STS-B | Avg |" in text
+    assert "| BERT + CoSENT | – | 70.00 | – | – | 60.00 | 65.00* |" in text
+    assert "| BERT + Sentence-BERT | – | 50.00 | – | – | – | 50.00* |" in text
+    assert "| BERT + CoSENT | 10.00 | 20.00 | 30.00 | 40.00 | 50.00 | 30.00 |" in text  # the NLI table
+    assert "| BERT + CE | – | – | 40.00† | – | 40.00* |" in text
+    assert "| BERT + CE (interaction) | – | – | 70.00† | – | 70.00* |" in text
+    assert "| BERT + CoSENT (feature) | – | 80.00 | – | – | 80.00* |" in text
+
+
+def test_report_writes_tables_and_plots(tmp_path):
+    runs = [
+        fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}),
+        fake_run(tmp_path / "b", "BQ", "feature", "mse", {"BQ": 0.6}),
+    ]
+    written = write_report(runs, str(tmp_path / "out"), preface="Random init.")
+    assert [os.path.basename(p) for p in written] == ["results.md", "convergence.png", "cosine_density.png"]
+    assert (tmp_path / "out" / "results.md").read_text().startswith("Random init.")
+    for name in ("convergence.png", "cosine_density.png"):
+        assert (tmp_path / "out" / name).read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(ValueError, match="no finished runs"):
+        write_report([str(tmp_path / "nothing")], str(tmp_path / "out2"))
+    assert not (tmp_path / "out2").exists()
+
+
+def test_table_one_sorts_the_contrastive_runs_by_epsilon_next_to_cosent(tmp_path):
+    runs = [fake_run(tmp_path / "cosent", "ATEC", "feature", "cosent", {"ATEC": 0.3}, accuracy=0.8)]
+    for epsilon, value in ((0.9, 0.25), (-1.0, 0.05), (0.0, 0.2)):
+        runs.append(
+            fake_run(tmp_path / f"eps{epsilon}", "ATEC", "feature", "contrastive", {"ATEC": value}, epsilon=epsilon)
+        )
+    text = tables(load_runs(runs))
+    assert section_rows(text, "Table I", "| BERT") == [
+        "| BERT + Contrastive (ε=-1) | 5.00 |",
+        "| BERT + Contrastive (ε=0) | 20.00 |",
+        "| BERT + Contrastive (ε=0.9) | 25.00 |",
+        "| BERT + CoSENT | 30.00 |",
+    ]
+    # The ε runs are in Table I only: not among the per-task rows, nor in the accuracy table.
+    per_task = text.split("### Feature models trained on each task")[1].split("###")[0]
+    assert "Contrastive" not in per_task
+    assert "Contrastive" not in text.split("at the threshold tuned on valid")[1].split("###")[0]
+
+
+def test_pooling_table_has_a_row_per_pooling_and_the_main_table_keeps_the_usual_one(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cls-bq", "BQ", "feature", "cosent", {"BQ": 0.7}, pooling="cls"),
+        fake_run(tmp_path / "cls-sts", "STS-B", "feature", "cosent", {"STS-B": 0.6}, pooling="cls"),
+        fake_run(tmp_path / "mse-bq", "BQ", "feature", "mse", {"BQ": 0.65}, pooling="cls"),
+        fake_run(tmp_path / "mean-bq", "BQ", "feature", "cosent", {"BQ": 0.5}, pooling="last-avg"),
+        fake_run(tmp_path / "mean-sts", "STS-B", "feature", "cosent", {"STS-B": 0.4}, pooling="last-avg"),
+        fake_run(tmp_path / "max-sts", "STS-B", "feature", "cosent", {"STS-B": 0.3}, pooling="max"),
+    ]
+    text = tables(load_runs(runs))
+    assert "### Feature models trained on each task (CLS pooling)" in text
+    assert "| BERT + CoSENT | – | 70.00 | – | – | 60.00 | 65.00* |" in text
+    assert section_rows(text, "pooling comparison") == [
+        "| method | BQ | STS-B | Avg |",
+        "|---|---|---|---|",
+        "| CLS (cls) | 70.00 | 60.00 | 65.00 |",
+        "| mean (last-avg) | 50.00 | 40.00 | 45.00 |",
+        "| max (max) | – | 30.00 | 30.00* |",
+    ]
+
+
+def test_convergence_counts_steps_to_the_runs_own_best_and_cosents_steps_to_each_best(tmp_path):
+    def run(loss, history):
+        return fake_run(tmp_path / loss, "BQ", "feature", loss, {"BQ": history[-1][1]}, history=history)
+
+    runs = [
+        run("cosent", [(10, 0.30), (20, 0.62), (30, 0.65), (40, 0.60)]),
+        run("mse", [(10, 0.20), (20, 0.30), (30, 0.37), (40, 0.40)]),
+        run("sbert", [(10, -0.2), (20, -0.1)]),
+        run("contrastive", [(10, 0.7), (20, 0.9)]),  # Table I's, not compared here
+    ]
+    text = tables(load_runs(runs)).split("### Convergence")[1]
+    own, versus = text.split("steps CoSENT took to reach the same value")
+    # 90% of the own best: CoSENT 0.585 (step 20), MSE 0.36 (0.37 at step 30); a best below 0 has no target.
+    assert "| BERT + CoSENT | 20 |" in own and "| BERT + MSE | 30 |" in own
+    assert "| BERT + Sentence-BERT | – |" in own
+    # MSE's best, 0.40, took it 40 steps and CoSENT 20; Sentence-BERT's, -0.1, CoSENT had at step 10.
+    assert "| BERT + MSE | 40 / 20 |" in versus and "| BERT + Sentence-BERT | 20 / 10 |" in versus
+    assert "CoSENT |" not in versus and "Contrastive" not in text
+
+
+def test_convergence_says_when_cosent_never_reaches_a_methods_best(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.3}, history=[(10, 0.2), (20, 0.3)]),
+        fake_run(tmp_path / "mse", "BQ", "feature", "mse", {"BQ": 0.6}, history=[(10, 0.2), (20, 0.3), (30, 0.4)]),
+    ]
+    versus = tables(load_runs(runs)).split("steps CoSENT took to reach the same value")[1]
+    assert "| BERT + MSE | 30 / – |" in versus
+
+
+def test_report_draws_the_epsilon_sweep(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cosent", "ATEC", "feature", "cosent", {"ATEC": 0.3}),
+        fake_run(tmp_path / "eps", "ATEC", "feature", "contrastive", {"ATEC": 0.1}, epsilon=-1.0),
+    ]
+    written = write_report(runs, str(tmp_path / "out"))
+    assert [os.path.basename(p) for p in written] == [
+        "results.md",
+        "convergence.png",
+        "cosine_density.png",
+        "epsilon_density.png",
+    ]
+    assert (tmp_path / "out" / "epsilon_density.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_batch_size_study_has_its_own_table_and_plot(tmp_path):
+    runs = []
+    for size, micro, value in ((32, None, 0.5), (128, 32, 0.45), (512, 32, 0.3)):
+        for task, shift in (("BQ", 0.0), ("STS-B", 0.1)):
+            runs.append(
+                fake_run(
+                    tmp_path / f"{size}-{task}",
+                    task,
+                    "feature",
+                    "cosent",
+                    {task: value + shift},
+                    batch_size=size,
+                    micro_batch_size=micro,
+                )
+            )
+    runs.append(fake_run(tmp_path / "mse", "BQ", "feature", "mse", {"BQ": 0.2}, batch_size=32))
+    text = tables(load_runs(runs))
+    # 32 pairs is the usual batch size (most runs), so the main table holds those runs only
+    assert "### Feature models trained on each task (CLS pooling, 32 pairs a batch)" in text
+    assert "| BERT + CoSENT | – | 50.00 | – | – | 60.00 | 55.00* |" in text
+    assert section_rows(text, "several global batch sizes", "| ")[1:] == [
+        "| 32 pairs | 50.00 | 60.00 | 55.00 |",
+        "| 128 pairs (micro-batches of 32) | 45.00 | 55.00 | 50.00 |",
+        "| 512 pairs (micro-batches of 32) | 30.00 | 40.00 | 35.00 |",
+    ]
+    written = write_report(runs, str(tmp_path / "out"))
+    assert "batch_size.png" in [os.path.basename(p) for p in written]
+
+
+def test_convergence_is_compared_at_each_pooling_that_has_several_losses(tmp_path):
+    def run(name, loss, pooling, values):
+        history = [(10 * (i + 1), v) for i, v in enumerate(values)]
+        return fake_run(tmp_path / name, "BQ", "feature", loss, {"BQ": values[-1]}, history=history, pooling=pooling)
+
+    runs = [
+        run("cosent-cls", "cosent", "cls", [0.3, 0.2]),
+        run("mse-cls", "mse", "cls", [0.3, 0.25]),
+        run("sbert-cls", "sbert", "cls", [0.3, 0.1]),
+        run("cosent-mean", "cosent", "last-avg", [0.2, 0.4, 0.5]),
+        run("mse-mean", "mse", "last-avg", [0.1, 0.2, 0.4]),
+        run("cosent-max", "cosent", "max", [0.1, 0.2]),  # one loss at max pooling: nothing to compare
+    ]
+    text = tables(load_runs(runs))
+    assert "Convergence of the feature models trained on each task, CLS pooling" in text
+    mean = text.split("Convergence of the feature models trained on each task, mean pooling")[1]
+    # own best: CoSENT 0.45 first at step 30, MSE 0.36 at step 30; MSE's best 0.4: 30 steps, CoSENT 20
+    own, versus = mean.split("steps CoSENT took to reach the same value")
+    assert own.count("| 30 |") == 2 and "| BERT + MSE | 30 / 20 |" in versus
+    assert "max pooling" not in text
+    mean_results = text.split("Feature models trained on each task, mean pooling: test Spearman × 100")[1]
+    assert "| BERT + CoSENT | 50.00 | 50.00 |\n| BERT + MSE | 40.00 | 40.00 |" in mean_results.split("###")[0]
+    written = [os.path.basename(p) for p in write_report(runs, str(tmp_path / "out"))]
+    assert "convergence-last-avg.png" in written and "convergence-max.png" not in written
+
+
+def test_table_one_sets_cosent_at_the_pooling_of_the_contrastive_runs(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cls", "ATEC", "feature", "cosent", {"ATEC": 0.2}, pooling="cls"),
+        fake_run(tmp_path / "mse", "ATEC", "feature", "mse", {"ATEC": 0.1}, pooling="cls"),
+        fake_run(tmp_path / "mean", "ATEC", "feature", "cosent", {"ATEC": 0.4}, pooling="last-avg"),
+        fake_run(tmp_path / "eps", "ATEC", "feature", "contrastive", {"ATEC": 0.3}, pooling="last-avg", epsilon=0.9),
+    ]
+    assert section_rows(tables(load_runs(runs)), "Table I; mean pooling): test Spearman × 100", "| BERT") == [
+        "| BERT + Contrastive (ε=0.9) | 30.00 |",
+        "| BERT + CoSENT | 40.00 |",
+    ]

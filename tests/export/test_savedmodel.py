@@ -1,0 +1,162 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosent_tf import ConfigError, PairScorer, SentenceEncoder
+from cosent_tf.backend import tf
+from cosent_tf.export.savedmodel import export_saved_model, in_length_buckets
+from tests.export.test_graph_tokenization import EDGE_CASES, shared_test_sentences
+from tests.helpers import make_model_dir, requires_shared_data, write_config
+
+# Runs in a fresh interpreter that imports TensorFlow and tensorflow-text only.
+SERVE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # registers the WordPiece op
+saved_model, inputs, output, key, ids_signature = sys.argv[1:6]
+signatures = tf.saved_model.load(saved_model).signatures
+columns = json.load(open(inputs, encoding="utf-8"))
+result = signatures["serving_default"](**{name: tf.constant(texts) for name, texts in columns["strings"].items()})
+empty = signatures["serving_default"](**{name: tf.constant([], tf.string) for name in columns["strings"]})
+assert empty[key].shape[0] == empty["truncated"].shape[0] == 0, "an empty request must give empty outputs"
+ids = signatures[ids_signature](**{name: tf.constant(v, dtype=tf.int32) for name, v in columns["ids"].items()})
+np.savez(output, strings=result[key].numpy(), truncated=result["truncated"].numpy(), ids=ids[key].numpy())
+extra = {"cosent_tf", "bert4keras", "tf_keras"} & set(sys.modules)
+assert not extra, f"serving imported {extra}"
+"""
+
+
+def serve(saved_model, strings, token_ids, tmp_path, key, ids_signature):
+    """What a process that imports only TensorFlow gets from the SavedModel: the ``key`` output of
+    ``serving_default`` on ``strings`` and its ``truncated`` flags, and of ``ids_signature`` on
+    the padded ``token_ids`` (segment ids 0)."""
+    padded = np.zeros((len(token_ids), max(len(t) for t in token_ids)), np.int32)
+    for row, ids in enumerate(token_ids):
+        padded[row, : len(ids)] = ids
+    columns = {"strings": strings, "ids": {"token_ids": padded.tolist(), "segment_ids": np.zeros_like(padded).tolist()}}
+    (tmp_path / "inputs.json").write_text(json.dumps(columns, ensure_ascii=False), encoding="utf-8")
+    # A server's environment: none of the Keras 2 switches cosent_tf sets for itself.
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
+    command = [
+        sys.executable,
+        "-c",
+        SERVE,
+        str(saved_model),
+        str(tmp_path / "inputs.json"),
+        str(tmp_path / "served.npz"),
+        key,
+        ids_signature,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = np.load(tmp_path / "served.npz")
+    return served["strings"], served["truncated"], served["ids"]
+
+
+def _call_widths_and_sums(token_ids, segment_ids):
+    """A stand-in model: per row, the width of the batch it came in, its ids' sum, its segments' sum."""
+    width = tf.fill([tf.shape(token_ids)[0]], tf.cast(tf.shape(token_ids)[1], tf.float32))
+    sums = [tf.cast(tf.reduce_sum(ids, axis=1), tf.float32) for ids in (token_ids, segment_ids)]
+    return tf.stack([width, *sums], axis=1)
+
+
+def test_length_buckets_cut_each_call_to_its_longest_row_and_keep_input_order():
+    lengths = [3, 20, 9, 1, 13, 0, 8, 30, 12]
+    token_ids = np.zeros((len(lengths), 32), np.int32)
+    for row, length in enumerate(lengths):
+        token_ids[row, :length] = np.arange(1, length + 1) + 100 * row
+    token_ids[2, 4] = 0  # a zero inside a row: the row's length is still its last token's position
+    segment_ids = token_ids % 3
+    bucketed = tf.function(lambda ids, segments: in_length_buckets(_call_widths_and_sums, ids, segments, (8, 12, 16)))
+    widths, id_sums, segment_sums = bucketed(token_ids, segment_ids).numpy().T
+    # buckets up to 8 tokens: rows of 3, 1, 0, 8; up to 12: 9, 12; up to 16: 13; longer: 20, 30
+    np.testing.assert_array_equal(widths, [8, 30, 12, 8, 13, 8, 8, 30, 12])
+    np.testing.assert_array_equal(id_sums, token_ids.sum(axis=1))  # no token cut, rows in input order
+    np.testing.assert_array_equal(segment_sums, segment_ids.sum(axis=1))
+    empty = bucketed(np.zeros((0, 0), np.int32), np.zeros((0, 0), np.int32))
+    assert empty.shape == (0, 3)
+
+
+@requires_shared_data
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "pooling, precision", [("cls", "float32"), ("last-avg", "bf16")]
+)  # cls: the first-token path of the last block; last-avg: the masked mean
+def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision, tmp_path):
+    # with dropout in the config, as every real BERT has: bert4keras makes its attention dropout
+    # while tracing, so saving must trace under the model's own (here bfloat16) policy
+    config = write_config(tmp_path / "config.json", attention_probs_dropout_prob=0.1, hidden_dropout_prob=0.1)
+    make_model_dir(tmp_path / "model", config, pooling=pooling, maxlen=64)
+    exported = export_saved_model(tmp_path / "model", tmp_path / "exported", precision=precision)
+    assert exported == ["encode_ids", "serving_default"]
+    sentences = shared_test_sentences()[0][::50] + EDGE_CASES  # token parity on all of them: test_graph_tokenization
+    encoder = SentenceEncoder.load(tmp_path / "model", precision)
+    ids = encoder.tokenizer.encode_all(sentences)
+    served, truncated, served_ids = serve(
+        tmp_path / "exported", {"sentences": sentences}, ids, tmp_path, "embeddings", "encode_ids"
+    )
+    expected = encoder.encode(sentences)
+    full_lengths = [len(encoder.tokenizer._tokenizer.encode(s)[0]) for s in sentences]
+    np.testing.assert_array_equal(truncated, np.array(full_lengths) > 64)
+    assert truncated.sum() == encoder.tokenizer.last_truncation.truncated
+    assert len(set(map(len, ids))) > 10  # rows of many lengths: several buckets, each cut to its own width
+    assert served.shape == expected.shape == (len(sentences), 16)
+    # bf16: the served graph batches rows by length, the encoder by its own batches; on some CPUs a
+    # batch's shape picks another bf16 kernel, whose rounding may differ by a bf16 unit (2**-8)
+    tolerance = {"float32": 1e-5, "bf16": 2**-8}[precision]
+    assert np.abs(served - expected).max() < tolerance
+    assert np.abs(served_ids - expected).max() < tolerance  # padded to the batch's longest: padding is masked
+    info = json.loads((tmp_path / "exported" / "assets.extra" / "cosent_model.json").read_text())
+    assert info["kind"] == "feature" and info["maxlen"] == 64 and info["precision"] == precision
+
+
+@requires_shared_data
+@pytest.mark.slow
+@pytest.mark.parametrize("head", ["score", "softmax"])
+def test_saved_model_scores_pairs_like_pair_scorer(head, tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head=head, maxlen=24)
+    export_saved_model(tmp_path / "model", tmp_path / "exported")
+    _, pairs = shared_test_sentences()
+    firsts, seconds = pairs[0].texts_a[:500] + EDGE_CASES, pairs[0].texts_b[:500] + EDGE_CASES[::-1]
+    scorer = PairScorer.load(tmp_path / "model")
+    ids = scorer.tokenizer.encode_pairs(firsts, seconds)
+    served, truncated, served_ids = serve(
+        tmp_path / "exported", {"first": firsts, "second": seconds}, ids, tmp_path, "scores", "score_ids"
+    )
+    expected = scorer.score(firsts, seconds)
+    full_lengths = [len(scorer.tokenizer._tokenizer.encode(a, b)[0]) for a, b in zip(firsts, seconds)]
+    np.testing.assert_array_equal(truncated, np.array(full_lengths) > 24)
+    assert 0 < truncated.sum() == scorer.tokenizer.last_truncation.truncated
+    assert np.abs(served - expected).max() < 1e-5 and np.abs(served_ids - expected).max() < 1e-5
+    if head == "softmax":  # the score is P(similar)
+        assert np.all((served >= 0) & (served <= 1))
+
+
+@pytest.mark.slow
+def test_saved_model_cli_lists_the_string_signature(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config)
+    export_saved_model(tmp_path / "model", tmp_path / "exported")
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    result = subprocess.run(
+        [cli, "show", "--all", "--dir", str(tmp_path / "exported")], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    serving = result.stdout.split("signature_def['serving_default']")[1]
+    assert "inputs['sentences']" in serving and "DT_STRING" in serving and "outputs['embeddings']" in serving
+
+
+def test_word_level_models_are_refused_and_nothing_is_written(tmp_path):
+    config = write_config(tmp_path / "config.json")
+    make_model_dir(tmp_path / "model", config)
+    spec_path = tmp_path / "model" / "cosent_model.json"
+    spec = json.loads(spec_path.read_text())
+    spec.update(architecture="wobert", word_level=True)
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(ConfigError, match="pre-tokenises with jieba, which cannot run inside a TensorFlow graph"):
+        export_saved_model(tmp_path / "model", tmp_path / "exported")
+    assert not (tmp_path / "exported").exists()

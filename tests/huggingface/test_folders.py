@@ -1,0 +1,409 @@
+"""Hugging Face folders without torch: names, configs, tokenizer files, sentence-transformers modules,
+errors, and export -> import round trips. Parity with transformers itself is in
+tests/huggingface/test_parity.py."""
+
+import json
+import logging
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from cosent_tf import CheckpointError, ConfigError, PairScorer, SentenceEncoder, build_encoder, export_hf
+from cosent_tf.cli import train_main
+from cosent_tf.huggingface.folders import (
+    bert_config,
+    bert_name_table,
+    google_arrays,
+    hf_config,
+    hf_weights,
+    read_sentence_transformers,
+    read_tokenizer_json,
+    write_hf_folder,
+)
+from cosent_tf.inference.model_dir import read_spec
+from cosent_tf.models.checkpoints import read_config
+from cosent_tf.models.tokenization import SentenceTokenizer, load_vocab
+from cosent_tf.training.engine import RunConfig
+from tests.helpers import made_vocab, make_model_dir, write_config
+
+TEXTS = ["今天天气很好", "我想吃苹果", "Café au LAIT", ""]
+SMALL = {"vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 16}
+
+
+def random_arrays(layers=2, hidden=8, intermediate=16, vocab=30, head_scope=None):
+    """Google-named arrays of a BERT of that size, each different (so a swap would show)."""
+    rng = np.random.default_rng(0)
+    shapes = {
+        "bert/embeddings/word_embeddings": (vocab, hidden),
+        "bert/embeddings/position_embeddings": (16, hidden),
+        "bert/embeddings/token_type_embeddings": (2, hidden),
+    }
+    for google, _, _ in bert_name_table(layers, head_scope):
+        if google not in shapes:
+            out = intermediate if "intermediate" in google else 2 if google.startswith("cosent/") else hidden
+            inp = intermediate if "/output/dense/kernel" in google and "attention" not in google else hidden
+            shapes[google] = (inp, out) if google.endswith("kernel") else (out,)
+    return {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def test_names_round_trip_and_linear_weights_are_transposed(tmp_path):
+    arrays = random_arrays(head_scope="cosent/Match-Softmax")
+    weights = hf_weights(arrays, 2, "cosent/Match-Softmax", prefix="bert.")
+    query = arrays["bert/encoder/layer_1/attention/self/query/kernel"]
+    np.testing.assert_array_equal(weights["bert.encoder.layer.1.attention.self.query.weight"], query.T)
+    np.testing.assert_array_equal(weights["classifier.weight"], arrays["cosent/Match-Softmax/kernel"].T)
+    assert "bert.embeddings.LayerNorm.weight" in weights and "classifier.bias" in weights
+    write_hf_folder(tmp_path, weights, hf_config(SMALL))
+    back, unused, names = google_arrays(tmp_path, "cosent/Match-Softmax")
+    assert unused == [] and set(back) == set(arrays)
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+    assert names["bert/pooler/dense/kernel"] == "pooler.dense.weight"
+
+
+def test_old_layer_norm_names_and_float16_weights_are_read(tmp_path):
+    weights = {name: value.astype(np.float16) for name, value in hf_weights(random_arrays(), 2).items()}
+    weights["embeddings.LayerNorm.gamma"] = weights.pop("embeddings.LayerNorm.weight")
+    write_hf_folder(tmp_path, weights, hf_config(SMALL))
+    back, _, _ = google_arrays(tmp_path)
+    gamma = back["bert/embeddings/LayerNorm/gamma"]
+    assert gamma.dtype == np.float32
+    np.testing.assert_array_equal(gamma, weights["embeddings.LayerNorm.gamma"].astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model_type": "roberta"}, "model_type 'roberta' is not supported from Hugging Face folders"),
+        ({"model_type": "albert"}, "builds albert only from a Google-format TF checkpoint"),
+        ({"hidden_act": "silu"}, "hidden_act 'silu' is not supported"),
+        ({"layer_norm_eps": 1e-5}, "layer_norm_eps 1e-05 is not supported"),
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported"),
+    ],
+)
+def test_settings_bert4keras_cannot_build_are_named(change, message, tmp_path):
+    config = {**hf_config(read_config(write_config(tmp_path / "c.json"))), **change}
+    with pytest.raises(ConfigError, match=message):
+        bert_config(config, "config.json")
+
+
+def test_a_hugging_face_config_reads_as_the_google_one(tmp_path):
+    google = read_config(write_config(tmp_path / "google.json"))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(google)))
+    translated = read_config(tmp_path / "config.json")
+    assert {key: translated[key] for key in google} == google
+    tanh = dict(google, hidden_act="gelu_tanh")
+    assert bert_config(hf_config(tanh), "x")["hidden_act"] == "gelu_tanh"
+
+
+def tokenizer_json(tokens, **normalizer):
+    return {
+        "normalizer": {
+            "type": "BertNormalizer",
+            "clean_text": True,
+            "handle_chinese_chars": True,
+            "strip_accents": None,
+            "lowercase": True,
+            **normalizer,
+        },
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "model": {
+            "type": "WordPiece",
+            "unk_token": "[UNK]",
+            "continuing_subword_prefix": "##",
+            "vocab": {token: i for i, token in enumerate(tokens)},
+        },
+    }
+
+
+def test_tokenizer_json_gives_the_vocabulary_and_the_same_ids(tmp_path):
+    tokens = load_vocab(made_vocab())
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer_json(tokens)), encoding="utf-8")
+    assert load_vocab(tmp_path / "tokenizer.json") == tokens
+    from_json = SentenceTokenizer(tmp_path / "tokenizer.json", 16).encode_all(TEXTS)
+    from_txt = SentenceTokenizer(made_vocab(), 16).encode_all(TEXTS)
+    assert [list(a) for a in from_json] == [list(b) for b in from_txt]
+
+
+@pytest.mark.parametrize(
+    "part, change, message",
+    [
+        ("normalizer", {"type": "Sequence"}, "normalizer 'Sequence' is not supported"),
+        ("normalizer", {"lowercase": False, "strip_accents": True}, "strip_accents True is not supported"),
+        ("normalizer", {"handle_chinese_chars": False}, "handle_chinese_chars False is not supported"),
+        ("model", {"type": "BPE"}, "tokenizer model 'BPE' is not supported"),
+        ("pre_tokenizer", {"type": "Whitespace"}, "pre_tokenizer 'Whitespace' is not supported"),
+        ("model", {"vocab": {"[PAD]": 0, "[UNK]": 2}}, "ids are not 0..1 without gaps"),
+    ],
+)
+def test_tokenizer_settings_the_tokenizer_would_not_reproduce_are_named(part, change, message, tmp_path):
+    spec = tokenizer_json(["[PAD]", "[UNK]"])
+    spec[part] = {**spec[part], **change}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ConfigError, match=message):
+        read_tokenizer_json(tmp_path / "tokenizer.json")
+
+
+def st_folder(tmp_path, config, pooling_config, modules=("Transformer", "Pooling", "Normalize"), settings=None):
+    """A sentence-transformers folder around an exported random BERT."""
+    source = tmp_path / "source"
+    make_model_dir(source, config, pooling="last-avg")
+    folder = tmp_path / "st"
+    export_hf(str(source), str(folder))
+    paths = {"Transformer": "", "Pooling": "1_Pooling", "Normalize": "2_Normalize", "Dense": "2_Dense"}
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": i, "name": str(i), "path": paths[m], "type": f"sentence_transformers.models.{m}"}
+                for i, m in enumerate(modules)
+            ]
+        )
+    )
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config))
+    (folder / "sentence_bert_config.json").write_text(json.dumps(settings or {"max_seq_length": 20}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "pooling_config, pooling",
+    [
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
+        ({"pooling_mode_mean_tokens": True}, "last-avg"),
+        ({"embedding_dimension": 16, "pooling_mode": "max"}, "max"),  # sentence-transformers 6
+    ],
+)
+def test_sentence_transformers_pooling_is_read_in_both_layouts(pooling_config, pooling, tiny_config, tmp_path):
+    folder = st_folder(tmp_path, tiny_config, pooling_config)
+    modules = read_sentence_transformers(folder)
+    assert (modules.pooling, modules.maxlen) == (pooling, 20)
+    spec = read_spec(str(folder))
+    assert (spec.kind, spec.pooling, spec.maxlen) == ("feature", pooling, 20)
+    assert RunConfig(checkpoint=str(folder)).resolved().pooling == pooling
+    assert RunConfig(checkpoint=str(folder), pooling="max").resolved().pooling == "max"
+    (folder / "modules.json").unlink()  # a bare transformers folder: the engine's default, as for Google checkpoints
+    assert RunConfig(checkpoint=str(folder)).resolved().pooling == "cls"
+
+
+@pytest.mark.parametrize(
+    "pooling_config, modules, message",
+    [
+        ({"pooling_mode_mean_sqrt_len_tokens": True}, None, "pooling mean_sqrt_len_tokens is not supported"),
+        ({"pooling_mode": ["mean", "max"]}, None, "pooling mean \\+ max is not supported"),
+        ({"pooling_mode": "mean"}, ("Transformer", "Pooling", "Dense"), "module '2' .*Dense.* is not supported"),
+    ],
+)
+def test_sentence_transformers_modules_cosent_tf_cannot_run_are_named(
+    pooling_config, modules, message, tiny_config, tmp_path
+):
+    folder = st_folder(tmp_path, tiny_config, pooling_config, modules or ("Transformer", "Pooling"))
+    with pytest.raises(ConfigError, match=message):
+        SentenceEncoder.load(str(folder))
+
+
+def test_export_then_load_gives_the_same_vectors_and_scores(tiny_config, tmp_path):
+    make_model_dir(tmp_path / "feature", tiny_config, pooling="max")
+    assert export_hf(str(tmp_path / "feature"), str(tmp_path / "st")) == "sentence-transformers"
+    for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json", "vocab.txt", "README.md"):
+        assert (tmp_path / "st" / name).exists(), name
+    original, loaded = SentenceEncoder.load(str(tmp_path / "feature")), SentenceEncoder.load(str(tmp_path / "st"))
+    assert (loaded.spec.pooling, loaded.spec.maxlen) == ("max", original.spec.maxlen)
+    np.testing.assert_allclose(loaded.encode(TEXTS), original.encode(TEXTS), atol=1e-6)
+
+    make_model_dir(tmp_path / "cross", tiny_config, kind="interaction", head="softmax", head_input="pooler")
+    assert export_hf(str(tmp_path / "cross"), str(tmp_path / "hf-cross")) == "sequence-classification"
+    config = json.loads((tmp_path / "hf-cross" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and config["num_labels"] == 2
+    original, loaded = PairScorer.load(str(tmp_path / "cross")), PairScorer.load(str(tmp_path / "hf-cross"))
+    assert (loaded.spec.head, loaded.spec.head_input, loaded.spec.pair_segments) == ("softmax", "pooler", True)
+    np.testing.assert_allclose(
+        loaded.similarity(TEXTS, TEXTS[::-1]), original.similarity(TEXTS, TEXTS[::-1]), atol=1e-6
+    )
+
+
+def test_pair_segments_reach_the_model(tiny_config, tmp_path):
+    model = make_model_dir(tmp_path / "cross", tiny_config, kind="interaction", head_input="pooler")
+    scorer = PairScorer.load(str(tmp_path / "cross"))
+    ids = scorer.tokenizer.encode_pairs(["今天"], ["天气"])[0][None]
+    expected = model.predict([ids, np.array([[0, 0, 0, 0, 1, 1, 1]])], verbose=0)[0, -1]
+    zeros = model.predict([ids, np.zeros_like(ids)], verbose=0)[0, -1]
+    error = abs(scorer.similarity(["今天"], ["天气"])[0] - expected)
+    assert error < 1e-7 and abs(expected - zeros) > 1e-6  # zeros would be seen: their effect is far above error
+
+
+@pytest.mark.parametrize(
+    "kind, settings, message",
+    [
+        (
+            "feature",
+            {"pooling": "first-last-avg"},
+            "pooling 'first-last-avg' cannot be expressed in sentence-transformers",
+        ),
+        ("feature", {"pooling": "pooler"}, "pooling 'pooler' cannot be expressed"),
+        ("interaction", {}, "reads the \\[CLS\\] hidden state directly .* Train with --head pooler"),
+    ],
+)
+def test_exports_hugging_face_cannot_express_are_refused(kind, settings, message, tiny_config, tmp_path):
+    make_model_dir(tmp_path / "model", tiny_config, kind=kind, **settings)
+    with pytest.raises(ConfigError, match=message):
+        export_hf(str(tmp_path / "model"), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def hf_folder(tmp_path, tiny_config):
+    make_model_dir(tmp_path / "source", tiny_config, pooling="last-avg")
+    export_hf(str(tmp_path / "source"), str(tmp_path / "hf"))
+    for name in ("modules.json", "sentence_bert_config.json"):
+        (tmp_path / "hf" / name).unlink()
+    return tmp_path / "hf"
+
+
+def test_missing_misshapen_and_unused_weights_are_named(tiny_config, tmp_path, caplog):
+    folder = hf_folder(tmp_path, tiny_config)
+    path = folder / "model.safetensors"
+    weights = load_file(path)
+    weights["cls.predictions.bias"] = np.zeros(3, np.float32)
+    save_file(weights, path)
+    with caplog.at_level(logging.INFO, logger="cosent_tf.models.checkpoints"):
+        build_encoder(None, str(folder), pooling="cls")
+    assert (
+        "3 weight(s) not used by this model: cls.predictions.bias, pooler.dense.bias, pooler.dense.weight"
+        in caplog.text
+    )
+    weights["encoder.layer.1.output.dense.weight"] = weights["encoder.layer.1.output.dense.weight"][:, :5]
+    del weights["encoder.layer.0.attention.self.key.bias"]
+    save_file(weights, path)
+    with pytest.raises(CheckpointError) as error:
+        build_encoder(None, str(folder))
+    assert "missing 1 variable(s): encoder.layer.0.attention.self.key.bias" in str(error.value)
+    assert "encoder.layer.1.output.dense.weight (5, 16) != (32, 16)" in str(error.value)
+
+
+def test_pytorch_bin_without_torch_says_how_to_get_it(tiny_config, tmp_path, monkeypatch):
+    folder = hf_folder(tmp_path, tiny_config)
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(CheckpointError, match="pytorch_model.bin needs torch: pip install cosent-tf\\[torch\\]"):
+        SentenceEncoder.load(str(folder))
+
+
+def test_a_hub_name_says_how_to_get_the_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        CheckpointError,
+        match="reads as a Hugging Face hub name, but nothing is downloaded.*"
+        "huggingface-cli download hfl/chinese-roberta-wwm-ext",
+    ):
+        RunConfig(checkpoint="hfl/chinese-roberta-wwm-ext").resolved()
+    with pytest.raises(CheckpointError, match="hub name"):
+        build_encoder(None, "BAAI/bge-small-zh")
+
+
+def test_tokenizer_config_decides_lower_casing(tiny_config, tmp_path):
+    folder = hf_folder(tmp_path, tiny_config)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    encoder = SentenceEncoder.load(str(folder))
+    assert encoder.spec.do_lower_case is False and encoder.spec.pooling == "last-avg"
+    assert encoder.tokenizer.tokenize("AB")[1:-1] != SentenceTokenizer(made_vocab()).tokenize("AB")[1:-1]
+
+
+def test_training_starts_from_a_sentence_transformers_folder_and_keeps_its_settings(tiny_setup):
+    tmp_path, options = tiny_setup
+    vocab = options[options.index("--vocab") + 1]
+    config = options[options.index("--config") + 1]
+    make_model_dir(tmp_path / "source", config, pooling="max", vocab=vocab)
+    export_hf(str(tmp_path / "source"), str(tmp_path / "st"))
+    own = [
+        o
+        for i, o in enumerate(options)
+        if o not in ("--config", "--vocab") and options[i - 1] not in ("--config", "--vocab")
+    ]
+    metrics = train_main(
+        ["STS-B", "--epochs", "1", "--checkpoint", str(tmp_path / "st"), "--output-dir", str(tmp_path / "run")] + own
+    )
+    assert np.isfinite(metrics["test"]["spearman"])
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (recorded["pooling"], recorded["config"]) == ("max", str(tmp_path / "st" / "config.json"))
+    assert read_spec(str(tmp_path / "run" / "model")).pooling == "max"
+
+
+def test_an_interaction_run_from_a_classifier_folder_starts_from_its_head(tiny_setup, caplog):
+    from cosent_tf.data.tasks import get_task
+    from cosent_tf.training.engine import Matcher
+
+    tmp_path, options = tiny_setup
+    vocab, config = (options[options.index(flag) + 1] for flag in ("--vocab", "--config"))
+    make_model_dir(tmp_path / "source", config, kind="interaction", head_input="pooler", vocab=vocab)
+    export_hf(str(tmp_path / "source"), str(tmp_path / "cross"))
+    cfg = RunConfig(task="BQ", kind="interaction", loss="cosent", checkpoint=str(tmp_path / "cross")).resolved()
+    assert (cfg.head_input, cfg.config, cfg.vocab) == (
+        "pooler",
+        str(tmp_path / "cross" / "config.json"),
+        str(tmp_path / "cross" / "vocab.txt"),
+    )
+    matcher = Matcher(cfg, get_task("BQ"))
+    assert matcher.spec.pair_segments and matcher.sep_id == matcher.tokenizer.sep_id
+    texts_a, texts_b = ["我是你", "他们不在"], ["你是我", "他在"]
+    scores = matcher.scores(matcher.tokenizer.encode_pairs(texts_a, texts_b))
+    np.testing.assert_allclose(scores, PairScorer.load(str(tmp_path / "cross")).similarity(texts_a, texts_b), atol=1e-6)
+    # a two-label classifier cannot fill CoSENT's one-score head: it starts fresh, and says so
+    make_model_dir(tmp_path / "two", config, kind="interaction", head="softmax", head_input="pooler", vocab=vocab)
+    export_hf(str(tmp_path / "two"), str(tmp_path / "cross-2"))
+    cfg = RunConfig(task="BQ", kind="interaction", loss="cosent", checkpoint=str(tmp_path / "cross-2")).resolved()
+    with caplog.at_level(logging.WARNING):
+        Matcher(cfg, get_task("BQ"))
+    assert "cosent/Match-Score/kernel has shape (16, 2), the model needs (16, 1)" in caplog.text
+    assert "the head starts from random weights" in caplog.text
+
+
+def test_sharded_safetensors_are_read_through_their_index(tmp_path):
+    weights = hf_weights(random_arrays(), 2)
+    names = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, keys in shards.items():
+        save_file({key: weights[key] for key in keys}, tmp_path / shard)
+    index = {"weight_map": {key: shard for shard, keys in shards.items() for key in keys}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(SMALL)))
+    back, unused, _ = google_arrays(tmp_path)
+    assert unused == [] and len(back) == len(weights)
+    np.testing.assert_array_equal(
+        back["bert/encoder/layer_1/output/dense/kernel"], random_arrays()["bert/encoder/layer_1/output/dense/kernel"]
+    )
+
+
+def test_training_from_a_folder_with_only_tokenizer_json_writes_its_vocabulary(tiny_setup):
+    tmp_path, options = tiny_setup
+    vocab, config = (options[options.index(flag) + 1] for flag in ("--vocab", "--config"))
+    make_model_dir(tmp_path / "source", config, pooling="cls", vocab=vocab)
+    export_hf(str(tmp_path / "source"), str(tmp_path / "hf"))
+    for name in ("modules.json", "sentence_bert_config.json"):
+        (tmp_path / "hf" / name).unlink()
+    tokens = load_vocab(tmp_path / "hf" / "vocab.txt")
+    (tmp_path / "hf" / "vocab.txt").unlink()  # transformers 5's layout: tokenizer.json only
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(tokenizer_json(tokens)), encoding="utf-8")
+    own = options[:2] + options[6:]  # data dir and batching; config and vocabulary come from the folder
+    train_main(
+        ["BQ", "--epochs", "1", "--checkpoint", str(tmp_path / "hf"), "--output-dir", str(tmp_path / "run")] + own
+    )
+    assert load_vocab(tmp_path / "run" / "model" / "vocab.txt") == tokens
+    encoder = SentenceEncoder.load(str(tmp_path / "run" / "model"))
+    assert encoder.tokenizer.encode("我是你") == SentenceTokenizer(vocab, 32).encode("我是你")
+
+
+def test_an_older_sentence_transformers_layout_with_the_transformer_in_its_own_folder_loads(tiny_config, tmp_path):
+    import shutil
+
+    folder = st_folder(tmp_path, tiny_config, {"pooling_mode_mean_tokens": True})
+    before = SentenceEncoder.load(str(folder)).encode(TEXTS)
+    (folder / "0_Transformer").mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "sentence_bert_config.json"):
+        shutil.move(folder / name, folder / "0_Transformer" / name)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    encoder = SentenceEncoder.load(str(folder))
+    assert (encoder.spec.pooling, encoder.spec.maxlen) == ("last-avg", 20)
+    np.testing.assert_array_equal(encoder.encode(TEXTS), before)

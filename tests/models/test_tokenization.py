@@ -1,0 +1,65 @@
+import os
+
+import pytest
+from bert4keras.tokenizers import Tokenizer
+from bert4keras.tokenizers import load_vocab as b4k_load_vocab
+
+from cosent_tf import DataError, SentenceTokenizer, read_senteval
+from cosent_tf.models.tokenization import load_vocab
+from tests.helpers import SHARED_DATA, SHARED_VOCAB, made_vocab, requires_shared_data
+
+
+@requires_shared_data
+def test_character_level_equals_bert4keras_on_real_sentences():
+    reference = Tokenizer(b4k_load_vocab(SHARED_VOCAB), do_lower_case=True)
+    tokenizer = SentenceTokenizer(SHARED_VOCAB, maxlen=64)
+    data = read_senteval(os.path.join(SHARED_DATA, "senteval_cn", "STS-B", "STS-B.test.data"))
+    for text in data.texts_a[:300] + ["ＱＱ号码是123，Hello World！…①"]:
+        assert tokenizer.encode(text) == reference.encode(text, maxlen=64)[0]
+
+
+def test_truncation_and_pairs():
+    tokenizer = SentenceTokenizer(made_vocab(), maxlen=6)
+    ids = tokenizer.encode("一二三四五六七八")
+    assert len(ids) == 6 and ids[0] == 101 and ids[-1] == 102
+    pair = SentenceTokenizer(made_vocab(), maxlen=9).encode_pair("你好", "一二三四五六七")
+    # [CLS] 你 好 [SEP] + the longer side truncated first: 一 二 三 四 [SEP]
+    assert len(pair) == 9 and pair.count(102) == 2 and pair[1:3] == tokenizer.encode("你好")[1:3]
+
+
+def test_word_level_uses_jieba_words(tmp_path):
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "飞机", "起飞", "要", "一", "架", "了", "飞", "机"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    words = SentenceTokenizer(path, word_level=True).tokenize("一架飞机要起飞了")
+    chars = SentenceTokenizer(path, word_level=False).tokenize("一架飞机要起飞了")
+    assert "飞机" in words and "起飞" in words
+    assert "飞机" not in chars and chars.count("飞") == 2
+
+
+def test_vocab_errors(tmp_path):
+    with pytest.raises(DataError, match="absent.txt: cannot read the vocabulary"):
+        load_vocab(tmp_path / "absent.txt")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"[PAD]\n\xff\xfe\n")
+    with pytest.raises(DataError, match="bad.txt, line 2: not valid UTF-8"):
+        load_vocab(bad)
+    repeated = tmp_path / "repeated.txt"
+    repeated.write_text("[PAD]\n[UNK]\n好\n[CLS]\n好\n", encoding="utf-8")
+    with pytest.raises(DataError, match="repeated.txt, line 5: token '好' repeats line 3"):
+        load_vocab(repeated)
+
+
+def test_truncation_is_counted_and_reported(caplog):
+    import logging
+
+    tokenizer = SentenceTokenizer(made_vocab(), maxlen=6)
+    with caplog.at_level(logging.INFO, logger="cosent_tf"):
+        ids = tokenizer.encode_all(["今天天气很好啊", "好", "我们"], what="queries")
+    assert [len(x) for x in ids] == [6, 3, 4] and list(ids[0]) == tokenizer.encode("今天天气很好啊")
+    report = tokenizer.last_truncation
+    assert (report.total, report.truncated, report.longest, report.maxlen) == (3, 1, 9, 6)
+    assert "queries: 1 of 3 (33.3%) longer than maxlen 6 tokens were cut; the longest had 9" in caplog.text
+    pairs = tokenizer.encode_pairs(["今天", "好"], ["天气很好", "坏"])
+    assert [list(p) for p in pairs] == [tokenizer.encode_pair("今天", "天气很好"), tokenizer.encode_pair("好", "坏")]
+    assert (tokenizer.last_truncation.truncated, tokenizer.last_truncation.longest) == (1, 9)

@@ -1,0 +1,305 @@
+"""Strategies (cosent_tf.training.distribute) and the engine under them.
+
+The engine runs under MirroredStrategy on two logical CPU devices (COSENT_TF_CPU_DEVICES=2),
+each case in its own process: the CPU is split when cosent_tf is imported.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosent_tf.backend import tf
+from cosent_tf.errors import ConfigError
+from cosent_tf.training.distribute import get_strategy, is_chief
+from tests.helpers import ROOT, run_until
+
+
+def two_cpus():
+    return {**os.environ, "COSENT_TF_CPU_DEVICES": "2"}
+
+
+def test_default_strategy_and_unknown_names():
+    assert get_strategy("default") is tf.distribute.get_strategy()
+    assert is_chief(get_strategy("default"))
+    with pytest.raises(ConfigError, match="unknown strategy 'horovod'; choose one of default, mirrored, multi-worker"):
+        get_strategy("horovod")
+
+
+def test_multi_worker_needs_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="reads the cluster from the TF_CONFIG environment variable"):
+        get_strategy("multi-worker")
+    monkeypatch.setenv("TF_CONFIG", "{'cluster': }")
+    with pytest.raises(ConfigError, match="TF_CONFIG is not JSON"):
+        get_strategy("multi-worker")
+
+
+@pytest.mark.parametrize("value", ["two", "0"])
+def test_a_bad_cpu_device_count_is_refused_at_import(value):
+    env = {**os.environ, "COSENT_TF_CPU_DEVICES": value}
+    done = subprocess.run([sys.executable, "-c", "import cosent_tf.backend"], env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert f"COSENT_TF_CPU_DEVICES='{value}': give a number of devices, 1 or more" in done.stderr
+
+
+ENGINE_STEP = """
+import dataclasses, json, sys
+from cosent_tf.backend import keras, random_seed
+from cosent_tf.training.distribute import get_strategy
+from cosent_tf.training.engine import Matcher, RunConfig, load_run_data
+
+root, kind, loss_name, micro_batch_size = sys.argv[1:5]
+cfg = RunConfig(
+    task="BQ", kind=kind, loss=loss_name, data_dir=f"{root}/data", config=f"{root}/config.json",
+    vocab=f"{root}/vocab.txt", batch_size=8, pooling="last-avg" if kind == "feature" else None,
+).resolved()
+data = load_run_data(cfg)
+
+
+def one_step(strategy, cfg):
+    # the engine's model, loss and batches under the strategy; plain SGD at rate 1, so that the
+    # weights move by minus the gradient
+    with random_seed(cfg.seed), strategy.scope():
+        matcher = Matcher(cfg, data.task)
+        # A random BERT's [CLS] vectors are nearly equal for every text (cosines 1 - 1e-7), where
+        # float32 rounding decides the gradient: spread the weights as a trained model's are.
+        matcher.model.set_weights([w * 20 if w.ndim == 2 else w for w in matcher.model.get_weights()])
+        model, loss, labels = matcher.training_model(data.train.labels)
+        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+    before = [w.copy() for w in model.get_weights()]
+    batches = matcher.dataset(matcher.prepare(data.train), labels, 0, strategy.num_replicas_in_sync)
+    history = model.fit(batches, steps_per_epoch=1, epochs=1, verbose=0)
+    moved = [(b - a).tolist() for b, a in zip(before, model.get_weights())]
+    return {"replicas": strategy.num_replicas_in_sync, "loss": history.history["loss"][0], "gradients": moved}
+
+
+mirrored_cfg = dataclasses.replace(cfg, micro_batch_size=int(micro_batch_size) or None)
+print(json.dumps({
+    "one_device": one_step(get_strategy("default"), cfg),
+    "mirrored": one_step(get_strategy("mirrored"), mirrored_cfg),
+}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind, loss, micro_batch_size",
+    [
+        ("feature", "cosent", 0),
+        ("feature", "sbert", 0),
+        ("interaction", "cosent", 0),
+        ("interaction", "ce", 0),
+        ("feature", "cosent", 3),  # each replica's 4 pairs in micro-batches of 3 and 1
+        ("interaction", "cosent", 1),
+    ],
+)
+def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, micro_batch_size, tiny_setup):  # noqa: F811
+    tmp_path, _ = tiny_setup
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_STEP, str(tmp_path), kind, loss, str(micro_batch_size)],
+        env=two_cpus(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(done.stdout.strip().splitlines()[-1])
+    one_device, mirrored = steps["one_device"], steps["mirrored"]
+    assert (one_device["replicas"], mirrored["replicas"]) == (1, 2)
+    assert mirrored["loss"] == pytest.approx(one_device["loss"], rel=1e-5)
+    scale = max(np.abs(g).max() for g in one_device["gradients"])
+    for expected, actual in zip(one_device["gradients"], mirrored["gradients"]):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.slow
+def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
+    tmp_path, options = tiny_setup
+    script = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--strategy", "mirrored"]
+    out = tmp_path / "mirrored"
+    # 45 pairs in batches of 8 on 2 replicas: 5 full batches and one of 4 pairs (one pair left out).
+    argv = ["--max-train-pairs", "45", "--epochs", "2", "--output-dir", str(out)]
+    done = subprocess.run(script + argv, env=two_cpus(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 replicas (--strategy mirrored), 4 pairs each a step; CoSENT ranks the global batch" in done.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["steps"] == 12
+    assert json.loads((out / "config.json").read_text())["strategy"] == "mirrored"
+    assert (out / "model").is_dir() and not (out / "backup").exists()
+
+    odd = subprocess.run(
+        script + ["--batch-size", "7", "--output-dir", str(tmp_path / "odd")],
+        env=two_cpus(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert odd.returncode != 0 and not (tmp_path / "odd").exists()
+    assert "--batch-size 7 pairs cannot be shared equally by the 2 replicas of --strategy mirrored" in odd.stderr
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_workers(command, own_options=((), ())):
+    """``command`` as the two workers of a localhost cluster (TF_CONFIG); worker 0 is the chief.
+    ``own_options``: what each worker adds to the command."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    workers = []
+    for index in range(2):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        workers.append(
+            subprocess.Popen(
+                command + ["--strategy", "multi-worker", *own_options[index]],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    return workers
+
+
+def finish(workers):
+    outputs = [worker.communicate(timeout=300) for worker in workers]
+    for worker, (_, stderr) in zip(workers, outputs):
+        assert worker.returncode == 0, stderr[-3000:]
+    return outputs
+
+
+def trained_weights(out):
+    from cosent_tf import SentenceEncoder
+
+    return SentenceEncoder.load(str(out / "model")).model.get_weights()
+
+
+def same_result(expected, actual, tolerance):
+    """Assert that the run in folder ``actual`` ended as the one in ``expected`` did: the same number
+    of steps, test Spearman and model weights within ``tolerance``. Returns ``actual``'s metrics."""
+    want, got = (json.loads((folder / "metrics.json").read_text()) for folder in (expected, actual))
+    assert got["steps"] == want["steps"]
+    assert got["test"]["spearman"] == pytest.approx(want["test"]["spearman"], abs=tolerance)
+    for wanted_weights, weights in zip(trained_weights(expected), trained_weights(actual)):
+        np.testing.assert_allclose(weights, wanted_weights, atol=tolerance)
+    return got
+
+
+@pytest.fixture
+def worker_command(tiny_setup):  # noqa: F811
+    tmp_path, options = tiny_setup
+    # last-avg: a random BERT's [CLS] vectors are nearly equal, and float32 rounding would then
+    # decide the gradients (see test_an_engine_step_on_two_replicas_equals_one_on_one_device).
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--pooling", "last-avg"]
+    command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2"]
+    return tmp_path, command
+
+
+@pytest.mark.slow
+def test_two_workers_train_as_one_process_with_their_global_batch(worker_command):
+    tmp_path, command = worker_command
+    single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr[-3000:]
+    (chief_out, chief_log), (worker_out, _) = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
+    # Only the chief writes: its stdout is the metrics, the other worker's says who it is.
+    assert json.loads(worker_out) == {"worker": "worker 1", "steps": 12}
+    assert json.loads(chief_out)["test"] == json.loads((tmp_path / "two" / "metrics.json").read_text())["test"]
+    assert "2 replicas (--strategy multi-worker), 4 pairs each a step" in chief_log
+    two = same_result(tmp_path / "single", tmp_path / "two", 1e-5)
+    assert two["replicas"] == 2 and two["steps"] == 12
+
+
+@pytest.mark.slow
+def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result_on_the_cluster_or_alone(worker_command):
+    tmp_path, command = worker_command
+    finish(start_workers(command + ["--output-dir", str(tmp_path / "whole")]))
+    out = tmp_path / "killed"
+    chief, other = start_workers(command + ["--output-dir", str(out)])
+    # 6 steps an epoch; by the time step 8 is validated, the state after step 6 is saved
+    killed = False
+    for line in chief.stderr:
+        if line.startswith("step 8 valid"):
+            other.kill()
+            killed = True
+            break
+    assert killed
+    other.communicate(timeout=60)
+    try:  # the chief's next collective fails: it ends on its own, saying how to go on
+        _, chief_err = chief.communicate(timeout=120)
+    finally:
+        chief.kill()
+    assert chief.returncode == 1, chief_err[-3000:]
+    assert "error: worker 0: lost contact with worker 1 while training;" in chief_err
+    assert f"the last saved training state is in {out / 'backup'}: run the same command again" in chief_err
+    assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
+    shutil.copytree(out, tmp_path / "moved")  # the same stopped run, to go on without the cluster
+
+    (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(out)]))
+    assert int(re.search(r"resumed at step (\d+)", chief_log).group(1)) in (6, 8)
+    assert same_result(tmp_path / "whole", out, 1e-6)["steps"] == 12
+
+    # The chief's backup holds no trace of the cluster: the run goes on in one process.
+    alone = subprocess.run(command + ["--output-dir", str(tmp_path / "moved")], capture_output=True, text=True)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "resuming the unfinished run in this folder with strategy 'multi-worker' -> 'default'" in alone.stderr
+    moved = same_result(tmp_path / "whole", tmp_path / "moved", 1e-5)
+    assert (moved["replicas"], moved["steps"]) == (1, 12)
+
+
+def refused_start(workers):
+    """Both workers' (exit status, stderr): each must end on its own, without training."""
+    try:
+        outputs = [worker.communicate(timeout=120)[1] for worker in workers]
+    finally:
+        for worker in workers:  # one left waiting for its peer: end it, and the test fails
+            worker.kill()
+    return [(worker.returncode, stderr) for worker, stderr in zip(workers, outputs)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refusing", [0, 1], ids=["the chief", "the other worker"])
+def test_a_worker_that_cannot_start_ends_every_worker_before_training(refusing, worker_command):
+    tmp_path, command = worker_command
+    out, own_options = tmp_path / "run", [[], []]
+    if refusing == 0:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")  # not a run folder: the chief refuses it
+        reason, left = "is not a cosent-tf training run", ["notes.txt"]
+    else:
+        own_options[1] = ["--data-dir", str(tmp_path / "no-such-data")]  # only worker 1's data is missing
+        # the chief had locked the folder and marked it as a run's (run_folder.RUN_MARKER), nothing more
+        reason, left = "no-such-data", [".cosent-run", ".lock"]
+    outcomes = refused_start(start_workers(command + ["--output-dir", str(out)], own_options))
+    (code, err), (other_code, other_err) = outcomes[refusing], outcomes[1 - refusing]
+    assert code != 0 and reason in err, err[-3000:]
+    assert other_code != 0, other_err[-3000:]
+    assert f"worker {1 - refusing}: worker {refusing} could not start the run (its log says why)" in other_err
+    assert sorted(p.name for p in out.iterdir()) == left
+
+
+@pytest.mark.slow
+def test_a_run_stopped_on_one_device_resumes_on_two_replicas_to_the_same_result(worker_command):
+    tmp_path, command = worker_command
+    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "moved"  # 6 steps an epoch: by step 8's validation, step 6's state is saved
+    code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert not (out / "metrics.json").exists() and (out / "backup").is_dir()
+    resumed = subprocess.run(
+        command + ["--output-dir", str(out), "--strategy", "mirrored"], env=two_cpus(), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming the unfinished run in this folder with strategy 'default' -> 'mirrored'" in resumed.stderr
+    assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
+    assert same_result(tmp_path / "whole", out, 1e-5)["replicas"] == 2

@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+
+from cosent_tf import build_encoder, build_interaction_model
+from cosent_tf.backend import keras, tf
+from cosent_tf.losses import get_loss
+from cosent_tf.training.gradient_cache import GradientCacheModel
+from tests.helpers import write_config
+
+PAIRS = 8  # in micro-batches of 3: 3 + 3 + 2 pairs
+
+
+def training_setup(tmp_path, kind, loss_name, dropout):
+    """(training model, its loss, inputs, labels) as the engine builds them, for a tiny BERT."""
+    config = write_config(
+        tmp_path / "config.json", hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, max_position=64
+    )
+    entry = get_loss(kind, loss_name)
+    rng = np.random.default_rng(3)
+    rows = 2 * PAIRS if kind == "feature" else PAIRS
+    ids = rng.integers(200, 3000, (rows, 9)).astype(np.int32)
+    ids[:, 0] = 101
+    for row, length in enumerate(rng.integers(4, 10, rows)):  # padded rows of several lengths
+        ids[row, length:] = 0
+    labels = rng.integers(0, 2, PAIRS).astype(np.float32)
+    if kind == "feature":
+        model = build_encoder(config, pooling="last-avg")
+        if entry.training_head is not None:
+            model = keras.Model(model.inputs, entry.training_head(2)(model.output))
+        labels = np.repeat(labels, 2)
+    else:
+        model = build_interaction_model(config, head=entry.interaction_head)
+        # A random BERT's [CLS] vectors are nearly equal for every text, where float32 rounding would
+        # decide the gradient: spread the weights as a trained model's are.
+        model.set_weights([w * 20 if w.ndim == 2 else w for w in model.get_weights()])
+    loss = entry.build(scale=20.0, epsilon=0.5, max_label=1.0, positive_above=0.5)
+    return model, loss, (ids, np.zeros_like(ids)), labels
+
+
+def sgd_step(model, loss, inputs, labels):
+    """The gradient a step applies (plain SGD at rate 1: the weights move by minus it)."""
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+    return [b - a for b, a in zip(before, model.get_weights())]
+
+
+CASES = [("feature", "cosent"), ("feature", "sbert"), ("interaction", "cosent"), ("interaction", "ce")]
+
+
+@pytest.mark.parametrize("kind, loss_name", CASES)
+def test_micro_batches_give_the_gradient_of_the_whole_batch(kind, loss_name, tmp_path):
+    model, loss, inputs, labels = training_setup(tmp_path, kind, loss_name, dropout=0.0)
+    start = model.get_weights()
+    whole = sgd_step(model, loss, inputs, labels)
+    model.set_weights(start)
+    cached = sgd_step(GradientCacheModel(model, 3, 2 if kind == "feature" else 1), loss, inputs, labels)
+    scale = max(np.abs(g).max() for g in whole)
+    assert scale > 0
+    for expected, actual in zip(whole, cached):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("kind, loss_name", [("feature", "cosent"), ("interaction", "cosent")])
+def test_with_dropout_both_passes_drop_the_same_units(kind, loss_name, tmp_path):
+    model, loss, inputs, labels = training_setup(tmp_path, kind, loss_name, dropout=0.2)
+    rows_per_pair = 2 if kind == "feature" else 1
+    cache = GradientCacheModel(model, 3, rows_per_pair, seed=5)
+    cache.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+    # The reference: the whole batch back-propagated at once through the same masked networks.
+    with tf.GradientTape() as tape:
+        outputs = tf.concat([cache._outputs(inputs, index) for index in range(3)], axis=0)
+        value = loss(labels, outputs)
+    expected = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(value, model.trainable_variables)]
+    # dropout is on: the masked outputs are not the network's plain ones
+    plain = model(inputs, training=False)
+    assert np.abs(outputs.numpy() - plain.numpy()).max() > 1e-3
+    before = [w.copy() for w in model.get_weights()]
+    cache.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+    cached = [b - a for b, a in zip(before, model.get_weights())]
+    scale = max(np.abs(g).max() for g in expected)
+    for want, got in zip(expected, cached):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_config_round_trip(tmp_path):
+    model, _, _, _ = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
+    cache = GradientCacheModel(model, 4, 2, seed=9)
+    restored = GradientCacheModel.from_config(cache.get_config())
+    assert (restored.micro_batch_pairs, restored.rows_per_pair, restored.seed) == (4, 2, 9)
+    assert [w.shape for w in restored.model.weights] == [w.shape for w in model.weights]
+    with pytest.raises(ValueError, match="micro_batch_pairs must be positive"):
+        GradientCacheModel(model, 0)
+
+
+def test_in_float16_the_scaled_loss_gives_the_whole_batch_gradient(tmp_path):
+    from cosent_tf.backend import dtype_policy
+
+    with dtype_policy("mixed_float16"):
+        model, loss, inputs, labels = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
+    start = model.get_weights()
+
+    def step(trained):
+        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=2.0**8)
+        trained.compile(optimizer=optimizer, loss=loss)
+        model.set_weights(start)
+        trained.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+        assert float(optimizer.loss_scale) == 2.0**8  # no overflow: the step was taken
+        return [b - a for b, a in zip(start, model.get_weights())]
+
+    whole, cached = step(model), step(GradientCacheModel(model, 3, 2))
+    scale = max(np.abs(g).max() for g in whole)
+    for expected, actual in zip(whole, cached):  # float16 rounding: a few parts in a thousand
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-2 * scale)
+    # The gradients really flow scaled: at a scale of 2**40 they overflow float16, and the step is skipped.
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=2.0**40)
+    cache = GradientCacheModel(model, 3, 2)
+    cache.compile(optimizer=optimizer, loss=loss)
+    model.set_weights(start)
+    cache.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+    assert float(optimizer.loss_scale) == 2.0**39
+    for old, new in zip(start, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
