@@ -1,4 +1,5 @@
-"""The paper's experiments: the report over many runs, its tables and plots."""
+"""The paper's experiments: finished runs read and grouped into studies (runs), the report's
+markdown tables (report) and its plots (plots)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,21 @@ from ..api import lazy_names
 
 # Each name loads its module on first use (see cosent_tf.api).
 _HOMES = {
-    "METRIC_RANGES": ".report",
-    "KINDS": ".report",
-    "load_runs": ".report",
-    "method_name": ".report",
-    "STUDIES": ".report",
-    "group_runs": ".report",
-    "table_one_runs": ".report",
+    "METRIC_RANGES": ".runs",
+    "KINDS": ".runs",
+    "load_runs": ".runs",
+    "method_name": ".runs",
+    "STUDIES": ".runs",
+    "group_runs": ".runs",
+    "table_one_runs": ".runs",
     "CONVERGENCE_FRACTION": ".report",
     "convergence_tables": ".report",
-    "convergence_groups": ".report",
+    "convergence_groups": ".runs",
     "tables": ".report",
     "plot_valid_curve": ".report",
-    "plot_convergence": ".report",
-    "plot_cosine_density": ".report",
-    "plot_batch_sizes": ".report",
+    "plot_convergence": ".plots",
+    "plot_cosine_density": ".plots",
+    "plot_batch_sizes": ".plots",
     "write_report": ".report",
 }
 

@@ -4,7 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from cosent_tf.experiments.report import load_runs, tables, write_report
+from cosent_tf.experiments.report import tables, write_report
+from cosent_tf.experiments.runs import load_runs
 
 
 def fake_run(

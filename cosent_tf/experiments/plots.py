@@ -1,0 +1,105 @@
+"""The paper's plots over finished runs: convergence (its Figure 3), densities of test cosines
+(its Figure 5) and test Spearman against the global batch size.
+
+matplotlib loads on the first plot, with its file-only backend, so that nothing here needs a
+display and importing the report does not import matplotlib.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..data.tasks import get_task
+from ..io import atomic_path
+from .runs import Run, batch_size_of, run_history, run_test_scores, tested_tasks, trained_tasks
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure: Any, path: str) -> None:
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=110)
+
+
+def plot_convergence(runs: list[Run], path: str) -> bool:
+    """Valid Spearman against steps, a panel per task, a line per method."""
+    plt = _pyplot()
+    tasks = trained_tasks(runs)
+    if not tasks:
+        return False
+    figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    for axis, task in zip(axes[0], tasks):
+        for run in (r for r in runs if r["config"]["task"] == task):
+            history = run_history(run)
+            kind = " (interaction)" if run["config"]["kind"] == "interaction" else ""
+            axis.plot(
+                [h["step"] for h in history], [h["spearman"] for h in history], marker=".", label=run["method"] + kind
+            )
+        axis.set(title=task, xlabel="training step", ylabel="valid Spearman")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+    return True
+
+
+def plot_cosine_density(runs: list[Run], path: str) -> bool:
+    """Histogram densities of test cosines for positive and negative pairs: a row per method,
+    a column per task (feature models trained on that task)."""
+    if not runs:
+        return False
+    plt = _pyplot()
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    tasks = trained_tasks(runs)
+    figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
+    for run in runs:
+        axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]
+        task = run["config"]["task"]
+        scores, labels = run_test_scores(run, task)
+        positive = get_task(task).positive(labels)
+        # Bin over the scores' own range: a weak model's cosines can sit in a narrow band.
+        low, high = np.percentile(scores, [0.5, 99.5])
+        bins = np.linspace(low, high, 61) if high > low else np.linspace(low - 1e-3, high + 1e-3, 3)
+        axis.hist(scores[positive], bins=bins, density=True, histtype="step", label="positive")
+        axis.hist(scores[~positive], bins=bins, density=True, histtype="step", label="negative")
+        axis.set_title(f"{run['method']} · {task}", fontsize=9)
+        axis.legend(fontsize=7)
+    for axis in axes[-1]:
+        axis.set_xlabel("test cosine")
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+    return True
+
+
+def plot_batch_sizes(runs: list[Run], path: str) -> bool:
+    """Test Spearman against the global batch size (log scale), a line per task."""
+    if not runs:
+        return False
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3.6))
+    for task in tested_tasks(runs):
+        points = sorted(
+            (batch_size_of(r["config"]), r["metrics"]["tasks"][task]["test"]["spearman"])
+            for r in runs
+            if r["config"]["task"] == task and batch_size_of(r["config"]) is not None
+        )
+        axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=task)
+    axis.set_xscale("log", base=2)
+    axis.set(xlabel="global batch size (pairs)", ylabel="test Spearman", title="CoSENT, one epoch")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+    return True
