@@ -4,6 +4,7 @@ import pytest
 from cosent_tf import ConfigError, PaddingMask, Pooling, build_encoder
 from cosent_tf.backend import dtype_policy, tf
 from cosent_tf.layers import POOLING_MODES
+from tests.harness import run_keras_object_test
 
 
 def masked_reference(mode, first, last, mask):
@@ -58,10 +59,20 @@ def test_float32_output_under_mixed_bfloat16(tiny_config):
     assert vectors.dtype == tf.float32 and np.all(np.isfinite(vectors.numpy()))
 
 
-def test_config_round_trip_and_bad_mode():
-    for layer in (Pooling("first-last-avg", name="p"), PaddingMask(padding_id=3)):
-        clone = type(layer).from_config(layer.get_config())
-        assert clone.get_config() == layer.get_config()
+@pytest.mark.parametrize("mode", list(POOLING_MODES))
+def test_keras_contract_of_pooling(mode):
+    rng = np.random.default_rng(5)
+    hidden = rng.normal(size=(3, 6, 4)).astype(np.float32)
+    mask = (np.arange(6)[None, :] < np.array([[3], [6], [1]])).astype(np.float32)
+    inputs = {"pooler": hidden[:, 0], "first-last-avg": [hidden, 2 * hidden + 1]}.get(mode, hidden)
+    run_keras_object_test(Pooling, {"mode": mode, "name": "p"}, inputs, call_kwargs={"mask": mask})
+
+
+def test_keras_contract_of_padding_mask():
+    run_keras_object_test(PaddingMask, {"padding_id": 3}, np.array([[101, 5, 3, 3], [101, 3, 3, 3]], np.int32))
+
+
+def test_bad_mode():
     with pytest.raises(ConfigError, match="unknown pooling 'mean'"):
         Pooling("mean")
 

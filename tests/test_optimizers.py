@@ -4,6 +4,7 @@ import pytest
 from cosent_tf import FusedAdam
 from cosent_tf.backend import keras, tf
 from cosent_tf.optimizers import WarmupSchedule, build_optimizer
+from tests.harness import run_keras_object_test
 
 
 def _train(optimizer, steps=4, seed=0):
@@ -40,11 +41,9 @@ def test_fused_adam_keeps_keras_amsgrad():
     )
 
 
-def test_fused_adam_round_trips_through_config():
-    restored = keras.optimizers.deserialize(keras.optimizers.serialize(FusedAdam(3e-4, beta_2=0.98)))
-    assert isinstance(restored, FusedAdam)
-    assert restored.get_config()["beta_2"] == pytest.approx(0.98)
-    assert float(restored.learning_rate) == pytest.approx(3e-4)
+def test_keras_contract_of_fused_adam():
+    features = np.random.default_rng(6).normal(size=(8, 5)).astype(np.float32)
+    run_keras_object_test(FusedAdam, {"learning_rate": 0.05, "beta_2": 0.98}, features)
 
 
 def reference_schedule(step, peak, total, warmup, decay):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import ThresholdContrastiveLoss
-from cosent_tf.backend import keras
+from tests.harness import run_keras_object_test
 
 
 @pytest.mark.parametrize("epsilon", [-1.0, 0.0, 0.9])
@@ -23,11 +23,15 @@ def test_negative_below_threshold_costs_nothing():
     assert float(ThresholdContrastiveLoss(0.5)(np.array([0, 0, 1, 1]), vectors)) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_scores_binarised_and_config_round_trips():
+def test_scores_binarised():
     vectors = np.array([[1, 0], [1, 0]], np.float32)
     # STS-B score 4 > 2.5 is positive: cosine 1 costs nothing.
     assert float(ThresholdContrastiveLoss(0.5, positive_above=2.5)(np.array([4, 4]), vectors)) == pytest.approx(
         0.0, abs=1e-6
     )
-    restored = keras.losses.deserialize(keras.losses.serialize(ThresholdContrastiveLoss(0.9, 2.5)))
-    assert (restored.epsilon, restored.positive_above) == (0.9, 2.5)
+
+
+def test_keras_contract():
+    vectors = np.random.default_rng(2).normal(size=(8, 3)).astype(np.float32)
+    labels = np.repeat([4, 1, 3, 0.0], 2)
+    run_keras_object_test(ThresholdContrastiveLoss, {"epsilon": -1.0, "positive_above": 2.5}, vectors, y_true=labels)

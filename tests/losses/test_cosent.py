@@ -6,6 +6,7 @@ import pytest
 from cosent_tf import CoSENTLoss
 from cosent_tf.backend import keras, tf
 from cosent_tf.losses import cosent_loss
+from tests.harness import run_keras_object_test
 
 
 def brute_force_cosent(labels, vectors, scale):
@@ -135,10 +136,12 @@ def test_odd_number_of_rows_is_an_error():
         unknown_batch(tf.zeros(3), tf.ones((3, 4)))
 
 
-def test_config_round_trip():
-    loss = CoSENTLoss(scale=7.5, global_batch=False)
-    restored = keras.losses.deserialize(keras.losses.serialize(loss))
-    assert isinstance(restored, CoSENTLoss) and restored.scale == 7.5 and restored.global_batch is False
+def test_keras_contract():
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(8, 5)).astype(np.float32)
+    run_keras_object_test(
+        CoSENTLoss, {"scale": 7.5, "global_batch": False}, vectors, y_true=interleaved_labels([0, 1, 2, 1])
+    )
 
 
 @pytest.mark.parametrize("loss", [CoSENTLoss(20.0), cosent_loss], ids=["class", "function"])

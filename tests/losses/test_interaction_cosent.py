@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from cosent_tf import InteractionCoSENTLoss
-from cosent_tf.backend import keras, tf
+from cosent_tf.backend import tf
 from cosent_tf.losses import interaction_cosent_loss
+from tests.harness import run_keras_object_test
 
 
 def brute_force(labels, scores):
@@ -65,6 +66,6 @@ def test_finite_in_bfloat16():
     assert np.all(np.isfinite(tf.cast(tape.gradient(loss, scores), tf.float32).numpy()))
 
 
-def test_config_round_trip():
-    restored = keras.losses.deserialize(keras.losses.serialize(InteractionCoSENTLoss(global_batch=False)))
-    assert isinstance(restored, InteractionCoSENTLoss) and restored.global_batch is False
+def test_keras_contract():
+    scores = np.random.default_rng(8).normal(size=(6, 1)).astype(np.float32)
+    run_keras_object_test(InteractionCoSENTLoss, {"global_batch": False}, scores, y_true=np.array([0, 1, 2, 1, 0, 2.0]))

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import SentenceBertHead, SentenceBertSoftmaxLoss
-from cosent_tf.backend import keras
+from tests.harness import run_keras_object_test
 
 
 @pytest.mark.parametrize("classes", [2, 3])
@@ -21,11 +21,16 @@ def test_head_and_loss_match_numpy(classes):
     assert float(SentenceBertSoftmaxLoss()(labels, probs)) == pytest.approx(expected_loss, rel=1e-5)
 
 
-def test_head_rejects_odd_batches_and_serialises():
+def test_head_rejects_odd_batches():
     with pytest.raises(ValueError, match="even number of rows"):
         SentenceBertHead(2)(np.ones((3, 4), np.float32))
-    head = SentenceBertHead.from_config(SentenceBertHead(3, name="h").get_config())
-    assert head.num_classes == 3
-    assert isinstance(
-        keras.losses.deserialize(keras.losses.serialize(SentenceBertSoftmaxLoss())), SentenceBertSoftmaxLoss
-    )
+
+
+def test_keras_contract_of_the_head():
+    vectors = np.random.default_rng(3).normal(size=(8, 4)).astype(np.float32)
+    run_keras_object_test(SentenceBertHead, {"num_classes": 3, "name": "h"}, vectors)
+
+
+def test_keras_contract_of_the_loss():
+    probabilities = SentenceBertHead(3)(np.random.default_rng(4).normal(size=(8, 4)).astype(np.float32)).numpy()
+    run_keras_object_test(SentenceBertSoftmaxLoss, {}, probabilities, y_true=np.repeat([0, 2, 1, 2.0], 2))
