@@ -9,7 +9,7 @@ DATA ?= ../shared/data
 REF_VENV := .venv-reference
 REF_PY := $(REF_VENV)/bin/python
 
-.PHONY: install demo test lint bench bench-avx2 profile-step soak kill-soak mutants
+.PHONY: install demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants
 
 $(STAMP): setup.py requirements.txt
 	python3 -m venv $(VENV)
@@ -28,12 +28,18 @@ demo: $(STAMP)
 	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B --overwrite
 
 test: $(STAMP) $(REF_VENV)/.installed
-	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider --durations=40 tests
+	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --durations=40 tests
 
-# Lint and format check (settings in pyproject.toml); `ruff format .` applies the format.
+# The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs.
+test-quick: $(STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests
+
+# Lint, format check and type check (settings in pyproject.toml); `ruff format .` applies the
+# format. .pre-commit-config.yaml runs the same three before each commit.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 $(REF_VENV)/.installed:
 	python3 -m venv $(REF_VENV)

@@ -15,7 +15,8 @@ setup(
     long_description=README,
     long_description_content_type="text/markdown",
     packages=find_packages(include=["cosent_tf", "cosent_tf.*"]),
-    package_data={"cosent_tf": ["configs/*.json"]},
+    # py.typed: the package's annotations are meant for type checkers (PEP 561)
+    package_data={"cosent_tf": ["configs/*.json", "py.typed"]},
     python_requires=">=3.9",
     # bert4keras 0.11.5 is installed separately with --no-deps: its metadata pins keras<=2.3.1,
     # which would replace the Keras 2 that TensorFlow needs (the Makefile's install step does this).
@@ -42,7 +43,7 @@ setup(
         "safetensors>=0.4",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6"],
+        "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10"],
         # reading a Hugging Face folder's pytorch_model.bin (model.safetensors needs no torch)
         "torch": ["torch>=2.1"],
     },
