@@ -1,8 +1,9 @@
-"""The README's promises, checked against what the code prints.
+"""The promises of the README and the docs pages, checked against what the code prints.
 
-Each message quoted in the README's bad-input table is produced here from real bad input and
-must match the quote, with the table's placeholders (PATH, CONFIG, VOCAB, CKPT, OUTPUT_DIR,
-N, B, M, S and ...) standing for what varies.
+Each message quoted in the guide's bad-input table (docs/guide.md) is produced here from real
+bad input and must match the quote, with the table's placeholders (PATH, CONFIG, VOCAB, CKPT,
+OUTPUT_DIR, N, B, M, S and ...) standing for what varies. The pages' Python blocks run as
+written, and every `cosent-tf COMMAND` line they show names a command the CLI has.
 """
 
 import os
@@ -14,7 +15,8 @@ import pytest
 from cosent_tf import CheckpointError, ConfigError, DataError, RunConfig, build_encoder, save_checkpoint, train
 from cosent_tf.cli import main as cosent_tf
 from cosent_tf.cli import train_main
-from cosent_tf.data.files import read_nli, read_pair_file, read_senteval
+from cosent_tf.data.benchmarks import read_nli, read_senteval
+from cosent_tf.data.files import read_pair_file
 from cosent_tf.models.tokenization import check_vocab_size, load_vocab
 from tests.helpers import (
     ROOT,
@@ -27,10 +29,22 @@ from tests.helpers import (
     write_tiny_data,
 )
 
-with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-    README = f.read()
-TABLE = README[README.index("| input | what the user sees |") :].split("\n\n")[0]
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+# The pages a user reads, in the order their Python blocks build on each other: the README's
+# Keras quickstart saves the model folder that the guide's blocks load.
+PAGES = ("README.md", "docs/guide.md", "docs/reproducing.md", "docs/architecture.md", "CONTRIBUTING.md")
+
+
+def read_page(page):
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        return f.read()
+
+
+TEXTS = {page: read_page(page) for page in PAGES}
+GUIDE = TEXTS["docs/guide.md"]
+TABLE = GUIDE[GUIDE.index("| input | what the user sees |") :].split("\n\n")[0]
+PYTHON_BLOCKS = [
+    (page, block) for page, text in TEXTS.items() for block in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+]
 
 
 def quote_pattern(quote):
@@ -67,7 +81,7 @@ def data_cases(tmp_path):
     bq = tmp_path / "BQ" / "BQ.train.data"
     bq.parent.mkdir()
     write(bq, "a\tb\t2\n")
-    from cosent_tf.data.files import load_task
+    from cosent_tf.data.benchmarks import load_task
 
     yield "BQ.train.data, line N: label '2' is not 0 or 1", lambda: load_task(tmp_path, "BQ", "train")
     yield "label '5.5' is outside 0-5", lambda: read_senteval(write(tmp_path / "s.data", "a\tb\t5.5\n"), task="STS-B")
@@ -291,9 +305,9 @@ CASES = {
 def test_each_message_of_the_bad_input_table_is_what_the_code_prints(group, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the relative paths of the table's messages
     for quote, action in CASES[group](tmp_path):
-        assert f"`{quote}" in TABLE or quote in TABLE, f"the README's table no longer quotes: {quote}"
+        assert f"`{quote}" in TABLE or quote in TABLE, f"the guide's table no longer quotes: {quote}"
         printed = message(action)
-        assert re.search(quote_pattern(quote), printed), f"README: {quote}\nprinted: {printed}"
+        assert re.search(quote_pattern(quote), printed), f"docs/guide.md: {quote}\nprinted: {printed}"
 
 
 def test_an_option_out_of_range_is_named(capsys):
@@ -304,7 +318,7 @@ def test_an_option_out_of_range_is_named(capsys):
 
 
 def test_an_unknown_qrels_id_is_named(tmp_path):
-    from cosent_tf.data.files import read_retrieval_files
+    from cosent_tf.data.retrieval import read_retrieval_files
 
     queries = write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "a"}\n')
     corpus = write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "b"}\n')
@@ -317,21 +331,29 @@ def test_an_unknown_qrels_id_is_named(tmp_path):
     )
 
 
-def test_cosent_tf_help_lists_the_commands_the_readme_shows(capsys):
+@pytest.mark.parametrize("page", PAGES)
+def test_cosent_tf_help_lists_the_commands_each_page_shows(page, capsys):
     with pytest.raises(SystemExit) as stopped:
         cosent_tf(["--help"])
     assert stopped.value.code == 0
     listed = capsys.readouterr().out
-    for command in re.findall(r"^cosent-tf (\w+)", README, flags=re.MULTILINE):
-        assert command in listed, command
+    for command in re.findall(r"^cosent-tf (?:--\S+ \S+ )?(\w+)", TEXTS[page], flags=re.MULTILINE):
+        assert command in listed, f"{page}: cosent-tf {command}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_each_page_links_to_pages_that_exist(page):
+    folder = os.path.dirname(os.path.join(ROOT, page))
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", TEXTS[page]):
+        assert os.path.exists(os.path.join(folder, target)), f"{page} links to {target}, which is not there"
 
 
 def loads_downloaded_checkpoints(block):
     return 'SentenceEncoder.load("checkpoints/' in block
 
 
-def make_what_the_readme_loads(block):
-    """The folders a README block loads that a user would have made or downloaded first: make
+def make_what_the_pages_load(block):
+    """The folders a page's block loads that a user would have made or downloaded first: make
     demo's model and an interaction run's (copied from the quickstart's folder, and random), and
     checkpoints in the Hugging Face layouts (random, exported here)."""
     from cosent_tf import export_hf
@@ -353,16 +375,16 @@ def make_what_the_readme_loads(block):
 
 @pytest.mark.slow
 @requires_shared_data
-def test_the_readmes_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
+def test_the_pages_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
     # a clone's layout: the repository root as the working folder, the shared data at ../shared/data
     (tmp_path / "shared").mkdir()
     os.symlink(os.path.abspath(SHARED_DATA), tmp_path / "shared" / "data")
     (tmp_path / "clone").mkdir()
     monkeypatch.chdir(tmp_path / "clone")
-    assert len(PYTHON_BLOCKS) == 3
-    for number, block in enumerate(PYTHON_BLOCKS, start=1):
-        make_what_the_readme_loads(block)
-        exec(compile(block, f"README.md python block {number}", "exec"), {"__name__": f"readme_{number}"})
+    assert [page for page, _ in PYTHON_BLOCKS] == ["README.md", "docs/guide.md", "docs/guide.md"]
+    for number, (page, block) in enumerate(PYTHON_BLOCKS, start=1):
+        make_what_the_pages_load(block)
+        exec(compile(block, f"{page} python block {number}", "exec"), {"__name__": f"page_block_{number}"})
     printed = capsys.readouterr().out
     assert re.search(r"\{'spearman': 0\.\d+, 'pearson': -?0\.\d+\}", printed), printed[-2000:]
     assert "Hit(index=1, score=" in printed and "text='怎么开通花呗')" in printed
