@@ -6,6 +6,8 @@ OUTPUT_DIR, N, B, M, S and ...) standing for what varies. The pages' Python bloc
 written, and every `cosent-tf COMMAND` line they show names a command the CLI has.
 """
 
+from __future__ import annotations
+
 import os
 import re
 import shutil
@@ -31,7 +33,14 @@ from tests.helpers import (
 
 # The pages a user reads, in the order their Python blocks build on each other: the README's
 # Keras quickstart saves the model folder that the guide's blocks load.
-PAGES = ("README.md", "docs/guide.md", "docs/reproducing.md", "docs/architecture.md", "CONTRIBUTING.md")
+PAGES = (
+    "README.md",
+    "docs/guide.md",
+    "docs/reproducing.md",
+    "docs/performance.md",
+    "docs/architecture.md",
+    "CONTRIBUTING.md",
+)
 
 
 def read_page(page):
