@@ -57,7 +57,7 @@ def _worker(first_run, runs, steps, out_path):
 
     from cosent_tf.backend import keras, tf
     from cosent_tf.data import pipeline
-    from cosent_tf.inference.matchers import cosine_scores, interaction_scores
+    from cosent_tf.inference.runtime import cosine_scores, interaction_scores
     from cosent_tf.losses import CoSENTLoss, InteractionCoSENTLoss
     from cosent_tf.models import builders as models
     from cosent_tf.models.builders import build_encoder, build_interaction_model

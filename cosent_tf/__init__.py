@@ -52,8 +52,8 @@ _HOMES = {
     "export_hf": ".export.savedmodel",
     "SentenceEncoder": ".inference.matchers",
     "PairScorer": ".inference.matchers",
-    "VectorIndex": ".inference.matchers",
-    "Hit": ".inference.matchers",
+    "VectorIndex": ".inference.index",
+    "Hit": ".inference.index",
     # errors
     "CosentError": ".errors",
     "DataError": ".errors",

@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 from scipy import stats
 
+from . import inference
 from .data.tasks import Task
-from .inference import matchers as inference
 
 
 def spearman(scores, labels) -> float:

@@ -14,7 +14,7 @@ from cosent_tf.evaluation import (
     spearman,
     task_metrics,
 )
-from cosent_tf.inference.matchers import cosine_scores, interaction_scores
+from cosent_tf.inference.runtime import cosine_scores, interaction_scores
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,4 +1,5 @@
-"""Trained models in use: the model folder, encoders and scorers, and the vector index."""
+"""Trained models in use: the model folder (model_dir), batched inference (runtime), encoders and
+scorers (matchers), and the vector index (index)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,20 @@ from ..api import lazy_names
 # Each name loads its module on first use (see cosent_tf.api).
 _HOMES = {
     "PROGRESS_FROM": ".matchers",
-    "Hit": ".matchers",
-    "inference_function": ".matchers",
-    "batched_outputs": ".matchers",
-    "l2_normalize": ".matchers",
-    "cosine_scores": ".matchers",
-    "interaction_scores": ".matchers",
+    "Hit": ".index",
+    "inference_function": ".runtime",
+    "batched_outputs": ".runtime",
+    "l2_normalize": ".runtime",
+    "cosine_scores": ".runtime",
+    "interaction_scores": ".runtime",
     "check_texts": ".matchers",
     "check_pairs": ".matchers",
     "SentenceEncoder": ".matchers",
     "PairScorer": ".matchers",
     "MATCHERS": ".matchers",
     "load_matcher": ".matchers",
-    "VectorIndex": ".matchers",
-    "top_k_cosine": ".matchers",
+    "VectorIndex": ".index",
+    "top_k_cosine": ".index",
     "SPEC_FILE": ".model_dir",
     "FORMAT": ".model_dir",
     "FORMAT_VERSION": ".model_dir",

@@ -1,0 +1,104 @@
+"""A Keras model run for its outputs: the batched, length-sorted inference that the matchers,
+evaluation and training's validation share, and the cosine and cross-encoder scores built on it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..backend import keras, model_precision, tf
+from ..data.pipeline import length_sorted_batches, restore_order, segment_ids
+
+_INFERENCE_FUNCTIONS: weakref.WeakKeyDictionary[keras.Model, Callable[..., Any]] = weakref.WeakKeyDictionary()
+
+
+_IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
+
+
+def inference_function(model: keras.Model) -> Callable[..., Any]:
+    """``model`` in inference mode as a tf.function traced once for every batch shape.
+
+    The batch's two halves go through the model as two independent subgraphs, which
+    TensorFlow's executor runs side by side. TensorFlow runs a oneDNN matmul on one thread
+    when its operands fit in the L2 cache (``ExecuteSingleThreadedGemm``); where a core's L2
+    holds most of a batch's matmul operands, one core would otherwise idle (see
+    docs/performance.md, "Each encoding batch runs as two halves side by side"). Rows never
+    interact in the model, so the outputs are the whole batch's (a batch of one leaves an
+    empty half).
+    """
+    cached = _INFERENCE_FUNCTIONS.get(model)
+    if cached is not None:
+        return cached
+
+    @tf.function(input_signature=[_IDS, _IDS])
+    def function(token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
+        half = (tf.shape(token_ids)[0] + 1) // 2
+        with model_precision(model):  # runs while tracing
+            halves = [
+                model([token_ids[:half], segment_ids[:half]], training=False),
+                model([token_ids[half:], segment_ids[half:]], training=False),
+            ]
+        return tf.cast(tf.concat(halves, axis=0), tf.float32)
+
+    _INFERENCE_FUNCTIONS[model] = function
+    return function
+
+
+def batched_outputs(
+    model: keras.Model,
+    token_ids: Sequence[Sequence[int]],
+    batch_size: int = 64,
+    show_progress: bool = False,
+    sep_id: int | None = None,
+) -> np.ndarray:
+    """A model's outputs (float32 numpy) in input order, computed in length-sorted batches.
+
+    Each batch is padded only to its own longest sequence; segment ids are all 0, or with
+    ``sep_id`` those of concatenated pairs (:func:`cosent_tf.data.pipeline.segment_ids`).
+    """
+    function = inference_function(model)
+    order, batches = length_sorted_batches(list(token_ids), batch_size)
+    outputs = [
+        function(ids, segment_ids(ids, sep_id)).numpy()
+        for _, ids in tqdm(
+            batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding", disable=not show_progress
+        )
+    ]
+    if not outputs:
+        return np.zeros((0,) + tuple(model.output_shape[1:]), dtype=np.float32)
+    return restore_order(np.concatenate(outputs), order)
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def cosine_scores(
+    encoder: keras.Model,
+    ids_a: Sequence[Sequence[int]],
+    ids_b: Sequence[Sequence[int]],
+    batch_size: int = 64,
+    show_progress: bool = False,
+) -> np.ndarray:
+    """Cosine of each pair's two sentence vectors (both sides encoded in one pass)."""
+    vectors = l2_normalize(batched_outputs(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
+    first, second = vectors[: len(ids_a)], vectors[len(ids_a) :]
+    return np.sum(first * second, axis=1)
+
+
+def interaction_scores(
+    model: keras.Model,
+    pair_ids: Sequence[Sequence[int]],
+    batch_size: int = 64,
+    show_progress: bool = False,
+    sep_id: int | None = None,
+) -> np.ndarray:
+    """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax.
+    ``sep_id`` marks the second text with segment id 1 (models with ``pair_segments``)."""
+    return batched_outputs(model, pair_ids, batch_size, show_progress, sep_id)[:, -1]

@@ -1,0 +1,44 @@
+import numpy as np
+import pytest
+
+from cosent_tf import build_encoder
+from cosent_tf.backend import tf
+from cosent_tf.inference.runtime import batched_outputs, cosine_scores, inference_function
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+def test_a_batch_computed_in_two_halves_equals_the_model_on_the_whole_batch(tiny_config, rows):
+    encoder = build_encoder(tiny_config, pooling="cls")
+    rng = np.random.default_rng(rows)
+    token_ids = rng.integers(672, 2000, size=(rows, 9)).astype(np.int32)
+    token_ids[:, 0], token_ids[:, -1] = 101, 102
+    token_ids[0, 5:] = 0  # padding: the first half's longest row is not the batch's
+    segment_ids = np.zeros_like(token_ids)
+    function = inference_function(encoder)
+    np.testing.assert_allclose(
+        function(token_ids, segment_ids).numpy(), encoder([token_ids, segment_ids], training=False).numpy(), atol=1e-6
+    )
+
+    # the traced graph calls the model twice: two halves the executor can run side by side
+    def softmaxes(function):
+        return sum(
+            op.type == "Softmax" for op in function.get_concrete_function(token_ids, segment_ids).graph.get_operations()
+        )
+
+    whole = tf.function(lambda ids, segments: encoder([ids, segments], training=False))
+    assert softmaxes(whole) > 0 and softmaxes(function) == 2 * softmaxes(whole)
+
+
+def test_batched_outputs_come_back_in_input_order(tiny_config):
+    encoder = build_encoder(tiny_config, pooling="last-avg")
+    token_ids = [np.array([101] + [672 + i] * n + [102], np.int32) for i, n in enumerate([5, 1, 9, 3, 3, 7])]
+    vectors = batched_outputs(encoder, token_ids, batch_size=4)
+    for ids, vector in zip(token_ids, vectors):
+        single = encoder.predict([ids[None], np.zeros_like(ids)[None]], verbose=0)[0]
+        np.testing.assert_allclose(vector, single, atol=1e-5)
+    cosines = cosine_scores(encoder, token_ids[:3], token_ids[3:], batch_size=4)
+    expected = [
+        np.dot(vectors[i], vectors[i + 3]) / np.linalg.norm(vectors[i]) / np.linalg.norm(vectors[i + 3])
+        for i in range(3)
+    ]
+    np.testing.assert_allclose(cosines, expected, rtol=1e-5)
