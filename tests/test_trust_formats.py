@@ -27,6 +27,7 @@ from cosent_tf import (
     read_senteval,
     save_checkpoint,
 )
+from cosent_tf import huggingface as hf
 from cosent_tf.data.files import (
     MAX_LINE_BYTES,
     PairFileFormat,
@@ -35,7 +36,6 @@ from cosent_tf.data.files import (
     read_pair_lines,
     read_retrieval_files,
 )
-from cosent_tf.huggingface import folders as hf
 from cosent_tf.models.checkpoints import read_config
 from cosent_tf.models.tokenization import load_vocab
 from tests.helpers import ROOT, make_model_dir

@@ -27,11 +27,10 @@ import os
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, huggingface
 from ..backend import model_precision, tf
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError
-from ..huggingface import folders as huggingface
 from ..inference.model_dir import load_model_dir
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.builders import head_layer_name

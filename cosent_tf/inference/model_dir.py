@@ -25,9 +25,9 @@ import math
 import numbers
 import os
 
+from .. import huggingface
 from ..backend import dtype_policy, get_architecture, inference_policy_name, keras
 from ..errors import ConfigError
-from ..huggingface import folders as huggingface
 from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
 from ..layers import POOLING_MODES
 from ..losses.registry import KINDS

@@ -19,9 +19,9 @@ import weakref
 
 import numpy as np
 
+from .. import huggingface
 from ..backend import keras, tf, transformer_class
 from ..errors import CheckpointError, ConfigError, where
-from ..huggingface import folders as huggingface
 from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
 
 CONFIG_FILE = "bert_config.json"

@@ -12,20 +12,12 @@ from safetensors.numpy import load_file, save_file
 
 from cosent_tf import CheckpointError, ConfigError, PairScorer, SentenceEncoder, build_encoder, export_hf
 from cosent_tf.cli import train_main
-from cosent_tf.huggingface.folders import (
-    bert_config,
-    bert_name_table,
-    google_arrays,
-    hf_config,
-    hf_weights,
-    read_sentence_transformers,
-    read_tokenizer_json,
-    write_hf_folder,
-)
+from cosent_tf.huggingface.bert import bert_config, bert_name_table, google_arrays, hf_config, hf_weights
+from cosent_tf.huggingface.folders import read_sentence_transformers, read_tokenizer_json, write_hf_folder
 from cosent_tf.inference.model_dir import read_spec
 from cosent_tf.models.checkpoints import read_config
 from cosent_tf.models.tokenization import SentenceTokenizer, load_vocab
-from cosent_tf.training.engine import RunConfig
+from cosent_tf.training.config import RunConfig
 from tests.helpers import made_vocab, make_model_dir, write_config
 
 TEXTS = ["今天天气很好", "我想吃苹果", "Café au LAIT", ""]

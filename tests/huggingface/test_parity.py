@@ -17,7 +17,7 @@ import pytest
 from cosent_tf import PairScorer, SentenceEncoder, build_encoder
 from cosent_tf.cli import main as cosent_tf_main
 from cosent_tf.cli import train_main
-from cosent_tf.huggingface.folders import read_hf_weights
+from cosent_tf.huggingface.weights import read_hf_weights
 from cosent_tf.inference.runtime import batched_outputs
 from cosent_tf.models.tokenization import SentenceTokenizer
 from tests.helpers import ROOT, SHARED_VOCAB, requires_shared_data
