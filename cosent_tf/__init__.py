@@ -41,7 +41,7 @@ _HOMES = {
     "pair_dataset": ".data.pipeline",
     "interaction_dataset": ".data.pipeline",
     # training
-    "RunConfig": ".training.engine",
+    "RunConfig": ".training.config",
     "train": ".training.engine",
     # checkpoints and trained models
     "save_checkpoint": ".models.checkpoints",

@@ -1,119 +1,64 @@
-"""The command line: the ``cosent-tf`` command (encode, similarity, search and export with a
-trained model folder) and :func:`train_main`, which every training script wraps.
+"""The command line: the ``cosent-tf`` command (train on one's own pair files; evaluate, encode,
+similarity, search and export with a trained model folder).
+
+``cosent-tf train`` takes RunConfig's own options (:func:`cosent_tf.training.config.add_run_options`);
+the paper's training scripts have their entry points in :mod:`cosent_tf.experiments.scripts`.
 
 Every output is written through a temporary file and a rename, so an interrupted
 command leaves either the previous file or none, never a truncated one (a device or pipe,
 ``/dev/stdout``, is written as a stream). Outputs are checked before the work starts: an
 output file may not be a folder, an input or inside one, nor lie inside a folder this tool
-writes (:func:`output_kinds`); an output folder (index, export) must be new, empty, or (with
-``--overwrite``) an earlier output of the same kind that holds no input. A failure ends the
-command with one ``error: ...`` line naming the file (:func:`errors_reported`).
+writes (:func:`cosent_tf.experiments.scripts.output_kinds`); an output folder (index, export)
+must be new, empty, or (with ``--overwrite``) an earlier output of the same kind that holds no input. A failure ends the
+command with one ``error: ...`` line naming the file (:func:`cosent_tf.console.errors_reported`).
 """
 
+from __future__ import annotations
+
 import argparse
-import contextlib
 import logging
-import math
 import os
-import signal
 import sys
-import traceback
 
 import numpy as np
 
 from . import environment
+from .console import (  # noqa: F401 (console_logging and errors_reported: also their old home)
+    VERBOSE_HELP,
+    console_logging,
+    error_message,
+    errors_reported,
+    tensorflow_start_up_shown,
+)
 from .data.files import read_lines, read_pair_lines
-from .errors import ConfigError, CosentError, TrainingInterrupted
+from .errors import ConfigError, CosentError
+from .experiments.scripts import (  # noqa: F401 (the training scripts' entry points: also their old home)
+    output_kinds,
+    report_main,
+    train_main,
+    training_parser,
+)
+from .experiments.scripts import run_training as _run_training
 from .io import (
     atomic_path,
-    check_can_write_in,
     check_folder_apart,
     check_not_in_tool_folder,
     check_output_file,
     check_output_folder,
-    is_inside,
     json_text,
     write_json,
     write_text,
 )
-
-
-@contextlib.contextmanager
-def console_logging():
-    """Within the block the package's log (progress, warnings, errors) shows on stderr, so that
-    stdout carries a command's result alone (``cosent-tf train ... > metrics.json``). The
-    handler is removed afterwards."""
-    package = logging.getLogger("cosent_tf")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.INFO)
-    previous_level, previous_propagate = package.level, package.propagate
-    package.setLevel(logging.INFO)
-    package.propagate = False  # shown here once, not again by a handler of the root logger
-    package.addHandler(handler)
-    try:
-        yield
-    finally:
-        package.removeHandler(handler)
-        package.setLevel(previous_level)
-        package.propagate = previous_propagate
-
-
-@contextlib.contextmanager
-def tensorflow_start_up_shown(verbose: bool):
-    """With ``verbose``, TensorFlow's native start-up lines are shown if TensorFlow is first
-    imported within the block (``COSENT_TF_VERBOSE=1``); the variable is put back afterwards."""
-    previous = os.environ.get("COSENT_TF_VERBOSE")
-    if verbose:
-        os.environ["COSENT_TF_VERBOSE"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("COSENT_TF_VERBOSE", None)
-        else:
-            os.environ["COSENT_TF_VERBOSE"] = previous
-
-
-VERBOSE_HELP = (
-    "show TensorFlow's start-up lines (absl, oneDNN, CUDA probing), which are held back by default, "
-    "and the traceback of an error"
+from .training.config import (
+    ENGINE,
+    FILE_FORMAT,
+    MODEL_KIND,
+    OWN_FILES,
+    add_run_options,
+    finite_number,
+    number_in_range,
+    run_config,
 )
-
-
-def error_message(error) -> str:
-    """The ``error: ...`` line's text for ``error``: an OSError says which file and what the system
-    said (``out.npy: No space left on device``), not its errno and repr."""
-    if isinstance(error, OSError):
-        names = [os.fsdecode(name) for name in (error.filename, error.filename2) if name is not None]
-        said = error.strerror or (str(error.args[0]) if error.args else type(error).__name__)
-        return ": ".join([" -> ".join(names), said] if names else [said])
-    return str(error)
-
-
-@contextlib.contextmanager
-def errors_reported(verbose: bool):
-    """Within the block, bad input (CosentError, ValueError) and a failed file operation (OSError:
-    a full or read-only disk, a path under a file) end the process with one ``error: ...`` line
-    naming the file, and exit status 1; ``verbose`` prints the traceback first. Other exceptions
-    are bugs, and keep their traceback."""
-    try:
-        yield
-    except (CosentError, ValueError, OSError) as error:
-        if verbose:
-            traceback.print_exc()
-        raise SystemExit(f"error: {error_message(error)}") from None
-
-
-def output_kinds() -> tuple:
-    """The folders this tool writes (by their :class:`cosent_tf.io.FolderKind`): no output of a
-    command may land inside one, where it would be lost when the folder is replaced or make the
-    folder look like someone else's."""
-    from .export.savedmodel import HF_FOLDER, SAVED_MODEL
-    from .inference.matchers import VectorIndex
-    from .inference.model_dir import MODEL_FOLDER
-    from .training.run_folder import RUN_FOLDER
-
-    return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, HF_FOLDER, RUN_FOLDER
 
 
 def summary_stream(output):
@@ -164,7 +109,8 @@ def _similarity(args):
 
 
 def _search_build(args):
-    from .inference.matchers import SentenceEncoder, VectorIndex
+    from .inference.index import VectorIndex
+    from .inference.matchers import SentenceEncoder
 
     inputs = [args.model_dir, args.corpus]
     check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
@@ -175,7 +121,8 @@ def _search_build(args):
 
 
 def _search_query(args):
-    from .inference.matchers import SentenceEncoder, VectorIndex
+    from .inference.index import VectorIndex
+    from .inference.matchers import SentenceEncoder
 
     check_output_file(args.output, [args.index_dir, args.queries, args.model_dir], output_kinds())
     said = summary_stream(args.output)
@@ -196,7 +143,8 @@ def _search_query(args):
 
 
 def _export(args):
-    from .export.savedmodel import export_hf, export_saved_model
+    from .export.huggingface import export_hf
+    from .export.savedmodel import export_saved_model
 
     check_folder_apart(args.output_dir, [args.model_dir])
     check_not_in_tool_folder(args.output_dir, output_kinds())  # the rest is checked by the export
@@ -211,11 +159,8 @@ def _export(args):
 
 
 def _train(args):
-    from .training.engine import RunConfig
-
-    settings = {k: v for k, v in vars(args).items() if k not in ("command", "handler", "overwrite", "name", "verbose")}
-    settings["task"] = args.name or os.path.splitext(os.path.basename(args.train_file))[0]
-    _run_training(RunConfig(**settings), args.overwrite)
+    task = args.name or os.path.splitext(os.path.basename(args.train_file))[0]
+    _run_training(run_config(args, task=task), args.overwrite)
 
 
 def _file_format(args):
@@ -225,7 +170,8 @@ def _file_format(args):
 
 
 def _evaluate(args):
-    from .data.files import read_pair_file, read_retrieval_files
+    from .data.files import read_pair_file
+    from .data.retrieval import read_retrieval_files
     from .evaluation import evaluate_pairs, retrieval_by
     from .inference.matchers import load_matcher
     from .inference.model_dir import read_spec
@@ -268,22 +214,6 @@ def _evaluate(args):
             write_text(outputs[1], "".join(line + "\n" for line in lines))
 
 
-def _add_file_format_options(sub):
-    from .data.files import FILE_FORMATS
-
-    sub.add_argument(
-        "--format",
-        dest="file_format",
-        choices=FILE_FORMATS,
-        help="default: from the extension (.tsv .txt .data: TSV; .csv: CSV; .jsonl .json: JSONL)",
-    )
-    sub.add_argument("--text-a-field", default="sentence1", help="CSV column / JSON field of the first text")
-    sub.add_argument("--text-b-field", default="sentence2", help="CSV column / JSON field of the second text")
-    sub.add_argument(
-        "--label-field", default="label", help="CSV column / JSON field of the label (gold_label for CNSD)"
-    )
-
-
 def argument_parser(command_name: str = None):
     """The ``cosent-tf`` parser. Given the command about to run, the others' options are left
     out: ``train``'s need TensorFlow to list, and ``cosent-tf --help`` should not wait for it."""
@@ -301,7 +231,7 @@ def argument_parser(command_name: str = None):
         return sub
 
     def inference_options(sub):
-        sub.add_argument("--batch-size", type=_number(int, 1), default=64)
+        sub.add_argument("--batch-size", type=number_in_range(int, 1), default=64)
         sub.add_argument("--precision", default="float32", choices=["float32", "bf16"])
         sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
 
@@ -311,40 +241,9 @@ def argument_parser(command_name: str = None):
         "Train a matcher on your own pair files (TSV, CSV or JSONL; labels 0/1, graded scores or NLI words) "
         "with the engine of the benchmark scripts: the same outputs, resume and checks.",
     )
-    sub.add_argument("--train", dest="train_file", required=True, metavar="FILE")
-    sub.add_argument(
-        "--valid",
-        dest="valid_file",
-        metavar="FILE",
-        help="default: a seeded --valid-fraction of --train, held out (the run says so)",
-    )
-    sub.add_argument(
-        "--test",
-        dest="test_file",
-        metavar="FILE",
-        help="default: none, and the final metrics are the valid ones (the run says so)",
-    )
-    sub.add_argument("--valid-fraction", type=_number(float, 0, 1, low_included=False), default=0.1, metavar="FRACTION")
-    sub.add_argument("--name", help="the task's name in outputs (default: the train file's name)")
-    sub.add_argument(
-        "--kind",
-        default="feature",
-        choices=["feature", "interaction"],
-        help="a sentence encoder scored by cosine, or a cross-encoder",
-    )
-    sub.add_argument(
-        "--loss",
-        default="cosent",
-        help="feature: cosent, sbert, mse, contrastive; interaction: cosent, ce (default cosent)",
-    )
-    sub.add_argument(
-        "--allow-single-label",
-        action="store_true",
-        help="train even if every train pair has the same label (nothing to rank)",
-    )
-    _add_file_format_options(sub)
-    if command_name in (None, "train"):
-        _add_run_options(sub)
+    if command_name in (None, "train"):  # their tables import TensorFlow
+        add_run_options(sub, OWN_FILES, MODEL_KIND, FILE_FORMAT, ENGINE, overwrite=True)
+        sub.add_argument("--name", help="the task's name in outputs (default: the train file's name)")
 
     sub = command(
         "evaluate",
@@ -355,7 +254,7 @@ def argument_parser(command_name: str = None):
     sub.add_argument("model_dir")
     sub.add_argument("file", nargs="?", help="pair file (TSV, CSV or JSONL, as for train)")
     sub.add_argument(
-        "--threshold", type=_finite, help="for accuracy (default: the model folder's tuned one)", metavar="SCORE"
+        "--threshold", type=finite_number, help="for accuracy (default: the model folder's tuned one)", metavar="SCORE"
     )
     sub.add_argument(
         "--retrieval",
@@ -370,7 +269,7 @@ def argument_parser(command_name: str = None):
         metavar="PREFIX",
         help="write PREFIX.json (the metrics) and PREFIX.tsv (each pair with its label, score and 0/1 prediction)",
     )
-    _add_file_format_options(sub)
+    add_run_options(sub, FILE_FORMAT)
     inference_options(sub)
 
     sub = command("encode", _encode, "Embed a text file (one sentence a line) into an .npy matrix.")
@@ -409,7 +308,7 @@ def argument_parser(command_name: str = None):
     sub.add_argument("queries", help="UTF-8 text file, one query a line")
     sub.add_argument("output", help=".jsonl file: one {query, hits: [{index, score, text}]} per query")
     sub.add_argument("--model-dir", help="model folder (default: the one that built the index)")
-    sub.add_argument("--top-k", type=_number(int, 1), default=10)
+    sub.add_argument("--top-k", type=number_in_range(int, 1), default=10)
     inference_options(sub)
 
     sub = command(
@@ -439,37 +338,19 @@ def argument_parser(command_name: str = None):
     return parser
 
 
-# Commands that only run models forward: their processes never change a model's weights.
-INFERENCE_COMMANDS = ("evaluate", "encode", "similarity", "search")
-
-
-def keeps_weights_in_amx_layout(args, cpu_flags, environ) -> bool:
-    """Whether a ``cosent-tf`` process that runs ``args`` should set ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1``:
-    an inference command in bf16, on a CPU with AMX, where the user has not set the variable
-    either way. oneDNN then keeps each Dense layer's weights in the layout its AMX kernel needs
-    (bf16 encoding 1.05-1.35× faster on a Xeon, docs/performance.md item 13); elsewhere, and in
-    float32, it gained nothing that was measured consistently."""
-    return (
-        args.command in INFERENCE_COMMANDS
-        and args.precision == "bf16"
-        and "amx_bf16" in cpu_flags
-        and environ.get(environment.FROZEN_WEIGHTS_VARIABLE) is None
-    )
-
-
 def main(argv=None, *, whole_process=False) -> int:
     """The command line on ``argv`` (default: ``sys.argv[1:]``). ``whole_process``: this call is
     all the process does (the ``cosent-tf`` script), so it may set up TensorFlow for the command
-    alone (:func:`keeps_weights_in_amx_layout`)."""
+    alone (:func:`cosent_tf.environment.keeps_weights_in_amx_layout`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = "--verbose" in argv  # train's options import TensorFlow while the parser is built
     try:
         with errors_reported(verbose), tensorflow_start_up_shown(verbose):
             args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
             with console_logging():
-                if whole_process and keeps_weights_in_amx_layout(args, environment.cpu_flags(), os.environ):
+                if whole_process and environment.keeps_weights_in_amx_layout(args, environment.cpu_flags(), os.environ):
                     # Not put back: TensorFlow reads it once, at its first fused matmul, and the
-                    # training guard (backend.weights_assumed_frozen) must go on seeing it.
+                    # training guard (environment.weights_assumed_frozen) must go on seeing it.
                     os.environ[environment.FROZEN_WEIGHTS_VARIABLE] = "1"
                     logging.getLogger("cosent_tf").info(
                         "AMX CPU, bf16: oneDNN keeps each Dense layer's weights in its AMX layout "
@@ -485,283 +366,6 @@ def main(argv=None, *, whole_process=False) -> int:
 def console_main() -> int:
     """The ``cosent-tf`` console script: :func:`main` as the whole of its process."""
     return main(whole_process=True)
-
-
-# The training scripts (scripts/*.py): options of cosent_tf.training.engine.RunConfig.
-
-
-def _finite(text):
-    """An argparse type: a finite float (``nan`` and ``inf`` parse as floats, but mean nothing here)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def _number(number_type, low, high=None, low_included=True):
-    """An argparse type: ``number_type`` (int or float) in [low, high] (or (low, high]); errors say which."""
-
-    def parse(text):
-        try:
-            value = number_type(text)
-        except ValueError:
-            what = "an integer" if number_type is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        above = value >= low if low_included else value > low
-        if not (above and (high is None or value <= high) and math.isfinite(value)):
-            limit = f"{'at least' if low_included else 'above'} {low}" + (
-                f" and at most {high}" if high is not None else ""
-            )
-            raise argparse.ArgumentTypeError(f"must be {limit}, got {text}")
-        return value
-
-    return parse
-
-
-def _add_run_options(parser):
-    """The engine's options (model, batching, optimisation, output), common to every way of training."""
-    from .backend import ARCHITECTURES, PRECISIONS
-    from .layers import POOLING_MODES
-    from .models.builders import HEAD_INPUTS
-    from .optimizers import SCHEDULES
-    from .training.distribute import STRATEGIES
-    from .training.engine import RunConfig
-    from .training.recipes import RECIPES
-
-    parser.add_argument(
-        "--config", help="BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)"
-    )
-    parser.add_argument(
-        "--checkpoint",
-        help="a Google-format checkpoint folder or prefix, a Hugging Face model folder (model.safetensors or "
-        "pytorch_model.bin), or a sentence-transformers folder, whose pooling is then the default",
-    )
-    parser.add_argument("--vocab", help="vocab.txt (default: the checkpoint folder's, else the shared one)")
-    parser.add_argument(
-        "--architecture",
-        "--model",
-        dest="architecture",
-        default=RunConfig.architecture,
-        choices=sorted(ARCHITECTURES),
-        help="the transformer family (--model is its old name)",
-    )
-    parser.add_argument(
-        "--pooling",
-        choices=POOLING_MODES,
-        help="feature models (default: a sentence-transformers checkpoint's, else the recipe's: cls, paper last-avg)",
-    )
-    parser.add_argument(
-        "--head",
-        dest="head_input",
-        choices=HEAD_INPUTS,
-        help="what an interaction model's head reads: cls, the [CLS] hidden state (the original experiments), or "
-        "pooler, BERT's pooler (dense + tanh on [CLS]) as Hugging Face's BertForSequenceClassification, which "
-        "`cosent-tf export --format hf` needs (default: pooler for such a checkpoint, else cls)",
-    )
-    defaults = "default: the task's, as in the original scripts (cosent_tf.data.tasks)"
-    parser.add_argument(
-        "--maxlen",
-        type=_number(int, 3),
-        help="tokens per text (interaction: per pair), [CLS] and [SEP] included; longer ones are cut, and the "
-        "run reports how many and the longest; time and memory grow with it (attention with its square); " + defaults,
-    )
-    parser.add_argument("--batch-size", type=_number(int, 1), help="pairs per batch; " + defaults)
-    parser.add_argument("--epochs", type=_number(int, 1), help=defaults)
-    parser.add_argument("--steps-per-epoch", type=_number(int, 1), help="default: one pass over train (NLI 5000)")
-    parser.add_argument(
-        "--recipe",
-        default=RunConfig.recipe,
-        choices=list(RECIPES),
-        help="; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values()).replace("%", "%%")
-        + ". Each of its settings is overridden by its own option",
-    )
-    parser.add_argument("--lr", type=_number(float, 0, low_included=False), help="peak learning rate (default: 2e-5)")
-    parser.add_argument(
-        "--weight-decay",
-        type=_number(float, 0),
-        help="decoupled (AdamW-style) weight decay of every kernel; embeddings, layer norms and biases are "
-        "not decayed (default: 0, paper recipe 0.01)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=_number(float, 0, 1),
-        metavar="FRACTION",
-        help="linear learning-rate warm-up over this fraction of all steps (default: 0, paper recipe 0.1)",
-    )
-    parser.add_argument(
-        "--schedule",
-        choices=SCHEDULES,
-        help="after the warm-up: a constant learning rate, or linear decay to 0 at the last step "
-        "(default: constant, paper recipe linear)",
-    )
-    parser.add_argument(
-        "--scale", type=_number(float, 0, low_included=False), default=RunConfig.scale, help="CoSENT's lambda"
-    )
-    parser.add_argument("--epsilon", type=_finite, default=RunConfig.epsilon, help="contrastive threshold")
-    parser.add_argument("--seed", type=int, default=RunConfig.seed)
-    parser.add_argument("--max-train-pairs", type=_number(int, 1), help="train on a seeded subsample")
-    parser.add_argument("--max-eval-pairs", type=_number(int, 1), help="validate and test on seeded subsamples")
-    parser.add_argument(
-        "--eval-every",
-        type=_number(int, 0),
-        default=0,
-        metavar="STEPS",
-        help="also validate every STEPS steps (for convergence curves)",
-    )
-    parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false")
-    parser.add_argument(
-        "--backup-every",
-        type=_number(int, 0),
-        default=0,
-        metavar="STEPS",
-        help="also save the training state every STEPS steps (it is always saved at epoch ends and on SIGTERM/SIGINT)",
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="any line the readers would skip or flag (wrong field count, empty text, repeated "
-        "pair, NLI label '-') is an error naming file and line, instead of a warning",
-    )
-    parser.add_argument(
-        "--precision",
-        default=RunConfig.precision,
-        choices=list(PRECISIONS),
-        help="bf16: mixed bfloat16 (fast on CPUs with AVX512-BF16 or AMX, and on recent GPUs); fp16: mixed "
-        "float16 with dynamic loss scaling, for GPUs without bfloat16 (T4, V100; slow on a CPU)",
-    )
-    parser.add_argument(
-        "--strategy",
-        default=RunConfig.strategy,
-        choices=STRATEGIES,
-        help="train on one device (default), on every device of this machine (mirrored), or across machines "
-        "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs",
-    )
-    parser.add_argument(
-        "--worker-timeout",
-        type=_number(float, 0, low_included=False),
-        default=RunConfig.worker_timeout,
-        metavar="SECONDS",
-        help="--strategy multi-worker: how long a worker waits for the others to start before it stops with an "
-        "error naming them (default: %(default)g)",
-    )
-    parser.add_argument(
-        "--micro-batch-size",
-        type=_number(int, 1),
-        metavar="PAIRS",
-        help="compute each batch's gradient PAIRS pairs at a time (gradient cache): the exact gradient of the "
-        "whole --batch-size batch in the memory of PAIRS pairs, for about one more forward pass",
-    )
-    parser.add_argument(
-        "--per-replica-loss",
-        dest="global_batch_loss",
-        action="store_false",
-        help="under a strategy with several replicas, CoSENT ranks each replica's slice of the batch alone "
-        "instead of the global batch (for comparison)",
-    )
-    parser.add_argument("--output-dir", help="a new or empty folder, or this run's own folder to resume it")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="train over a finished run (or one with other settings) in --output-dir, removing its outputs first",
-    )
-
-
-def training_parser(kind: str = "feature", loss: str = "cosent", task: str = None) -> argparse.ArgumentParser:
-    """Options of a training script for ``kind`` models; ``task`` fixed, or the first argument."""
-    from .data.tasks import MATCHING_TASKS
-    from .losses import loss_names
-    from .training.engine import RunConfig
-
-    parser = argparse.ArgumentParser(
-        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test."
-    )
-    if task is None:
-        parser.add_argument("task", choices=MATCHING_TASKS)
-    parser.add_argument("--loss", default=loss, choices=loss_names(kind))
-    parser.add_argument(
-        "--data-dir",
-        default=RunConfig.data_dir,
-        help="shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder",
-    )
-    parser.add_argument(
-        "--train-from-valid",
-        type=_number(float, 0, 1, low_included=False),
-        metavar="FRACTION",
-        help="when the task has no train split, train on this seeded part of valid "
-        "(results are then not comparable with published numbers)",
-    )
-    _add_run_options(parser)
-    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
-    return parser
-
-
-def _run_training(cfg, overwrite):
-    """Train ``cfg``, print the final metrics as JSON, the only line on stdout (the log and
-    Keras's progress go to stderr); signals become an exit status. The caller shows the log
-    (:func:`console_logging`) and reports errors (:func:`errors_reported`)."""
-    from .training.engine import train
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
-            metrics = train(cfg, overwrite)
-    except TrainingInterrupted as stopped:
-        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
-        raise SystemExit(128 + stopped.signal_number) from None
-    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
-        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signal.SIGINT) from None
-    if "worker" in metrics:  # a multi-worker run's other worker: the chief has the results
-        print(json_text(metrics))
-    else:
-        print(json_text({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
-    return metrics
-
-
-def train_main(argv=None, kind: str = "feature", loss: str = "cosent", task: str = None) -> dict:
-    """Parse a training script's command line, train, and print the final metrics as JSON."""
-    from .training.engine import RunConfig
-
-    argv = sys.argv[1:] if argv is None else list(argv)
-    verbose = "--verbose" in argv  # the parser itself imports TensorFlow
-    with errors_reported(verbose), tensorflow_start_up_shown(verbose):
-        args = vars(training_parser(kind, loss, task).parse_args(argv))
-        if task is not None:
-            args["task"] = task
-        overwrite, _ = args.pop("overwrite"), args.pop("verbose")
-        with console_logging():
-            return _run_training(RunConfig(kind=kind, **args), overwrite)
-
-
-def _check_report_folder(output_dir, runs):
-    """The report's folder may not be, or lie inside, one of the runs it reads or any folder this
-    tool writes (a run, a model folder): its files there would make a run look like someone else's."""
-    for run in runs:
-        if is_inside(output_dir, run):
-            raise ConfigError(
-                f"{output_dir}: lies inside the run {run}, an input of the report; nothing was written: "
-                "choose another --output-dir"
-            )
-    check_not_in_tool_folder(output_dir, output_kinds(), start=output_dir)
-    check_can_write_in(output_dir, output_dir)
-
-
-def report_main(argv=None) -> None:
-    """``scripts/report.py``: tables and plots comparing finished runs."""
-    from .experiments.report import write_report
-
-    parser = argparse.ArgumentParser(description="Tables and plots comparing finished runs.")
-    parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")
-    parser.add_argument("--output-dir", default="docs/results")
-    parser.add_argument("--preface", default="", help="text placed above the tables")
-    parser.add_argument("--verbose", action="store_true", help="show the traceback of an error")
-    args = parser.parse_args(argv)
-    with errors_reported(args.verbose):
-        _check_report_folder(args.output_dir, args.runs)
-        for path in write_report(args.runs, args.output_dir, args.preface):
-            print(path)
 
 
 if __name__ == "__main__":

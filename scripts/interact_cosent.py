@@ -4,7 +4,7 @@
 ``python scripts/interact_cosent.py TASK [options]``
 """
 
-from cosent_tf.cli import train_main
+from cosent_tf.experiments.scripts import train_main
 
 if __name__ == "__main__":
     train_main(kind="interaction", loss="cosent")

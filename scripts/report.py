@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Tables and plots over finished runs: ``python scripts/report.py runs/* --output-dir docs/results``."""
 
-from cosent_tf.cli import report_main
+from cosent_tf.experiments.scripts import report_main
 
 if __name__ == "__main__":
     report_main()

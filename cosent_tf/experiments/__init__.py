@@ -18,7 +18,7 @@ _HOMES = {
     "convergence_tables": ".report",
     "convergence_groups": ".runs",
     "tables": ".report",
-    "plot_valid_curve": ".report",
+    "plot_valid_curve": "..training.run_folder",
     "plot_convergence": ".plots",
     "plot_cosine_density": ".plots",
     "plot_batch_sizes": ".plots",

@@ -33,7 +33,7 @@ from ..data.tasks import BINARY_TASKS, MATCHING_TASKS
 from ..errors import ConfigError
 from ..io import atomic_path, write_text
 from ..layers import POOLING_MODES
-from .plots import _pyplot, _save, plot_batch_sizes, plot_convergence, plot_cosine_density
+from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density
 from .runs import (
     Run,
     batch_size_runs,
@@ -226,21 +226,6 @@ def tables(runs: list[Run]) -> str:
         "published numbers.  \n* Avg over the tasks present only."
     )
     return "\n\n".join(sections) + "\n\n" + notes + "\n"
-
-
-def plot_valid_curve(history, path, title):
-    """One run's valid Spearman against steps, epoch ends marked."""
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(6, 4))
-    axes.plot([r["step"] for r in history], [r["spearman"] for r in history], marker=".")
-    ends = [r for r in history if r["end_of_epoch"]]
-    axes.scatter([r["step"] for r in ends], [r["spearman"] for r in ends], color="C3", zorder=3, label="epoch end")
-    axes.set(xlabel="training step", ylabel="valid Spearman", title=title)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    _save(figure, path)
-    plt.close(figure)
 
 
 def write_report(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, preface: str = "") -> list[str]:

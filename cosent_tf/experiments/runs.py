@@ -21,6 +21,7 @@ from ..errors import ConfigError, DataError
 from ..io import json_field, read_json
 from ..layers import POOLING_MODES
 from ..losses import get_loss
+from ..training.run_folder import METRICS, RUN_CONFIG, TEST_SCORES, VALID_METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Run]:
                 f"{folder}: {'is not a folder' if os.path.exists(folder) else 'no such run folder'}; "
                 "give the folders of finished training runs"
             )
-        metrics_path, config_path = os.path.join(folder, "metrics.json"), os.path.join(folder, "config.json")
+        metrics_path, config_path = os.path.join(folder, METRICS), os.path.join(folder, RUN_CONFIG)
         if not os.path.exists(metrics_path):
             why = "a run not finished (no metrics.json)" if os.path.exists(config_path) else "not a training run"
             logger.warning("%s: %s; left out of the report", folder, why)
@@ -141,7 +142,7 @@ def run_history(run: Run) -> list[dict[str, Any]]:
     Spearman outside -1 to 1 (NaN, of constant scores, is one the engine writes)."""
     if "history" in run:
         return run["history"]
-    path = os.path.join(run["dir"], "valid_metrics.csv")
+    path = os.path.join(run["dir"], VALID_METRICS)
     try:
         rows = read_history(path, columns=("step", "spearman"))
     except FileNotFoundError:
@@ -157,7 +158,7 @@ def run_history(run: Run) -> list[dict[str, Any]]:
 def run_test_scores(run: Run, task: str) -> tuple[np.ndarray, np.ndarray]:
     """(scores, labels) of ``task`` from the run's test_scores.npz; a DataError naming the file
     if it is missing or damaged."""
-    path = os.path.join(run["dir"], "test_scores.npz")
+    path = os.path.join(run["dir"], TEST_SCORES)
     try:
         with np.load(path) as saved:
             scores, labels = saved[f"{task}.scores"], saved[f"{task}.labels"]

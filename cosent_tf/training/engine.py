@@ -1,415 +1,65 @@
 """The training engine: one function trains, validates and tests every kind of matcher.
 
-Per-dataset scripts are a few lines over :func:`cosent_tf.cli.train_main`, which parses the
-options into a :class:`RunConfig` and calls :func:`train`. A run writes to its output folder:
+:func:`train` takes a :class:`~cosent_tf.training.config.RunConfig`, reads the run's data
+(:mod:`cosent_tf.training.run_data`), builds a :class:`Matcher`, fits it with validation and
+backups, tests the best weights and writes the run folder. What the folder holds, and the
+rules for resuming or replacing a run in it, are :mod:`cosent_tf.training.run_folder`'s.
+The per-dataset scripts (:mod:`cosent_tf.experiments.scripts`) and ``cosent-tf train`` parse
+their options into a RunConfig and call :func:`train`.
 
-* ``.cosent-run``       first, the marker that makes the folder a run's (only such a folder is
-  resumed or replaced), with a fingerprint of every file the run reads: a run resumes only
-  while they are unchanged;
-* ``config.json``       the full, resolved configuration;
-* ``best.weights.h5``   weights of the epoch with the best valid Spearman;
-* ``valid_metrics.csv`` every validation (each epoch end, and every ``--eval-every`` steps);
-* ``valid_curve.png``   valid Spearman against training steps;
-* ``test_scores.npz``   test scores and labels per task (for similarity-distribution plots);
-* ``model/``            the best model as a model folder (see :mod:`cosent_tf.inference.model_dir`),
-  with the tuned threshold: ``SentenceEncoder.load`` / ``PairScorer.load`` and the
-  ``cosent-tf`` command use it;
-* ``metrics.json``      final metrics: ``test.spearman`` (and ``test.accuracy`` with the
-  threshold tuned on valid, for binary tasks), per task under ``tasks``;
-* ``backup/``           the training state while the run is unfinished, saved at every
-  epoch end, every ``--backup-every`` steps, and on SIGTERM/SIGINT: the same command
-  resumes an interrupted run from there, mid-epoch included. It is removed only once
-  every other output is written, so a run killed while testing or saving finishes
-  without training again.
-
-A run holds a lock on its folder (``.lock``) from the moment it writes to it: a second run
-aimed at the same folder stops with an error. Nothing is written before the data, config,
-vocabulary and checkpoint have been read and checked; :mod:`cosent_tf.training.run_folder` has the
-rules for finished and unfinished runs already in the folder.
+A run holds a lock on its folder from the moment it writes to it: a second run aimed at the
+same folder stops with an error. Nothing is written before the data, config, vocabulary and
+checkpoint have been read and checked.
 """
+
+from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import logging
-import math
-import numbers
 import os
 import re
 import shutil
-import stat
 import time
 
 import numpy as np
 
-from ..backend import check_weights_may_change, dtype_policy, get_architecture, keras, policy_name, random_seed, tf
+from ..backend import dtype_policy, keras, policy_name, random_seed, tf
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
-from ..data.files import (
-    PairData,
-    PairFileFormat,
-    load_task,
-    nli_files,
-    read_nli,
-    read_pair_file,
-    senteval_dir,
-    shared_vocab,
-    task_file,
-)
+from ..data.pairs import PairData
 from ..data.pipeline import batches_per_epoch, interaction_dataset, pair_dataset
-from ..data.tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
-from ..errors import CheckpointError, ConfigError, DataError, NonFiniteLossError, WorkerLostError, where
+from ..data.tasks import CNSD, FILES, Task
+from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
-from ..experiments.report import plot_valid_curve
 from ..huggingface import folders as huggingface
-from ..inference.matchers import batched_outputs, l2_normalize
-from ..inference.model_dir import SPEC_FILE, ModelSpec, hf_spec, read_spec, save_model_dir
+from ..inference.model_dir import SPEC_FILE, ModelSpec, read_spec, save_model_dir
+from ..inference.runtime import batched_outputs, l2_normalize
 from ..io import atomic_path, folder_lock, write_json
 from ..losses import get_loss
+from ..models.architectures import get_architecture
 from ..models.builders import build_encoder, build_interaction_model, check_maxlen
-from ..models.checkpoints import checkpoint_files, open_checkpoint, read_config
-from ..models.tokenization import SentenceTokenizer, check_vocab_size
+from ..models.tokenization import SentenceTokenizer
 from ..optimizers import build_optimizer
+from .config import RunConfig
 from .distribute import get_strategy, is_chief, started_together, worker
 from .gradient_cache import GradientCacheModel
-from .recipes import get_recipe
-from .run_folder import check_run_folder, fingerprints, prepare_run_folder
+from .run_data import check_inputs, load_run_data, run_inputs
+from .run_folder import (
+    BACKUP,
+    BEST_WEIGHTS,
+    METRICS,
+    MODEL,
+    RUN_CONFIG,
+    TEST_SCORES,
+    VALID_CURVE,
+    VALID_METRICS,
+    check_run_folder,
+    fingerprints,
+    plot_valid_curve,
+    prepare_run_folder,
+)
 
 logger = logging.getLogger(__name__)
-SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "bert-small-random.json")
-
-
-@dataclasses.dataclass
-class RunConfig:
-    """Everything a training run depends on; ``None`` means the task's or loss's default.
-
-    The fields are the command line's options (``--batch-size`` is ``batch_size``);
-    :meth:`resolved` fills in the defaults, and ``config.json`` records the result.
-    """
-
-    task: str = "STS-B"
-    kind: str = "feature"
-    loss: str = "cosent"
-    data_dir: str = "../shared/data"
-    config: str = None
-    checkpoint: str = None
-    vocab: str = None
-    architecture: str = "bert"
-    pooling: str = None
-    head_input: str = None
-    maxlen: int = None
-    batch_size: int = None
-    epochs: int = None
-    steps_per_epoch: int = None
-    recipe: str = "blog"
-    lr: float = None
-    weight_decay: float = None
-    warmup: float = None
-    schedule: str = None
-    scale: float = 20.0
-    epsilon: float = 0.5
-    seed: int = 42
-    max_train_pairs: int = None
-    max_eval_pairs: int = None
-    train_from_valid: float = None
-    eval_every: int = 0
-    group_by_length: bool = True
-    strict: bool = False
-    backup_every: int = 0
-    precision: str = "float32"
-    strategy: str = "default"
-    global_batch_loss: bool = True
-    worker_timeout: float = 300.0
-    micro_batch_size: int = None
-    output_dir: str = None
-    # A user's own files instead of a benchmark task (``task`` then names the run's task).
-    train_file: str = None
-    valid_file: str = None
-    test_file: str = None
-    file_format: str = None
-    text_a_field: str = "sentence1"
-    text_b_field: str = "sentence2"
-    label_field: str = "label"
-    valid_fraction: float = 0.1
-    allow_single_label: bool = False
-
-    def check(self) -> None:
-        """Raise ConfigError naming the option if a number is not one, or out of its range
-        (:data:`RANGES`); ``None`` (the default) passes."""
-        for name, (low, low_included, high, high_included, what) in RANGES.items():
-            value, option = getattr(self, name), f"--{name.replace('_', '-')} (RunConfig.{name})"
-            if value is None:
-                continue
-            whole = isinstance(low, int) and (high is None or isinstance(high, int))
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
-                raise ConfigError(f"{option} must be {'an integer' if whole else 'a number'}, not {value!r}")
-            above = value >= low if low_included else value > low
-            below = high is None or (value <= high if high_included else value < high)
-            if not (math.isfinite(value) and above and below):
-                bounds = f"{'at least' if low_included else 'above'} {low:g}"
-                bounds += f" and {'at most' if high_included else 'below'} {high:g}" if high is not None else ""
-                raise ConfigError(f"{option} is {value!r}: {what} must be {bounds}")
-
-    def resolved(self) -> "RunConfig":
-        """Fill in the defaults: what is not set comes from the recipe (:mod:`cosent_tf.training.recipes`),
-        then the loss and task tables; and the config, vocab and output paths. The numbers are
-        checked first (:meth:`check`)."""
-        self.check()
-        task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
-        loss = get_loss(self.kind, self.loss)
-        recipe = get_recipe(self.recipe)
-        values = dataclasses.asdict(self)
-        interaction = self.kind == "interaction"
-        recipe_batch = recipe.nli_batch_size if task.data == CNSD else recipe.batch_size
-        values["maxlen"] = self.maxlen or (task.interaction_maxlen if interaction else task.maxlen)
-        values["batch_size"] = self.batch_size or recipe_batch or loss.batch_size or task.batch_size
-        values["epochs"] = self.epochs or recipe.epochs or task.epochs
-        values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
-        for name in ("lr", "weight_decay", "warmup", "schedule"):
-            values[name] = getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
-        values["pooling"] = self.pooling or recipe.pooling
-        values["head_input"] = self.head_input or "cls"
-        if self.checkpoint:
-            # A checkpoint folder, or a prefix inside one, brings its config and vocab along; a
-            # Hugging Face folder also its pooling or head (see cosent_tf.inference.model_dir.hf_spec).
-            config, _, vocab = checkpoint_files(self.checkpoint)
-            values["config"] = self.config or config
-            values["vocab"] = self.vocab or vocab
-            if huggingface.is_hf_folder(self.checkpoint):
-                spec = hf_spec(self.checkpoint)  # also refuses, now, a folder that cannot be built
-                if huggingface.is_sentence_transformers_folder(self.checkpoint):
-                    values["pooling"] = self.pooling or spec.pooling
-                values["head_input"] = self.head_input or spec.head_input
-        values["config"] = values["config"] or SMALL_RANDOM_CONFIG
-        values["vocab"] = values["vocab"] or shared_vocab(self.data_dir, RunConfig.data_dir)
-        prefix = "interact-" if interaction else ""
-        values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
-        return RunConfig(**values)
-
-
-# The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).
-# An int bound makes the setting a whole number. The contrastive loss pushes a negative pair's
-# cosine, which lies in [-1, 1], below epsilon: from 1 up it pushes nothing; below -1 it acts as -1.
-RANGES = {
-    "epsilon": (-1.0, True, 1.0, False, "the contrastive loss's cosine threshold"),
-    "scale": (0.0, False, None, False, "CoSENT's scale (lambda)"),
-    "lr": (0.0, False, None, False, "the learning rate"),
-    "weight_decay": (0.0, True, None, False, "the weight decay"),
-    "warmup": (0.0, True, 1.0, True, "the warm-up's fraction of all steps"),
-    "valid_fraction": (0.0, False, 1.0, False, "the fraction of --train held out as valid"),
-    "train_from_valid": (0.0, False, 1.0, False, "the fraction of valid trained on"),
-    "worker_timeout": (0.0, False, None, False, "the wait for the other workers (seconds)"),
-    "maxlen": (3, True, None, False, "the tokens per text"),
-    "batch_size": (1, True, None, False, "the pairs per batch"),
-    "epochs": (1, True, None, False, "the number of epochs"),
-    "steps_per_epoch": (1, True, None, False, "the steps per epoch"),
-    "max_train_pairs": (1, True, None, False, "the number of train pairs"),
-    "max_eval_pairs": (1, True, None, False, "the number of valid and test pairs"),
-    "eval_every": (0, True, None, False, "the steps between validations"),
-    "backup_every": (0, True, None, False, "the steps between saves of the training state"),
-    "micro_batch_size": (1, True, None, False, "the pairs per micro-batch"),
-}
-
-
-@dataclasses.dataclass
-class RunData:
-    """What a run trains and tests on: train pairs, (valid, test) per evaluated task and the
-    :class:`~cosent_tf.data.tasks.Task` of each, the task train's labels belong to, notes
-    for the user (recorded in metrics.json), and the data files read."""
-
-    train: PairData
-    evaluation: dict
-    tasks: dict
-    task: Task
-    notes: list
-    files: list = dataclasses.field(default_factory=list)  # every data file read
-
-
-def check_inputs(cfg: RunConfig) -> None:
-    """What a run reads that can be checked at once, before any data is read: the data folder
-    (or the user's files), the config, the vocabulary and the checkpoint. Errors name the path
-    (and, when it is relative, the folder it is relative to). Also that this process can train at
-    all (:func:`cosent_tf.backend.check_weights_may_change`)."""
-    check_weights_may_change()
-    if cfg.train_file:
-        for option, path in (("--train", cfg.train_file), ("--valid", cfg.valid_file), ("--test", cfg.test_file)):
-            if path is not None and not os.path.exists(path):
-                raise DataError(where(path), "file not found")
-            if path is not None and not os.path.isfile(path):
-                raise DataError(
-                    where(path),
-                    f"{option} is {_file_kind(path)}, not a regular file: a run reads its files again (to check, "
-                    "before resuming, that they have not changed); save the data to a file and pass that",
-                )
-    elif not os.path.isdir(cfg.data_dir):
-        raise DataError(
-            where(cfg.data_dir),
-            "data folder not found; pass --data-dir: the shared data root (with senteval_cn/, cnsd/ and vocab/) "
-            "or a senteval_cn folder",
-        )
-    read_config(cfg.config)
-    if not os.path.isfile(cfg.vocab):
-        raise DataError(
-            where(cfg.vocab),
-            "vocabulary not found; pass --vocab (a checkpoint folder brings its own), or a --data-dir with vocab/",
-        )
-    check_vocab_size(cfg.config, cfg.vocab)
-    check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
-    if cfg.checkpoint and not os.path.exists(cfg.checkpoint) and not os.path.exists(cfg.checkpoint + ".index"):
-        raise CheckpointError(f"{where(cfg.checkpoint)}: checkpoint not found")
-    if cfg.checkpoint and not huggingface.is_hf_folder(cfg.checkpoint):
-        open_checkpoint(cfg.checkpoint)  # a Google checkpoint's variable list: cheap, and it must be readable
-
-
-def _file_kind(path):
-    mode = os.stat(path).st_mode
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a pipe (FIFO), which can be read only once"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file"
-
-
-def run_inputs(cfg: RunConfig, data: RunData) -> list:
-    """Every file a run reads: its data files, the model config, the vocabulary and the
-    checkpoint's weights (a Google checkpoint's ``.index`` and data files, or the weights file
-    that a Hugging Face folder is read from)."""
-    paths = [*data.files, cfg.config, cfg.vocab]
-    if cfg.checkpoint and huggingface.is_hf_folder(cfg.checkpoint):
-        folder = huggingface.transformer_folder(cfg.checkpoint)
-        single, index, torch_file = (os.path.join(folder, name) for name in huggingface.WEIGHT_FILES)
-        if os.path.isfile(single):
-            paths.append(single)
-        elif os.path.isfile(index):
-            paths += [index, *sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))]
-        else:
-            paths.append(torch_file)
-    elif cfg.checkpoint:
-        prefix = checkpoint_files(cfg.checkpoint)[1]
-        paths += sorted(p for p in glob.glob(glob.escape(prefix) + ".*") if os.path.isfile(p))
-    return paths
-
-
-def load_run_data(cfg: RunConfig) -> RunData:
-    """The data of a configuration: a benchmark task's files, NLI, or the user's own files."""
-    data = _load_files(cfg) if cfg.train_file else _load_benchmark(cfg)
-    data.train = data.train.sample(cfg.max_train_pairs, cfg.seed)
-    data.evaluation = {
-        t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
-        for t, (v, s) in data.evaluation.items()
-    }
-    if data.task.data == FILES:
-        if not cfg.allow_single_label:
-            _require_two_labels(
-                data.train,
-                "there is nothing to rank, so CoSENT would learn nothing (pass --allow-single-label to train anyway)",
-            )
-    elif cfg.loss == "cosent":
-        _require_two_labels(data.train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
-    for valid, _ in data.evaluation.values():
-        _require_two_labels(valid, "Spearman is undefined on them, so no epoch could be chosen as the best")
-    return data
-
-
-def _load_benchmark(cfg):
-    folder, notes, task, files = senteval_dir(cfg.data_dir), [], get_task(cfg.task), []
-    if task.data == CNSD:
-        files = nli_files(cfg.data_dir)
-        if not files:
-            raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
-        train = PairData.concat([read_nli(p, cfg.strict) for p in files])
-        tasks = MATCHING_TASKS
-    else:
-        tasks = (cfg.task,)
-    evaluation = {
-        t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict)) for t in tasks
-    }
-    files += [task_file(folder, t, split) for t in tasks for split in ("valid", "test")]
-    if task.data != CNSD:
-        train_path = task_file(folder, cfg.task, "train")
-        if os.path.exists(train_path):
-            train = load_task(folder, cfg.task, "train", cfg.strict)
-            files.append(train_path)
-        elif cfg.train_from_valid:
-            valid, test = evaluation[cfg.task]
-            train, valid = _hold_out(valid, cfg.train_from_valid, cfg.seed, "--train-from-valid", "trained on")
-            evaluation[cfg.task] = (valid, test)
-            notes.append(
-                f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
-                f"of valid ({len(train)} pairs) and validated on the rest; NOT comparable "
-                "with published numbers"
-            )
-        else:
-            raise DataError(
-                train_path,
-                f"the {cfg.task} train split is not here (file does not exist); "
-                "pass --train-from-valid FRACTION to train on a seeded part of valid instead",
-            )
-    return RunData(train, evaluation, {t: get_task(t) for t in evaluation}, task, notes, files)
-
-
-def _hold_out(pairs, fraction, seed, option, taken):
-    """(a seeded ``fraction`` of ``pairs``, the rest), each in file order; a DataError naming the
-    file if either part would be empty. ``option`` sets the fraction; ``taken``: what the fraction is."""
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    cut = int(round(len(pairs) * fraction))
-    if not 0 < cut < len(pairs):
-        other = "validated on" if taken == "trained on" else "trained on"
-        raise DataError(
-            pairs.source,
-            f"{len(pairs)} pair{'s' * (len(pairs) != 1)}: {option} {fraction:g} leaves {cut} to be {taken} and "
-            f"{len(pairs) - cut} to be {other}, and a run needs both; use a larger file, another {option}"
-            + (", or pass --valid FILE" if option == "--valid-fraction" else ""),
-        )
-    return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
-
-
-def _load_files(cfg):
-    file_format = PairFileFormat(cfg.file_format, cfg.text_a_field, cfg.text_b_field, cfg.label_field)
-    train = read_pair_file(cfg.train_file, file_format, cfg.strict)
-    low, high = float(train.labels.min()), float(train.labels.max())
-    task = Task.for_labels(cfg.task, train.label_kind, low, high)
-    logger.info("%s: %d pairs, %s labels from %g to %g", cfg.train_file, len(train), train.label_kind, low, high)
-    notes = []
-    if cfg.valid_file:
-        valid = read_pair_file(cfg.valid_file, file_format, cfg.strict)
-    else:
-        valid, train = _hold_out(train, cfg.valid_fraction, cfg.seed, "--valid-fraction", "held out as valid")
-        notes.append(
-            f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} ({len(valid)} pairs) "
-            f"is held out as valid; {len(train)} pairs are trained on"
-        )
-    if cfg.test_file:
-        test = read_pair_file(cfg.test_file, file_format, cfg.strict)
-    else:
-        test = valid
-        notes.append(
-            "no --test file: the test metrics are the valid ones, measured on the data the best epoch "
-            "(and the threshold) were chosen on, so they flatter the model"
-        )
-    for other in (valid, test):
-        _require_same_kind(train, other)
-    files = [path for path in (cfg.train_file, cfg.valid_file, cfg.test_file) if path]
-    return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes, files)
-
-
-def _require_same_kind(train, other):
-    kinds = (train.label_kind, other.label_kind)
-    if train.label_words != other.label_words or (kinds[0] == "binary" and kinds[1] != "binary"):
-        raise DataError(
-            other.source,
-            f"its labels are {kinds[1]} but those of the train file {train.source} are "
-            f"{kinds[0]}: the files must label pairs the same way",
-        )
-
-
-def _require_two_labels(pairs, consequence):
-    if not len(pairs):
-        raise DataError(pairs.source, "holds no pairs")
-    if len(np.unique(pairs.labels)) < 2:
-        raise DataError(
-            pairs.source,
-            f"all {len(pairs)} pairs (after any sampling) have the label {pairs.labels[0]:g}: {consequence}",
-        )
 
 
 class Matcher:
@@ -571,7 +221,7 @@ def _train(cfg, overwrite, strategy):
             matcher = Matcher(cfg, data.task)
         train_inputs = matcher.prepare(train_pairs)
         prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
-        backup_dir = os.path.join(cfg.output_dir, "backup")
+        backup_dir = os.path.join(cfg.output_dir, BACKUP)
         if not chief:
             # The chief writes every output; this worker trains and validates in step with it and
             # resumes from the chief's backup (output_dir on a file system both can read).
@@ -580,12 +230,12 @@ def _train(cfg, overwrite, strategy):
             return {"worker": worker(strategy), "steps": steps}
         if start:
             logger.info("%s: %s", cfg.output_dir, start)
-        write_json(os.path.join(cfg.output_dir, "config.json"), dataclasses.asdict(cfg))
+        write_json(os.path.join(cfg.output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
         validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy)
         logger.info("training done; scoring valid and test with the best weights")
         per_task = _test(cfg, matcher, prepared, evaluation, data.tasks)
         plot_valid_curve(
-            validation.history, os.path.join(cfg.output_dir, "valid_curve.png"), f"{cfg.kind} {cfg.loss} on {cfg.task}"
+            validation.history, os.path.join(cfg.output_dir, VALID_CURVE), f"{cfg.kind} {cfg.loss} on {cfg.task}"
         )
         metrics = {
             "task": cfg.task,
@@ -615,9 +265,9 @@ def _train(cfg, overwrite, strategy):
             "test": metrics["test"],
         }
         save_model_dir(
-            os.path.join(cfg.output_dir, "model"), matcher.model, matcher.spec, cfg.config, cfg.vocab, overwrite=True
+            os.path.join(cfg.output_dir, MODEL), matcher.model, matcher.spec, cfg.config, cfg.vocab, overwrite=True
         )
-        write_json(os.path.join(cfg.output_dir, "metrics.json"), metrics)
+        write_json(os.path.join(cfg.output_dir, METRICS), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
         return metrics
 
@@ -658,9 +308,9 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
     progress_bar = os.isatty(1)
     validation = ValidationCheckpoint(
         evaluate_valid,
-        os.path.join(cfg.output_dir, "best.weights.h5"),
+        os.path.join(cfg.output_dir, BEST_WEIGHTS),
         every_steps=cfg.eval_every,
-        csv_path=os.path.join(cfg.output_dir, "valid_metrics.csv"),
+        csv_path=os.path.join(cfg.output_dir, VALID_METRICS),
         progress_bar=progress_bar,
         writes=writes,
     )
@@ -722,6 +372,6 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
         if binary and cfg.kind == "feature":
             per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
         saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
-    with atomic_path(os.path.join(cfg.output_dir, "test_scores.npz")) as tmp, open(tmp, "wb") as f:
+    with atomic_path(os.path.join(cfg.output_dir, TEST_SCORES)) as tmp, open(tmp, "wb") as f:
         np.savez(f, **saved_scores)
     return per_task

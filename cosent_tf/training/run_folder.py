@@ -23,24 +23,23 @@ import stat
 
 from ..errors import ConfigError, DataError
 from ..inference.model_dir import MODEL_FOLDER, SPEC_FILE
-from ..io import FolderKind, is_inside, json_field, read_json, write_json
+from ..io import FolderKind, atomic_path, is_inside, json_field, read_json, write_json
 from ..models.checkpoints import TF_GLOB_CHARACTERS
 
 # Written first into a new run's folder; it records the fingerprints of the run's inputs.
 RUN_MARKER = ".cosent-run"
-# What a run writes into its output folder (see cosent_tf.training.engine), and the folder itself.
-RUN_OUTPUTS = (
-    RUN_MARKER,
-    "config.json",
-    "best.weights.h5",
-    "valid_metrics.csv",
-    "valid_curve.png",
-    "test_scores.npz",
-    "model",
-    "metrics.json",
-    "backup",
-)
-RUN_FOLDER = FolderKind("a cosent-tf training run", RUN_MARKER, RUN_OUTPUTS + (".lock", ".tmp-*", ".old-*"))
+# What a run writes into its output folder (see cosent_tf.training.engine), each named once here.
+RUN_CONFIG = "config.json"  # the full, resolved configuration
+BEST_WEIGHTS = "best.weights.h5"  # weights of the epoch with the best valid Spearman
+VALID_METRICS = "valid_metrics.csv"  # every validation (each epoch end, and every --eval-every steps)
+VALID_CURVE = "valid_curve.png"  # valid Spearman against training steps (plot_valid_curve)
+TEST_SCORES = "test_scores.npz"  # test scores and labels per task, for similarity-distribution plots
+MODEL = "model"  # the best model as a model folder, with the threshold tuned on valid
+METRICS = "metrics.json"  # the final metrics; its presence makes the run finished
+BACKUP = "backup"  # the training state while the run is unfinished, removed last
+LOCK = ".lock"  # held while a run writes to the folder
+RUN_OUTPUTS = (RUN_MARKER, RUN_CONFIG, BEST_WEIGHTS, VALID_METRICS, VALID_CURVE, TEST_SCORES, MODEL, METRICS, BACKUP)
+RUN_FOLDER = FolderKind("a cosent-tf training run", RUN_MARKER, RUN_OUTPUTS + (LOCK, ".tmp-*", ".old-*"))
 MARKER_FORMAT = "cosent-tf-run"
 # Settings a resumed run may change, since they do not change what training computes, each with
 # the condition (on the resumed run's settings) under which that holds. The strategy may change
@@ -84,24 +83,24 @@ def fingerprints(paths) -> dict:
 
 
 def _names(folder):
-    return sorted(name for name in os.listdir(folder) if name != ".lock") if os.path.isdir(folder) else []
+    return sorted(name for name in os.listdir(folder) if name != LOCK) if os.path.isdir(folder) else []
 
 
 def _earlier_version_run(folder, names, settings):
     """ "finished" or "unfinished" for a run folder written before runs had a marker (cosent-tf 0.3),
     recognised by its config.json holding a run's settings; None for anything else."""
-    if not settings or "config.json" not in names or RUN_MARKER in names:
+    if not settings or RUN_CONFIG not in names or RUN_MARKER in names:
         return None
     if not all(any(fnmatch.fnmatchcase(name, pattern) for pattern in RUN_FOLDER.entries) for name in names):
         return None
     try:
-        saved = read_json(os.path.join(folder, "config.json"), "the run's settings")
+        saved = read_json(os.path.join(folder, RUN_CONFIG), "the run's settings")
     except ConfigError:
         return None
     keys = set(_comparable(saved))
     if not {"task", "kind", "loss", "output_dir"} <= keys or not keys <= set(settings):
         return None
-    finished = "metrics.json" in names and os.path.isfile(os.path.join(folder, "model", SPEC_FILE))
+    finished = METRICS in names and os.path.isfile(os.path.join(folder, MODEL, SPEC_FILE))
     return "finished" if finished else "unfinished"
 
 
@@ -119,7 +118,7 @@ def _check_is_run(folder, names, settings):
             "run, remove the folder yourself)"
         )
     shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-    if "config.json" in names and RUN_MARKER not in names:
+    if RUN_CONFIG in names and RUN_MARKER not in names:
         raise ConfigError(
             f"{folder}: does not look like a cosent-tf training run (it holds {shown} but no {RUN_MARKER}, "
             "which every run writes first); nothing was written: choose a new or empty --output-dir"
@@ -139,9 +138,9 @@ def _removals(folder):
         path = os.path.join(folder, name)
         if not os.path.lexists(path):
             continue
-        if os.path.islink(path) or not os.path.isdir(path) or name == "backup":
+        if os.path.islink(path) or not os.path.isdir(path) or name == BACKUP:
             paths.append(path)
-        elif name == "model":
+        elif name == MODEL:
             inside = sorted(os.listdir(path))
             foreign = [n for n in inside if not _model_file(os.path.join(path, n))]
             if foreign:
@@ -168,7 +167,7 @@ def _model_file(path):
 def _remove_run_outputs(folder):
     for path in _removals(folder):
         if os.path.isdir(path) and not os.path.islink(path):
-            if os.path.basename(path) == "model":
+            if os.path.basename(path) == MODEL:
                 os.rmdir(path)  # emptied just before
             else:
                 shutil.rmtree(path)  # the training state, which Keras writes; rmtree does not follow links
@@ -226,19 +225,19 @@ def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False, inp
         _remove_run_outputs(folder)
         _start(folder, inputs)
         return "--overwrite: the earlier run's outputs in this folder were removed; training from scratch"
-    if "metrics.json" in names:
+    if METRICS in names:
         raise ConfigError(
             f"{folder}: holds a finished run (metrics.json); nothing was written: pass --overwrite "
             "to train it again from scratch, or choose another --output-dir"
         )
-    backup = os.path.join(folder, "backup")
+    backup = os.path.join(folder, BACKUP)
     if not (os.path.isdir(backup) and os.listdir(backup)):
         _remove_run_outputs(folder)
         _start(folder, inputs)
         return (
             "an unfinished run here left no training state to resume; its outputs were removed, training from scratch"
         )
-    saved = _comparable(read_json(os.path.join(folder, "config.json"), "the run's settings (config.json)"))
+    saved = _comparable(read_json(os.path.join(folder, RUN_CONFIG), "the run's settings (config.json)"))
     current = _comparable(settings)
     differences = [
         f"{key} {saved.get(key)!r} there, {current.get(key)!r} now"
@@ -269,3 +268,34 @@ def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False, inp
         if key != "output_dir" and saved.get(key) != current.get(key)
     ]
     return "resuming the unfinished run in this folder" + (f" with {', '.join(changed)}" if changed else "")
+
+
+def plot_valid_curve(history: list, path: str, title: str) -> None:
+    """Draw one run's valid Spearman against training steps, epoch ends marked (its :data:`VALID_CURVE`).
+
+    Args:
+        history: the validation rows (:func:`cosent_tf.callbacks.read_history`): ``step``,
+            ``spearman`` and ``end_of_epoch`` of each.
+        path: the PNG to write, whole or not at all (through a temporary file).
+        title: the plot's title.
+
+    Example:
+        >>> rows = [{"step": 10, "spearman": 0.5, "end_of_epoch": True}]
+        >>> plot_valid_curve(rows, "runs/bq/valid_curve.png", "feature cosent on BQ")
+    """
+    import matplotlib  # here: only a finished run draws, and matplotlib is slow to import
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot([row["step"] for row in history], [row["spearman"] for row in history], marker=".")
+    ends = [row for row in history if row["end_of_epoch"]]
+    axes.scatter([r["step"] for r in ends], [r["spearman"] for r in ends], color="C3", zorder=3, label="epoch end")
+    axes.set(xlabel="training step", ylabel="valid Spearman", title=title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=110)
+    plt.close(figure)

@@ -54,7 +54,9 @@ ENGINE_STEP = """
 import dataclasses, json, sys
 from cosent_tf.backend import keras, random_seed
 from cosent_tf.training.distribute import get_strategy
-from cosent_tf.training.engine import Matcher, RunConfig, load_run_data
+from cosent_tf.training.config import RunConfig
+from cosent_tf.training.engine import Matcher
+from cosent_tf.training.run_data import load_run_data
 
 root, kind, loss_name, micro_batch_size = sys.argv[1:5]
 cfg = RunConfig(

@@ -23,10 +23,12 @@ from cosent_tf import (
 )
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import train_main
-from cosent_tf.data.files import nli_files
+from cosent_tf.data.benchmarks import nli_files
 from cosent_tf.io import folder_lock
 from cosent_tf.optimizers import build_optimizer
-from cosent_tf.training.engine import RunConfig, load_run_data, train
+from cosent_tf.training.config import RunConfig
+from cosent_tf.training.engine import train
+from cosent_tf.training.run_data import load_run_data
 from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS
 from tests.helpers import CHARACTERS, ROOT, make_tiny_setup, run_until, tiny_pairs, write_config, write_tiny_data
 
@@ -75,11 +77,11 @@ SCRIPT_ENTRIES = {
 def test_each_script_hands_the_engine_its_kind_loss_and_task(script, monkeypatch):
     import runpy
 
-    from cosent_tf import cli
+    from cosent_tf.experiments import scripts
 
     called = {}
     monkeypatch.setattr(
-        cli,
+        scripts,
         "train_main",
         lambda argv=None, kind=None, loss=None, task=None: called.update(kind=kind, loss=loss, task=task),
     )
@@ -949,7 +951,7 @@ def test_precision_pooling_and_checkpoint_reach_the_model(tiny_setup, spy):
 
 
 def test_the_threshold_is_tuned_on_valid_not_on_test(tiny_setup):
-    from cosent_tf.data.files import load_task
+    from cosent_tf.data.benchmarks import load_task
     from cosent_tf.evaluation import best_threshold
 
     tmp_path, _ = tiny_setup

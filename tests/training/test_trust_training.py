@@ -14,7 +14,9 @@ from cosent_tf import ConfigError, DataError, build_encoder, save_checkpoint
 from cosent_tf.errors import NonFiniteLossError
 from cosent_tf.losses import LOSSES, get_loss
 from cosent_tf.training import engine as training
-from cosent_tf.training.engine import RunConfig, load_run_data, run_inputs, train
+from cosent_tf.training.config import RunConfig
+from cosent_tf.training.engine import train
+from cosent_tf.training.run_data import load_run_data, run_inputs
 from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS, check_run_folder, fingerprints, prepare_run_folder
 from tests.helpers import tiny_pairs, write_config
 

@@ -1,0 +1,125 @@
+"""What a command shows on the console: the package's log on stderr, TensorFlow's start-up lines
+held back unless asked for, and one ``error: ...`` line for a failure.
+
+Shared by the ``cosent-tf`` command (:mod:`cosent_tf.cli`) and the training scripts and report
+(:mod:`cosent_tf.experiments.scripts`), so that they speak alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+
+from .errors import CosentError
+
+VERBOSE_HELP = (
+    "show TensorFlow's start-up lines (absl, oneDNN, CUDA probing), which are held back by default, "
+    "and the traceback of an error"
+)
+
+
+@contextlib.contextmanager
+def console_logging() -> Iterator[None]:
+    """Show the package's log (progress, warnings, errors) on stderr within the block.
+
+    So stdout carries a command's result alone (``cosent-tf train ... > metrics.json``). The
+    handler is removed, and the logger's level put back, afterwards.
+
+    Example:
+        >>> with console_logging():
+        ...     logging.getLogger("cosent_tf").info("shown on stderr")
+    """
+    package = logging.getLogger("cosent_tf")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.INFO)
+    previous_level, previous_propagate = package.level, package.propagate
+    package.setLevel(logging.INFO)
+    package.propagate = False  # shown here once, not again by a handler of the root logger
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(previous_level)
+        package.propagate = previous_propagate
+
+
+@contextlib.contextmanager
+def tensorflow_start_up_shown(verbose: bool) -> Iterator[None]:
+    """With ``verbose``, show TensorFlow's native start-up lines if it is first imported within the block.
+
+    It sets ``COSENT_TF_VERBOSE=1`` (read by :mod:`cosent_tf.backend`), and puts the variable
+    back afterwards.
+
+    Args:
+        verbose: whether to show them (the ``--verbose`` option).
+
+    Example:
+        >>> with tensorflow_start_up_shown(verbose=True):
+        ...     import cosent_tf.backend
+    """
+    previous = os.environ.get("COSENT_TF_VERBOSE")
+    if verbose:
+        os.environ["COSENT_TF_VERBOSE"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("COSENT_TF_VERBOSE", None)
+        else:
+            os.environ["COSENT_TF_VERBOSE"] = previous
+
+
+def error_message(error: BaseException) -> str:
+    """The ``error: ...`` line's text for ``error``.
+
+    An OSError says which file and what the system said (``out.npy: No space left on device``),
+    not its errno and repr.
+
+    Args:
+        error: the exception that ended the command.
+
+    Returns:
+        The text after ``error:``.
+
+    Example:
+        >>> error_message(OSError(28, "No space left on device", "out.npy"))
+        'out.npy: No space left on device'
+    """
+    if isinstance(error, OSError):
+        names = [os.fsdecode(name) for name in (error.filename, error.filename2) if name is not None]
+        said = error.strerror or (str(error.args[0]) if error.args else type(error).__name__)
+        return ": ".join([" -> ".join(names), said] if names else [said])
+    return str(error)
+
+
+@contextlib.contextmanager
+def errors_reported(verbose: bool) -> Iterator[None]:
+    """End the process with one ``error: ...`` line for bad input or a failed file operation.
+
+    Within the block, a CosentError, ValueError or OSError (a full or read-only disk, a path
+    under a file) becomes that line naming the file, and exit status 1. Other exceptions are
+    bugs, and keep their traceback.
+
+    Args:
+        verbose: print the traceback first.
+
+    Raises:
+        SystemExit: with the ``error: ...`` line, in place of the error.
+
+    Example:
+        >>> with errors_reported(verbose=False):
+        ...     raise ValueError("bad")
+        Traceback (most recent call last):
+        SystemExit: error: bad
+    """
+    try:
+        yield
+    except (CosentError, ValueError, OSError) as error:
+        if verbose:
+            traceback.print_exc()
+        raise SystemExit(f"error: {error_message(error)}") from None

@@ -1,0 +1,183 @@
+"""The entry points of the paper's scripts: the per-dataset training scripts (``scripts/*.py``,
+over :func:`train_main`) and the report over finished runs (:func:`report_main`).
+
+A training script's options are RunConfig's own (:func:`cosent_tf.training.config.add_run_options`):
+the task's data and the engine's, with the script's kind and loss fixed. ``cosent-tf train``
+(:mod:`cosent_tf.cli`) trains through :func:`run_training` as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Optional
+
+from ..console import VERBOSE_HELP, console_logging, errors_reported, tensorflow_start_up_shown
+from ..errors import ConfigError, TrainingInterrupted
+from ..io import check_can_write_in, check_not_in_tool_folder, is_inside, json_text
+from ..training.config import ENGINE, TASK_DATA, RunConfig, add_run_options, run_config
+
+
+def output_kinds() -> tuple:
+    """The folders this tool writes, by their :class:`cosent_tf.io.FolderKind`.
+
+    No output of a command may land inside one, where it would be lost when the folder is
+    replaced or make the folder look like someone else's.
+
+    Returns:
+        The kinds of a model folder, an index, a SavedModel, a Hugging Face export and a run.
+
+    Example:
+        >>> [kind.marker for kind in output_kinds()]  # doctest: +SKIP
+    """
+    from ..export.huggingface import HF_FOLDER
+    from ..export.savedmodel import SAVED_MODEL
+    from ..inference.index import VectorIndex
+    from ..inference.model_dir import MODEL_FOLDER
+    from ..training.run_folder import RUN_FOLDER
+
+    return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, HF_FOLDER, RUN_FOLDER
+
+
+def run_training(cfg: RunConfig, overwrite: bool) -> dict:
+    """Train ``cfg`` and print the final metrics as JSON, the only line on stdout.
+
+    The log and Keras's progress go to stderr; a signal becomes an exit status. The caller shows
+    the log (:func:`~cosent_tf.console.console_logging`) and reports errors
+    (:func:`~cosent_tf.console.errors_reported`).
+
+    Args:
+        cfg: the run's configuration.
+        overwrite: train over a finished run (or one with other settings) in its folder.
+
+    Returns:
+        The run's metrics (:func:`cosent_tf.training.engine.train`).
+
+    Raises:
+        SystemExit: 128 + the signal's number when SIGTERM or SIGINT stopped the run.
+
+    Example:
+        >>> run_training(RunConfig(task="BQ", output_dir="runs/bq"), overwrite=False)  # doctest: +SKIP
+    """
+    from ..training import engine
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
+            metrics = engine.train(cfg, overwrite)
+    except TrainingInterrupted as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + stopped.signal_number) from None
+    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
+        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGINT) from None
+    if "worker" in metrics:  # a multi-worker run's other worker: the chief has the results
+        print(json_text(metrics))
+    else:
+        print(json_text({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
+    return metrics
+
+
+def training_parser(kind: str = "feature", loss: str = "cosent", task: Optional[str] = None) -> argparse.ArgumentParser:
+    """The options of a training script for ``kind`` models.
+
+    Args:
+        kind: the model kind the script trains.
+        loss: the script's default loss (``--loss`` chooses among the kind's losses).
+        task: the task the script is fixed to; None makes it the first argument.
+
+    Returns:
+        The parser.
+
+    Example:
+        >>> training_parser("interaction", "ce").parse_args(["BQ"]).loss
+        'ce'
+    """
+    from ..data.tasks import MATCHING_TASKS
+    from ..losses import loss_names
+
+    parser = argparse.ArgumentParser(
+        description=f"Train a {kind} matcher ({loss}) and report Spearman on valid and test."
+    )
+    if task is None:
+        parser.add_argument("task", choices=MATCHING_TASKS)
+    choices = {"default": loss, "choices": loss_names(kind), "help": None}
+    add_run_options(parser, "loss", TASK_DATA, ENGINE, overrides={"loss": choices}, overwrite=True)
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    return parser
+
+
+def train_main(
+    argv: Optional[Sequence[str]] = None, kind: str = "feature", loss: str = "cosent", task: Optional[str] = None
+) -> dict:
+    """Parse a training script's command line, train, and print the final metrics as JSON.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+        kind: the model kind the script trains.
+        loss: the script's default loss.
+        task: the task the script is fixed to (``NLI``); None makes it the first argument.
+
+    Returns:
+        The run's metrics.
+
+    Raises:
+        SystemExit: on bad input (one ``error: ...`` line), or when a signal stopped the run.
+
+    Example:
+        >>> train_main(["BQ", "--epochs", "1"], kind="feature", loss="cosent")  # doctest: +SKIP
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = "--verbose" in argv  # the parser itself imports TensorFlow
+    with errors_reported(verbose), tensorflow_start_up_shown(verbose):
+        args = training_parser(kind, loss, task).parse_args(argv)
+        fixed = {"kind": kind} if task is None else {"kind": kind, "task": task}
+        with console_logging():
+            return run_training(run_config(args, **fixed), args.overwrite)
+
+
+def _check_report_folder(output_dir: str, runs: Sequence[str]) -> None:
+    """The report's folder may not be, or lie inside, one of the runs it reads or any folder this
+    tool writes (a run, a model folder): its files there would make a run look like someone else's."""
+    for run in runs:
+        if is_inside(output_dir, run):
+            raise ConfigError(
+                f"{output_dir}: lies inside the run {run}, an input of the report; nothing was written: "
+                "choose another --output-dir"
+            )
+    check_not_in_tool_folder(output_dir, output_kinds(), start=output_dir)
+    check_can_write_in(output_dir, output_dir)
+
+
+def report_main(argv: Optional[Sequence[str]] = None) -> None:
+    """``scripts/report.py``: tables and plots comparing finished runs.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``): run folders, ``--output-dir``, ``--preface``.
+
+    Raises:
+        SystemExit: on bad input, with one ``error: ...`` line.
+
+    Example:
+        >>> report_main(["runs/cosent-BQ", "--output-dir", "docs/results"])  # doctest: +SKIP
+    """
+    from .report import write_report
+
+    parser = report_parser()
+    args = parser.parse_args(argv)
+    with errors_reported(args.verbose):
+        _check_report_folder(args.output_dir, args.runs)
+        for path in write_report(args.runs, args.output_dir, args.preface):
+            print(path)
+
+
+def report_parser() -> argparse.ArgumentParser:
+    """The options of ``scripts/report.py`` (:func:`report_main`)."""
+    parser = argparse.ArgumentParser(description="Tables and plots comparing finished runs.")
+    parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")
+    parser.add_argument("--output-dir", default="docs/results")
+    parser.add_argument("--preface", default="", help="text placed above the tables")
+    parser.add_argument("--verbose", action="store_true", help="show the traceback of an error")
+    return parser

@@ -1,0 +1,564 @@
+"""A training run's settings: :class:`RunConfig`, each of whose fields is also a command-line option.
+
+Each field declares its option once, in ``dataclasses.field(metadata=...)``: its help, its
+flags, its choices (read from the tables that define them: tasks, losses, recipes, strategies,
+architectures, precisions) and, for a number, its range (:data:`RANGES`).
+:func:`add_run_options` builds the argparse options from them, for the training scripts
+(:mod:`cosent_tf.experiments.scripts`) and for ``cosent-tf train`` alike; :func:`run_config`
+turns the parsed options back into a :class:`RunConfig`.
+
+Importing this module does not import TensorFlow: the tables that need it are read when a
+parser is built or a configuration resolved, so that ``cosent-tf --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import numbers
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, Optional
+
+from ..data.benchmarks import shared_vocab
+from ..data.tasks import CNSD, FILES, Task, get_task
+from ..errors import ConfigError
+from ..huggingface import folders as huggingface
+from .recipes import get_recipe
+
+SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
+
+# The groups of options (each field's metadata "group"): which parser offers which.
+TASK_DATA = "task data"  # a benchmark task's data: the training scripts only
+OWN_FILES = "own files"  # a user's pair files: cosent-tf train only
+FILE_FORMAT = "file format"  # how a pair file is read: cosent-tf train and evaluate
+MODEL_KIND = "model kind"  # the kind and loss: set by a training script, options of cosent-tf train
+ENGINE = "engine"  # model, batching, optimisation, output: every way of training
+
+_TASK_DEFAULT = "default: the task's, as in the original scripts (cosent_tf.data.tasks)"
+
+
+def _option(default: Any, group: Optional[str], help: Any = None, **settings: Any) -> Any:
+    """A RunConfig field with its command-line option (see :func:`add_run_options` for the keys)."""
+    return dataclasses.field(default=default, metadata={"group": group, "help": help, **settings})
+
+
+def _kinds() -> Sequence[str]:
+    from ..losses.registry import KINDS
+
+    return KINDS
+
+
+def _losses_by_kind() -> str:
+    from ..losses.registry import KINDS, loss_names
+
+    return "; ".join(f"{kind}: {', '.join(loss_names(kind))}" for kind in KINDS) + " (default cosent)"
+
+
+def _architectures() -> Sequence[str]:
+    from ..models.architectures import ARCHITECTURES
+
+    return sorted(ARCHITECTURES)
+
+
+def _pooling_modes() -> Sequence[str]:
+    from ..layers import POOLING_MODES
+
+    return list(POOLING_MODES)
+
+
+def _head_inputs() -> Sequence[str]:
+    from ..models.builders import HEAD_INPUTS
+
+    return HEAD_INPUTS
+
+
+def _recipes() -> Sequence[str]:
+    from .recipes import RECIPES
+
+    return list(RECIPES)
+
+
+def _recipe_help() -> str:
+    from .recipes import RECIPES
+
+    described = "; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values())
+    return described.replace("%", "%%") + ". Each of its settings is overridden by its own option"
+
+
+def _schedules() -> Sequence[str]:
+    from ..optimizers import SCHEDULES
+
+    return SCHEDULES
+
+
+def _precisions() -> Sequence[str]:
+    from ..backend import PRECISIONS
+
+    return list(PRECISIONS)
+
+
+def _strategies() -> Sequence[str]:
+    from .distribute import STRATEGIES
+
+    return STRATEGIES
+
+
+def _file_formats() -> Sequence[str]:
+    from ..data.files import FILE_FORMATS
+
+    return FILE_FORMATS
+
+
+def finite_number(text: str) -> float:
+    """An argparse type: a finite float (``nan`` and ``inf`` parse as floats, but mean nothing here).
+
+    Args:
+        text: the option's value as typed.
+
+    Returns:
+        The number.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is no number, or not a finite one.
+
+    Example:
+        >>> finite_number("0.5")
+        0.5
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def number_in_range(
+    number_type: type, low: float, high: Optional[float] = None, low_included: bool = True
+) -> Callable[[str], Any]:
+    """An argparse type: ``number_type`` (int or float) in [low, high] (or (low, high]).
+
+    Args:
+        number_type: ``int`` or ``float``.
+        low: the smallest value, or the bound every value lies above.
+        high: the largest value; None for no upper bound.
+        low_included: whether ``low`` itself is allowed.
+
+    Returns:
+        The parsing function; its errors say which bound was crossed.
+
+    Example:
+        >>> number_in_range(int, 1)("3")
+        3
+    """
+
+    def parse(text: str) -> Any:
+        try:
+            value = number_type(text)
+        except ValueError:
+            what = "an integer" if number_type is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        above = value >= low if low_included else value > low
+        if not (above and (high is None or value <= high) and math.isfinite(value)):
+            limit = f"{'at least' if low_included else 'above'} {low:g}" + (
+                f" and at most {high:g}" if high is not None else ""
+            )
+            raise argparse.ArgumentTypeError(f"must be {limit}, got {text}")
+        return value
+
+    return parse
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Everything a training run depends on; ``None`` means the task's, recipe's or loss's default.
+
+    The fields are the command line's options (``--batch-size`` is ``batch_size``), each declared
+    once here with its help and choices (:func:`add_run_options`). :meth:`resolved` fills in the
+    defaults, and the run's ``config.json`` records the result.
+
+    Attributes:
+        task: a benchmark task (``STS-B``, ``NLI``, ...) or, with ``train_file``, the run's name.
+        kind: ``feature`` (a sentence encoder) or ``interaction`` (a cross-encoder).
+        loss: a loss of that kind (:data:`cosent_tf.losses.LOSSES`).
+        output_dir: the run folder (default ``runs/[interact-]LOSS-TASK``).
+
+    Example:
+        >>> config = RunConfig(task="BQ", loss="cosent", epochs=1, output_dir="runs/bq").resolved()
+        >>> config.batch_size
+        32
+    """
+
+    task: str = _option("STS-B", None)
+    kind: str = _option(
+        "feature", MODEL_KIND, "a sentence encoder scored by cosine, or a cross-encoder", choices=_kinds
+    )
+    loss: str = _option("cosent", MODEL_KIND, _losses_by_kind)
+    data_dir: str = _option(
+        "../shared/data", TASK_DATA, "shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder"
+    )
+    config: Optional[str] = _option(
+        None, ENGINE, "BERT config json (default: the checkpoint's, else a small random L4/H312 BERT)"
+    )
+    checkpoint: Optional[str] = _option(
+        None,
+        ENGINE,
+        "a Google-format checkpoint folder or prefix, a Hugging Face model folder (model.safetensors or "
+        "pytorch_model.bin), or a sentence-transformers folder, whose pooling is then the default",
+    )
+    vocab: Optional[str] = _option(None, ENGINE, "vocab.txt (default: the checkpoint folder's, else the shared one)")
+    architecture: str = _option(
+        "bert",
+        ENGINE,
+        "the transformer family (--model is its old name)",
+        flags=("--architecture", "--model"),
+        choices=_architectures,
+    )
+    pooling: Optional[str] = _option(
+        None,
+        ENGINE,
+        "feature models (default: a sentence-transformers checkpoint's, else the recipe's: cls, paper last-avg)",
+        choices=_pooling_modes,
+    )
+    head_input: Optional[str] = _option(
+        None,
+        ENGINE,
+        "what an interaction model's head reads: cls, the [CLS] hidden state (the original experiments), or "
+        "pooler, BERT's pooler (dense + tanh on [CLS]) as Hugging Face's BertForSequenceClassification, which "
+        "`cosent-tf export --format hf` needs (default: pooler for such a checkpoint, else cls)",
+        flags=("--head",),
+        choices=_head_inputs,
+    )
+    maxlen: Optional[int] = _option(
+        None,
+        ENGINE,
+        "tokens per text (interaction: per pair), [CLS] and [SEP] included; longer ones are cut, and the "
+        "run reports how many and the longest; time and memory grow with it (attention with its square); "
+        + _TASK_DEFAULT,
+    )
+    batch_size: Optional[int] = _option(None, ENGINE, "pairs per batch; " + _TASK_DEFAULT)
+    epochs: Optional[int] = _option(None, ENGINE, _TASK_DEFAULT)
+    steps_per_epoch: Optional[int] = _option(None, ENGINE, "default: one pass over train (NLI 5000)")
+    recipe: str = _option("blog", ENGINE, _recipe_help, choices=_recipes)
+    lr: Optional[float] = _option(None, ENGINE, "peak learning rate (default: 2e-5)")
+    weight_decay: Optional[float] = _option(
+        None,
+        ENGINE,
+        "decoupled (AdamW-style) weight decay of every kernel; embeddings, layer norms and biases are "
+        "not decayed (default: 0, paper recipe 0.01)",
+    )
+    warmup: Optional[float] = _option(
+        None,
+        ENGINE,
+        "linear learning-rate warm-up over this fraction of all steps (default: 0, paper recipe 0.1)",
+        metavar="FRACTION",
+    )
+    schedule: Optional[str] = _option(
+        None,
+        ENGINE,
+        "after the warm-up: a constant learning rate, or linear decay to 0 at the last step "
+        "(default: constant, paper recipe linear)",
+        choices=_schedules,
+    )
+    scale: float = _option(20.0, ENGINE, "CoSENT's lambda")
+    # Parsed as any finite number, so that a value out of RANGES is RunConfig.check's error.
+    epsilon: float = _option(0.5, ENGINE, "contrastive threshold", type=finite_number)
+    seed: int = _option(42, ENGINE, type=int)
+    max_train_pairs: Optional[int] = _option(None, ENGINE, "train on a seeded subsample")
+    max_eval_pairs: Optional[int] = _option(None, ENGINE, "validate and test on seeded subsamples")
+    train_from_valid: Optional[float] = _option(
+        None,
+        TASK_DATA,
+        "when the task has no train split, train on this seeded part of valid "
+        "(results are then not comparable with published numbers)",
+        metavar="FRACTION",
+    )
+    eval_every: int = _option(0, ENGINE, "also validate every STEPS steps (for convergence curves)", metavar="STEPS")
+    group_by_length: bool = _option(True, ENGINE, flags=("--no-group-by-length",))
+    strict: bool = _option(
+        False,
+        ENGINE,
+        "any line the readers would skip or flag (wrong field count, empty text, repeated "
+        "pair, NLI label '-') is an error naming file and line, instead of a warning",
+    )
+    backup_every: int = _option(
+        0,
+        ENGINE,
+        "also save the training state every STEPS steps (it is always saved at epoch ends and on SIGTERM/SIGINT)",
+        metavar="STEPS",
+    )
+    precision: str = _option(
+        "float32",
+        ENGINE,
+        "bf16: mixed bfloat16 (fast on CPUs with AVX512-BF16 or AMX, and on recent GPUs); fp16: mixed "
+        "float16 with dynamic loss scaling, for GPUs without bfloat16 (T4, V100; slow on a CPU)",
+        choices=_precisions,
+    )
+    strategy: str = _option(
+        "default",
+        ENGINE,
+        "train on one device (default), on every device of this machine (mirrored), or across machines "
+        "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs",
+        choices=_strategies,
+    )
+    global_batch_loss: bool = _option(
+        True,
+        ENGINE,
+        "under a strategy with several replicas, CoSENT ranks each replica's slice of the batch alone "
+        "instead of the global batch (for comparison)",
+        flags=("--per-replica-loss",),
+    )
+    worker_timeout: float = _option(
+        300.0,
+        ENGINE,
+        "--strategy multi-worker: how long a worker waits for the others to start before it stops with an "
+        "error naming them (default: %(default)g)",
+        metavar="SECONDS",
+    )
+    micro_batch_size: Optional[int] = _option(
+        None,
+        ENGINE,
+        "compute each batch's gradient PAIRS pairs at a time (gradient cache): the exact gradient of the "
+        "whole --batch-size batch in the memory of PAIRS pairs, for about one more forward pass",
+        metavar="PAIRS",
+    )
+    output_dir: Optional[str] = _option(None, ENGINE, "a new or empty folder, or this run's own folder to resume it")
+    # A user's own files instead of a benchmark task (``task`` then names the run's task).
+    train_file: Optional[str] = _option(None, OWN_FILES, flags=("--train",), metavar="FILE", required=True)
+    valid_file: Optional[str] = _option(
+        None,
+        OWN_FILES,
+        "default: a seeded --valid-fraction of --train, held out (the run says so)",
+        flags=("--valid",),
+        metavar="FILE",
+    )
+    test_file: Optional[str] = _option(
+        None,
+        OWN_FILES,
+        "default: none, and the final metrics are the valid ones (the run says so)",
+        flags=("--test",),
+        metavar="FILE",
+    )
+    file_format: Optional[str] = _option(
+        None,
+        FILE_FORMAT,
+        "default: from the extension (.tsv .txt .data: TSV; .csv: CSV; .jsonl .json: JSONL)",
+        flags=("--format",),
+        choices=_file_formats,
+    )
+    text_a_field: str = _option("sentence1", FILE_FORMAT, "CSV column / JSON field of the first text")
+    text_b_field: str = _option("sentence2", FILE_FORMAT, "CSV column / JSON field of the second text")
+    label_field: str = _option("label", FILE_FORMAT, "CSV column / JSON field of the label (gold_label for CNSD)")
+    valid_fraction: float = _option(0.1, OWN_FILES, metavar="FRACTION")
+    allow_single_label: bool = _option(
+        False, OWN_FILES, "train even if every train pair has the same label (nothing to rank)"
+    )
+
+    def check(self) -> None:
+        """Check every number against its range (:data:`RANGES`); ``None`` (the default) passes.
+
+        Raises:
+            ConfigError: naming the option, if a number is not one or lies out of its range.
+
+        Example:
+            >>> RunConfig(epochs=0).check()
+            Traceback (most recent call last):
+            cosent_tf.errors.ConfigError: --epochs (RunConfig.epochs) is 0: the number of epochs must be at least 1
+        """
+        for name, (low, low_included, high, high_included, what) in RANGES.items():
+            value, option = getattr(self, name), f"--{name.replace('_', '-')} (RunConfig.{name})"
+            if value is None:
+                continue
+            whole = _whole(name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
+                raise ConfigError(f"{option} must be {'an integer' if whole else 'a number'}, not {value!r}")
+            above = value >= low if low_included else value > low
+            below = high is None or (value <= high if high_included else value < high)
+            if not (math.isfinite(value) and above and below):
+                bounds = f"{'at least' if low_included else 'above'} {low:g}"
+                bounds += f" and {'at most' if high_included else 'below'} {high:g}" if high is not None else ""
+                raise ConfigError(f"{option} is {value!r}: {what} must be {bounds}")
+
+    def resolved(self) -> RunConfig:
+        """The configuration with its defaults filled in.
+
+        What is not set comes from the recipe (:mod:`cosent_tf.training.recipes`), then the loss
+        and task tables; and the config, vocab and output paths. The numbers are checked first
+        (:meth:`check`).
+
+        Returns:
+            A new RunConfig with no default left unresolved.
+
+        Raises:
+            ConfigError: a number out of range, or an unknown task, loss or recipe.
+
+        Example:
+            >>> RunConfig(task="BQ").resolved().output_dir
+            'runs/cosent-BQ'
+        """
+        # Imported here: they import TensorFlow, which a parser of these options does not need.
+        from ..inference.model_dir import hf_spec
+        from ..losses import get_loss
+        from ..models.checkpoints import checkpoint_files
+
+        self.check()
+        task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
+        loss = get_loss(self.kind, self.loss)
+        recipe = get_recipe(self.recipe)
+        values = dataclasses.asdict(self)
+        interaction = self.kind == "interaction"
+        recipe_batch = recipe.nli_batch_size if task.data == CNSD else recipe.batch_size
+        values["maxlen"] = self.maxlen or (task.interaction_maxlen if interaction else task.maxlen)
+        values["batch_size"] = self.batch_size or recipe_batch or loss.batch_size or task.batch_size
+        values["epochs"] = self.epochs or recipe.epochs or task.epochs
+        values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
+        for name in ("lr", "weight_decay", "warmup", "schedule"):
+            values[name] = getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
+        values["pooling"] = self.pooling or recipe.pooling
+        values["head_input"] = self.head_input or "cls"
+        if self.checkpoint:
+            # A checkpoint folder, or a prefix inside one, brings its config and vocab along; a
+            # Hugging Face folder also its pooling or head (see cosent_tf.inference.model_dir.hf_spec).
+            config, _, vocab = checkpoint_files(self.checkpoint)
+            values["config"] = self.config or config
+            values["vocab"] = self.vocab or vocab
+            if huggingface.is_hf_folder(self.checkpoint):
+                spec = hf_spec(self.checkpoint)  # also refuses, now, a folder that cannot be built
+                if huggingface.is_sentence_transformers_folder(self.checkpoint):
+                    values["pooling"] = self.pooling or spec.pooling
+                values["head_input"] = self.head_input or spec.head_input
+        values["config"] = values["config"] or SMALL_RANDOM_CONFIG
+        values["vocab"] = values["vocab"] or shared_vocab(self.data_dir, RunConfig.data_dir)
+        prefix = "interact-" if interaction else ""
+        values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
+        return RunConfig(**values)
+
+
+# The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).
+# An int bound makes the setting a whole number. The contrastive loss pushes a negative pair's
+# cosine, which lies in [-1, 1], below epsilon: from 1 up it pushes nothing; below -1 it acts as -1.
+RANGES = {
+    "epsilon": (-1.0, True, 1.0, False, "the contrastive loss's cosine threshold"),
+    "scale": (0.0, False, None, False, "CoSENT's scale (lambda)"),
+    "lr": (0.0, False, None, False, "the learning rate"),
+    "weight_decay": (0.0, True, None, False, "the weight decay"),
+    "warmup": (0.0, True, 1.0, True, "the warm-up's fraction of all steps"),
+    "valid_fraction": (0.0, False, 1.0, False, "the fraction of --train held out as valid"),
+    "train_from_valid": (0.0, False, 1.0, False, "the fraction of valid trained on"),
+    "worker_timeout": (0.0, False, None, False, "the wait for the other workers (seconds)"),
+    "maxlen": (3, True, None, False, "the tokens per text"),
+    "batch_size": (1, True, None, False, "the pairs per batch"),
+    "epochs": (1, True, None, False, "the number of epochs"),
+    "steps_per_epoch": (1, True, None, False, "the steps per epoch"),
+    "max_train_pairs": (1, True, None, False, "the number of train pairs"),
+    "max_eval_pairs": (1, True, None, False, "the number of valid and test pairs"),
+    "eval_every": (0, True, None, False, "the steps between validations"),
+    "backup_every": (0, True, None, False, "the steps between saves of the training state"),
+    "micro_batch_size": (1, True, None, False, "the pairs per micro-batch"),
+}
+
+OVERWRITE_HELP = "train over a finished run (or one with other settings) in --output-dir, removing its outputs first"
+
+
+def _whole(name: str) -> bool:
+    low, _, high, _, _ = RANGES[name]
+    return isinstance(low, int) and (high is None or isinstance(high, int))
+
+
+def _setting(value: Any) -> Any:
+    """A metadata value: a table's contents are read only now, when a parser is built."""
+    return value() if callable(value) and not isinstance(value, type) else value
+
+
+def _argument_type(name: str, metadata: dict) -> Any:
+    """The argparse type of a field: its own, else a number in its range (the parser's upper bound
+    is inclusive, so that a fraction of 1 reaches :meth:`RunConfig.check`, which names the setting)."""
+    if "type" in metadata:
+        return metadata["type"]
+    if name in RANGES:
+        low, low_included, high, _, _ = RANGES[name]
+        return number_in_range(int if _whole(name) else float, low, high, low_included)
+    return None
+
+
+def run_options(*selected: str) -> list:
+    """The RunConfig fields in ``selected`` option groups (e.g. :data:`ENGINE`) or named there, in field order."""
+    return [
+        field
+        for field in dataclasses.fields(RunConfig)
+        if field.metadata.get("group") in selected or field.name in selected
+    ]
+
+
+def add_run_options(
+    parser: argparse.ArgumentParser, *selected: str, overrides: Optional[dict] = None, overwrite: bool = False
+) -> None:
+    """Add the command-line options of RunConfig's fields in ``selected`` to ``parser``.
+
+    Each option comes from its field: flags ``--field-name`` unless the metadata names others,
+    the field's default, its help, its choices (read from their table now), and for a number the
+    range of :data:`RANGES`. A boolean field is a switch that sets the opposite of its default.
+
+    Args:
+        parser: the parser (or sub-command parser) to extend.
+        *selected: option groups (:data:`TASK_DATA`, :data:`OWN_FILES`, :data:`FILE_FORMAT`,
+            :data:`MODEL_KIND`, :data:`ENGINE`) or single fields' names, added in field order.
+        overrides: field name -> argparse settings that replace the field's own (a training
+            script's ``--loss`` default and choices).
+        overwrite: also add ``--overwrite``, the :func:`~cosent_tf.training.engine.train` argument.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_run_options(parser, FILE_FORMAT)
+        >>> parser.parse_args(["--format", "csv"]).file_format
+        'csv'
+    """
+    overrides = overrides or {}
+    for field in run_options(*selected):
+        metadata = field.metadata
+        flags = metadata.get("flags", (f"--{field.name.replace('_', '-')}",))
+        settings: dict = {"dest": field.name, "help": _setting(metadata.get("help"))}
+        if isinstance(field.default, bool):
+            settings["action"] = "store_false" if field.default else "store_true"
+        else:
+            settings["default"] = field.default
+            for key in ("metavar", "required"):
+                if key in metadata:
+                    settings[key] = metadata[key]
+            if "choices" in metadata:
+                settings["choices"] = _setting(metadata["choices"])
+            argument_type = _argument_type(field.name, metadata)
+            if argument_type is not None:
+                settings["type"] = argument_type
+        settings.update(overrides.get(field.name, {}))
+        parser.add_argument(*flags, **{key: value for key, value in settings.items() if value is not None})
+    if overwrite:
+        parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+
+
+def run_config(args: argparse.Namespace, **fixed: Any) -> RunConfig:
+    """The RunConfig of parsed options: the namespace's values of RunConfig's fields, the rest
+    (``--overwrite``, ``--verbose``, a sub-command's handler) left out, and ``fixed`` on top.
+
+    Args:
+        args: what :func:`add_run_options`' parser parsed.
+        **fixed: settings that no option gives (a training script's kind and task).
+
+    Returns:
+        The (unresolved) configuration.
+
+    Example:
+        >>> run_config(argparse.Namespace(epochs=2, verbose=False), task="BQ").epochs
+        2
+    """
+    names = {field.name for field in dataclasses.fields(RunConfig)}
+    values = {name: value for name, value in vars(args).items() if name in names}
+    return RunConfig(**{**values, **fixed})
+
+
+def option_names(fields: Iterable[dataclasses.Field]) -> list:
+    """The first flag of each field's option (for messages and the CLI reference)."""
+    return [field.metadata.get("flags", (f"--{field.name.replace('_', '-')}",))[0] for field in fields]

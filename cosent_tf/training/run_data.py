@@ -1,0 +1,233 @@
+"""What a training run reads: its data (a benchmark task's files, NLI, or a user's own pair files),
+the hold-outs carved from them, the label checks, and the list of every input file.
+
+:func:`check_inputs` checks what can be checked before any data is read; :func:`load_run_data`
+assembles the :class:`RunData`; :func:`run_inputs` lists every file the run depends on, whose
+fingerprints decide whether an interrupted run may resume (:mod:`cosent_tf.training.run_folder`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import logging
+import os
+import stat
+
+import numpy as np
+
+from ..data.benchmarks import load_task, nli_files, read_nli, senteval_dir, task_file
+from ..data.files import PairFileFormat, read_pair_file
+from ..data.pairs import PairData
+from ..data.tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
+from ..environment import check_weights_may_change
+from ..errors import CheckpointError, DataError, where
+from ..huggingface import folders as huggingface
+from ..models.builders import check_maxlen
+from ..models.checkpoints import checkpoint_files, open_checkpoint, read_config
+from ..models.tokenization import check_vocab_size
+from .config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RunData:
+    """What a run trains and tests on: train pairs, (valid, test) per evaluated task and the
+    :class:`~cosent_tf.data.tasks.Task` of each, the task train's labels belong to, notes
+    for the user (recorded in metrics.json), and the data files read."""
+
+    train: PairData
+    evaluation: dict
+    tasks: dict
+    task: Task
+    notes: list
+    files: list = dataclasses.field(default_factory=list)  # every data file read
+
+
+def check_inputs(cfg: RunConfig) -> None:
+    """What a run reads that can be checked at once, before any data is read: the data folder
+    (or the user's files), the config, the vocabulary and the checkpoint. Errors name the path
+    (and, when it is relative, the folder it is relative to). Also that this process can train at
+    all (:func:`cosent_tf.environment.check_weights_may_change`)."""
+    check_weights_may_change()
+    if cfg.train_file:
+        for option, path in (("--train", cfg.train_file), ("--valid", cfg.valid_file), ("--test", cfg.test_file)):
+            if path is not None and not os.path.exists(path):
+                raise DataError(where(path), "file not found")
+            if path is not None and not os.path.isfile(path):
+                raise DataError(
+                    where(path),
+                    f"{option} is {_file_kind(path)}, not a regular file: a run reads its files again (to check, "
+                    "before resuming, that they have not changed); save the data to a file and pass that",
+                )
+    elif not os.path.isdir(cfg.data_dir):
+        raise DataError(
+            where(cfg.data_dir),
+            "data folder not found; pass --data-dir: the shared data root (with senteval_cn/, cnsd/ and vocab/) "
+            "or a senteval_cn folder",
+        )
+    read_config(cfg.config)
+    if not os.path.isfile(cfg.vocab):
+        raise DataError(
+            where(cfg.vocab),
+            "vocabulary not found; pass --vocab (a checkpoint folder brings its own), or a --data-dir with vocab/",
+        )
+    check_vocab_size(cfg.config, cfg.vocab)
+    check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
+    if cfg.checkpoint and not os.path.exists(cfg.checkpoint) and not os.path.exists(cfg.checkpoint + ".index"):
+        raise CheckpointError(f"{where(cfg.checkpoint)}: checkpoint not found")
+    if cfg.checkpoint and not huggingface.is_hf_folder(cfg.checkpoint):
+        open_checkpoint(cfg.checkpoint)  # a Google checkpoint's variable list: cheap, and it must be readable
+
+
+def _file_kind(path):
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO), which can be read only once"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file"
+
+
+def run_inputs(cfg: RunConfig, data: RunData) -> list:
+    """Every file a run reads: its data files, the model config, the vocabulary and the
+    checkpoint's weights (a Google checkpoint's ``.index`` and data files, or the weights file
+    that a Hugging Face folder is read from)."""
+    paths = [*data.files, cfg.config, cfg.vocab]
+    if cfg.checkpoint and huggingface.is_hf_folder(cfg.checkpoint):
+        folder = huggingface.transformer_folder(cfg.checkpoint)
+        single, index, torch_file = (os.path.join(folder, name) for name in huggingface.WEIGHT_FILES)
+        if os.path.isfile(single):
+            paths.append(single)
+        elif os.path.isfile(index):
+            paths += [index, *sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))]
+        else:
+            paths.append(torch_file)
+    elif cfg.checkpoint:
+        prefix = checkpoint_files(cfg.checkpoint)[1]
+        paths += sorted(p for p in glob.glob(glob.escape(prefix) + ".*") if os.path.isfile(p))
+    return paths
+
+
+def load_run_data(cfg: RunConfig) -> RunData:
+    """The data of a configuration: a benchmark task's files, NLI, or the user's own files."""
+    data = _load_files(cfg) if cfg.train_file else _load_benchmark(cfg)
+    data.train = data.train.sample(cfg.max_train_pairs, cfg.seed)
+    data.evaluation = {
+        t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
+        for t, (v, s) in data.evaluation.items()
+    }
+    if data.task.data == FILES:
+        if not cfg.allow_single_label:
+            _require_two_labels(
+                data.train,
+                "there is nothing to rank, so CoSENT would learn nothing (pass --allow-single-label to train anyway)",
+            )
+    elif cfg.loss == "cosent":
+        _require_two_labels(data.train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
+    for valid, _ in data.evaluation.values():
+        _require_two_labels(valid, "Spearman is undefined on them, so no epoch could be chosen as the best")
+    return data
+
+
+def _load_benchmark(cfg):
+    folder, notes, task, files = senteval_dir(cfg.data_dir), [], get_task(cfg.task), []
+    if task.data == CNSD:
+        files = nli_files(cfg.data_dir)
+        if not files:
+            raise DataError(cfg.data_dir, "no cnsd-*/*.jsonl NLI files under this folder")
+        train = PairData.concat([read_nli(p, cfg.strict) for p in files])
+        tasks = MATCHING_TASKS
+    else:
+        tasks = (cfg.task,)
+    evaluation = {
+        t: (load_task(folder, t, "valid", cfg.strict), load_task(folder, t, "test", cfg.strict)) for t in tasks
+    }
+    files += [task_file(folder, t, split) for t in tasks for split in ("valid", "test")]
+    if task.data != CNSD:
+        train_path = task_file(folder, cfg.task, "train")
+        if os.path.exists(train_path):
+            train = load_task(folder, cfg.task, "train", cfg.strict)
+            files.append(train_path)
+        elif cfg.train_from_valid:
+            valid, test = evaluation[cfg.task]
+            train, valid = _hold_out(valid, cfg.train_from_valid, cfg.seed, "--train-from-valid", "trained on")
+            evaluation[cfg.task] = (valid, test)
+            notes.append(
+                f"{train_path} does not exist: trained on a seeded {cfg.train_from_valid:.0%} "
+                f"of valid ({len(train)} pairs) and validated on the rest; NOT comparable "
+                "with published numbers"
+            )
+        else:
+            raise DataError(
+                train_path,
+                f"the {cfg.task} train split is not here (file does not exist); "
+                "pass --train-from-valid FRACTION to train on a seeded part of valid instead",
+            )
+    return RunData(train, evaluation, {t: get_task(t) for t in evaluation}, task, notes, files)
+
+
+def _hold_out(pairs, fraction, seed, option, taken):
+    """(a seeded ``fraction`` of ``pairs``, the rest), each in file order; a DataError naming the
+    file if either part would be empty. ``option`` sets the fraction; ``taken``: what the fraction is."""
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    cut = int(round(len(pairs) * fraction))
+    if not 0 < cut < len(pairs):
+        other = "validated on" if taken == "trained on" else "trained on"
+        raise DataError(
+            pairs.source,
+            f"{len(pairs)} pair{'s' * (len(pairs) != 1)}: {option} {fraction:g} leaves {cut} to be {taken} and "
+            f"{len(pairs) - cut} to be {other}, and a run needs both; use a larger file, another {option}"
+            + (", or pass --valid FILE" if option == "--valid-fraction" else ""),
+        )
+    return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
+
+
+def _load_files(cfg):
+    file_format = PairFileFormat(cfg.file_format, cfg.text_a_field, cfg.text_b_field, cfg.label_field)
+    train = read_pair_file(cfg.train_file, file_format, cfg.strict)
+    low, high = float(train.labels.min()), float(train.labels.max())
+    task = Task.for_labels(cfg.task, train.label_kind, low, high)
+    logger.info("%s: %d pairs, %s labels from %g to %g", cfg.train_file, len(train), train.label_kind, low, high)
+    notes = []
+    if cfg.valid_file:
+        valid = read_pair_file(cfg.valid_file, file_format, cfg.strict)
+    else:
+        valid, train = _hold_out(train, cfg.valid_fraction, cfg.seed, "--valid-fraction", "held out as valid")
+        notes.append(
+            f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} ({len(valid)} pairs) "
+            f"is held out as valid; {len(train)} pairs are trained on"
+        )
+    if cfg.test_file:
+        test = read_pair_file(cfg.test_file, file_format, cfg.strict)
+    else:
+        test = valid
+        notes.append(
+            "no --test file: the test metrics are the valid ones, measured on the data the best epoch "
+            "(and the threshold) were chosen on, so they flatter the model"
+        )
+    for other in (valid, test):
+        _require_same_kind(train, other)
+    files = [path for path in (cfg.train_file, cfg.valid_file, cfg.test_file) if path]
+    return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes, files)
+
+
+def _require_same_kind(train, other):
+    kinds = (train.label_kind, other.label_kind)
+    if train.label_words != other.label_words or (kinds[0] == "binary" and kinds[1] != "binary"):
+        raise DataError(
+            other.source,
+            f"its labels are {kinds[1]} but those of the train file {train.source} are "
+            f"{kinds[0]}: the files must label pairs the same way",
+        )
+
+
+def _require_two_labels(pairs, consequence):
+    if not len(pairs):
+        raise DataError(pairs.source, "holds no pairs")
+    if len(np.unique(pairs.labels)) < 2:
+        raise DataError(
+            pairs.source,
+            f"all {len(pairs)} pairs (after any sampling) have the label {pairs.labels[0]:g}: {consequence}",
+        )
