@@ -34,10 +34,10 @@ _HOMES = {
     # data
     "Task": ".data.tasks",
     "TASKS": ".data.tasks",
-    "PairData": ".data.files",
-    "read_senteval": ".data.files",
-    "read_nli": ".data.files",
-    "load_task": ".data.files",
+    "PairData": ".data.pairs",
+    "read_senteval": ".data.benchmarks",
+    "read_nli": ".data.benchmarks",
+    "load_task": ".data.benchmarks",
     "pair_dataset": ".data.pipeline",
     "interaction_dataset": ".data.pipeline",
     # training

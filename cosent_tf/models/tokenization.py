@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ..backend import Bert4kerasTokenizer
-from ..data.files import _decoded_lines
+from ..data.pairs import decoded_lines
 from ..errors import ConfigError, DataError
 from ..huggingface import folders as huggingface
 from .checkpoints import read_config
@@ -27,7 +27,7 @@ def load_vocab(vocab_path: str) -> list:
     number = 0
     # Read a bounded line at a time (a binary file is refused, not loaded whole); a lone
     # carriage return ends a line too, as it always has here.
-    for _, line in _decoded_lines(vocab_path):
+    for _, line in decoded_lines(vocab_path):
         line = line[:-1] if line.endswith("\n") else line
         for piece in (line[:-1] if line.endswith("\r") else line).split("\r"):
             number += 1

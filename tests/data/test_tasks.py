@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, Task
-from cosent_tf.data.files import task_file
+from cosent_tf.data.benchmarks import task_file
 from cosent_tf.data.tasks import BINARY_TASKS, MATCHING_TASKS, TASKS, get_task
 
 
