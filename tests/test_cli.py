@@ -9,7 +9,8 @@ import pytest
 
 from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
-from cosent_tf.cli import argument_parser, console_logging, keeps_weights_in_amx_layout, main
+from cosent_tf.cli import argument_parser, console_logging, main
+from cosent_tf.environment import keeps_weights_in_amx_layout
 from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 
 SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
@@ -338,3 +339,16 @@ def test_a_training_scripts_help_formats(capsys):
     with pytest.raises(SystemExit) as stopped:
         train_main(["--help"])
     assert stopped.value.code == 0 and "--recipe" in capsys.readouterr().out
+
+
+def test_the_cli_reference_is_the_parsers_help_now():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_reference", os.path.join(ROOT, "tools", "cli_reference.py"))
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    with open(generator.PAGE, encoding="utf-8") as page:
+        committed = page.read()
+    assert committed == generator.reference(), (
+        f"docs/cli.md differs from the parsers' help: run `{generator.REGENERATE}` and commit the page"
+    )
