@@ -1,9 +1,18 @@
-"""The process environment TensorFlow must find when it is first imported (see
-:mod:`cosent_tf.backend` for why each variable is set). Imports nothing heavy, so that
-``import cosent_tf`` can set it up before the user's ``import tensorflow``."""
+"""The process environment TensorFlow must find when it is first imported, and the one rule that
+depends on it: whether a model's weights may change in this process.
+
+Imports nothing heavy, so that ``import cosent_tf`` can set the environment up before the
+user's ``import tensorflow``. Why each variable is set: docs/platform.md.
+"""
+
+from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from .errors import ConfigError
 
 # TensorFlow resolves tf.keras (and bert4keras's Keras) at its own import: imported before
 # cosent_tf without TF_USE_LEGACY_KERAS=1, it has Keras 3, and models fail much later.
@@ -19,17 +28,93 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 
+# -- frozen weights (docs/performance.md, 'Frozen weights') ---------------------------------------
+
 # When it is set, TensorFlow's fused oneDNN matmuls reorder their weights once, on first use, and
 # keep that copy: a model trained in the process would go on computing with its first weights.
-# TensorFlow reads it once a process, so its value when cosent_tf was imported counts too
-# (:func:`cosent_tf.backend.weights_assumed_frozen`).
+# TensorFlow reads it once a process, so its value when cosent_tf was imported counts too.
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 FROZEN_WEIGHTS_AT_IMPORT = os.environ.get(FROZEN_WEIGHTS_VARIABLE)
 
+# Commands of the cosent-tf script that only run models forward: their processes never change
+# a model's weights.
+INFERENCE_COMMANDS = ("evaluate", "encode", "similarity", "search")
 
-def cpu_flags(cpuinfo="/proc/cpuinfo") -> frozenset:
-    """The instruction-set extensions this CPU has, as Linux's ``cpuinfo`` names them
-    (``amx_bf16``, ``avx512_bf16``, ...); empty where that file is missing."""
+
+def weights_assumed_frozen() -> bool:
+    """Whether TensorFlow's oneDNN matmuls may take their weights for constants in this process.
+
+    Returns:
+        True where ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS`` is 1 or true now, or was when cosent_tf
+        was imported.
+
+    Example:
+        >>> weights_assumed_frozen()  # doctest: +SKIP
+        False
+    """
+    values = (FROZEN_WEIGHTS_AT_IMPORT, os.environ.get(FROZEN_WEIGHTS_VARIABLE))
+    return any((value or "").strip().lower() in ("1", "true") for value in values)
+
+
+def check_weights_may_change() -> None:
+    """Refuse to train where training could not change what the model computes.
+
+    Raises:
+        ConfigError: :func:`weights_assumed_frozen` is true.
+
+    Example:
+        >>> check_weights_may_change()  # doctest: +SKIP
+    """
+    if weights_assumed_frozen():
+        raise ConfigError(
+            f"{FROZEN_WEIGHTS_VARIABLE} is set in this process, so TensorFlow would keep computing "
+            "with the first weights it saw and training would not change the model: it is for processes that "
+            "only encode or serve; train without it"
+        )
+
+
+def keeps_weights_in_amx_layout(args: Any, cpu_flags: Collection[str], environ: Mapping[str, str]) -> bool:
+    """Whether a ``cosent-tf`` process should set ``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1``.
+
+    It should for an inference command in bf16, on a CPU with AMX, where the user has not set
+    the variable either way: oneDNN then keeps each Dense layer's weights in the layout its AMX
+    kernel needs. Elsewhere, and in float32, it gains nothing measured consistently (see
+    docs/performance.md, 'Frozen weights').
+
+    Args:
+        args: the parsed command line (its ``command`` and ``precision``).
+        cpu_flags: this CPU's extensions (:func:`cpu_flags`).
+        environ: the process environment.
+
+    Returns:
+        Whether to set it.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> keeps_weights_in_amx_layout(SimpleNamespace(command="encode", precision="bf16"), {"amx_bf16"}, {})
+        True
+    """
+    return (
+        args.command in INFERENCE_COMMANDS
+        and args.precision == "bf16"
+        and "amx_bf16" in cpu_flags
+        and environ.get(FROZEN_WEIGHTS_VARIABLE) is None
+    )
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The instruction-set extensions this CPU has, as Linux's ``cpuinfo`` names them.
+
+    Args:
+        cpuinfo: the file to read.
+
+    Returns:
+        Flags such as ``amx_bf16`` and ``avx512_bf16``; empty where that file is missing.
+
+    Example:
+        >>> "amx_bf16" in cpu_flags()  # doctest: +SKIP
+        True
+    """
     try:
         with open(cpuinfo, encoding="utf-8") as f:
             flags = next((line.split(":", 1)[1] for line in f if line.startswith("flags")), "")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder, build_encoder
-from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, TokenDense, dtype_policy, inference_policy_name, keras, tf
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES, dtype_policy, inference_policy_name, keras, tf
+from cosent_tf.models.architectures import TokenDense
 from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 
 # A few training steps of a tiny [CLS] encoder: the single-query attention of the last block
@@ -81,7 +82,8 @@ def test_scopes_put_the_dtype_policy_and_every_generator_back_even_on_error():
 
 def test_architectures_are_named_with_their_choices():
     from cosent_tf import ConfigError
-    from cosent_tf.backend import get_architecture, policy_name
+    from cosent_tf.backend import policy_name
+    from cosent_tf.models.architectures import get_architecture
 
     assert get_architecture("wobert").word_level and not get_architecture("nezha").learned_positions
     with pytest.raises(ConfigError, match="unknown architecture 'gpt'; choose one of albert, bert, nezha"):
@@ -334,11 +336,11 @@ def test_cpu_flags_are_the_first_processors_flags_line(tmp_path):
     ],
 )
 def test_weights_count_as_frozen_when_the_variable_is_true_now_or_was_at_import(monkeypatch, now, at_import, frozen):
-    from cosent_tf import backend, environment
+    from cosent_tf import environment
 
     monkeypatch.setattr(environment, "FROZEN_WEIGHTS_AT_IMPORT", at_import)
     if now is None:
         monkeypatch.delenv(environment.FROZEN_WEIGHTS_VARIABLE, raising=False)
     else:
         monkeypatch.setenv(environment.FROZEN_WEIGHTS_VARIABLE, now)
-    assert backend.weights_assumed_frozen() is frozen
+    assert environment.weights_assumed_frozen() is frozen

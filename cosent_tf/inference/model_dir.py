@@ -26,11 +26,12 @@ import numbers
 import os
 
 from .. import huggingface
-from ..backend import dtype_policy, get_architecture, inference_policy_name, keras
+from ..backend import dtype_policy, inference_policy_name, keras
 from ..errors import ConfigError
 from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
 from ..layers import POOLING_MODES
 from ..losses.registry import KINDS
+from ..models.architectures import get_architecture
 from ..models.builders import (
     HEAD_INPUTS,
     INTERACTION_HEADS,

@@ -2,9 +2,10 @@
 
 import warnings
 
-from ..backend import IndependentTruncatedNormal, get_architecture, keras, transformer_class
+from ..backend import keras
 from ..errors import ConfigError
 from ..layers import POOLING_MODES, PaddingMask, Pooling
+from .architectures import IndependentTruncatedNormal, get_architecture, transformer_class
 from .checkpoints import HEAD_SCOPE, checkpoint_files, load_checkpoint, load_head, read_config
 from .tokenization import check_vocab_size
 

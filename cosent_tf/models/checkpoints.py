@@ -20,9 +20,10 @@ import weakref
 import numpy as np
 
 from .. import huggingface
-from ..backend import keras, tf, transformer_class
+from ..backend import keras, tf
 from ..errors import CheckpointError, ConfigError, where
 from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
+from .architectures import transformer_class
 
 CONFIG_FILE = "bert_config.json"
 CHECKPOINT_PREFIX = "bert_model.ckpt"
