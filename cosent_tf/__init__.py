@@ -49,7 +49,7 @@ _HOMES = {
     "save_model_dir": ".inference.model_dir",
     "load_model_dir": ".inference.model_dir",
     "export_saved_model": ".export.savedmodel",
-    "export_hf": ".export.savedmodel",
+    "export_hf": ".export.huggingface",
     "SentenceEncoder": ".inference.matchers",
     "PairScorer": ".inference.matchers",
     "VectorIndex": ".inference.index",

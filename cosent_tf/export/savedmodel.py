@@ -1,5 +1,5 @@
-"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings, or as a
-Hugging Face folder (:func:`export_hf`).
+"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings; the export
+record that marks every folder this tool exports (a Hugging Face folder too, :mod:`.huggingface`).
 
 Serving needs TensorFlow and tensorflow-text only (tensorflow-text's WordPiece op is in
 the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signatures:
@@ -14,27 +14,27 @@ A string input of another rank (one string, a matrix of them) is an InvalidArgum
 says it must be a 1-D batch of strings.
 
 Each request's rows are computed in groups of similar length (:func:`in_length_buckets`), as
-requests come unsorted: about twice the sentences a second of one call padded to its longest
-row, for BQ's test sentences 64 to a request (``docs/performance.md``).
+requests come unsorted: padding a whole request to its longest row would compute mostly padding
+(see docs/performance.md, "The exported SavedModel computes each request in length buckets").
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
 
 Every export holds :data:`EXPORT_RECORD`, a file only this tool writes: ``overwrite`` replaces
 a folder holding it, and no other (a downloaded checkpoint has the same file names).
 """
 
+from __future__ import annotations
+
 import json
 import os
-
-import numpy as np
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from .. import __version__, huggingface
-from ..backend import model_precision, tf
+from ..backend import keras, model_precision, tf
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError
-from ..inference.model_dir import load_model_dir
+from ..inference.model_dir import ModelSpec, load_model_dir
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
-from ..models.builders import head_layer_name
-from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from .graph_tokenization import GraphTokenizer
 
 # No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
@@ -42,13 +42,17 @@ from .graph_tokenization import GraphTokenizer
 _TEXTS = tf.TensorSpec(shape=None, dtype=tf.string)
 _IDS = tf.TensorSpec(shape=[None, None], dtype=tf.int32)
 
-# Widths (in tokens) at which a request's rows are split between model calls, 1.5x apart.
-# Requests come in no order, and padding 64 BQ sentences to their longest triples the tokens
-# (40 a row against 13.5).
+# Widths (in tokens) at which a request's rows are split between model calls, 1.5x apart:
+# requests come in no order, and one padded to its longest row is mostly padding.
 LENGTH_BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
 
 
-def in_length_buckets(compute, token_ids, segment_ids, buckets=LENGTH_BUCKETS):
+def in_length_buckets(
+    compute: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+    token_ids: tf.Tensor,
+    segment_ids: tf.Tensor,
+    buckets: Sequence[int] = LENGTH_BUCKETS,
+) -> tf.Tensor:
     """``compute(token_ids, segment_ids)`` (float32 rows) over a padded batch, one call per
     bucket of rows whose lengths fall between the same two ``buckets`` bounds, each call cut
     to its longest row; the rows come back in input order.
@@ -79,7 +83,7 @@ def in_length_buckets(compute, token_ids, segment_ids, buckets=LENGTH_BUCKETS):
     return tf.gather(grouped.concat(), tf.math.invert_permutation(order))
 
 
-def _batch_of_strings(texts, name):
+def _batch_of_strings(texts: tf.Tensor, name: str) -> tf.Tensor:
     """``texts`` once checked to be a 1-D batch, with that static shape for the ops after it."""
     shape = tf.shape(texts)
     is_batch = tf.debugging.Assert(
@@ -92,7 +96,10 @@ def _batch_of_strings(texts, name):
 
 
 class _Served(tf.Module):
-    def __init__(self, model, tokenizer, pair_segments=False):
+    """What a SavedModel export serves: the model behind its graph tokenizer, with the signatures'
+    functions (texts in, or token ids in)."""
+
+    def __init__(self, model: keras.Model, tokenizer: GraphTokenizer, pair_segments: bool = False) -> None:
         super().__init__(name="cosent_tf")
         self.model = model
         self.tokenizer = tokenizer
@@ -151,7 +158,7 @@ SAVED_MODEL = FolderKind(
 )
 
 
-def check_export_folder(out_dir, kind, overwrite, model_dir):
+def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overwrite: bool, model_dir: str) -> None:
     """:func:`cosent_tf.io.check_output_folder` for an export: a folder is replaced only when it
     holds this tool's :data:`EXPORT_RECORD`. Another program's folder with the same file names (a
     downloaded Hugging Face model, a SavedModel) is refused, and so is an export written before
@@ -179,7 +186,7 @@ def check_export_folder(out_dir, kind, overwrite, model_dir):
     check_output_folder(out_dir, kind, overwrite, inputs=[model_dir])
 
 
-def _write_export_record(folder, written, model_dir, spec, **extra):
+def write_export_record(folder: str, written: str, model_dir: str, spec: ModelSpec, **extra: Any) -> None:
     """The file that marks ``folder`` as this tool's export (see :func:`check_export_folder`)."""
     record = {
         "format": EXPORT_FORMAT,
@@ -192,15 +199,36 @@ def _write_export_record(folder, written, model_dir, spec, **extra):
     write_json(os.path.join(folder, EXPORT_RECORD), record)
 
 
-def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32") -> list:
+def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32") -> list[str]:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
-    Returns the signature names. Also writes ``assets.extra/cosent_model.json`` (the
-    model's description, with the tuned threshold) for the serving side, and
-    :data:`EXPORT_RECORD`. An existing ``out_dir`` must be empty, or this tool's export and
-    ``overwrite`` true (:func:`check_export_folder`); it may not hold or lie inside ``model_dir``.
-    ``precision='bf16'`` serves the model in bfloat16 with bfloat16 weights (outputs stay
-    float32), as ``SentenceEncoder.load(..., precision='bf16')`` computes.
+    Also writes ``assets.extra/cosent_model.json`` (the model's description, with the tuned
+    threshold) for the serving side, and :data:`EXPORT_RECORD`. The signatures are in this
+    module's description.
+
+    Args:
+        model_dir: a model folder written by training (or ``save_model_dir``).
+        out_dir: the folder to write; an existing one must be empty, or this tool's export and
+            ``overwrite`` true (:func:`check_export_folder`); it may not hold or lie inside
+            ``model_dir``.
+        overwrite: replace an earlier export in ``out_dir``.
+        precision: ``"float32"``, or ``"bf16"`` to serve in bfloat16 with bfloat16 weights
+            (outputs stay float32), as ``SentenceEncoder.load(..., precision="bf16")`` computes.
+
+    Returns:
+        The signature names, sorted.
+
+    Raises:
+        ConfigError: a word-level (jieba) model, which cannot tokenise inside a graph, or an
+            ``out_dir`` that may not be written.
+
+    Example:
+        >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent")
+        ['encode_ids', 'serving_default']
+        >>> import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the WordPiece op)
+        >>> served = tf.saved_model.load("exports/bq-cosent").signatures["serving_default"]
+        >>> served(sentences=tf.constant(["花呗如何还钱"]))["embeddings"].shape
+        TensorShape([1, 312])
     """
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
     spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
@@ -233,111 +261,5 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
                 indent=2,
                 ensure_ascii=False,
             )
-        _write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision)
+        write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision)
     return sorted(signatures)
-
-
-HF_FOLDER = FolderKind(
-    "a Hugging Face export",
-    EXPORT_RECORD,
-    (
-        huggingface.CONFIG_FILE,
-        huggingface.SAFETENSORS_FILE,
-        huggingface.VOCAB_FILE,
-        huggingface.TOKENIZER_CONFIG,
-        "special_tokens_map.json",
-        huggingface.MODULES_FILE,
-        huggingface.SENTENCE_CONFIG,
-        "1_Pooling",
-        "2_Normalize",
-        "README.md",
-        EXPORT_RECORD,
-    ),
-)
-# Architectures whose weights and tokenizer are Hugging Face's BertModel and BertTokenizer.
-HF_ARCHITECTURES = ("bert", "roberta")
-
-
-def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
-    """Write ``out_dir`` (atomically) as a Hugging Face folder of the model folder ``model_dir``.
-
-    A feature model becomes a sentence-transformers folder (``BertModel`` weights as
-    ``model.safetensors``, the tokenizer, ``modules.json`` with its pooling and Normalize) that
-    ``SentenceTransformer(out_dir)`` loads and encodes as :class:`cosent_tf.SentenceEncoder`
-    does. An interaction model trained with ``--head pooler`` becomes a
-    ``BertForSequenceClassification`` (num_labels 1 for a score, 2 for the softmax head) that
-    ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load.
-    Returns what was written (``sentence-transformers`` or ``sequence-classification``). The folder
-    also holds :data:`EXPORT_RECORD`, which transformers and sentence-transformers do not read; an
-    existing ``out_dir`` is replaced only as :func:`check_export_folder` allows.
-    """
-    check_export_folder(out_dir, HF_FOLDER, overwrite, model_dir)
-    spec, model, tokenizer = load_model_dir(model_dir)
-    if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
-        raise ConfigError(
-            f"{model_dir}: a {spec.architecture} model cannot be written as a Hugging Face BERT folder "
-            f"(only {', '.join(HF_ARCHITECTURES)} with a character vocabulary); export it as a SavedModel"
-        )
-    if spec.kind == "interaction" and not (spec.head_input == "pooler" and spec.pair_segments):
-        raise ConfigError(
-            f"{model_dir}: this interaction model's head reads the [CLS] hidden state directly (as the original "
-            "experiments), which BertForSequenceClassification cannot express: it scores through BERT's pooler. "
-            "Train with --head pooler to export to Hugging Face, or export it as a SavedModel"
-        )
-    if spec.kind == "feature" and spec.pooling not in huggingface.ST_POOLING.values():
-        raise ConfigError(
-            f"{model_dir}: pooling {spec.pooling!r} cannot be expressed in sentence-transformers, which pools with "
-            f"{', '.join(huggingface.ST_POOLING)} ({', '.join(huggingface.ST_POOLING.values())} here); "
-            "export it as a SavedModel"
-        )
-    config = read_config(checkpoint_files(model_dir)[0])
-    arrays = model_arrays(model, config, spec.architecture)
-    layers = config["num_hidden_layers"]
-    tokens = list(tokenizer.token_dict)
-    with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
-        if spec.kind == "feature":
-            written = "sentence-transformers"
-            if "bert/pooler/dense/kernel" not in arrays:
-                # BertModel always has a pooler, which sentence-transformers' pooling never reads: zeros
-                # keep transformers from reporting it missing at every load.
-                hidden = config["hidden_size"]
-                arrays["bert/pooler/dense/kernel"] = np.zeros((hidden, hidden), np.float32)
-                arrays["bert/pooler/dense/bias"] = np.zeros((hidden,), np.float32)
-            weights = huggingface.hf_weights(arrays, layers)
-            huggingface.write_hf_folder(tmp, weights, huggingface.hf_config(config))
-            huggingface.write_sentence_transformers_modules(
-                tmp, spec.pooling, config["hidden_size"], spec.maxlen, spec.do_lower_case
-            )
-        else:
-            written = "sequence-classification"
-            scope = HEAD_SCOPE + head_layer_name(spec.head)
-            head = model.get_layer(head_layer_name(spec.head))
-            arrays[scope + "/kernel"], arrays[scope + "/bias"] = (w.numpy() for w in head.weights)
-            weights = huggingface.hf_weights(arrays, layers, scope, prefix="bert.")
-            labels = {value: key for key, value in huggingface.CLASSIFIER_HEADS.items()}[spec.head]
-            hf_config = huggingface.hf_config(config, ("BertForSequenceClassification",), num_labels=labels)
-            huggingface.write_hf_folder(tmp, weights, hf_config)
-        huggingface.write_tokenizer(tmp, tokens, spec.do_lower_case, spec.maxlen)
-        with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
-            f.write(_model_card(spec, written, model_dir))
-        _write_export_record(tmp, written, model_dir, spec)
-    return written
-
-
-def _model_card(spec, written, model_dir):
-    usage = (
-        "from sentence_transformers import SentenceTransformer\n"
-        "model = SentenceTransformer('THIS_FOLDER')\n"
-        "vectors = model.encode(['第一句', '第二句'])"
-        if written == "sentence-transformers"
-        else "from sentence_transformers import CrossEncoder\n"
-        "model = CrossEncoder('THIS_FOLDER')\n"
-        "scores = model.predict([('第一句', '第二句')])"
-    )
-    source = json.dumps(spec.source, ensure_ascii=False, sort_keys=True)
-    return (
-        f"# {written} model exported by cosent-tf\n\n"
-        f"Exported from the cosent-tf model folder `{os.path.abspath(model_dir)}` "
-        f"({spec.kind} model, {spec.pooling or spec.head}, maxlen {spec.maxlen}).\n\n"
-        f"Training record: `{source}`\n\n```python\n{usage}\n```\n"
-    )

@@ -11,7 +11,8 @@ import pytest
 
 from cosent_tf import ConfigError, DataError, ModelSpec, SentenceEncoder, VectorIndex
 from cosent_tf.backend import tf
-from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_hf, export_saved_model
+from cosent_tf.export.huggingface import export_hf
+from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
 from cosent_tf.inference.model_dir import SPEC_FILE, SPEC_TYPES, read_spec
 from tests.helpers import make_model_dir
 
@@ -251,11 +252,11 @@ def test_every_line_of_an_index_texts_file_must_be_a_json_string(line, message, 
 
 
 def test_an_index_texts_line_is_read_with_a_bound(tmp_path, monkeypatch):
-    import cosent_tf.inference.matchers
+    import cosent_tf.inference.index
 
     index = saved_index(tmp_path)
     (index / "texts.jsonl").write_bytes(b'"text 0"\n"' + b"x" * (1 << 20) + b'"\n"text 2"\n')
-    monkeypatch.setattr(cosent_tf.inference.matchers, "MAX_LINE_BYTES", 1 << 17)  # the limit is 8 times this: 1 MB
+    monkeypatch.setattr(cosent_tf.inference.index, "MAX_LINE_BYTES", 1 << 17)  # the limit is 8 times this: 1 MB
     with pytest.raises(DataError, match=r"texts.jsonl, line 2: longer than 1 MB; rebuild the index"):
         VectorIndex.load(index)
 
