@@ -6,7 +6,10 @@ its files are, and the original experiments' defaults for it (maxlen, batch size
 epochs). Adding a task is one entry in :data:`TASKS`.
 """
 
+from __future__ import annotations
+
 import dataclasses
+from typing import Optional, Union
 
 import numpy as np
 
@@ -32,11 +35,19 @@ class Task:
         positive_above: a label above this marks a similar pair.
         data: the file layout, :data:`SENTEVAL`, :data:`CNSD` or :data:`FILES`.
         maxlen, interaction_maxlen: token limits of a feature and an interaction model.
-        batch_size: pairs per batch; epochs; steps_per_epoch (None: one pass over train).
+        batch_size: pairs per batch.
+        epochs: passes (or ``steps_per_epoch`` batches) of training.
+        steps_per_epoch: batches per epoch; None: one pass over train.
+
+    Example:
+        >>> TASKS["STS-B"].label_range, TASKS["STS-B"].graded
+        ((0.0, 5.0), True)
+        >>> Task("MY-TASK", maxlen=32).binary
+        True
     """
 
     name: str
-    label_range: tuple = (0.0, 1.0)
+    label_range: tuple[float, float] = (0.0, 1.0)
     binary: bool = True
     graded: bool = False
     positive_above: float = 0.5
@@ -45,28 +56,66 @@ class Task:
     interaction_maxlen: int = 128
     batch_size: int = 32
     epochs: int = 5
-    steps_per_epoch: int = None
+    steps_per_epoch: Optional[int] = None
 
     @property
     def max_label(self) -> float:
+        """The highest label, which a loss that compares cosines with labels divides by."""
         return self.label_range[1]
 
-    def classes(self, labels) -> np.ndarray:
-        """Class labels for a classification loss: graded scores split at ``positive_above``."""
+    def classes(self, labels: np.ndarray) -> np.ndarray:
+        """Class labels for a classification loss: graded scores split at ``positive_above``.
+
+        Args:
+            labels: the task's labels.
+
+        Returns:
+            float32 classes: ``label > positive_above`` for graded labels, else the labels.
+
+        Example:
+            >>> TASKS["STS-B"].classes([1.0, 4.0])
+            array([0., 1.], dtype=float32)
+        """
         labels = np.asarray(labels, dtype=np.float32)
         return (labels > self.positive_above).astype(np.float32) if self.graded else labels
 
-    def positive(self, labels) -> np.ndarray:
-        """Whether each pair counts as similar."""
+    def positive(self, labels: np.ndarray) -> np.ndarray:
+        """Whether each pair counts as similar.
+
+        Args:
+            labels: the task's labels.
+
+        Returns:
+            A boolean array, ``label > positive_above``.
+
+        Example:
+            >>> TASKS["NLI"].positive([0.0, 1.0, 2.0])
+            array([False, False,  True])
+        """
         return np.asarray(labels) > self.positive_above
 
     @classmethod
-    def for_labels(cls, name: str, kind: str, low: float = 0.0, high: float = 1.0) -> "Task":
+    def for_labels(cls, name: str, kind: str, low: float = 0.0, high: float = 1.0) -> Task:
         """A task of a user's own files, from what its train labels are.
 
-        ``kind`` is ``binary`` (0/1), ``nli`` (ranks 0-2 from NLI words) or ``graded`` (scores
-        in ``low``-``high``, similar above the middle of the range). Defaults are the
-        benchmark tasks' (maxlen 64, interaction 128, batch 32, 5 epochs).
+        Defaults are the benchmark tasks' (maxlen 64, interaction 128, batch 32, 5 epochs).
+
+        Args:
+            name: the task's name in reports.
+            kind: ``binary`` (0/1), ``nli`` (ranks 0-2 from NLI words) or ``graded`` (scores in
+                ``low``-``high``, similar above the middle of the range).
+            low: the lowest graded score.
+            high: the highest graded score.
+
+        Returns:
+            The task, whose ``data`` is :data:`FILES`.
+
+        Raises:
+            ConfigError: ``kind`` is none of the three.
+
+        Example:
+            >>> Task.for_labels("mine", "graded", 0, 10).positive_above
+            5.0
         """
         if kind == "binary":
             return cls(name, data=FILES)
@@ -84,7 +133,8 @@ class Task:
         raise ConfigError(f"unknown label kind {kind!r}; choose binary, nli or graded")
 
 
-TASKS = {
+# Every task by name: the senteval_cn matching tasks and CNSD NLI.
+TASKS: dict[str, Task] = {
     task.name: task
     for task in (
         Task("ATEC"),
@@ -110,8 +160,22 @@ MATCHING_TASKS = tuple(name for name, task in TASKS.items() if task.data == SENT
 BINARY_TASKS = tuple(name for name in MATCHING_TASKS if TASKS[name].binary)
 
 
-def get_task(name) -> Task:
-    """The :class:`Task` called ``name`` (a Task is returned as it is)."""
+def get_task(name: Union[str, Task]) -> Task:
+    """The :class:`Task` called ``name``.
+
+    Args:
+        name: a task's name, or a :class:`Task` (returned as it is).
+
+    Returns:
+        The task.
+
+    Raises:
+        ConfigError: no task has this name; the message lists the choices.
+
+    Example:
+        >>> get_task("LCQMC").maxlen
+        64
+    """
     if isinstance(name, Task):
         return name
     return lookup(TASKS, name, "task")
