@@ -12,6 +12,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from typing import Any
 
 REMOVED_IN = "0.5"
 
@@ -60,3 +61,26 @@ def install_moved_modules() -> None:
     """Let the old module paths import (done once, by ``import cosent_tf``)."""
     if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.append(_MovedModuleFinder())
+
+
+def renamed_keyword(old: str, new: str, old_value: Any, new_value: Any) -> Any:
+    """The value of a keyword argument that was renamed: ``old_value`` when the caller still
+    passes the old name (with a DeprecationWarning naming the new one), else ``new_value``.
+
+    Args:
+        old: the keyword's former name ("model").
+        new: its name now ("architecture").
+        old_value: what was passed under the old name; None when it was not passed.
+        new_value: what was passed (or defaulted) under the new name.
+
+    Returns:
+        The value to use.
+
+    Example:
+        >>> renamed_keyword("model", "architecture", None, "bert")
+        'bert'
+    """
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{old}= is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
+    return old_value

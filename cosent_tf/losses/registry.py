@@ -1,19 +1,24 @@
 """Every loss the engine trains with: one entry each, read by the engine, its command line and
 the result tables. Adding a loss is one entry in :data:`LOSSES`."""
 
+from __future__ import annotations
+
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 from ..backend import keras
 from ..errors import ConfigError
+from ..models.kinds import FEATURE as FEATURE_KIND
+from ..models.kinds import INTERACTION as INTERACTION_KIND
+from ..models.kinds import KINDS
 from .contrastive import ThresholdContrastiveLoss
 from .cosent import CoSENTLoss
 from .interaction_cosent import InteractionCoSENTLoss
 from .mse import CosineMSELoss
 from .softmax import SentenceBertHead, SentenceBertSoftmaxLoss
 
-FEATURE, INTERACTION = "feature", "interaction"
-KINDS = (FEATURE, INTERACTION)
+# The model kinds' table lives with the models; its names are what a loss entry's kind holds.
+FEATURE, INTERACTION = FEATURE_KIND.name, INTERACTION_KIND.name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +48,9 @@ class LossEntry:
     title: str
     build: Callable[..., keras.losses.Loss]
     on_classes: bool = False
-    training_head: Callable[[int], keras.layers.Layer] = None
-    interaction_head: str = None
-    batch_size: int = None
+    training_head: Optional[Callable[[int], keras.layers.Layer]] = None
+    interaction_head: Optional[str] = None
+    batch_size: Optional[int] = None
     min_pairs: int = 1
 
     def check_batch(self, batch_size: int, replicas: int = 1, global_batch: bool = True) -> None:
@@ -68,7 +73,7 @@ class LossEntry:
         )
 
 
-def _sentence_bert_head(num_classes):
+def _sentence_bert_head(num_classes: int) -> keras.layers.Layer:
     return SentenceBertHead(num_classes, name="SentenceBert-Head")
 
 
@@ -118,7 +123,7 @@ LOSSES = {
 }
 
 
-def loss_names(kind: str) -> tuple:
+def loss_names(kind: str) -> tuple[str, ...]:
     """The ``--loss`` values of one model kind."""
     return tuple(name for entry_kind, name in LOSSES if entry_kind == kind)
 

@@ -1,4 +1,5 @@
-"""Keras models over bert4keras: the transformer, the encoder and interaction heads, checkpoints and tokenisation."""
+"""Keras models over bert4keras: where a model comes from (sources), its kinds and spec, the
+transformer with its encoder and interaction heads, checkpoints and tokenisation."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ _HOMES = {
     "save_checkpoint": ".checkpoints",
     "write_checkpoint_folder": ".checkpoints",
     "checkpoint_files": ".checkpoints",
+    "check_config": ".checkpoints",
     "Architecture": ".architectures",
     "ARCHITECTURES": ".architectures",
     "get_architecture": ".architectures",
@@ -49,6 +51,24 @@ _HOMES = {
     "check_vocab_size": ".tokenization",
     "Truncation": ".tokenization",
     "SentenceTokenizer": ".tokenization",
+    "SMALL_RANDOM_CONFIG": ".sources",
+    "FORMATS": ".sources",
+    "ModelSource": ".sources",
+    "open_source": ".sources",
+    "open_model_folder": ".sources",
+    "hf_spec": ".sources",
+    "ModelKind": ".kinds",
+    "KINDS": ".kinds",
+    "FEATURE": ".kinds",
+    "INTERACTION": ".kinds",
+    "get_kind": ".kinds",
+    "SPEC_FILE": ".spec",
+    "FORMAT": ".spec",
+    "FORMAT_VERSION": ".spec",
+    "SPEC_TYPES": ".spec",
+    "ModelSpec": ".spec",
+    "read_spec": ".spec",
+    "write_spec": ".spec",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -1,13 +1,25 @@
-"""Keras models over bert4keras transformers: sentence encoders and interaction models."""
+"""Keras models over bert4keras transformers: sentence encoders and interaction models.
 
-import warnings
+Each builder takes the model's config as a path or as a :class:`~cosent_tf.models.sources.ModelSource`;
+given a source, it reads nothing again: the config, the vocabulary and the checkpoint are the
+source's, read once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
 
 from ..backend import keras
+from ..compat import renamed_keyword
 from ..errors import ConfigError
 from ..layers import POOLING_MODES, PaddingMask, Pooling
 from .architectures import IndependentTruncatedNormal, get_architecture, transformer_class
-from .checkpoints import HEAD_SCOPE, checkpoint_files, load_checkpoint, load_head, read_config
+from .checkpoints import HEAD_SCOPE, CheckpointVariables, checkpoint_files, load_checkpoint, load_head, read_config
+from .sources import ModelSource
 from .tokenization import check_vocab_size
+
+# A model's config: the path of its json file, or the source it was resolved from.
+ConfigSource = Union[str, ModelSource]
 
 INTERACTION_HEADS = ("score", "softmax")
 # What an interaction head reads: the [CLS] hidden state (the original experiments), or BERT's
@@ -20,7 +32,7 @@ def head_layer_name(head: str) -> str:
     return "Match-" + head.capitalize()
 
 
-def _config_of(config_path, checkpoint_path):
+def _config_of(config_path: Optional[ConfigSource], checkpoint_path: Optional[str]) -> ConfigSource:
     """``config_path``, or the config of the checkpoint's folder when it is None."""
     if config_path is not None:
         return config_path
@@ -29,9 +41,48 @@ def _config_of(config_path, checkpoint_path):
     return checkpoint_files(checkpoint_path)[0]
 
 
-def build_transformer(config_path: str, checkpoint_path: str = None, architecture: str = "bert", **overrides):
-    """Build (and optionally load) a bert4keras transformer; returns the Transformer object."""
-    config = read_config(config_path)
+def _weights(
+    config: ConfigSource, checkpoint_path: Optional[str], head_scope: Optional[str] = None
+) -> Union[str, CheckpointVariables, None]:
+    """What to load the weights from: ``checkpoint_path`` when given, else a source's own
+    checkpoint (opened once by the source), else nothing (random weights)."""
+    if checkpoint_path is not None or not isinstance(config, ModelSource):
+        return checkpoint_path
+    return config.variables(head_scope)
+
+
+def build_transformer(
+    config_path: ConfigSource, checkpoint_path: Optional[str] = None, architecture: str = "bert", **overrides: Any
+) -> Any:
+    """Build (and optionally load) a bert4keras transformer.
+
+    Args:
+        config_path: a BERT-style config json, or a :class:`~cosent_tf.models.sources.ModelSource`
+            (whose checkpoint is then loaded unless ``checkpoint_path`` is given).
+        checkpoint_path: a Google-format checkpoint prefix or folder, or a Hugging Face folder.
+        architecture: a name of :data:`cosent_tf.backend.ARCHITECTURES`.
+        overrides: config values to replace, and bert4keras constructor options.
+
+    Returns:
+        The built bert4keras ``Transformer`` object (its Keras model is ``.model``).
+
+    Raises:
+        ConfigError: the config is unreadable or wrong, or the architecture unknown.
+        CheckpointError: the checkpoint is unreadable or does not fit the config.
+
+    Example:
+        >>> transformer = build_transformer(SMALL_RANDOM_CONFIG)  # doctest: +SKIP
+    """
+    return _transformer(config_path, _weights(config_path, checkpoint_path), architecture, **overrides)
+
+
+def _transformer(
+    config_path: ConfigSource, weights: Union[str, CheckpointVariables, None], architecture: str, **overrides: Any
+) -> Any:
+    if isinstance(config_path, ModelSource):
+        config = dict(config_path.config)
+    else:
+        config = read_config(config_path)
     config.update(overrides)
     config.setdefault("max_position", config.get("max_position_embeddings", 512))
     config.setdefault("dropout_rate", config.get("hidden_dropout_prob"))
@@ -39,13 +90,29 @@ def build_transformer(config_path: str, checkpoint_path: str = None, architectur
     config.setdefault("segment_vocab_size", config.get("type_vocab_size", 2))
     transformer = transformer_class(architecture)(**config)
     transformer.build(**config)
-    if checkpoint_path is not None:
-        load_checkpoint(transformer, checkpoint_path)
+    if weights is not None:
+        load_checkpoint(transformer, weights)
     return transformer
 
 
-def check_maxlen(config_path: str, architecture: str, maxlen: int) -> None:
-    """Raise ConfigError if ``maxlen`` tokens do not fit the model's position embeddings."""
+def check_maxlen(config_path: ConfigSource, architecture: str, maxlen: int) -> None:
+    """Raise ConfigError if ``maxlen`` tokens do not fit the model's position embeddings.
+
+    Args:
+        config_path: the config json, or a :class:`~cosent_tf.models.sources.ModelSource`.
+        architecture: the architecture (only one with learned positions has a limit).
+        maxlen: the tokens per text.
+
+    Raises:
+        ConfigError: ``maxlen`` is longer than ``max_position_embeddings``; the message names
+            the config and the largest maxlen that fits.
+
+    Example:
+        >>> check_maxlen(SMALL_RANDOM_CONFIG, "bert", 64)  # doctest: +SKIP
+    """
+    if isinstance(config_path, ModelSource):
+        config_path.check_maxlen(architecture, maxlen)
+        return
     limit = read_config(config_path).get("max_position_embeddings", 512)
     if get_architecture(architecture).learned_positions and maxlen > limit:
         raise ConfigError(
@@ -54,29 +121,32 @@ def check_maxlen(config_path: str, architecture: str, maxlen: int) -> None:
         )
 
 
-def _architecture_argument(architecture, model):
-    """``model=`` is the name ``architecture`` had before 0.2; it still works, with a warning."""
-    if model is None:
-        return architecture
-    warnings.warn("model= is deprecated; use architecture=", DeprecationWarning, stacklevel=3)
-    return model
+def _check_vocab(config: ConfigSource, vocab_path: Optional[str]) -> None:
+    """The config's vocab_size against ``vocab_path``, or against a source's own vocabulary."""
+    if isinstance(config, ModelSource) and vocab_path is None:
+        if config.vocab_path is not None:
+            config.check_vocab()
+    elif vocab_path is not None:
+        check_vocab_size(config.config_path if isinstance(config, ModelSource) else config, vocab_path)
 
 
 def build_encoder(
-    config_path: str,
-    checkpoint_path: str = None,
+    config_path: Optional[ConfigSource],
+    checkpoint_path: Optional[str] = None,
     architecture: str = "bert",
     pooling: str = "cls",
-    vocab_path: str = None,
+    vocab_path: Optional[str] = None,
     name: str = "encoder",
-    model: str = None,
-    **overrides,
+    model: Optional[str] = None,
+    **overrides: Any,
 ) -> keras.Model:
     """A Keras model from [token_ids, segment_ids] to sentence vectors (float32).
 
     Args:
         config_path: a BERT-style ``*_config.json`` (or a Hugging Face ``config.json``);
-            ``None`` takes the checkpoint folder's.
+            ``None`` takes the checkpoint folder's. A :class:`~cosent_tf.models.sources.ModelSource`
+            brings its config, vocabulary and weights (unless ``checkpoint_path`` is given),
+            read once.
         checkpoint_path: a Google-format TF checkpoint prefix or its directory, or a Hugging
             Face / sentence-transformers model folder (see :mod:`cosent_tf.huggingface.folders`);
             ``None`` builds a randomly initialised model (every kernel drawn independently).
@@ -86,15 +156,26 @@ def build_encoder(
         vocab_path: if given, checked against the config's ``vocab_size``.
         model: deprecated name of ``architecture``.
         overrides: passed to the bert4keras constructor (e.g. ``dropout_rate=0.1``).
+
+    Returns:
+        The Keras model; its output is float32 under every precision policy.
+
+    Raises:
+        ConfigError: an unknown pooling or architecture, a config that does not fit the vocabulary.
+        CheckpointError: the checkpoint is unreadable or does not fit the config.
+
+    Example:
+        >>> encoder = build_encoder(open_source("chinese_L-12_H-768_A-12/"), pooling="first-last-avg")  # doctest: +SKIP
+        >>> encoder.output_shape  # doctest: +SKIP
+        (None, 768)
     """
-    architecture = _architecture_argument(architecture, model)
+    architecture = renamed_keyword("model", "architecture", model, architecture)
     config_path = _config_of(config_path, checkpoint_path)
     if pooling not in POOLING_MODES:
         raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
-    if vocab_path is not None:
-        check_vocab_size(config_path, vocab_path)
-    transformer = build_transformer(
-        config_path, checkpoint_path, architecture, with_pool=(pooling == "pooler"), **overrides
+    _check_vocab(config_path, vocab_path)
+    transformer = _transformer(
+        config_path, _weights(config_path, checkpoint_path), architecture, with_pool=(pooling == "pooler"), **overrides
     )
     token_ids = transformer.inputs[0]
     mask = PaddingMask(name="Padding-Mask")(token_ids)
@@ -111,16 +192,16 @@ def build_encoder(
 
 
 def build_interaction_model(
-    config_path: str,
-    checkpoint_path: str = None,
+    config_path: Optional[ConfigSource],
+    checkpoint_path: Optional[str] = None,
     architecture: str = "bert",
     head: str = "score",
-    vocab_path: str = None,
+    vocab_path: Optional[str] = None,
     name: str = "interaction",
-    model: str = None,
+    model: Optional[str] = None,
     head_input: str = "cls",
     require_head: bool = False,
-    **overrides,
+    **overrides: Any,
 ) -> keras.Model:
     """A cross-encoder: [token_ids, segment_ids] of a concatenated pair to a match score.
 
@@ -131,16 +212,43 @@ def build_interaction_model(
     ``pooler``, BERT's pooler (as Hugging Face's ``BertForSequenceClassification``, whose
     folders load here with their classifier). A checkpoint that holds the head's weights
     fills the head too; otherwise it starts random, or, with ``require_head``, it is an error.
+
+    Args:
+        config_path: as :func:`build_encoder`'s (a path, None, or a ModelSource).
+        checkpoint_path: as :func:`build_encoder`'s.
+        architecture: as :func:`build_encoder`'s.
+        head: ``score`` or ``softmax``.
+        vocab_path: if given, checked against the config's ``vocab_size``.
+        name: the Keras model's name.
+        model: deprecated name of ``architecture``.
+        head_input: ``cls`` or ``pooler``.
+        require_head: a checkpoint without the head's weights is an error.
+        overrides: passed to the bert4keras constructor.
+
+    Returns:
+        The Keras model, from [token_ids, segment_ids] to (B, 1) scores or (B, 2) probabilities.
+
+    Raises:
+        ConfigError: an unknown head, head input or architecture; a config that does not fit the
+            vocabulary.
+        CheckpointError: the checkpoint is unreadable, does not fit, or (``require_head``) lacks the head.
+
+    Example:
+        >>> scorer = build_interaction_model(SMALL_RANDOM_CONFIG, head="softmax")  # doctest: +SKIP
+        >>> scorer.output_shape  # doctest: +SKIP
+        (None, 2)
     """
-    architecture = _architecture_argument(architecture, model)
+    architecture = renamed_keyword("model", "architecture", model, architecture)
     config_path = _config_of(config_path, checkpoint_path)
     if head not in INTERACTION_HEADS:
         raise ConfigError(f"unknown interaction head {head!r}; choose one of {', '.join(INTERACTION_HEADS)}")
     if head_input not in HEAD_INPUTS:
         raise ConfigError(f"unknown head input {head_input!r}; choose one of {', '.join(HEAD_INPUTS)}")
-    if vocab_path is not None:
-        check_vocab_size(config_path, vocab_path)
-    transformer = build_transformer(config_path, None, architecture, with_pool=head_input == "pooler", **overrides)
+    _check_vocab(config_path, vocab_path)
+    head_scope = HEAD_SCOPE + head_layer_name(head)
+    weights = _weights(config_path, checkpoint_path, head_scope)
+    # The weights are loaded below, once the head exists: the transformer is built without them.
+    transformer = _transformer(config_path, None, architecture, with_pool=head_input == "pooler", **overrides)
     if head_input == "pooler":
         features = transformer.output
     else:
@@ -154,8 +262,8 @@ def build_interaction_model(
         kernel_initializer=IndependentTruncatedNormal(0.02),
     )(features)
     interaction = keras.Model(transformer.inputs, output, name=name)
-    if checkpoint_path is not None:
-        checkpoint = load_checkpoint(transformer, checkpoint_path, HEAD_SCOPE + head_layer_name(head))
+    if weights is not None:
+        checkpoint = load_checkpoint(transformer, weights, head_scope)
         load_head(interaction, head_layer_name(head), checkpoint, required=require_head)
     return interaction
 

@@ -7,6 +7,8 @@ Two formats are read: Google-format TF checkpoints (``bert_config.json``,
 Google names first. Either way the weights arrive as a :class:`CheckpointVariables`.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import glob
 import json
@@ -16,11 +18,13 @@ import re
 import shutil
 import tempfile
 import weakref
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from .. import huggingface
 from ..backend import keras, tf
+from ..compat import renamed_keyword
 from ..errors import CheckpointError, ConfigError, where
 from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
 from .architectures import transformer_class
@@ -37,14 +41,34 @@ logger = logging.getLogger(__name__)
 
 
 def read_config(config_path: str) -> dict:
-    """A BERT-style config json as a dict, its sizes (positive integers) and rates (numbers from 0
-    to 1) checked; errors name the file (and line, or key).
+    """A BERT-style config json as a dict, checked as :func:`check_config` does.
 
-    A Hugging Face ``config.json`` (it has ``model_type``) is translated to the Google format.
+    Args:
+        config_path: a Google-format ``bert_config.json``, or a Hugging Face ``config.json``
+            (it has ``model_type``), which is translated to the Google format.
+
+    Returns:
+        The Google-format config.
+
+    Raises:
+        ConfigError: the file is missing, no JSON object, or a size or rate is wrong; the
+            message names the file (and line, or key).
+
+    Example:
+        >>> config = read_config("cosent_tf/configs/bert-small-random.json")
+        >>> config["hidden_size"] > 0
+        True
     """
     if not os.path.exists(config_path):
         raise ConfigError(f"{where(config_path)}: cannot read the model config (No such file or directory)")
-    config = read_json(config_path, "the model config")
+    return check_config(read_json(config_path, "the model config"), config_path)
+
+
+def check_config(config: dict, config_path: str) -> dict:
+    """The parsed model config ``config`` (of ``config_path``, for messages) in the Google format,
+    its sizes (positive integers) and rates (numbers from 0 to 1) checked; a Hugging Face config
+    (it has ``model_type``) is translated first. A caller that has read the file once passes its
+    content here instead of reading it again."""
     if "model_type" in config:
         config = huggingface.bert_config(config, config_path)
     missing = [k for k in (*REQUIRED_CONFIG, "hidden_act") if k not in config]
@@ -60,7 +84,7 @@ def read_config(config_path: str) -> dict:
     return config
 
 
-def list_checkpoint_variables(checkpoint_prefix: str, shown: str = None) -> dict:
+def list_checkpoint_variables(checkpoint_prefix: str, shown: Optional[str] = None) -> dict:
     """{name: shape} of a checkpoint; an unreadable one is a CheckpointError naming it (or ``shown``)."""
     try:
         return dict(tf.train.list_variables(checkpoint_prefix))
@@ -124,7 +148,7 @@ class CheckpointVariables:
         return tf.train.load_variable(self.source, name)
 
 
-def open_checkpoint(checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
+def open_checkpoint(checkpoint_path: str, head_scope: Optional[str] = None) -> CheckpointVariables:
     """The variables of a Google-format checkpoint (prefix or folder) or a Hugging Face folder.
 
     ``head_scope`` (``cosent/<head layer>``) is the name a Hugging Face ``classifier`` is read as.
@@ -246,10 +270,33 @@ def check_values(checkpoint: CheckpointVariables, names) -> None:
         ) from None
 
 
-def load_checkpoint(transformer, checkpoint_path: str, head_scope: str = None) -> CheckpointVariables:
-    """Load a checkpoint (Google prefix or folder, or a Hugging Face folder) into a built
-    bert4keras transformer, checked first. Returns the checkpoint's variables (for a head)."""
-    checkpoint = open_checkpoint(checkpoint_path, head_scope)
+def load_checkpoint(
+    transformer: Any, checkpoint_path: Union[str, CheckpointVariables], head_scope: Optional[str] = None
+) -> CheckpointVariables:
+    """Load a checkpoint into a built bert4keras transformer, checked first.
+
+    Args:
+        transformer: the bert4keras ``Transformer`` object, built.
+        checkpoint_path: a Google prefix or its folder, a Hugging Face folder, or the
+            :class:`CheckpointVariables` already opened (a :class:`~cosent_tf.models.sources.ModelSource`
+            hands out its own, so that the checkpoint is opened once).
+        head_scope: the name a Hugging Face ``classifier`` is read as (``cosent/<head layer>``).
+
+    Returns:
+        The checkpoint's variables (for a head outside the transformer).
+
+    Raises:
+        CheckpointError: the checkpoint is unreadable, lacks a variable the model needs, has one
+            of another shape or a value that is not finite.
+
+    Example:
+        >>> transformer = build_transformer(config_path)  # doctest: +SKIP
+        >>> load_checkpoint(transformer, "chinese_L-12_H-768_A-12/")  # doctest: +SKIP
+    """
+    if isinstance(checkpoint_path, CheckpointVariables):
+        checkpoint = checkpoint_path
+    else:
+        checkpoint = open_checkpoint(checkpoint_path, head_scope)
     check_checkpoint(transformer, checkpoint)
     check_values(checkpoint, [name for name, _ in _mapped_variables(transformer)])
     try:
@@ -342,9 +389,9 @@ def save_checkpoint(
     directory: str,
     config,
     architecture: str = "bert",
-    vocab_path: str = None,
+    vocab_path: Optional[str] = None,
     overwrite: bool = False,
-    model_type: str = None,
+    model_type: Optional[str] = None,
 ) -> list:
     """Write ``model``'s transformer weights as a Google-format checkpoint folder.
 
@@ -361,7 +408,7 @@ def save_checkpoint(
     Returns the list of checkpoint variable names written. The folder loads back with
     ``build_encoder(dir/bert_config.json, dir/bert_model.ckpt)`` and with bert4keras.
     """
-    architecture = model_type or architecture
+    architecture = renamed_keyword("model_type", "architecture", model_type, architecture)
     with atomic_directory(directory, CHECKPOINT_FOLDER, overwrite) as tmp:
         return write_checkpoint_folder(model, tmp, config, architecture, vocab_path)
 

@@ -1,8 +1,12 @@
 """Tokenisation: bert4keras's WordPiece Tokenizer, with jieba pre-tokenisation for word models."""
 
+from __future__ import annotations
+
 import dataclasses
 import logging
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -12,10 +16,27 @@ from ..errors import ConfigError, DataError
 from ..huggingface import folders as huggingface
 from .checkpoints import read_config
 
+if TYPE_CHECKING:
+    from .sources import ModelSource
 
-def load_vocab(vocab_path: str) -> list:
+
+def load_vocab(vocab_path: Union[str, os.PathLike]) -> list:
     """Token list of a BERT vocab file (one token per line), or of a Hugging Face
-    ``tokenizer.json``'s WordPiece model; errors name the file and line."""
+    ``tokenizer.json``'s WordPiece model.
+
+    Args:
+        vocab_path: the file.
+
+    Returns:
+        The tokens in id order.
+
+    Raises:
+        DataError: the file cannot be read, is empty or repeats a token (naming the line).
+
+    Example:
+        >>> load_vocab("vocab.txt")[:2]  # doctest: +SKIP
+        ['[PAD]', '[unused1]']
+    """
     if os.fspath(vocab_path).endswith(".json"):
         return huggingface.read_tokenizer_json(vocab_path)[0]
     try:
@@ -23,7 +44,7 @@ def load_vocab(vocab_path: str) -> list:
             pass
     except OSError as e:
         raise DataError(vocab_path, f"cannot read the vocabulary ({e.strerror})") from e
-    first_line = {}  # token: the line it is on, in file order
+    first_line: dict[str, int] = {}  # token: the line it is on, in file order
     number = 0
     # Read a bounded line at a time (a binary file is refused, not loaded whole); a lone
     # carriage return ends a line too, as it always has here.
@@ -42,7 +63,18 @@ def load_vocab(vocab_path: str) -> list:
 
 
 def check_vocab_size(config_path: str, vocab_path: str) -> None:
-    """Raise ConfigError unless the config's vocab_size equals the vocab file's line count."""
+    """Raise ConfigError unless the config's vocab_size equals the vocab file's line count.
+
+    Args:
+        config_path: the model config.
+        vocab_path: the vocabulary.
+
+    Raises:
+        ConfigError: the two differ; the message names both files.
+
+    Example:
+        >>> check_vocab_size("bert_config.json", "vocab.txt")  # doctest: +SKIP
+    """
     expected = read_config(config_path)["vocab_size"]
     actual = len(load_vocab(vocab_path))
     if expected != actual:
@@ -66,7 +98,7 @@ class Truncation:
     longest: int
     maxlen: int
 
-    def __str__(self):
+    def __str__(self) -> str:
         share = f" ({self.truncated / self.total:.1%})" if self.total else ""
         return (
             f"{self.what}: {self.truncated} of {self.total}{share} longer than maxlen {self.maxlen} tokens "
@@ -74,7 +106,7 @@ class Truncation:
         )
 
 
-def _jieba_cut(text):
+def _jieba_cut(text: str) -> Any:
     import jieba
 
     return jieba.cut(text, HMM=False)
@@ -87,27 +119,56 @@ class SentenceTokenizer:
     original experiments); ``word_level=True`` first cuts text with jieba (HMM off), as
     WoBERT and RoFormer expect. Sequences include [CLS] and [SEP] and are truncated to
     ``maxlen`` tokens.
+
+    Args:
+        vocab_path: the vocabulary file, or a :class:`~cosent_tf.models.sources.ModelSource`
+            (its vocabulary, read once, and its lower-casing).
+        maxlen: the most tokens of a text (of a pair, for :meth:`encode_pair`).
+        word_level: cut texts into words with jieba first.
+        do_lower_case: lower-case (and strip accents) first; None: the source's setting, or
+            True for a vocabulary file.
+
+    Raises:
+        ConfigError: ``maxlen`` leaves no room for a token.
+        DataError: the vocabulary cannot be read.
+
+    Example:
+        >>> tokenizer = SentenceTokenizer("vocab.txt", maxlen=32)  # doctest: +SKIP
+        >>> tokenizer.encode("你好")  # doctest: +SKIP
+        [101, 872, 1962, 102]
     """
 
-    def __init__(self, vocab_path, maxlen=64, word_level=False, do_lower_case=True):
-        self.vocab_path = str(vocab_path)
+    def __init__(
+        self,
+        vocab_path: Union[str, os.PathLike, ModelSource],
+        maxlen: int = 64,
+        word_level: bool = False,
+        do_lower_case: Optional[bool] = None,
+    ) -> None:
+        from .sources import ModelSource  # sources.py reads vocabularies with this module
+
+        source = vocab_path if isinstance(vocab_path, ModelSource) else None
+        self.vocab_path = str(source.vocab_path if source is not None else vocab_path)
         self.maxlen = int(maxlen)
         self.word_level = bool(word_level)
+        if do_lower_case is None:
+            do_lower_case = source.do_lower_case if source is not None else True
         self.do_lower_case = bool(do_lower_case)
         if self.maxlen < 3:
             raise ConfigError(f"maxlen must leave room for [CLS], [SEP] and a token, got {maxlen}")
-        token_dict = {token: i for i, token in enumerate(load_vocab(vocab_path))}
+        tokens = source.vocab() if source is not None else load_vocab(self.vocab_path)
+        token_dict = {token: i for i, token in enumerate(tokens)}
         if word_level:
             import jieba
 
             jieba.setLogLevel(logging.WARNING)
         self._tokenizer = Bert4kerasTokenizer(
-            token_dict, do_lower_case=do_lower_case, pre_tokenize=_jieba_cut if word_level else None
+            token_dict, do_lower_case=self.do_lower_case, pre_tokenize=_jieba_cut if word_level else None
         )
         self.token_dict = token_dict
         self.vocab_size = len(token_dict)
         self.sep_id = token_dict.get("[SEP]")
-        self.last_truncation = None  # the Truncation of the latest encode_all / encode_pairs
+        self.last_truncation: Optional[Truncation] = None  # the Truncation of the latest encode_all / encode_pairs
 
     def encode(self, text: str) -> list:
         """Token ids of one sentence, [CLS] ... [SEP]."""
@@ -117,15 +178,15 @@ class SentenceTokenizer:
         """Token ids of a concatenated pair, [CLS] a [SEP] b [SEP] (longer side truncated first)."""
         return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
 
-    def encode_all(self, texts, what: str = "texts") -> list:
+    def encode_all(self, texts: Iterable[str], what: str = "texts") -> list:
         """Token ids of each text (int32 arrays); logs a :class:`Truncation` report."""
         return self._encode_many([(t,) for t in texts], what)
 
-    def encode_pairs(self, firsts, seconds, what: str = "pairs") -> list:
+    def encode_pairs(self, firsts: Iterable[str], seconds: Iterable[str], what: str = "pairs") -> list:
         """Token ids of each concatenated pair (int32 arrays); logs a :class:`Truncation` report."""
         return self._encode_many(list(zip(firsts, seconds)), what)
 
-    def _encode_many(self, items, what):
+    def _encode_many(self, items: list, what: str) -> list:
         encoded, truncated, longest = [], 0, 0
         for texts in items:
             ids = self._tokenizer.encode(*texts)[0]  # uncut first: most texts fit, and then once is enough
@@ -140,9 +201,11 @@ class SentenceTokenizer:
         return encoded
 
     def tokenize(self, text: str) -> list:
+        """The tokens of ``text``, [CLS] ... [SEP], cut to ``maxlen``."""
         return self._tokenizer.tokenize(text, maxlen=self.maxlen)
 
     def get_config(self) -> dict:
+        """The arguments that make this tokenizer again (with the vocabulary's path)."""
         return {
             "vocab_path": self.vocab_path,
             "maxlen": self.maxlen,

@@ -16,7 +16,7 @@ INPUTS = [TOKENS, np.zeros_like(TOKENS)]
 @pytest.mark.parametrize("model", ["bert", "nezha", "albert", "roformer"])
 def test_round_trip_gives_identical_outputs(model, tiny_config, tmp_path):
     encoder = build_encoder(tiny_config, architecture=model, pooling="pooler")
-    save_checkpoint(encoder, tmp_path / "ckpt", tiny_config, model_type=model)
+    save_checkpoint(encoder, tmp_path / "ckpt", tiny_config, architecture=model)
     config, prefix, _ = checkpoint_files(tmp_path / "ckpt")
     loaded = build_encoder(config, prefix, architecture=model, pooling="pooler")
     np.testing.assert_array_equal(loaded.predict(INPUTS, verbose=0), encoder.predict(INPUTS, verbose=0))
@@ -153,3 +153,12 @@ def test_config_values_are_checked(tmp_path, settings, message):
     config = write_config(tmp_path / "config.json", **settings)
     with pytest.raises(ConfigError, match=f"config.json: {message}"):
         build_encoder(config)
+
+
+def test_the_old_keyword_model_type_still_chooses_the_architecture_with_a_warning(tiny_config, tmp_path):
+    encoder = build_encoder(tiny_config, architecture="nezha")
+    with pytest.warns(DeprecationWarning, match="model_type= is deprecated; use architecture="):
+        save_checkpoint(encoder, tmp_path / "ckpt", tiny_config, model_type="nezha")
+    config, prefix, _ = checkpoint_files(tmp_path / "ckpt")
+    loaded = build_encoder(config, prefix, architecture="nezha")
+    np.testing.assert_array_equal(loaded.predict(INPUTS, verbose=0), encoder.predict(INPUTS, verbose=0))

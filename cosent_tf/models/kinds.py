@@ -1,0 +1,135 @@
+"""The kinds of model a matcher can be, as a table beside the tasks, losses and architectures.
+
+A *feature* model (a siamese sentence encoder) turns each text into a vector and scores a pair
+by the cosine of its two vectors; an *interaction* model (a cross-encoder) reads the two texts
+of a pair together and scores them with a head. Everything that differs between the two at the
+models layer is a field of :class:`ModelKind`; the layers above keep their own behaviour in a
+small table keyed by :attr:`ModelKind.name` (as :data:`cosent_tf.inference.matchers.MATCHERS`
+does). Adding a kind is one entry in :data:`KINDS` and one per such table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import ConfigError, lookup
+from ..layers import POOLING_MODES
+from .builders import INTERACTION_HEADS, build_encoder, build_interaction_model
+
+if TYPE_CHECKING:
+    from ..backend import keras
+    from .spec import ModelSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelKind:
+    """One kind of model.
+
+    Args:
+        name: the ``--kind`` value and the ``kind`` of ``cosent_model.json``.
+        rows_per_pair: the model's input rows per pair: 2 (the two sentences, interleaved) or
+            1 (the concatenated pair).
+        build: the builder, :func:`~cosent_tf.models.builders.build_encoder` or
+            :func:`~cosent_tf.models.builders.build_interaction_model`.
+        scored_by: how a pair is scored: ``cosine`` of two vectors or the model's ``head``.
+        task_maxlen: the :class:`~cosent_tf.data.tasks.Task` field holding its default maxlen.
+        output_prefix: what a run's default output folder name starts with.
+        trains_on_nli: whether it can be trained on NLI (all matching tasks at once).
+        sentence_vectors: whether it gives sentence vectors (and so retrieval and search).
+        spec_field: the :class:`~cosent_tf.models.spec.ModelSpec` field that says how it scores
+            (``pooling`` or ``head``), and ``spec_choices`` the values that field may take.
+
+    Example:
+        >>> get_kind("interaction").rows_per_pair
+        1
+    """
+
+    name: str
+    rows_per_pair: int
+    build: Callable[..., keras.Model]
+    scored_by: str
+    task_maxlen: str
+    output_prefix: str
+    trains_on_nli: bool
+    sentence_vectors: bool
+    spec_field: str
+    spec_choices: tuple[str, ...]
+
+    @property
+    def concatenated_pairs(self) -> bool:
+        """Whether a pair is one input row (the two texts joined by [SEP])."""
+        return self.rows_per_pair == 1
+
+    def maxlen(self, task: Any) -> int:
+        """The default maxlen of ``task`` (a :class:`~cosent_tf.data.tasks.Task`) for this kind."""
+        return int(getattr(task, self.task_maxlen))
+
+    def check_spec(self, spec: ModelSpec, where: str) -> None:
+        """Raise ConfigError naming ``where`` unless ``spec`` says how this kind scores
+        (a feature model's pooling, an interaction model's head) with a value it knows.
+
+        Example:
+            >>> get_kind("feature").check_spec(ModelSpec("feature", pooling="nope"), "x")  # doctest: +SKIP
+            Traceback (most recent call last):
+            ConfigError: x: pooling 'nope' is not one of cls, ...
+        """
+        value = getattr(spec, self.spec_field)
+        if value in self.spec_choices:
+            return
+        if self.spec_field == "head":
+            raise ConfigError(f"{where}: an {self.name} model needs head in {self.spec_choices}, got {value!r}")
+        raise ConfigError(f"{where}: {self.spec_field} {value!r} is not one of {', '.join(self.spec_choices)}")
+
+    def build_from_spec(self, spec: ModelSpec, source: Any, checkpoint: Any = None, **options: Any) -> keras.Model:
+        """The model ``spec`` describes, built from ``source`` (a config path or a
+        :class:`~cosent_tf.models.sources.ModelSource`) and, when given, ``checkpoint``'s weights."""
+        if self.spec_field == "pooling":
+            return self.build(source, checkpoint, spec.architecture, spec.pooling, **options)
+        return self.build(source, checkpoint, spec.architecture, spec.head, head_input=spec.head_input, **options)
+
+
+FEATURE = ModelKind(
+    "feature",
+    rows_per_pair=2,
+    build=build_encoder,
+    scored_by="cosine",
+    task_maxlen="maxlen",
+    output_prefix="",
+    trains_on_nli=True,
+    sentence_vectors=True,
+    spec_field="pooling",
+    spec_choices=tuple(POOLING_MODES),
+)
+INTERACTION = ModelKind(
+    "interaction",
+    rows_per_pair=1,
+    build=build_interaction_model,
+    scored_by="head",
+    task_maxlen="interaction_maxlen",
+    output_prefix="interact-",
+    trains_on_nli=False,
+    sentence_vectors=False,
+    spec_field="head",
+    spec_choices=tuple(INTERACTION_HEADS),
+)
+KINDS = {kind.name: kind for kind in (FEATURE, INTERACTION)}
+
+
+def get_kind(name: str) -> ModelKind:
+    """The :class:`ModelKind` called ``name``.
+
+    Args:
+        name: ``feature`` or ``interaction``.
+
+    Returns:
+        Its entry of :data:`KINDS`.
+
+    Raises:
+        ConfigError: no such kind; the message lists the kinds.
+
+    Example:
+        >>> get_kind("feature").scored_by
+        'cosine'
+    """
+    return lookup(KINDS, name, "model kind")

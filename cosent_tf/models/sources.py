@@ -1,0 +1,322 @@
+"""Where a model comes from, resolved once: the config, the vocabulary, the tokenizer settings,
+the defaults a source implies and its weights, read from one :class:`ModelSource`.
+
+A source is what a user points at: a Google-format checkpoint (``bert_config.json``,
+``bert_model.ckpt.*``, ``vocab.txt``), a Hugging Face or sentence-transformers folder, a
+cosent-tf model folder, or nothing (the bundled small random config). :func:`open_source`
+tells them apart, reads and checks the config once, and hands the one object to everything
+that needs it: :class:`~cosent_tf.models.tokenization.SentenceTokenizer`, the builders in
+:mod:`cosent_tf.models.builders`, :func:`~cosent_tf.models.checkpoints.load_checkpoint` and
+:func:`~cosent_tf.inference.model_dir.load_model_dir`. The vocabulary and the checkpoint's
+variable list are read on first use and kept, so a caller holding a source never reads a file
+twice.
+
+This is the only module outside :mod:`cosent_tf.huggingface` that asks what kind of folder a
+path is (the weights reader in :mod:`cosent_tf.models.checkpoints` aside).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any, Optional
+
+from .. import huggingface
+from ..errors import ConfigError
+from ..io import read_json
+from .architectures import get_architecture
+from .checkpoints import CheckpointVariables, check_config, checkpoint_files, open_checkpoint, read_config
+from .tokenization import load_vocab
+
+if TYPE_CHECKING:  # spec.py checks kinds, whose builders take a source: it imports this module
+    from .spec import ModelSpec
+
+# The config a run without --checkpoint builds its random model from (it ships in the package).
+SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
+
+# What a source is, as ModelSource.format names it.
+GOOGLE, HUGGING_FACE, SENTENCE_TRANSFORMERS, COSENT_MODEL, CONFIG_ONLY = (
+    "google",
+    "huggingface",
+    "sentence-transformers",
+    "cosent-model",
+    "config",
+)
+FORMATS = (GOOGLE, HUGGING_FACE, SENTENCE_TRANSFORMERS, COSENT_MODEL, CONFIG_ONLY)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """One model's origin, resolved once (see :func:`open_source`).
+
+    Args:
+        path: what the user gave (a checkpoint prefix or folder, a model folder), or None.
+        format: one of :data:`FORMATS`.
+        config_path: the config file read (for messages and for writing it out again).
+        config: the Google-format config, checked (sizes, rates, ``max_position_embeddings``).
+        vocab_path: the vocabulary file (``vocab.txt`` or a ``tokenizer.json``), or None when
+            the source brings none (the bundled config).
+        checkpoint: what the weights are read from (a Google prefix or a Hugging Face folder),
+            or None: random weights.
+        do_lower_case: whether the tokenizer lower-cases: a Hugging Face folder's tokenizer
+            setting, a model folder's recorded one, else True (BERT's Chinese vocabularies).
+        pooling: the pooling a sentence-transformers folder was trained with, else None.
+        head_input: ``pooler`` for a ``*ForSequenceClassification`` folder, else None.
+        spec: the :class:`~cosent_tf.models.spec.ModelSpec` a model folder records, or the one
+            a Hugging Face folder is used as; None for a Google checkpoint or a bare config.
+
+    Example:
+        >>> source = open_source(None)
+        >>> source.format, source.checkpoint
+        ('config', None)
+    """
+
+    path: Optional[str]
+    format: str
+    config_path: str
+    config: dict
+    vocab_path: Optional[str] = None
+    checkpoint: Optional[str] = None
+    do_lower_case: bool = True
+    pooling: Optional[str] = None
+    head_input: Optional[str] = None
+    spec: Optional[ModelSpec] = None
+    # What is read on first use and kept: "vocab" (the token list) and the opened checkpoint.
+    _read: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def vocab_size(self) -> int:
+        """The config's ``vocab_size``."""
+        return int(self.config["vocab_size"])
+
+    @property
+    def max_positions(self) -> int:
+        """The position embeddings' count (``max_position_embeddings``, 512 when absent)."""
+        return int(self.config.get("max_position_embeddings", 512))
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether a model built from this source starts from random weights: no checkpoint, or
+        a model folder that was itself trained from random weights."""
+        if self.checkpoint is None:
+            return True
+        return bool(self.spec is not None and self.format == COSENT_MODEL and self.spec.source.get("random_weights"))
+
+    def vocab(self) -> list:
+        """The vocabulary's tokens in id order, read on the first call only.
+
+        Raises:
+            ConfigError: the source has no vocabulary.
+            DataError: the file cannot be read, is empty or repeats a token.
+        """
+        if "vocab" not in self._read:
+            if self.vocab_path is None:
+                raise ConfigError(f"{self.config_path}: no vocabulary given with this model config; pass one")
+            self._read["vocab"] = load_vocab(self.vocab_path)
+        return list(self._read["vocab"])
+
+    def check_vocab(self) -> None:
+        """Raise ConfigError unless the config's ``vocab_size`` is the vocabulary's length."""
+        actual = len(self.vocab())
+        if self.vocab_size != actual:
+            raise ConfigError(
+                f"{self.config_path}: vocab_size is {self.vocab_size} but {self.vocab_path} has {actual} tokens; "
+                "the config and the vocabulary must come from the same checkpoint"
+            )
+
+    def check_maxlen(self, architecture: str, maxlen: int) -> None:
+        """Raise ConfigError if ``maxlen`` tokens do not fit the position embeddings of
+        ``architecture`` (one with learned positions)."""
+        if get_architecture(architecture).learned_positions and maxlen > self.max_positions:
+            raise ConfigError(
+                f"{self.config_path}: maxlen {maxlen} is longer than the model's {self.max_positions} position "
+                f"embeddings (max_position_embeddings); use --maxlen {self.max_positions} or less"
+            )
+
+    def variables(self, head_scope: Optional[str] = None) -> Optional[CheckpointVariables]:
+        """The checkpoint's variables, opened on the first call only (None without a checkpoint).
+
+        ``head_scope`` is the name a Hugging Face ``classifier`` is read as (it changes which
+        arrays a Hugging Face folder gives; a Google checkpoint's names are its own)."""
+        if self.checkpoint is None:
+            return None
+        key = ("variables", head_scope if self.format in (HUGGING_FACE, SENTENCE_TRANSFORMERS) else None)
+        if key not in self._read:
+            self._read[key] = open_checkpoint(self.checkpoint, head_scope)
+        return self._read[key]
+
+
+def open_source(
+    checkpoint: Optional[str] = None, config: Optional[str] = None, vocab: Optional[str] = None
+) -> ModelSource:
+    """Resolve what a model is built from, reading and checking its config once.
+
+    Args:
+        checkpoint: a Google-format checkpoint prefix or its folder, a Hugging Face or
+            sentence-transformers folder, or a cosent-tf model folder; None for random weights.
+        config: a config file that replaces the checkpoint's (None: the checkpoint's, or the
+            bundled small random config without a checkpoint).
+        vocab: a vocabulary that replaces the checkpoint's.
+
+    Returns:
+        The :class:`ModelSource`.
+
+    Raises:
+        ConfigError: the config is unreadable or wrong, or a Hugging Face folder cannot be
+            used (its message names the file).
+        CheckpointError: a hub name was given (nothing is downloaded).
+
+    Example:
+        >>> source = open_source(None, vocab="vocab.txt")  # doctest: +SKIP
+        >>> tokenizer = SentenceTokenizer(source, maxlen=64)  # doctest: +SKIP
+        >>> encoder = build_encoder(source)  # doctest: +SKIP
+    """
+    if checkpoint is None:
+        config_path = os.fspath(config) if config is not None else SMALL_RANDOM_CONFIG
+        return ModelSource(None, CONFIG_ONLY, config_path, read_config(config_path), _path(vocab))
+    checkpoint = os.fspath(checkpoint)
+    if hugging_face_format(checkpoint) is not None:
+        return _hugging_face_source(checkpoint, config, vocab)
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    from .spec import SPEC_FILE, read_spec  # spec.py sits above this module (see the import at the top)
+
+    spec = read_spec(folder) if os.path.exists(os.path.join(folder, SPEC_FILE)) else None
+    return _checkpoint_source(checkpoint, config, vocab, spec)
+
+
+def open_model_folder(directory: Any) -> ModelSource:
+    """The source of a cosent-tf model folder, or of a Hugging Face folder used as one; what is
+    not such a folder is the error :func:`~cosent_tf.models.spec.read_spec` gives.
+
+    Args:
+        directory: the folder.
+
+    Returns:
+        The :class:`ModelSource`, its ``spec`` set.
+
+    Raises:
+        ConfigError: no model folder, or one whose files are wrong (naming it).
+
+    Example:
+        >>> open_model_folder("runs/cosent-STS-B/model").spec.kind  # doctest: +SKIP
+        'feature'
+    """
+    from .spec import SPEC_FILE, read_spec
+
+    directory = os.fspath(directory)
+    if not os.path.exists(os.path.join(directory, SPEC_FILE)) and hugging_face_format(directory) is not None:
+        return _hugging_face_source(directory, None, None)
+    spec = read_spec(directory)
+    return _checkpoint_source(directory, None, None, spec, weights_from_prefix=True)
+
+
+def _checkpoint_source(
+    checkpoint: str,
+    config: Optional[str],
+    vocab: Optional[str],
+    spec: Optional[ModelSpec],
+    weights_from_prefix: bool = False,
+) -> ModelSource:
+    """The source of a Google-format checkpoint, or of a model folder when ``spec`` is its; its
+    weights are read from the path given, or (``weights_from_prefix``) the folder's own prefix."""
+    own_config, prefix, own_vocab = checkpoint_files(checkpoint)
+    config_path = os.fspath(config) if config is not None else own_config
+    return ModelSource(
+        checkpoint,
+        COSENT_MODEL if spec is not None else GOOGLE,
+        config_path,
+        read_config(config_path),
+        _path(vocab) or own_vocab,
+        prefix if weights_from_prefix else checkpoint,
+        do_lower_case=spec.do_lower_case if spec is not None else True,
+        spec=spec,
+    )
+
+
+def _path(path: Any) -> Optional[str]:
+    return None if path is None else os.fspath(path)
+
+
+def _hugging_face_source(folder: str, config: Optional[str], vocab: Optional[str]) -> ModelSource:
+    config_path = os.path.join(huggingface.transformer_folder(folder), huggingface.CONFIG_FILE)
+    vocab_path = _path(vocab) or huggingface.vocab_path(folder)
+    raw = read_json(config_path, "the model config")
+    spec = hf_spec(folder, raw)  # also refuses a folder that cannot be built, before anything else
+    if config is not None:
+        config_path, google_config = os.fspath(config), read_config(config)
+    else:
+        google_config = check_config(raw, config_path)
+    st_folder = hugging_face_format(folder) == SENTENCE_TRANSFORMERS
+    return ModelSource(
+        folder,
+        SENTENCE_TRANSFORMERS if st_folder else HUGGING_FACE,
+        config_path,
+        google_config,
+        vocab_path,
+        folder,
+        do_lower_case=spec.do_lower_case,
+        pooling=spec.pooling if st_folder else None,
+        head_input=spec.head_input,
+        spec=spec,
+    )
+
+
+def hf_spec(directory: str, config: Optional[dict] = None) -> ModelSpec:
+    """The :class:`~cosent_tf.models.spec.ModelSpec` a Hugging Face folder is used as.
+
+    A ``BertForSequenceClassification`` (num_labels 1: a score; 2: P(label 1)) is an interaction
+    model with its head on the pooler; anything else is a feature model pooled as its
+    sentence-transformers modules say, or (a bare transformers folder) by the mean, as
+    sentence-transformers does. maxlen is ``max_seq_length``, else the tokenizer's
+    ``model_max_length``, else the position embeddings' count.
+
+    Args:
+        directory: the Hugging Face or sentence-transformers folder.
+        config: its transformer's ``config.json``, parsed, when the caller has read it already.
+
+    Returns:
+        The spec.
+
+    Raises:
+        ConfigError: the folder cannot be built here, or its classifier has another number of
+            labels than 1 or 2.
+
+    Example:
+        >>> hf_spec("bert-base-chinese/").kind  # doctest: +SKIP
+        'feature'
+    """
+    from .kinds import FEATURE, INTERACTION
+    from .spec import ModelSpec
+
+    if config is None:
+        config = huggingface.read_hf_config(directory)
+    config_path = os.path.join(huggingface.transformer_folder(directory), huggingface.CONFIG_FILE)
+    huggingface.bert_config(config, config_path)  # refuses what cannot be built, before anything else
+    modules = None
+    if hugging_face_format(directory) == SENTENCE_TRANSFORMERS:
+        modules = huggingface.read_sentence_transformers(directory)
+    positions = int(config.get("max_position_embeddings", 512))
+    maxlen = (modules and modules.maxlen) or huggingface.model_max_length(directory) or positions
+    settings: dict[str, Any] = dict(
+        architecture="bert",
+        maxlen=min(maxlen, positions),
+        do_lower_case=huggingface.do_lower_case(directory),
+        source={"huggingface": os.path.abspath(directory)},
+    )
+    labels = huggingface.classifier_labels(config, config_path)
+    if labels is not None:
+        if labels not in huggingface.CLASSIFIER_HEADS:
+            raise ConfigError(
+                f"{config_path}: a classifier of {labels} labels cannot be used as a pair scorer; "
+                f"cosent-tf reads 1 (a score) or 2 (label 1 is 'similar')"
+            )
+        head = huggingface.CLASSIFIER_HEADS[labels]
+        return ModelSpec(INTERACTION.name, pooling=None, head=head, head_input="pooler", pair_segments=True, **settings)
+    return ModelSpec(FEATURE.name, pooling=modules.pooling if modules else "last-avg", **settings)
+
+
+def hugging_face_format(path: Any) -> Optional[str]:
+    """:data:`SENTENCE_TRANSFORMERS` or :data:`HUGGING_FACE` when ``path`` is such a folder, else None."""
+    if path is None or not huggingface.is_hf_folder(path):
+        return None
+    return SENTENCE_TRANSFORMERS if huggingface.is_sentence_transformers_folder(path) else HUGGING_FACE

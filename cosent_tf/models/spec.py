@@ -1,0 +1,195 @@
+"""What, besides weights, a model needs to be used: :class:`ModelSpec`, the content of a model
+folder's ``cosent_model.json``, and reading and writing that file.
+
+Older folders still load: a ``format_version`` 1 file names the architecture ``model``
+(see CHANGELOG.md for what each version added).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import os
+from typing import Any, Optional, Union
+
+from ..errors import ConfigError
+from ..io import is_inside, json_field, read_json
+from .architectures import get_architecture
+from .builders import HEAD_INPUTS
+from .checkpoints import CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
+from .kinds import FEATURE, KINDS
+from .sources import ModelSource, hf_spec, hugging_face_format
+
+SPEC_FILE = "cosent_model.json"
+FORMAT = "cosent-tf-model"
+FORMAT_VERSION = 3
+
+
+# The JSON type of each field of cosent_model.json (None: null).
+SPEC_TYPES: dict[str, Any] = {
+    "kind": str,
+    "architecture": str,
+    "pooling": (str, type(None)),
+    "head": (str, type(None)),
+    "head_input": str,
+    "pair_segments": bool,
+    "maxlen": int,
+    "do_lower_case": bool,
+    "word_level": bool,
+    "threshold": (int, float, type(None)),
+    "source": dict,
+}
+
+
+@dataclasses.dataclass
+class ModelSpec:
+    """What, besides weights, a model needs to be used: the content of ``cosent_model.json``.
+
+    Args:
+        kind: the :class:`~cosent_tf.models.kinds.ModelKind` name, ``feature`` or ``interaction``.
+        architecture: the transformer's architecture (``bert``, ``nezha``, ...).
+        pooling: a feature model's pooling (:data:`cosent_tf.layers.POOLING_MODES`).
+        head: an interaction model's head (``score`` or ``softmax``).
+        head_input: what an interaction head reads (:data:`cosent_tf.models.builders.HEAD_INPUTS`).
+        pair_segments: the second text of a pair has segment id 1 (as in BERT's pre-training and
+            Hugging Face cross-encoders), rather than 0 as in the original interaction experiments.
+        maxlen: the tokens per text (per pair, for an interaction model).
+        do_lower_case: whether the tokenizer lower-cases.
+        word_level: whether texts are cut into words with jieba first.
+        threshold: the score above which a pair counts as similar, tuned for accuracy on valid
+            during training (a cosine for feature models, the head's output for interaction
+            models); None when the training task had no binary labels.
+        source: where the model came from (the run, its task and checkpoint).
+
+    Example:
+        >>> ModelSpec("interaction", pooling=None, head="score").kind
+        'interaction'
+    """
+
+    kind: str = FEATURE.name
+    architecture: str = "bert"
+    pooling: Optional[str] = "cls"
+    head: Optional[str] = None
+    head_input: str = "cls"
+    pair_segments: bool = False
+    maxlen: int = 64
+    do_lower_case: bool = True
+    word_level: bool = False
+    threshold: Optional[float] = None
+    source: dict = dataclasses.field(default_factory=dict)
+
+    def check(self, where: str) -> None:
+        """Raise ConfigError naming ``where`` and the field for a value of the wrong type or range.
+
+        Args:
+            where: what to name in messages (the file the spec came from).
+
+        Raises:
+            ConfigError: a field has the wrong type or a value this version does not know.
+        """
+        for name, expected in SPEC_TYPES.items():
+            if name in ("maxlen", "threshold"):  # NumPy numbers are welcome here; checked below
+                continue
+            if not isinstance(getattr(self, name), expected):
+                raise ConfigError(f"{where}: {name} has the wrong type ({getattr(self, name)!r})")
+        threshold = self.threshold
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold)
+        ):
+            raise ConfigError(f"{where}: threshold must be a finite number or null, got {threshold!r}")
+        if self.kind not in KINDS:
+            raise ConfigError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        kind = KINDS[self.kind]
+        if kind.spec_field == "head":  # which head comes first, as it always has
+            kind.check_spec(self, where)
+        if self.head_input not in HEAD_INPUTS:
+            raise ConfigError(f"{where}: head_input {self.head_input!r} is not one of {', '.join(HEAD_INPUTS)}")
+        try:
+            get_architecture(self.architecture)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if kind.spec_field != "head":
+            kind.check_spec(self, where)
+        if isinstance(self.maxlen, bool) or not isinstance(self.maxlen, int) or self.maxlen < 3:
+            raise ConfigError(f"{where}: maxlen must be an integer of at least 3, got {self.maxlen!r}")
+
+
+def write_spec(folder: str, spec: ModelSpec) -> None:
+    """Write ``spec`` as ``folder``/``cosent_model.json`` (the folder being written, not atomically:
+    :func:`cosent_tf.inference.model_dir.save_model_dir` writes the folder as a whole)."""
+    record = {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(spec)}
+    if spec.threshold is not None:  # a NumPy scalar is not JSON
+        record["threshold"] = float(spec.threshold)
+    with open(os.path.join(folder, SPEC_FILE), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, ensure_ascii=False, sort_keys=True)
+        f.write("\n")
+
+
+def read_spec(directory: Union[str, os.PathLike, ModelSource]) -> ModelSpec:
+    """The :class:`ModelSpec` of a model folder, or of a Hugging Face folder (see
+    :func:`cosent_tf.models.sources.hf_spec`).
+
+    Args:
+        directory: the folder, or a :class:`~cosent_tf.models.sources.ModelSource` opened from
+            one (its spec was read when it was opened).
+
+    Returns:
+        The spec, checked.
+
+    Raises:
+        ConfigError: the folder is missing, is no model folder, is incomplete, links outside
+            itself, or its ``cosent_model.json`` is wrong; the message names it.
+
+    Example:
+        >>> read_spec("runs/cosent-STS-B/model").kind  # doctest: +SKIP
+        'feature'
+    """
+    if isinstance(directory, ModelSource):
+        if directory.spec is None:
+            raise ConfigError(f"{directory.path}: not a cosent-tf model folder (no {SPEC_FILE})")
+        return directory.spec
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise ConfigError(f"{directory}: model folder not found")
+    spec_path = os.path.join(directory, SPEC_FILE)
+    if not os.path.exists(spec_path) and hugging_face_format(directory) is not None:
+        return hf_spec(directory)
+    if not os.path.exists(spec_path):
+        raise ConfigError(
+            f"{directory}: not a cosent-tf model folder (no {SPEC_FILE}; a training run writes one as "
+            "OUTPUT_DIR/model), nor a Hugging Face or sentence-transformers folder (config.json with "
+            "model.safetensors or pytorch_model.bin)"
+        )
+    record = read_json(spec_path, "the model description")
+    if json_field(record, "format", str, spec_path) != FORMAT:
+        raise ConfigError(f"{spec_path}: not a cosent-tf model description (format is not {FORMAT!r})")
+    version = json_field(record, "format_version", int, spec_path, default=0)
+    if version > FORMAT_VERSION:
+        raise ConfigError(
+            f"{spec_path}: format version {version} is newer than this cosent-tf reads ({FORMAT_VERSION}); "
+            "upgrade cosent-tf"
+        )
+    if "model" in record:  # format version 1
+        record.setdefault("architecture", json_field(record, "model", str, spec_path))
+    fields: dict[str, Any] = {
+        name: json_field(record, name, expected, spec_path) for name, expected in SPEC_TYPES.items() if name in record
+    }
+    spec = ModelSpec(**fields)
+    spec.check(spec_path)
+    missing = [
+        name
+        for name in (CONFIG_FILE, VOCAB_FILE, CHECKPOINT_PREFIX + ".index")
+        if not os.path.exists(os.path.join(directory, name))
+    ]
+    if missing:
+        raise ConfigError(f"{directory}: incomplete model folder, missing {', '.join(missing)}")
+    outside = [
+        name for name in sorted(os.listdir(directory)) if not is_inside(os.path.join(directory, name), directory)
+    ]
+    if outside:  # a model folder holds its own files: a link elsewhere may change under it
+        raise ConfigError(
+            f"{directory}: {', '.join(outside)} link(s) to outside the model folder; copy the files in instead"
+        )
+    return spec
