@@ -103,7 +103,10 @@ def data_cases(tmp_path):
         lambda: read_senteval(write(tmp_path / "f.data", "a\tb\n"), strict=True),
     )
     yield "PATH, line N: not valid JSON (...)", lambda: read_nli(write(tmp_path / "j.jsonl", "{oops\n"))
-    yield "missing field(s) ...", lambda: read_nli(write(tmp_path / "m.jsonl", '{"sentence1": "a"}\n'))
+    yield (
+        "PATH, line N: no field 'sentence2', 'gold_label'; this line has 'sentence1'",
+        lambda: read_nli(write(tmp_path / "m.jsonl", '{"sentence1": "a"}\n')),
+    )
     yield (
         "sentence1 must be a string",
         lambda: read_nli(write(tmp_path / "n.jsonl", '{"sentence1": 1, "sentence2": "b", "gold_label": "neutral"}\n')),
