@@ -37,9 +37,9 @@ print("ONEDNN_PRIMITIVE_CACHE_CAPACITY=" + os.environ["ONEDNN_PRIMITIVE_CACHE_CA
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", [None, "1024"])
 def test_onednn_primitive_cache_is_off_unless_the_user_sets_it(preset):
-    """Training reuses no primitive from oneDNN's own cache (see backend's docstring).
+    """Training reuses no primitive from oneDNN's own cache (see docs/platform.md, "oneDNN's primitive cache").
 
-    With the cache on (a user's explicit setting, which backend keeps) the same steps do
+    With the cache on (a user's explicit setting, which environment keeps) the same steps do
     take primitives from it, so the check below would see the route around it removed.
     """
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}

@@ -1,93 +1,23 @@
-"""Hugging Face folders without torch: names, configs, tokenizer files, sentence-transformers modules,
-errors, and export -> import round trips. Parity with transformers itself is in
-tests/huggingface/test_parity.py."""
+"""Hugging Face folders without torch: tokenizer files, sentence-transformers modules, errors, and
+export -> import round trips. The BERT config and weight names are in test_bert.py, the weight
+files in test_weights.py, parity with transformers itself in test_parity.py."""
 
 import json
 import logging
-import sys
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
 
 from cosent_tf import CheckpointError, ConfigError, PairScorer, SentenceEncoder, build_encoder, export_hf
 from cosent_tf.cli import train_main
-from cosent_tf.huggingface.bert import bert_config, bert_name_table, google_arrays, hf_config, hf_weights
-from cosent_tf.huggingface.folders import read_sentence_transformers, read_tokenizer_json, write_hf_folder
+from cosent_tf.huggingface.folders import read_sentence_transformers, read_tokenizer_json
 from cosent_tf.inference.model_dir import read_spec
-from cosent_tf.models.checkpoints import read_config
 from cosent_tf.models.tokenization import SentenceTokenizer, load_vocab
 from cosent_tf.training.config import RunConfig
-from tests.helpers import made_vocab, make_model_dir, write_config
+from tests.helpers import made_vocab, make_model_dir
+from tests.huggingface.helpers import hf_folder
 
 TEXTS = ["今天天气很好", "我想吃苹果", "Café au LAIT", ""]
-SMALL = {"vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 16}
-
-
-def random_arrays(layers=2, hidden=8, intermediate=16, vocab=30, head_scope=None):
-    """Google-named arrays of a BERT of that size, each different (so a swap would show)."""
-    rng = np.random.default_rng(0)
-    shapes = {
-        "bert/embeddings/word_embeddings": (vocab, hidden),
-        "bert/embeddings/position_embeddings": (16, hidden),
-        "bert/embeddings/token_type_embeddings": (2, hidden),
-    }
-    for google, _, _ in bert_name_table(layers, head_scope):
-        if google not in shapes:
-            out = intermediate if "intermediate" in google else 2 if google.startswith("cosent/") else hidden
-            inp = intermediate if "/output/dense/kernel" in google and "attention" not in google else hidden
-            shapes[google] = (inp, out) if google.endswith("kernel") else (out,)
-    return {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
-
-
-def test_names_round_trip_and_linear_weights_are_transposed(tmp_path):
-    arrays = random_arrays(head_scope="cosent/Match-Softmax")
-    weights = hf_weights(arrays, 2, "cosent/Match-Softmax", prefix="bert.")
-    query = arrays["bert/encoder/layer_1/attention/self/query/kernel"]
-    np.testing.assert_array_equal(weights["bert.encoder.layer.1.attention.self.query.weight"], query.T)
-    np.testing.assert_array_equal(weights["classifier.weight"], arrays["cosent/Match-Softmax/kernel"].T)
-    assert "bert.embeddings.LayerNorm.weight" in weights and "classifier.bias" in weights
-    write_hf_folder(tmp_path, weights, hf_config(SMALL))
-    back, unused, names = google_arrays(tmp_path, "cosent/Match-Softmax")
-    assert unused == [] and set(back) == set(arrays)
-    for name, value in arrays.items():
-        np.testing.assert_array_equal(back[name], value, err_msg=name)
-    assert names["bert/pooler/dense/kernel"] == "pooler.dense.weight"
-
-
-def test_old_layer_norm_names_and_float16_weights_are_read(tmp_path):
-    weights = {name: value.astype(np.float16) for name, value in hf_weights(random_arrays(), 2).items()}
-    weights["embeddings.LayerNorm.gamma"] = weights.pop("embeddings.LayerNorm.weight")
-    write_hf_folder(tmp_path, weights, hf_config(SMALL))
-    back, _, _ = google_arrays(tmp_path)
-    gamma = back["bert/embeddings/LayerNorm/gamma"]
-    assert gamma.dtype == np.float32
-    np.testing.assert_array_equal(gamma, weights["embeddings.LayerNorm.gamma"].astype(np.float32))
-
-
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        ({"model_type": "roberta"}, "model_type 'roberta' is not supported from Hugging Face folders"),
-        ({"model_type": "albert"}, "builds albert only from a Google-format TF checkpoint"),
-        ({"hidden_act": "silu"}, "hidden_act 'silu' is not supported"),
-        ({"layer_norm_eps": 1e-5}, "layer_norm_eps 1e-05 is not supported"),
-        ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported"),
-    ],
-)
-def test_settings_bert4keras_cannot_build_are_named(change, message, tmp_path):
-    config = {**hf_config(read_config(write_config(tmp_path / "c.json"))), **change}
-    with pytest.raises(ConfigError, match=message):
-        bert_config(config, "config.json")
-
-
-def test_a_hugging_face_config_reads_as_the_google_one(tmp_path):
-    google = read_config(write_config(tmp_path / "google.json"))
-    (tmp_path / "config.json").write_text(json.dumps(hf_config(google)))
-    translated = read_config(tmp_path / "config.json")
-    assert {key: translated[key] for key in google} == google
-    tanh = dict(google, hidden_act="gelu_tanh")
-    assert bert_config(hf_config(tanh), "x")["hidden_act"] == "gelu_tanh"
 
 
 def tokenizer_json(tokens, **normalizer):
@@ -243,43 +173,6 @@ def test_exports_hugging_face_cannot_express_are_refused(kind, settings, message
     assert not (tmp_path / "out").exists()
 
 
-def hf_folder(tmp_path, tiny_config):
-    make_model_dir(tmp_path / "source", tiny_config, pooling="last-avg")
-    export_hf(str(tmp_path / "source"), str(tmp_path / "hf"))
-    for name in ("modules.json", "sentence_bert_config.json"):
-        (tmp_path / "hf" / name).unlink()
-    return tmp_path / "hf"
-
-
-def test_missing_misshapen_and_unused_weights_are_named(tiny_config, tmp_path, caplog):
-    folder = hf_folder(tmp_path, tiny_config)
-    path = folder / "model.safetensors"
-    weights = load_file(path)
-    weights["cls.predictions.bias"] = np.zeros(3, np.float32)
-    save_file(weights, path)
-    with caplog.at_level(logging.INFO, logger="cosent_tf.models.checkpoints"):
-        build_encoder(None, str(folder), pooling="cls")
-    assert (
-        "3 weight(s) not used by this model: cls.predictions.bias, pooler.dense.bias, pooler.dense.weight"
-        in caplog.text
-    )
-    weights["encoder.layer.1.output.dense.weight"] = weights["encoder.layer.1.output.dense.weight"][:, :5]
-    del weights["encoder.layer.0.attention.self.key.bias"]
-    save_file(weights, path)
-    with pytest.raises(CheckpointError) as error:
-        build_encoder(None, str(folder))
-    assert "missing 1 variable(s): encoder.layer.0.attention.self.key.bias" in str(error.value)
-    assert "encoder.layer.1.output.dense.weight (5, 16) != (32, 16)" in str(error.value)
-
-
-def test_pytorch_bin_without_torch_says_how_to_get_it(tiny_config, tmp_path, monkeypatch):
-    folder = hf_folder(tmp_path, tiny_config)
-    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
-    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
-    with pytest.raises(CheckpointError, match="pytorch_model.bin needs torch: pip install cosent-tf\\[torch\\]"):
-        SentenceEncoder.load(str(folder))
-
-
 def test_a_hub_name_says_how_to_get_the_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(
@@ -348,22 +241,6 @@ def test_an_interaction_run_from_a_classifier_folder_starts_from_its_head(tiny_s
         Matcher(cfg, get_task("BQ"))
     assert "cosent/Match-Score/kernel has shape (16, 2), the model needs (16, 1)" in caplog.text
     assert "the head starts from random weights" in caplog.text
-
-
-def test_sharded_safetensors_are_read_through_their_index(tmp_path):
-    weights = hf_weights(random_arrays(), 2)
-    names = sorted(weights)
-    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
-    for shard, keys in shards.items():
-        save_file({key: weights[key] for key in keys}, tmp_path / shard)
-    index = {"weight_map": {key: shard for shard, keys in shards.items() for key in keys}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
-    (tmp_path / "config.json").write_text(json.dumps(hf_config(SMALL)))
-    back, unused, _ = google_arrays(tmp_path)
-    assert unused == [] and len(back) == len(weights)
-    np.testing.assert_array_equal(
-        back["bert/encoder/layer_1/output/dense/kernel"], random_arrays()["bert/encoder/layer_1/output/dense/kernel"]
-    )
 
 
 def test_training_from_a_folder_with_only_tokenizer_json_writes_its_vocabulary(tiny_setup):
