@@ -31,7 +31,13 @@ def _save(figure: Any, path: str) -> None:
 
 
 def plot_convergence(runs: list[Run], path: str) -> bool:
-    """Valid Spearman against steps, a panel per task, a line per method."""
+    """Valid Spearman against steps, a panel per task, a line per method, written to ``path``.
+
+    Returns False (and draws nothing) when no run has a benchmark task.
+
+    Example:
+        >>> plot_convergence(load_runs(["runs/bq-cosent", "runs/bq-sbert"]), "convergence.png")
+    """
     plt = _pyplot()
     tasks = trained_tasks(runs)
     if not tasks:
@@ -55,7 +61,14 @@ def plot_convergence(runs: list[Run], path: str) -> bool:
 
 def plot_cosine_density(runs: list[Run], path: str) -> bool:
     """Histogram densities of test cosines for positive and negative pairs: a row per method,
-    a column per task (feature models trained on that task)."""
+    a column per task (feature models trained on that task), written to ``path``.
+
+    Returns False (and draws nothing) for no runs; a DataError names a run's missing or damaged
+    test scores.
+
+    Example:
+        >>> plot_cosine_density(load_runs(["runs/bq-cosent"]), "cosine_density.png")
+    """
     if not runs:
         return False
     plt = _pyplot()
@@ -83,7 +96,12 @@ def plot_cosine_density(runs: list[Run], path: str) -> bool:
 
 
 def plot_batch_sizes(runs: list[Run], path: str) -> bool:
-    """Test Spearman against the global batch size (log scale), a line per task."""
+    """Test Spearman against the global batch size (log scale), a line per task, written to
+    ``path``; False (nothing drawn) for no runs.
+
+    Example:
+        >>> plot_batch_sizes(batch_size_runs(group_runs(load_runs(folders))), "batch_size.png")
+    """
     if not runs:
         return False
     plt = _pyplot()

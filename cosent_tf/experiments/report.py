@@ -133,7 +133,21 @@ def _first_step(history: list[dict[str, Any]], target: float) -> int | None:
 def convergence_tables(runs: list[Run], fraction: float = CONVERGENCE_FRACTION) -> str:
     """From each run's valid_metrics.csv: the steps until valid Spearman first reaches
     ``fraction`` of the run's own best; and, as the paper compares convergence, the steps each
-    other method took to its best and the steps CoSENT took to reach that same value."""
+    other method took to its best and the steps CoSENT took to reach that same value.
+
+    Args:
+        runs: runs from :func:`~cosent_tf.experiments.runs.load_runs`, one per method and task.
+        fraction: of each run's own best valid Spearman, the target of the first table.
+
+    Returns:
+        The markdown of the two tables.
+
+    Raises:
+        DataError: a run's validation history is missing or damaged.
+
+    Example:
+        >>> print(convergence_tables(load_runs(["runs/bq-cosent", "runs/bq-sbert"])))
+    """
     histories = {id(r): run_history(r) for r in runs}
     tasks = trained_tasks(runs)
     best = {  # NaN (constant scores) is no run's best
@@ -170,7 +184,17 @@ def convergence_tables(runs: list[Run], fraction: float = CONVERGENCE_FRACTION) 
 
 
 def tables(runs: list[Run]) -> str:
-    """The markdown of all tables for ``runs``."""
+    """The markdown of all tables for ``runs``.
+
+    Args:
+        runs: runs from :func:`~cosent_tf.experiments.runs.load_runs`.
+
+    Returns:
+        The tables, each under a heading, with the notes on their marks.
+
+    Example:
+        >>> print(tables(load_runs(["runs/bq-cosent", "runs/bq-sbert"])))
+    """
     groups = group_runs(runs)
     setting = f"{POOLING_MODES.get(groups['usual_pooling'], groups['usual_pooling'])} pooling"
     if groups["usual_batch_size"]:
@@ -233,10 +257,25 @@ def write_report(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, pr
     paper's Figure 3), cosine_density.png (test cosines of positive and negative pairs, its
     Figure 5) and, with a Table I sweep, epsilon_density.png (the same for each ε and CoSENT),
     with CoSENT runs at several batch sizes, batch_size.png.
-    Returns the written paths.
 
     Everything is made in a scratch folder first and moved into ``output_dir`` only once all of
     it was made: a damaged run (see :func:`load_runs`) stops the report with nothing written.
+
+    Args:
+        run_dirs: run folders; unfinished runs are left out with a warning.
+        output_dir: the folder to write the report into (made if missing).
+        preface: markdown put before the tables.
+
+    Returns:
+        The written paths.
+
+    Raises:
+        ConfigError: ``output_dir`` is a file, no finished run is among ``run_dirs``, or a run
+            is damaged (as :func:`load_runs` says).
+
+    Example:
+        >>> write_report(["runs/bq-cosent", "runs/bq-sbert"], "report")
+        ['report/results.md', 'report/convergence.png', 'report/cosine_density.png']
     """
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ConfigError(f"{output_dir}: exists and is not a folder; give a folder for the report")

@@ -43,6 +43,22 @@ def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Run]:
     left out with a warning naming it. A damaged finished run stops the report: a ConfigError
     or DataError names the folder's file and what is wrong with it, rather than a table that
     quietly lacks or misreads the run.
+
+    Args:
+        run_dirs: run folders, as training writes them.
+
+    Returns:
+        One dict per finished run: ``dir``, ``config`` and ``metrics`` (checked) and ``method``
+        (:func:`method_name`).
+
+    Raises:
+        ConfigError: a folder that is not there, or a finished run's config or metrics damaged.
+        DataError: a finished run's file that cannot be read.
+
+    Example:
+        >>> runs = load_runs(["runs/bq-cosent", "runs/bq-sbert"])
+        >>> [run["method"] for run in runs]
+        ['BERT + CoSENT', 'BERT + Sentence-BERT']
     """
     runs = []
     for folder in run_dirs:
@@ -186,6 +202,7 @@ def pooling_of(config: dict[str, Any]) -> str:
 
 
 def method_name(config: dict[str, Any]) -> str:
+    """A run's row name in the tables: architecture and loss, and ε for a contrastive run."""
     architecture = config.get("architecture") or config["model"]  # runs before 0.2 called it "model"
     name = f"{architecture.upper()} + {get_loss(config['kind'], config['loss']).title}"
     if config["loss"] == "contrastive":
@@ -210,7 +227,18 @@ def _usual(runs: list[Run], setting: Callable[[dict[str, Any]], Any]) -> Any:
 
 def group_runs(runs: list[Run]) -> dict[str, Any]:
     """{study: runs} for :data:`STUDIES`, and the usual pooling and batch size: the ones most
-    per-task feature runs used (the others are the pooling and batch-size studies)."""
+    per-task feature runs used (the others are the pooling and batch-size studies).
+
+    Args:
+        runs: runs from :func:`load_runs`.
+
+    Returns:
+        ``{study: [runs]}`` for every study, plus ``usual_pooling`` and ``usual_batch_size``.
+
+    Example:
+        >>> groups = group_runs(load_runs(folders))
+        >>> [run["method"] for run in groups["per_task"]]
+    """
     feature = [
         r
         for r in runs
@@ -251,7 +279,17 @@ def trained_tasks(runs: list[Run]) -> list[str]:
 
 def table_one_runs(groups: dict[str, Any]) -> list[Run]:
     """The paper's Table I: the contrastive runs by ε, then CoSENT on the same tasks at the
-    same pooling."""
+    same pooling.
+
+    Args:
+        groups: from :func:`group_runs`.
+
+    Returns:
+        The runs in the table's row order.
+
+    Example:
+        >>> rows = table_one_runs(group_runs(load_runs(folders)))
+    """
     contrastive = sorted(groups["epsilon"], key=lambda run: run["config"]["epsilon"])
     tasks, poolings = tested_tasks(contrastive), {pooling_of(r["config"]) for r in contrastive}
     cosent = [
@@ -277,7 +315,17 @@ def batch_size_runs(groups: dict[str, Any]) -> list[Run]:
 
 def convergence_groups(groups: dict[str, Any]) -> dict[str, list[Run]]:
     """{pooling: runs} of the per-task feature runs (contrastive left out) on the tasks where
-    more than one loss was trained at that pooling, poolings in their table's order."""
+    more than one loss was trained at that pooling, poolings in their table's order.
+
+    Args:
+        groups: from :func:`group_runs`.
+
+    Returns:
+        ``{pooling: runs}``; a pooling without such runs is left out.
+
+    Example:
+        >>> for pooling, runs in convergence_groups(group_runs(load_runs(folders))).items(): ...
+    """
     compared = collections.defaultdict(list)
     for run in groups["per_task"] + groups["pooling"]:
         compared[pooling_of(run["config"])].append(run)

@@ -23,8 +23,11 @@ so this matters for a few spacing marks only); invalid UTF-8 bytes become U+FFFD
 are dropped (a Python caller cannot pass them at all).
 """
 
+from __future__ import annotations
+
 import functools
 import unicodedata
+from collections.abc import Mapping
 
 from ..backend import import_tensorflow_text, tf
 
@@ -42,11 +45,11 @@ _CJK_RANGES = (
 _CJK_PATTERN = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in _CJK_RANGES) + "]"
 
 
-def _is_cjk(code):
+def _is_cjk(code: int) -> bool:
     return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
 
 
-def _is_punctuation(ch):
+def _is_punctuation(ch: str) -> bool:
     code = ord(ch)
     return (
         33 <= code <= 47
@@ -57,7 +60,7 @@ def _is_punctuation(ch):
     )
 
 
-def _spaced(ch):
+def _spaced(ch: str) -> str:
     """What bert4keras's splitting step makes of one (already normalised) character."""
     if _is_punctuation(ch) or _is_cjk(ord(ch)):
         return f" {ch} "
@@ -68,7 +71,7 @@ def _spaced(ch):
     return ch
 
 
-def _normalised(ch, do_lower_case):
+def _normalised(ch: str, do_lower_case: bool) -> str:
     if not do_lower_case:
         return ch
     decomposed = unicodedata.normalize("NFD", ch.lower())
@@ -76,11 +79,21 @@ def _normalised(ch, do_lower_case):
 
 
 @functools.lru_cache(maxsize=2)
-def character_table(do_lower_case=True):
+def character_table(do_lower_case: bool = True) -> dict[str, str]:
     """{character: replacement} for every character that steps 1-2 change, CJK aside.
 
     CJK ideographs that only get padded are left out (the graph pads them with one
     regular expression); everything else that changes is listed.
+
+    Args:
+        do_lower_case: whether step 1 (lower-case and strip accents) applies.
+
+    Returns:
+        The table, computed once per setting.
+
+    Example:
+        >>> character_table()["A"], character_table()["，"]
+        ('a', ' ， ')
     """
     table = {}
     for code in range(0x110000):
@@ -100,9 +113,21 @@ class GraphTokenizer(tf.Module):
     ``encode`` gives ``[CLS] text [SEP]`` and ``encode_pairs`` gives
     ``[CLS] a [SEP] b [SEP]``. Both are truncated to ``maxlen`` exactly as
     ``SentenceTokenizer`` does, and padded with 0 to the longest row, as int32.
+
+    Args:
+        token_dict: the vocabulary, token -> id (``SentenceTokenizer.token_dict``).
+        maxlen: the longest token sequence, [CLS] and [SEP] included.
+        do_lower_case: lower-case and strip accents first, as the model's tokenizer does.
+        name: the ``tf.Module``'s name.
+
+    Example:
+        >>> tokenizer = GraphTokenizer(SentenceTokenizer("vocab.txt").token_dict, maxlen=64)
+        >>> token_ids, truncated = tokenizer.encode_and_flag(tf.constant(["花呗如何还钱"]))
     """
 
-    def __init__(self, token_dict, maxlen, do_lower_case=True, name="graph_tokenizer"):
+    def __init__(
+        self, token_dict: Mapping[str, int], maxlen: int, do_lower_case: bool = True, name: str = "graph_tokenizer"
+    ) -> None:
         super().__init__(name=name)
         self.maxlen = int(maxlen)
         self.cls_id, self.sep_id = token_dict["[CLS]"], token_dict["[SEP]"]
@@ -126,7 +151,7 @@ class GraphTokenizer(tf.Module):
             unknown_token="[UNK]",
         )
 
-    def tokenize(self, texts):
+    def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Token ids of each text, without [CLS]/[SEP] or truncation: ragged int64 (batch, None)."""
         characters = tf.strings.unicode_split(texts, "UTF-8", errors="replace", replacement_char=0xFFFD)
         replaced = self._characters.lookup(characters)
@@ -136,18 +161,20 @@ class GraphTokenizer(tf.Module):
         words = tf.where(tf.strings.length(words, unit="UTF8_CHAR") > MAX_WORD_CHARS, "[UNK]", words)
         return self._wordpiece.tokenize(words).merge_dims(-2, -1)
 
-    def encode(self, texts):
+    def encode(self, texts: tf.Tensor) -> tf.Tensor:
+        """Token ids of ``[CLS] text [SEP]``, truncated to maxlen: int32 (batch, longest)."""
         return self.encode_and_flag(texts)[0]
 
-    def encode_pairs(self, firsts, seconds):
+    def encode_pairs(self, firsts: tf.Tensor, seconds: tf.Tensor) -> tf.Tensor:
+        """Token ids of ``[CLS] a [SEP] b [SEP]``, truncated to maxlen: int32 (batch, longest)."""
         return self.encode_pairs_and_flag(firsts, seconds)[0]
 
-    def encode_and_flag(self, texts):
+    def encode_and_flag(self, texts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(token ids, whether each text was longer than maxlen and cut)."""
         tokens = self.tokenize(texts)
         return self._assemble([tokens[:, : self.maxlen - 2]]), tokens.row_lengths() > self.maxlen - 2
 
-    def encode_pairs_and_flag(self, firsts, seconds):
+    def encode_pairs_and_flag(self, firsts: tf.Tensor, seconds: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(token ids of each concatenated pair, whether the pair was longer than maxlen and cut)."""
         first, second = self.tokenize(firsts), self.tokenize(seconds)
         first_length, second_length = first.row_lengths(), second.row_lengths()
@@ -158,7 +185,7 @@ class GraphTokenizer(tf.Module):
         second_keep = tf.minimum(second_length, tf.maximum(budget - first_length, budget - budget // 2))
         return self._assemble([_head(first, first_keep), _head(second, second_keep)]), cut
 
-    def _assemble(self, parts):
+    def _assemble(self, parts: list[tf.RaggedTensor]) -> tf.Tensor:
         rows = parts[0].nrows()
         cls = tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.cast(self.cls_id, tf.int64)))
         sep = tf.RaggedTensor.from_tensor(tf.fill([rows, 1], tf.cast(self.sep_id, tf.int64)))
@@ -168,7 +195,7 @@ class GraphTokenizer(tf.Module):
         return tf.cast(tf.concat(pieces, axis=1).to_tensor(default_value=0), tf.int32)
 
 
-def _head(ragged, keep):
+def _head(ragged: tf.RaggedTensor, keep: tf.Tensor) -> tf.RaggedTensor:
     """The first ``keep[i]`` items of each row."""
     positions = tf.ragged.range(ragged.row_lengths())
     return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(keep, 1))

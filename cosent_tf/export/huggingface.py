@@ -12,10 +12,11 @@ import numpy as np
 
 from .. import huggingface
 from ..errors import ConfigError
-from ..inference.model_dir import ModelSpec, load_model_dir
+from ..inference.model_dir import load_model_dir
 from ..io import FolderKind, atomic_directory
 from ..models.builders import head_layer_name
 from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
+from ..models.spec import ModelSpec
 from .savedmodel import EXPORT_RECORD, check_export_folder, write_export_record
 
 HF_FOLDER = FolderKind(

@@ -33,8 +33,9 @@ from .. import __version__, huggingface
 from ..backend import keras, model_precision, tf
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError
-from ..inference.model_dir import ModelSpec, load_model_dir
+from ..inference.model_dir import load_model_dir
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
+from ..models.spec import ModelSpec
 from .graph_tokenization import GraphTokenizer
 
 # No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
@@ -60,6 +61,18 @@ def in_length_buckets(
     A row's length is its last non-padding (non-zero) token's position plus one, so the cut
     never drops a token the model would have seen: the results are the padded batch's, as
     the model masks padding. Used inside a ``tf.function``.
+
+    Args:
+        compute: the model's float32 rows of a (token ids, segment ids) batch.
+        token_ids: int32 (batch, width), padded with 0.
+        segment_ids: int32 (batch, width).
+        buckets: the length bounds between which rows share a call.
+
+    Returns:
+        ``compute``'s rows for the whole batch, in input order.
+
+    Example:
+        >>> vectors = in_length_buckets(lambda ids, segments: model([ids, segments]), token_ids, segment_ids)
     """
     positions = tf.range(1, tf.shape(token_ids)[1] + 1)
     lengths = tf.reduce_max(tf.where(token_ids != 0, positions[tf.newaxis], 0), axis=1)
@@ -105,31 +118,31 @@ class _Served(tf.Module):
         self.tokenizer = tokenizer
         self.pair_segments = pair_segments
 
-    def _model_outputs(self, token_ids, segment_ids):
+    def _model_outputs(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         with model_precision(self.model):
             return tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)
 
-    def _outputs(self, token_ids, segment_ids):
+    def _outputs(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return in_length_buckets(self._model_outputs, token_ids, segment_ids)
 
-    def _vectors(self, token_ids, segment_ids):
+    def _vectors(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return tf.math.l2_normalize(self._outputs(token_ids, segment_ids), axis=1, epsilon=1e-24)
 
-    def _scores(self, token_ids, segment_ids):
+    def _scores(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return self._outputs(token_ids, segment_ids)[:, -1]
 
     @tf.function(input_signature=[_TEXTS])
-    def embed(self, sentences):
+    def embed(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
         sentences = _batch_of_strings(sentences, "sentences")
         token_ids, truncated = self.tokenizer.encode_and_flag(sentences)
         return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
 
     @tf.function(input_signature=[_IDS, _IDS])
-    def embed_ids(self, token_ids, segment_ids):
+    def embed_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"embeddings": self._vectors(token_ids, segment_ids)}
 
     @tf.function(input_signature=[_TEXTS, _TEXTS])
-    def score(self, first, second):
+    def score(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
         first, second = _batch_of_strings(first, "first"), _batch_of_strings(second, "second")
         same_count = tf.debugging.Assert(
             tf.equal(tf.size(first), tf.size(second)),
@@ -145,7 +158,7 @@ class _Served(tf.Module):
         return {"scores": self._scores(token_ids, segment_ids), "truncated": truncated}
 
     @tf.function(input_signature=[_IDS, _IDS])
-    def score_ids(self, token_ids, segment_ids):
+    def score_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"scores": self._scores(token_ids, segment_ids)}
 
 
@@ -162,7 +175,20 @@ def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overw
     """:func:`cosent_tf.io.check_output_folder` for an export: a folder is replaced only when it
     holds this tool's :data:`EXPORT_RECORD`. Another program's folder with the same file names (a
     downloaded Hugging Face model, a SavedModel) is refused, and so is an export written before
-    exports carried the record, which cannot be told apart from one."""
+    exports carried the record, which cannot be told apart from one.
+
+    Args:
+        out_dir: the export's folder.
+        kind: the export's folder kind (:data:`SAVED_MODEL` or ``export.huggingface.HF_FOLDER``).
+        overwrite: whether an earlier export of this tool there may be replaced.
+        model_dir: the model folder exported, which ``out_dir`` may neither hold nor lie in.
+
+    Raises:
+        ConfigError: ``out_dir`` may not be written, saying why and that nothing was written.
+
+    Example:
+        >>> check_export_folder("exports/bq-cosent", SAVED_MODEL, overwrite=False, model_dir="runs/bq/model")
+    """
     out_dir = os.fspath(out_dir)
     names = os.listdir(out_dir) if os.path.isdir(out_dir) else []
     apart = not (is_inside(out_dir, model_dir) or is_inside(model_dir, out_dir))  # else the inputs' message
@@ -187,7 +213,8 @@ def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overw
 
 
 def write_export_record(folder: str, written: str, model_dir: str, spec: ModelSpec, **extra: Any) -> None:
-    """The file that marks ``folder`` as this tool's export (see :func:`check_export_folder`)."""
+    """Write the file that marks ``folder`` as this tool's export (see :func:`check_export_folder`):
+    what was ``written``, from which model folder, of which kind, by which version, and ``extra``."""
     record = {
         "format": EXPORT_FORMAT,
         "export": written,

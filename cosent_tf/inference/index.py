@@ -79,7 +79,9 @@ class VectorIndex:
         return len(self.texts)
 
     def search(self, query_vectors: np.ndarray, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, indices), each (queries, min(top_k, len(self))), best first."""
+        """(scores, indices), each (queries, min(top_k, len(self))), best first.
+
+        Raises ValueError when the query vectors' dimension is not the index's."""
         query_vectors = np.asarray(query_vectors, dtype=np.float32)
         if query_vectors.ndim != 2 or query_vectors.shape[1] != self.vectors.shape[1]:
             raise ValueError(
@@ -244,6 +246,22 @@ def top_k_cosine(
     Works through ``query_chunk`` x ``corpus_chunk`` blocks, so memory stays bounded by
     the block size whatever the corpus size (``corpus`` may be a memory map). Ties are
     broken by the lower corpus index, as a stable sort of all scores would.
+
+    Args:
+        queries: float32 (queries, dim), unit rows.
+        corpus: float32 (corpus, dim), unit rows; a memory map is read a block at a time.
+        top_k: results per query (fewer when the corpus is smaller).
+        query_chunk: queries per block.
+        corpus_chunk: corpus vectors per block.
+
+    Returns:
+        ``(scores, indices)``, each (queries, min(top_k, len(corpus))), best first.
+
+    Raises:
+        ValueError: ``top_k`` below 1, or a query or corpus vector that is not finite.
+
+    Example:
+        >>> scores, indices = top_k_cosine(encoder.encode(["花呗怎么还款"]), index.vectors, top_k=5)
     """
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")

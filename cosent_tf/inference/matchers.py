@@ -18,9 +18,10 @@ import numpy as np
 
 from ..backend import keras
 from ..errors import ConfigError
+from ..models.spec import ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, VectorIndex
-from .model_dir import ModelSpec, load_model_dir, read_spec
+from .model_dir import load_model_dir
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
 logger = logging.getLogger(__name__)

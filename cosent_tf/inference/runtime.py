@@ -60,6 +60,19 @@ def batched_outputs(
 
     Each batch is padded only to its own longest sequence; segment ids are all 0, or with
     ``sep_id`` those of concatenated pairs (:func:`cosent_tf.data.pipeline.segment_ids`).
+
+    Args:
+        model: a Keras model of (token ids, segment ids).
+        token_ids: one token-id sequence per input, unpadded.
+        batch_size: inputs per model call.
+        show_progress: show a progress bar.
+        sep_id: the [SEP] id, for models that mark a pair's second text with segment id 1.
+
+    Returns:
+        float32 array, one row of outputs per input, in input order.
+
+    Example:
+        >>> vectors = batched_outputs(encoder, tokenizer.encode_all(["花呗如何还钱", "借呗额度"]))
     """
     function = inference_function(model)
     order, batches = length_sorted_batches(list(token_ids), batch_size)
@@ -86,7 +99,21 @@ def cosine_scores(
     batch_size: int = 64,
     show_progress: bool = False,
 ) -> np.ndarray:
-    """Cosine of each pair's two sentence vectors (both sides encoded in one pass)."""
+    """Cosine of each pair's two sentence vectors (both sides encoded in one pass).
+
+    Args:
+        encoder: a feature model of (token ids, segment ids).
+        ids_a: the pairs' first token-id sequences.
+        ids_b: the pairs' second token-id sequences, aligned with ``ids_a``.
+        batch_size: inputs per model call.
+        show_progress: show a progress bar.
+
+    Returns:
+        float32 array, one cosine per pair.
+
+    Example:
+        >>> cosine_scores(encoder, tokenizer.encode_all(["花呗如何还钱"]), tokenizer.encode_all(["花呗怎么还款"]))
+    """
     vectors = l2_normalize(batched_outputs(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
     first, second = vectors[: len(ids_a)], vectors[len(ids_a) :]
     return np.sum(first * second, axis=1)
@@ -100,5 +127,18 @@ def interaction_scores(
     sep_id: int | None = None,
 ) -> np.ndarray:
     """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax.
-    ``sep_id`` marks the second text with segment id 1 (models with ``pair_segments``)."""
+
+    Args:
+        model: an interaction model of (token ids, segment ids).
+        pair_ids: each pair's concatenated token ids (``SentenceTokenizer.encode_pairs``).
+        batch_size: pairs per model call.
+        show_progress: show a progress bar.
+        sep_id: marks the second text with segment id 1 (models with ``pair_segments``).
+
+    Returns:
+        float32 array, one score per pair.
+
+    Example:
+        >>> interaction_scores(model, tokenizer.encode_pairs(["花呗如何还钱"], ["花呗怎么还款"]))
+    """
     return batched_outputs(model, pair_ids, batch_size, show_progress, sep_id)[:, -1]
