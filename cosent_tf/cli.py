@@ -19,6 +19,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import Optional
 
 import numpy as np
 
@@ -214,7 +215,7 @@ def _evaluate(args):
             write_text(outputs[1], "".join(line + "\n" for line in lines))
 
 
-def argument_parser(command_name: str = None):
+def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
     """The ``cosent-tf`` parser. Given the command about to run, the others' options are left
     out: ``train``'s need TensorFlow to list, and ``cosent-tf --help`` should not wait for it."""
     parser = argparse.ArgumentParser(

@@ -26,7 +26,12 @@ FAST_TESTS = [
     "tests/data/test_pipeline.py",
     "tests/test_evaluation.py",
     "tests/test_callbacks.py",
-    "tests/training/test_engine.py",
+    "tests/training/test_scripts.py",
+    "tests/training/test_options.py",
+    "tests/training/test_learning.py",
+    "tests/training/test_recipes.py",
+    "tests/training/test_resume.py",
+    "tests/training/test_own_files.py",
 ]
 
 # (name, file, text to replace, replacement)

@@ -47,7 +47,7 @@ def _option(default: Any, group: Optional[str], help: Any = None, **settings: An
 def _kinds() -> Sequence[str]:
     from ..losses.registry import KINDS
 
-    return KINDS
+    return list(KINDS)
 
 
 def _losses_by_kind() -> str:
@@ -369,7 +369,8 @@ class RunConfig:
             cosent_tf.errors.ConfigError: --epochs (RunConfig.epochs) is 0: the number of epochs must be at least 1
         """
         for name, (low, low_included, high, high_included, what) in RANGES.items():
-            value, option = getattr(self, name), f"--{name.replace('_', '-')} (RunConfig.{name})"
+            value: Any = getattr(self, name)
+            option = f"--{name.replace('_', '-')} (RunConfig.{name})"
             if value is None:
                 continue
             whole = _whole(name)
@@ -440,7 +441,7 @@ class RunConfig:
 # The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).
 # An int bound makes the setting a whole number. The contrastive loss pushes a negative pair's
 # cosine, which lies in [-1, 1], below epsilon: from 1 up it pushes nothing; below -1 it acts as -1.
-RANGES = {
+RANGES: dict[str, tuple[Any, bool, Any, bool, str]] = {
     "epsilon": (-1.0, True, 1.0, False, "the contrastive loss's cosine threshold"),
     "scale": (0.0, False, None, False, "CoSENT's scale (lambda)"),
     "lr": (0.0, False, None, False, "the learning rate"),

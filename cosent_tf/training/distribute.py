@@ -18,6 +18,8 @@ try (and test) the strategies on a machine without accelerators. It is no faster
 device.
 """
 
+from __future__ import annotations
+
 import contextlib
 import errno
 import json
@@ -45,10 +47,10 @@ TF_CONFIG_EXAMPLE = (
 WAIT_LOG_EVERY = 30.0  # seconds between the lines that say a worker is still being waited for
 PROBE_EVERY = 0.5  # seconds between two rounds of connection attempts to the workers not seen yet
 
-_made = {}  # one strategy object per name for the process: a second one's collectives would clash
+_made: dict = {}  # one strategy object per name for the process: a second one's collectives would clash
 
 
-def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> "tf.distribute.Strategy":
+def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.distribute.Strategy:
     """The strategy called ``name`` (:data:`STRATEGIES`); the same object on every call.
 
     ``multi-worker`` first checks TF_CONFIG and waits, at most ``worker_timeout`` seconds, until
@@ -56,7 +58,7 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> "tf.di
     TensorFlow connects them, and the process ends if that takes more than ``worker_timeout``
     again (:func:`_ended_unless_done_within`).
     """
-    lookup(STRATEGIES, name, "strategy")
+    lookup(dict.fromkeys(STRATEGIES), name, "strategy")  # a tuple of names: the check alone
     if name == "default":
         return tf.distribute.get_strategy()
     if name not in _made:
@@ -116,7 +118,7 @@ def read_tf_config() -> tuple:
             tasks[job, index] = _host_and_port(address, f'cluster["{job}"][{index}]')
     if not cluster.get("worker"):
         raise ConfigError('TF_CONFIG: "cluster" has no "worker" job with an address; ' + TF_CONFIG_EXAMPLE)
-    seen = {}
+    seen: dict = {}
     for (job, index), address in tasks.items():
         if address in seen:
             raise ConfigError(
@@ -127,19 +129,19 @@ def read_tf_config() -> tuple:
     if not isinstance(task, dict):
         shown = "missing" if task is None else json.dumps(task)[:60]
         raise ConfigError(f'TF_CONFIG: "task" must be an object like {{"type": "worker", "index": 0}}, not {shown}')
-    job, index = task.get("type"), task.get("index")
+    job, own_index = task.get("type"), task.get("index")
     if not isinstance(job, str) or job not in cluster:
         raise ConfigError(
             f'TF_CONFIG: task "type" {json.dumps(job)} is not a job of the cluster ({", ".join(cluster)})'
         )
-    if isinstance(index, bool) or not isinstance(index, int):
-        raise ConfigError(f'TF_CONFIG: task "index" must be an integer, not {json.dumps(index)}')
-    if not 0 <= index < len(cluster[job]):
+    if isinstance(own_index, bool) or not isinstance(own_index, int):
+        raise ConfigError(f'TF_CONFIG: task "index" must be an integer, not {json.dumps(own_index)}')
+    if not 0 <= own_index < len(cluster[job]):
         raise ConfigError(
-            f'TF_CONFIG: task "index" {index} is out of range: cluster["{job}"] lists {len(cluster[job])} '
+            f'TF_CONFIG: task "index" {own_index} is out of range: cluster["{job}"] lists {len(cluster[job])} '
             f"address(es), index 0 to {len(cluster[job]) - 1}"
         )
-    return tasks, (job, index)
+    return tasks, (job, own_index)
 
 
 def _host_and_port(address: str, key: str) -> tuple:

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import time
+from typing import Any
 
 import numpy as np
 
@@ -74,17 +75,23 @@ class Matcher:
         self.cfg, self.task, self.loss = cfg, task, get_loss(cfg.kind, cfg.loss)
         if cfg.kind == "interaction" and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
+        assert cfg.config is not None and cfg.vocab is not None and cfg.maxlen is not None, "an unresolved RunConfig"
+        assert cfg.pooling is not None and cfg.head_input is not None, "an unresolved RunConfig"
         check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
-        lower_case = huggingface.do_lower_case(cfg.checkpoint) if huggingface.is_hf_folder(cfg.checkpoint) else True
+        hf_checkpoint = cfg.checkpoint if huggingface.is_hf_folder(cfg.checkpoint) else None
+        lower_case = huggingface.do_lower_case(hf_checkpoint) if hf_checkpoint else True
         self.tokenizer = SentenceTokenizer(
             cfg.vocab, cfg.maxlen, get_architecture(cfg.architecture).word_level, lower_case
         )
-        settings = dict(maxlen=cfg.maxlen, word_level=self.tokenizer.word_level, do_lower_case=lower_case)
+        settings: dict[str, Any] = dict(
+            maxlen=cfg.maxlen, word_level=self.tokenizer.word_level, do_lower_case=lower_case
+        )
         if cfg.kind == "feature":
             self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.architecture, cfg.pooling, vocab_path=cfg.vocab)
             self.spec = ModelSpec("feature", cfg.architecture, pooling=cfg.pooling, **settings)
         else:
             head = self.loss.interaction_head
+            assert head is not None, "every interaction loss names its head"
             self.model = build_interaction_model(
                 cfg.config, cfg.checkpoint, cfg.architecture, head, vocab_path=cfg.vocab, head_input=cfg.head_input
             )
@@ -151,16 +158,37 @@ class Matcher:
 
 
 def train(cfg: RunConfig, overwrite: bool = False) -> dict:
-    """Train, validate after every epoch, keep the best, test it; returns the metrics dict (on a
-    multi-worker run's workers other than the chief, which write nothing: ``{"worker", "steps"}``).
+    """Train, validate after every epoch (and every ``eval_every`` steps), keep the best, test it.
 
-    ``overwrite`` lets the run replace a finished (or differently set) run in its output
-    folder; see :mod:`cosent_tf.training.run_folder`. The run seeds every generator and sets the
-    Keras dtype policy of ``cfg.precision``; both are put back as they were on return.
-    Under ``cfg.strategy`` (:mod:`cosent_tf.training.distribute`) the model, its optimizer and its
-    loss are built in the strategy's scope and every batch is shared by its replicas.
+    The run seeds every generator and sets the Keras dtype policy of ``cfg.precision``; both are
+    put back as they were on return. Under ``cfg.strategy`` (:mod:`cosent_tf.training.distribute`)
+    the model, its optimizer and its loss are built in the strategy's scope and every batch is
+    shared by its replicas. What the run writes into ``cfg.output_dir``, and when an earlier run
+    there is resumed or replaced, is :mod:`cosent_tf.training.run_folder`'s.
+
+    Args:
+        cfg: the run's settings; their defaults are resolved here (:meth:`RunConfig.resolved`).
+        overwrite: replace a finished (or differently set) run in the output folder.
+
+    Returns:
+        The metrics written to ``metrics.json``: ``valid`` and ``test`` (averaged over the
+        evaluated tasks), ``tasks`` (per task), ``best_epoch``, ``steps``, ``notes`` and more. On
+        a multi-worker run's workers other than the chief, which write nothing: ``{"worker", "steps"}``.
+
+    Raises:
+        ConfigError: a setting out of range or unknown, a batch the replicas cannot share, or an
+            output folder that may not hold this run.
+        DataError: a data file missing or unusable.
+        CheckpointError: a checkpoint missing or unreadable.
+        NonFiniteLossError: the loss or every validation score was not finite.
+        TrainingInterrupted: SIGTERM or SIGINT stopped training after its state was saved.
+
+    Example:
+        >>> metrics = train(RunConfig(task="BQ", epochs=1, output_dir="runs/bq"))  # doctest: +SKIP
+        >>> metrics["test"]["spearman"]  # doctest: +SKIP
     """
     cfg = cfg.resolved()
+    assert cfg.batch_size is not None, "resolved() sets it"
     strategy = get_strategy(cfg.strategy, cfg.worker_timeout)
     if cfg.batch_size % strategy.num_replicas_in_sync:
         raise ConfigError(

@@ -22,6 +22,8 @@ tf.distribute strategy each replica does this on its own slice, while the loss s
 gathers the global batch.
 """
 
+from __future__ import annotations
+
 from ..backend import keras, repeatable_dropout, tf
 
 

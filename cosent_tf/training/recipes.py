@@ -2,7 +2,10 @@
 its own option (``--recipe paper --epochs 2`` trains 2 epochs); ``None`` means the task's or the
 loss's default (:mod:`cosent_tf.data.tasks`, :mod:`cosent_tf.losses.registry`)."""
 
+from __future__ import annotations
+
 import dataclasses
+from typing import Optional
 
 from ..errors import lookup
 
@@ -16,9 +19,9 @@ class Recipe:
     warmup: float
     schedule: str
     pooling: str
-    epochs: int = None
-    batch_size: int = None
-    nli_batch_size: int = None
+    epochs: Optional[int] = None
+    batch_size: Optional[int] = None
+    nli_batch_size: Optional[int] = None
 
 
 RECIPES = {

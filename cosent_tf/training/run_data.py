@@ -67,6 +67,8 @@ def check_inputs(cfg: RunConfig) -> None:
             "data folder not found; pass --data-dir: the shared data root (with senteval_cn/, cnsd/ and vocab/) "
             "or a senteval_cn folder",
         )
+    # The paths and maxlen are set once the configuration is resolved (RunConfig.resolved).
+    assert cfg.config is not None and cfg.vocab is not None and cfg.maxlen is not None, "an unresolved RunConfig"
     read_config(cfg.config)
     if not os.path.isfile(cfg.vocab):
         raise DataError(

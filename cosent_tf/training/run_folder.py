@@ -14,12 +14,16 @@ A finished run of cosent-tf 0.3, which wrote no marker, is known by its ``config
 run's settings), ``metrics.json`` and model folder; an unfinished one is refused.
 """
 
+from __future__ import annotations
+
 import fnmatch
 import hashlib
 import json
 import os
 import shutil
 import stat
+from collections.abc import Iterable
+from typing import Optional
 
 from ..errors import ConfigError, DataError
 from ..inference.model_dir import MODEL_FOLDER, SPEC_FILE
@@ -185,7 +189,7 @@ def _change(path, then, now):
     return f"{path}: read when the run started, not now" if then else f"{path}: not read when the run started"
 
 
-def check_run_folder(folder: str, inputs=(), settings: dict = None) -> None:
+def check_run_folder(folder: str, inputs: Iterable = (), settings: Optional[dict] = None) -> None:
     """Raise ConfigError, writing nothing, if ``folder`` may not hold a run reading ``inputs``.
 
     Refused: a folder holding one of the run's inputs, or anything but a cosent-tf run (``settings``,
@@ -207,7 +211,9 @@ def check_run_folder(folder: str, inputs=(), settings: dict = None) -> None:
     _check_is_run(folder, _names(folder), settings)
 
 
-def prepare_run_folder(folder: str, settings: dict, overwrite: bool = False, inputs: dict = None):
+def prepare_run_folder(
+    folder: str, settings: dict, overwrite: bool = False, inputs: Optional[dict] = None
+) -> Optional[str]:
     """Say how a run with ``settings`` starts in ``folder``, checked and locked by the caller, and
     write the marker of a run that starts anew, with ``inputs`` ({path: fingerprint}).
 

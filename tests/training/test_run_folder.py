@@ -1,8 +1,13 @@
 import json
+import os
 
 import pytest
 
-from cosent_tf import ConfigError
+from cosent_tf import (
+    ConfigError,
+)
+from cosent_tf.experiments.scripts import train_main
+from cosent_tf.io import folder_lock
 from cosent_tf.training.run_folder import RUN_MARKER, check_run_folder, prepare_run_folder
 
 SETTINGS = {"task": "BQ", "architecture": "bert", "lr": 2e-5, "epochs": 2, "eval_every": 0, "output_dir": "x"}
@@ -61,3 +66,62 @@ def test_a_run_folder_whose_path_tensorflow_would_glob_is_refused_before_anythin
     with pytest.raises(ConfigError, match=r"reads as a pattern .* could not resume; nothing was written"):
         check_run_folder(str(folder))
     assert not (tmp_path / name).exists()
+
+
+def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
+    tmp_path, options = tiny_setup
+    out = tmp_path / "run"
+    first = train_main(["BQ", "--epochs", "1", "--output-dir", str(out)] + options)
+    finished = {name: (out / name).read_text() for name in ("config.json", "metrics.json")}
+
+    def refused(argv, message):
+        with pytest.raises(SystemExit, match=message):
+            train_main(argv)
+
+    refused(
+        ["BQ", "--epochs", "1", "--output-dir", str(out)] + options,
+        r"holds a finished run \(metrics.json\); nothing was written: pass --overwrite",
+    )
+    refused(
+        ["BQ", "--epochs", "1", "--output-dir", str(out)] + options + ["--data-dir", str(tmp_path / "nowhere")],
+        "nowhere: data folder not found",
+    )  # inputs are read before the folder is touched
+    assert {name: (out / name).read_text() for name in finished} == finished
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    refused(
+        ["BQ", "--output-dir", str(mine)] + options,
+        r"mine: already exists and is not a cosent-tf training run \(it holds notes.txt\)",
+    )
+    assert os.listdir(mine) == ["notes.txt"]  # not even a lock file
+
+    (tmp_path / "a-file").write_text("keep me")
+    refused(["BQ", "--output-dir", str(tmp_path / "a-file")] + options, "a-file: exists and is not a folder")
+    assert (tmp_path / "a-file").read_text() == "keep me"
+
+    with folder_lock(tmp_path / "busy"):
+        refused(
+            ["BQ", "--output-dir", str(tmp_path / "busy")] + options,
+            f"busy: in use by another training run \\(process {os.getpid()}\\)",
+        )
+
+    refused(
+        [
+            "BQ",
+            "--checkpoint",
+            str(out / "model"),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(out),
+            "--overwrite",
+        ],
+        "holds the run's input",
+    )
+    again = train_main(["BQ", "--epochs", "1", "--seed", "7", "--output-dir", str(out), "--overwrite"] + options)
+    assert json.loads((out / "config.json").read_text())["seed"] == 7
+    assert json.loads((out / "metrics.json").read_text())["test"] == again["test"] != first["test"]

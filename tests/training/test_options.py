@@ -1,0 +1,281 @@
+"""Each run option reaches the model, and missing or bad inputs stop a run before it reads data."""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from cosent_tf import (
+    ConfigError,
+    DataError,
+    SentenceEncoder,
+    build_encoder,
+    save_checkpoint,
+    training,
+)
+from cosent_tf.data.benchmarks import nli_files
+from cosent_tf.experiments.scripts import train_main
+from cosent_tf.training.config import RunConfig
+from cosent_tf.training.engine import train
+from cosent_tf.training.run_data import load_run_data
+from tests.training.run_helpers import tiny_run, tiny_run_config
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records what the engine fits: the Keras model, loss and labels, and the dataset options."""
+    from cosent_tf.training import engine as training
+
+    seen = {}
+    original = training.Matcher.training_model
+
+    def training_model(self, labels):
+        seen["model"], seen["loss"], seen["labels"] = result = original(self, labels)
+        seen["raw_labels"] = np.asarray(labels)
+        return result
+
+    def dataset_spy(name, function):
+        def wrapped(*args, **kwargs):
+            seen[name] = kwargs
+            return function(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(training.Matcher, "training_model", training_model)
+    monkeypatch.setattr(training, "pair_dataset", dataset_spy("pair_dataset", training.pair_dataset))
+    monkeypatch.setattr(
+        training, "interaction_dataset", dataset_spy("interaction_dataset", training.interaction_dataset)
+    )
+    return seen
+
+
+def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy):
+    from cosent_tf.losses import CoSENTLoss, CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
+
+    tiny_run(tiny_setup, "scale", task="BQ", scale=7.0)
+    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0 and spy["loss"].global_batch
+    tiny_run(tiny_setup, "per-replica", task="BQ", global_batch_loss=False)
+    assert spy["loss"].global_batch is False
+    assert spy["pair_dataset"]["group_by_length"] is True
+    tiny_run(tiny_setup, "contrastive", task="STS-B", loss="contrastive", epsilon=0.3, group_by_length=False)
+    assert isinstance(spy["loss"], ThresholdContrastiveLoss)
+    assert (spy["loss"].epsilon, spy["loss"].positive_above) == (0.3, 2.5)
+    assert spy["pair_dataset"]["group_by_length"] is False
+    tiny_run(tiny_setup, "mse", task="STS-B", loss="mse")
+    assert isinstance(spy["loss"], CosineMSELoss) and spy["loss"].max_label == 5.0
+    tiny_run(tiny_setup, "sbert", task="STS-B", loss="sbert")  # STS-B scores become classes above 2.5
+    assert isinstance(spy["loss"], SentenceBertSoftmaxLoss) and spy["model"].output_shape == (None, 2)
+    np.testing.assert_array_equal(spy["labels"], (spy["raw_labels"] > 2.5).astype(np.float32))
+    assert set(np.unique(spy["raw_labels"])) - {0.0, 1.0}  # the raw labels were graded
+    tiny_run(tiny_setup, "ce", task="BQ", kind="interaction", loss="ce", group_by_length=False)
+    assert spy["model"].output_shape == (None, 2) and spy["interaction_dataset"]["group_by_length"] is False
+
+
+def test_precision_pooling_and_checkpoint_reach_the_model(tiny_setup, spy):
+    tmp_path, _ = tiny_setup
+    tiny_run(tiny_setup, "bf16", task="BQ", precision="bf16", pooling="last-avg")
+    assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "mixed_bfloat16"
+    assert spy["model"].get_layer("Pooling").mode == "last-avg"
+    assert json.loads((tmp_path / "bf16" / "model" / "cosent_model.json").read_text())["pooling"] == "last-avg"
+    tiny_run(tiny_setup, "f32", task="BQ")
+    assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "float32"
+
+    # A run from a checkpoint starts from its weights: with lr 1e-12 the trained model is the checkpoint.
+    keras_seed_model = build_encoder(str(tmp_path / "config.json"))
+    save_checkpoint(
+        keras_seed_model, tmp_path / "ckpt", str(tmp_path / "config.json"), vocab_path=str(tmp_path / "vocab.txt")
+    )
+    tiny_run(tiny_setup, "from-ckpt", task="BQ", checkpoint=str(tmp_path / "ckpt"), config=None, vocab=None, lr=1e-12)
+    texts = ["我们是", "他在这", "你"]
+    from_checkpoint = SentenceEncoder.load(tmp_path / "from-ckpt" / "model").encode(texts, normalize=False)
+    tokenizer = SentenceEncoder.load(tmp_path / "from-ckpt" / "model").tokenizer
+    ids = [np.asarray(tokenizer.encode(t))[None] for t in texts]
+    expected = np.concatenate([keras_seed_model([i, np.zeros_like(i)]).numpy() for i in ids])
+    np.testing.assert_allclose(from_checkpoint, expected, atol=1e-5)
+
+
+def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
+    tmp_path, options = tiny_setup
+    (tmp_path / "data" / "senteval_cn" / "LCQMC" / "LCQMC.train.data").unlink()
+    cfg = tiny_run_config(tmp_path, "LCQMC")
+    with pytest.raises(DataError, match=r"LCQMC/LCQMC.train.data: the LCQMC train split is not here"):
+        train(cfg)
+    metrics = train_main(
+        ["LCQMC", "--epochs", "1", "--train-from-valid", "0.5", "--output-dir", str(tmp_path / "carved")] + options
+    )
+    assert metrics["comparable"] is False and "NOT comparable" in metrics["notes"][0]
+    assert metrics["train_pairs"] == 12
+
+
+def test_a_run_is_refused_before_it_reads_anything_where_weights_count_as_frozen(tiny_setup, monkeypatch):
+    """TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 makes TensorFlow keep a fused Dense's first weights
+    (tests/test_backend.py shows it); a run says so at once, with no run folder made."""
+    tmp_path, _ = tiny_setup
+    monkeypatch.setenv("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "1")  # read here only: nothing runs a matmul
+    cfg = tiny_run_config(tmp_path, "BQ")
+    with pytest.raises(ConfigError, match="TF_ONEDNN_ASSUME_FROZEN_WEIGHTS is set in this process"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("as_prefix", [False, True], ids=["folder", "prefix"])
+def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefix):
+    tmp_path, _ = tiny_setup
+    config, vocab = str(tmp_path / "config.json"), str(tmp_path / "vocab.txt")
+    save_checkpoint(build_encoder(config), tmp_path / "ckpt", config, vocab_path=vocab)
+    checkpoint = str(tmp_path / "ckpt" / "bert_model.ckpt") if as_prefix else str(tmp_path / "ckpt")
+    train_main(
+        [
+            "BQ",
+            "--epochs",
+            "1",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--checkpoint",
+            checkpoint,
+            "--batch-size",
+            "8",
+            "--output-dir",
+            str(tmp_path / "from-ckpt"),
+        ]
+    )
+    used = json.loads((tmp_path / "from-ckpt" / "config.json").read_text())
+    assert used["config"] == str(tmp_path / "ckpt" / "bert_config.json")
+    assert used["vocab"] == str(tmp_path / "ckpt" / "vocab.txt")
+    assert json.loads((tmp_path / "from-ckpt" / "metrics.json").read_text())["random_weights"] is False
+    source = json.loads((tmp_path / "from-ckpt" / "model" / "cosent_model.json").read_text())["source"]
+    assert (source["random_weights"], source["checkpoint"]) == (False, os.path.abspath(checkpoint))
+
+
+def test_a_run_from_random_weights_says_so_and_so_does_its_model(tiny_setup, caplog, capsys):
+    tmp_path, options = tiny_setup
+    train_main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "random")] + options)
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings[0].startswith("NOTE: no --checkpoint: the model starts from random weights")
+    assert json.loads((tmp_path / "random" / "metrics.json").read_text())["random_weights"] is True
+    source = json.loads((tmp_path / "random" / "model" / "cosent_model.json").read_text())["source"]
+    assert (source["random_weights"], source["checkpoint"]) == (True, None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        SentenceEncoder.load(str(tmp_path / "random" / "model"))
+    assert "this model was trained from random weights (no --checkpoint)" in caplog.text
+    # fine-tuning that model keeps saying so
+    model_dir, data_dir_and_batching = str(tmp_path / "random" / "model"), options[:2] + options[6:]
+    train_main(
+        ["BQ", "--epochs", "1", "--checkpoint", model_dir, "--output-dir", str(tmp_path / "again")]
+        + data_dir_and_batching
+    )
+    assert capsys.readouterr().err.startswith("NOTE: the --checkpoint model folder was itself trained from random")
+    assert json.loads((tmp_path / "again" / "metrics.json").read_text())["random_weights"] is True
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"--data-dir": "nowhere"}, "nowhere (from CWD): data folder not found; pass --data-dir"),
+        ({"--vocab": "missing.txt"}, "missing.txt (from CWD): vocabulary not found; pass --vocab"),
+        ({"--config": "missing.json"}, "missing.json (from CWD): cannot read the model config"),
+        ({"--checkpoint": "checkpoints/mine/absent"}, "checkpoints/mine/absent (from CWD): checkpoint not found"),
+        ({"--checkpoint": "hfl/absent"}, "hfl/absent (from CWD): no such folder here, and it reads as a Hugging Face"),
+    ],
+)
+def test_missing_inputs_stop_the_run_before_any_data_is_read(change, message, tiny_setup, monkeypatch):
+    tmp_path, options = tiny_setup
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(training, "load_run_data", lambda cfg: pytest.fail("the data was read"))
+    arguments = list(options)
+    for flag, value in change.items():
+        if flag in arguments:
+            arguments[arguments.index(flag) + 1] = value
+        else:
+            arguments += [flag, value]
+    with pytest.raises(SystemExit) as stopped:
+        train_main(["BQ", "--output-dir", "run"] + arguments)
+    assert message.replace("CWD", str(tmp_path)) in str(stopped.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_default_vocabulary_stays_the_shared_one_wherever_data_dir_points(tmp_path, monkeypatch):
+    (tmp_path / "senteval_cn").mkdir()
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "bert-base-chinese-vocab.txt").write_text("[PAD]\n")
+    wanted = str(tmp_path / "vocab" / "bert-base-chinese-vocab.txt")
+    assert RunConfig(data_dir=str(tmp_path)).resolved().vocab == wanted
+    assert RunConfig(data_dir=str(tmp_path / "senteval_cn")).resolved().vocab == wanted
+    # other pair files: the default data root's vocabulary
+    monkeypatch.setattr(RunConfig, "data_dir", str(tmp_path))
+    (tmp_path / "mine").mkdir()
+    assert RunConfig(data_dir=str(tmp_path / "mine")).resolved().vocab == wanted
+    monkeypatch.setattr(RunConfig, "data_dir", str(tmp_path / "elsewhere"))  # none exists: the run's checks name this
+    assert RunConfig(data_dir=str(tmp_path / "mine")).resolved().vocab == str(
+        tmp_path / "mine" / "vocab" / "bert-base-chinese-vocab.txt"
+    )
+
+
+def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
+    """train() sets the dtype policy and seeds every generator; afterwards both are as before."""
+    import random
+
+    from cosent_tf.backend import keras, tf
+
+    tmp_path, options = tiny_setup
+    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
+    expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
+    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
+    metrics = train_main(
+        ["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options
+    )
+    assert np.isfinite(metrics["test"]["spearman"])
+    assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
+    assert keras.mixed_precision.global_policy().name == "float32"
+    encoder = build_encoder(options[options.index("--config") + 1])
+    assert {weight.dtype for weight in encoder.weights} == {tf.float32}
+    assert encoder.get_layer("Embedding-Token").compute_dtype == "float32"
+
+
+def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup):
+    tmp_path, options = tiny_setup
+    with pytest.raises(SystemExit, match="maxlen 300 is longer than the model's 256 position embeddings"):
+        train_main(["BQ", "--maxlen", "300", "--output-dir", str(tmp_path / "long")] + options)
+    assert not (tmp_path / "long" / "backup").exists()
+
+
+@pytest.mark.parametrize(
+    "split, message",
+    [
+        ("train", "all 48 pairs \\(after any sampling\\) have the label 1: CoSENT ranks pairs by their labels"),
+        ("valid", "all 24 pairs \\(after any sampling\\) have the label 1: Spearman is undefined on them"),
+    ],
+)
+def test_a_split_whose_labels_are_all_equal_is_refused(split, message, tiny_setup):
+    tmp_path, options = tiny_setup
+    path = tmp_path / "data" / "senteval_cn" / "BQ" / f"BQ.{split}.data"
+    lines = [line.rsplit("\t", 1)[0] + "\t1" for line in path.read_text(encoding="utf-8").splitlines()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=f"BQ.{split}.data: {message}"):
+        train_main(["BQ", "--output-dir", str(tmp_path / "run")] + options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_nli_files_are_read_once_through_links_back_up_the_tree(tiny_setup):
+    tmp_path, _ = tiny_setup
+    data = tmp_path / "data"
+    for link, target in [(data / "loop", "."), (data / "cnsd" / "again", "."), (data / "up", "..")]:
+        os.symlink(target, link)
+    assert nli_files(str(data)) == [str(data / "cnsd" / "cnsd-snli" / "dev.jsonl")]
+    cfg = RunConfig(
+        task="NLI", data_dir=str(data), config=str(tmp_path / "config.json"), vocab=str(tmp_path / "vocab.txt")
+    ).resolved()
+    train_pairs = load_run_data(cfg).train
+    assert len(train_pairs) == 40
+
+
+def test_strict_turns_a_skipped_line_into_an_error(tiny_setup):
+    tmp_path, options = tiny_setup
+    train = tmp_path / "data" / "senteval_cn" / "BQ" / "BQ.train.data"
+    train.write_text(train.read_text(encoding="utf-8") + "only one field\n", encoding="utf-8")
+    bad_line = len(train.read_text(encoding="utf-8").splitlines())
+    with pytest.raises(SystemExit, match=f"BQ.train.data, line {bad_line}: without exactly 3 tab-separated fields"):
+        train_main(["BQ", "--strict", "--epochs", "1", "--output-dir", str(tmp_path / "strict")] + options)

@@ -1,0 +1,212 @@
+"""An interrupted run resumes to the uninterrupted result; what a resumed run may change."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
+from cosent_tf.experiments.scripts import train_main
+from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS
+from tests.helpers import ROOT, make_tiny_setup, run_until, write_config
+from tests.training.run_helpers import RUN_FILES, read_csv
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(the tiny set-up, the resume tests' command, its uninterrupted run's folder), made once."""
+    tmp_path, options = make_tiny_setup(tmp_path_factory.mktemp("resume"))
+    # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM); AdamW
+    # with a warm-up over the first 12 steps then linear decay, so a stop at step 6 is mid-warm-up.
+    command = [
+        sys.executable,
+        os.path.join(ROOT, "scripts", "cosent.py"),
+        "BQ",
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        "12",
+        "--eval-every",
+        "3",
+        "--backup-every",
+        "3",
+        "--weight-decay",
+        "0.01",
+        "--warmup",
+        "0.5",
+        "--schedule",
+        "linear",
+        *options,
+    ]
+    reference = subprocess.run(
+        command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
+    )
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert not TENSORFLOW_STARTUP_LINES.search(reference.stderr), reference.stderr[:1000]
+    return tmp_path, command
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "send, when",
+    [
+        (signal.SIGKILL, "step 6 valid"),
+        (signal.SIGTERM, "step 6 valid"),
+        (signal.SIGINT, "step 6 valid"),
+        (signal.SIGTERM, "epoch 1 valid"),
+    ],
+    ids=["SIGKILL", "SIGTERM", "SIGINT", "SIGTERM at the epoch's end"],
+)
+def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, uninterrupted):
+    tmp_path, command = uninterrupted
+    out = tmp_path / f"interrupted-{send.name}-{when.split()[0]}"
+    # By the time step 6's validation is printed, step 3's state is on disk.
+    code, stderr = run_until(command + ["--output-dir", str(out)], when, send)
+    assert not (out / "metrics.json").exists()
+    if send == signal.SIGKILL:
+        assert code == -signal.SIGKILL
+        saved_at = None
+    else:  # 143 for SIGTERM, 130 for SIGINT, and the step the state was saved after
+        assert code == 128 + send and "Traceback" not in stderr
+        saved_at = int(re.search(rf"{send.name} received: training state saved after step (\d+)", stderr).group(1))
+        assert saved_at >= (12 if when.startswith("epoch") else 6)
+
+    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    step = int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1))
+    assert 3 <= step < 24 and step % 12 != 0 or send != signal.SIGKILL
+    assert saved_at in (None, step)
+    whole_rows, rows = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
+    assert [(r["epoch"], r["step"]) for r in rows] == [(r["epoch"], r["step"]) for r in whole_rows]
+    for got, expected in zip(rows, whole_rows):
+        assert float(got["spearman"]) == pytest.approx(float(expected["spearman"]), abs=1e-6)
+    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    again = json.loads((out / "metrics.json").read_text())
+    assert again["best_epoch"] == whole["best_epoch"]
+    assert again["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
+    assert not (out / "backup").exists()
+
+
+@pytest.mark.slow
+def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result(tiny_setup):
+    tmp_path, options = tiny_setup
+    # dropout on: a resumed run must draw the masks an uninterrupted one draws (keyed by the step)
+    dropout = write_config(
+        tmp_path / "dropout.json", vocab_size=135, hidden=16, layers=1, max_position=256, hidden_dropout_prob=0.1
+    )
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--config", dropout]
+    command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2", "--micro-batch-size", "3"]
+    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert "the gradient of each batch is computed 3 pairs at a time" in whole.stderr
+    out = tmp_path / "killed"  # 6 steps an epoch: by the time step 8 is validated, step 6 is saved
+    code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
+    assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
+    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
+    expected, again = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
+    assert [float(r["spearman"]) for r in again] == pytest.approx([float(r["spearman"]) for r in expected], abs=1e-6)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["test"]["spearman"] == pytest.approx(
+        json.loads((tmp_path / "whole" / "metrics.json").read_text())["test"]["spearman"], abs=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_training_finishes_without_training_again(uninterrupted):
+    tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
+    out = tmp_path / "killed"
+    code, _ = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit
+    rerun = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resumed at step 24" in rerun.stderr and "epoch 1 valid" not in rerun.stderr  # no epoch trained again
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["best_epoch"] == expected["best_epoch"] and metrics["steps"] == 24
+    assert metrics["test"]["spearman"] == pytest.approx(expected["test"]["spearman"], abs=1e-6)
+    assert sorted(os.listdir(out)) == RUN_FILES
+
+
+def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
+    tmp_path, options = tiny_setup
+    out = tmp_path / "run"
+    train_main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options)
+    (out / "metrics.json").unlink()  # as if stopped before the end, with training state saved
+    (out / "backup").mkdir()
+    (out / "backup" / "state").write_text("")
+    saved = (out / "config.json").read_text()
+    for extra, difference in [
+        (["--lr", "5e-2"], "lr 0.001 there, 0.05 now"),
+        (["--batch-size", "16"], "batch_size 8 there, 16 now"),
+        (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)"),
+        # the strategy may change (see test_distribute), but not while each replica ranks its own pairs
+        (
+            ["--per-replica-loss", "--strategy", "mirrored"],
+            "global_batch_loss True there, False now; strategy 'default' there, 'mirrored' now",
+        ),
+    ]:
+        with pytest.raises(
+            SystemExit,
+            match=f"holds an unfinished run with other settings \\({difference}\\); "
+            "nothing was written: resume it with its own settings",
+        ):
+            train_main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options + extra)
+    assert (out / "config.json").read_text() == saved
+
+
+def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup, monkeypatch, capsys):
+    from cosent_tf.backend import tf
+    from cosent_tf.losses import CoSENTLoss, registry
+
+    tmp_path, options = tiny_setup
+    out = tmp_path / "nan"
+    argv = ["BQ", "--epochs", "2", "--output-dir", str(out), *options]  # 6 steps an epoch
+    calls = tf.Variable(0)
+
+    class NanFromStepEight(CoSENTLoss):
+        def call(self, y_true, y_pred):
+            calls.assign_add(1)
+            return tf.where(calls > 7, tf.constant(float("nan")), super().call(y_true, y_pred))
+
+    monkeypatch.setattr(registry, "CoSENTLoss", NanFromStepEight)
+    with pytest.raises(
+        SystemExit,
+        match=r"the training loss became nan at step 8 \(batch 2 of the epoch\); training "
+        r"stopped\. the best weights so far: .*; the last saved training state: ",
+    ):
+        train_main(argv)
+    monkeypatch.undo()
+    assert (out / "backup").is_dir() and (out / "best.weights.h5").exists() and not (out / "metrics.json").exists()
+    capsys.readouterr()
+    metrics = train_main(argv)  # the same command, now with a finite loss
+    assert "resumed at step 6: best valid spearman so far" in capsys.readouterr().err
+    assert metrics["steps"] == 12 and [r["epoch"] for r in read_csv(out / "valid_metrics.csv")] == ["1", "2"]
+    assert not (out / "backup").exists()
+
+
+def test_every_output_of_a_run_arrives_whole_by_rename(tiny_setup, monkeypatch):
+    """Each output is written under a temporary name and renamed into place, so a process
+    killed while writing it leaves the previous file (or none), never a partial one."""
+    tmp_path, options = tiny_setup
+    renamed, real_replace = [], os.replace
+
+    def replace(source, target):
+        renamed.append((os.path.basename(source), os.path.basename(target)))
+        return real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    out = tmp_path / "run"
+    train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options])
+    monkeypatch.undo()
+    assert renamed[0][1] == RUN_MARKER  # first: the folder is a run's before it holds anything else
+    targets = {target: source for source, target in renamed}
+    for name in set(RUN_OUTPUTS) - {"backup"}:  # the training state is a folder Keras writes and removes
+        assert name in targets and targets[name].startswith(".tmp-"), (name, renamed)
+    assert not [name for name in os.listdir(out) if name.startswith((".tmp-", ".old-"))]
