@@ -1,6 +1,8 @@
 """Keras callbacks of the training engine: keep the best epoch, stop on a non-finite loss,
 and save the training state for an exact resume."""
 
+from __future__ import annotations
+
 import csv
 import logging
 import math
@@ -8,6 +10,8 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -21,35 +25,47 @@ logger = logging.getLogger(__name__)
 class ValidationCheckpoint(keras.callbacks.Callback):
     """Evaluate on valid after each epoch (and every ``every_steps`` steps), keep the best.
 
-    ``evaluate(model) -> dict`` computes the metrics. Epoch-end results are logged as
-    ``val_<metric>``; the weights of the best epoch by ``monitor`` (higher is better) are
-    written atomically to ``weights_path``, so a crash leaves the previous best intact.
-    Every evaluation becomes a row (epoch, step, end_of_epoch, metrics...) of ``csv_path``,
-    rewritten atomically; a resumed run reloads the rows up to the restored step and
-    carries on. With ``restore_best`` the model ends training holding the best weights.
-    Best weights are chosen at epoch ends only, as in the original experiments, and a NaN score
-    is never the best: while every one is NaN, ``best_epoch`` stays None (the engine then fails).
-    ``progress_bar``: a Keras progress bar is being redrawn on stdout, so a validation within
-    an epoch first ends its line (fit's own ProgbarLogger should come before this callback, so
-    that it ends the line at epoch ends).
+    Epoch-end results are logged as ``val_<metric>``; the weights of the best epoch by
+    ``monitor`` (higher is better) are written atomically, so a crash leaves the previous best
+    intact. Every evaluation becomes a row (epoch, step, end_of_epoch, metrics...) of the
+    history file, rewritten atomically; a resumed run reloads the rows up to the restored step
+    and carries on. Best weights are chosen at epoch ends only, as in the original experiments,
+    and a NaN score is never the best: while every one is NaN, ``best_epoch`` stays None (the
+    engine then fails).
 
-    ``writes=False`` is for the workers other than the chief of a multi-worker run. They
-    validate and save in step with the chief, because saving the weights reads the loss
-    metric, which is a collective op under that strategy, but into a scratch file, and they
-    only read the history (the chief's, for a resumed run's best so far).
+    Args:
+        evaluate: ``evaluate(model) -> dict`` of metric name -> value on the validation data.
+        weights_path: where the best epoch's weights are saved (None: kept in memory only).
+        monitor: the metric that picks the best epoch (higher is better).
+        restore_best: the model ends training holding the best weights.
+        every_steps: also validate every this many optimizer steps (0: at epoch ends only).
+        csv_path: the history file (``valid_metrics.csv``); None writes none.
+        progress_bar: a Keras progress bar is being redrawn on stdout, so a validation within an
+            epoch first ends its line (fit's own ProgbarLogger should come before this callback,
+            so that it ends the line at epoch ends).
+        writes: False for the workers other than the chief of a multi-worker run. They validate
+            and save in step with the chief, because saving the weights reads the loss metric,
+            which is a collective op under that strategy, but into a scratch file, and they only
+            read the history (the chief's, for a resumed run's best so far).
+
+    Example:
+        >>> checkpoint = ValidationCheckpoint(lambda model: {"spearman": 0.5}, "best.weights.h5")
+        >>> model.fit(batches, epochs=3, callbacks=[checkpoint])  # doctest: +SKIP
+        >>> checkpoint.best_epoch  # doctest: +SKIP
+        1
     """
 
     def __init__(
         self,
-        evaluate,
-        weights_path=None,
-        monitor="spearman",
-        restore_best=True,
-        every_steps=0,
-        csv_path=None,
-        progress_bar=False,
-        writes=True,
-    ):
+        evaluate: Callable[[keras.Model], Mapping[str, float]],
+        weights_path: Optional[str] = None,
+        monitor: str = "spearman",
+        restore_best: bool = True,
+        every_steps: int = 0,
+        csv_path: Optional[str] = None,
+        progress_bar: bool = False,
+        writes: bool = True,
+    ) -> None:
         super().__init__()
         self.writes = writes
         self.evaluate = evaluate
@@ -60,19 +76,19 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         self.csv_path = csv_path
         self.progress_bar = progress_bar
         self.best = -math.inf
-        self.best_epoch = None
-        self.steps_done = None  # the optimizer's step when training ended
-        self.history = []
+        self.best_epoch: Optional[int] = None
+        self.steps_done: Optional[int] = None  # the optimizer's step when training ended
+        self.history: list[dict[str, Any]] = []
         self._best_weights = None
         self._resume_checked = False
 
-    def _step(self):
+    def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[dict] = None) -> None:
         self._resume_checked = False
 
-    def _resume(self):
+    def _resume(self) -> None:
         """Reload the history up to the restored step (a backup callback restores it in on_train_begin)."""
         self._resume_checked = True
         step = self._step()
@@ -89,7 +105,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
                 self.best_epoch,
             )
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if not self.every_steps or batch + 1 == self.params.get("steps"):
             return
         step = self._step()
@@ -99,12 +115,12 @@ class ValidationCheckpoint(keras.callbacks.Callback):
                 sys.stdout.write("\n")  # the bar's line is unfinished
             logger.info("step %d valid: %s", step, _format(metrics))
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
         if not self._resume_checked:
             self._resume()
         self._epoch = epoch
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
         metrics = self._record(epoch + 1, self._step(), True)
         if logs is not None:
             logs.update({f"val_{k}": v for k, v in metrics.items()})
@@ -119,7 +135,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             best = "  (no finite score yet)"
         logger.info("epoch %d valid: %s%s", epoch + 1, _format(metrics), best)
 
-    def _save_best(self):
+    def _save_best(self) -> None:
         if self.weights_path and self.writes:
             with atomic_path(self.weights_path) as tmp:
                 self.model.save_weights(tmp)
@@ -127,14 +143,14 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             with tempfile.TemporaryDirectory() as scratch:
                 self.model.save_weights(os.path.join(scratch, os.path.basename(self.weights_path)))
 
-    def _record(self, epoch, step, end_of_epoch):
+    def _record(self, epoch: int, step: int, end_of_epoch: bool) -> Mapping[str, float]:
         metrics = self.evaluate(self.model)
         self.history.append({"epoch": epoch, "step": step, "end_of_epoch": end_of_epoch, **metrics})
         if self.csv_path and self.writes:
             _write_history(self.csv_path, self.history)
         return metrics
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[dict] = None) -> None:
         if not self._resume_checked:  # resumed after the last epoch: no epoch ran
             self._resume()
         # before the best weights come back: a weights file also holds the optimizer's state then
@@ -147,11 +163,11 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self.model.load_weights(self.weights_path)  # best epoch came before a resume
 
 
-def _format(metrics):
+def _format(metrics: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
 
 
-def _write_history(path, rows):
+def _write_history(path: str, rows: list[dict[str, Any]]) -> None:
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
@@ -159,7 +175,7 @@ def _write_history(path, rows):
         writer.writerows(rows)
 
 
-def read_history(path: str, columns=()) -> list:
+def read_history(path: str, columns: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`; a DataError naming
     the file (and line) if it is unreadable or damaged: cut off, a header without ``columns``, a
     row of other fields than the header's, a value that is no number. A missing file raises
@@ -174,7 +190,8 @@ def read_history(path: str, columns=()) -> list:
         raise DataError(path, f"not readable as a validation history ({error})") from None
     if text and not text.endswith("\n"):
         raise DataError(path, "cut off (the last line is not whole)", line=text.count("\n") + 1)
-    header, rows = (lines[0] if lines else []), []
+    header: list[str] = lines[0] if lines else []
+    rows: list[dict[str, Any]] = []
     if not set(columns) <= set(header):
         raise DataError(path, f"no {' and '.join(repr(c) for c in columns)} columns", line=1)
     for number, row in enumerate(lines[1:], 2):
@@ -184,7 +201,7 @@ def read_history(path: str, columns=()) -> list:
     return rows
 
 
-def _history_value(path, number, key, value):
+def _history_value(path: str, number: int, key: str, value: str) -> Any:
     if key == "end_of_epoch":
         return value == "True"
     whole = key in ("epoch", "step")
@@ -203,14 +220,14 @@ class StartStep(keras.callbacks.Callback):
     update does not wait for the batch, so the stream could start one batch late.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.step = None
+        self.step: Optional[int] = None
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[dict] = None) -> None:
         self.step = int(self.model.optimizer.iterations.numpy())
 
-    def __call__(self):
+    def __call__(self) -> int:
         if self.step is None:
             raise RuntimeError("the batch stream was read before training began")
         return self.step
@@ -224,12 +241,12 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     completed epoch and the best weights so far stay on disk.
     """
 
-    def __init__(self, kept=(), advice=""):
+    def __init__(self, kept: Iterable[tuple[str, str]] = (), advice: str = "") -> None:
         super().__init__()
         self.kept = kept  # (what, path) pairs worth pointing the user at, if they exist by then
         self.advice = advice
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(loss):
             step = int(self.model.optimizer.iterations.numpy())
@@ -267,27 +284,28 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, backup_dir, every_steps=0):
+    def __init__(self, backup_dir: str, every_steps: int = 0) -> None:
         # An integer save_freq makes the restore resume at the saved batch, not the next epoch.
         super().__init__(backup_dir, save_freq=1 << 62, delete_checkpoint=False)
         self.every_steps = int(every_steps or 0)
-        self.received = None
-        self._handlers = {}
+        self.received: Optional[int] = None
+        self._handlers: dict[int, Any] = {}
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[dict] = None) -> None:
         super().on_train_begin(logs)
         self.received = None
         self._handlers = {number: signal.signal(number, self._receive) for number in self.SIGNALS}
 
-    def _receive(self, number, frame):
+    def _receive(self, number: int, frame: Any) -> None:
         self.received = number
 
-    def restore_signal_handlers(self):
+    def restore_signal_handlers(self) -> None:
+        """Put back the signal handlers that were there before training began."""
         for number, handler in self._handlers.items():
             signal.signal(number, handler)
         self._handlers = {}
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if batch + 1 == self.params.get("steps"):
             return  # the epoch's end saves, once its validation has run
         step = int(self.model.optimizer.iterations.numpy())
@@ -295,11 +313,11 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             self._backup(epoch=self._current_epoch, batch=batch)
         self._stop_if_signalled()
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
         self._backup(epoch=epoch, batch=self.params.get("steps", 1) - 1)
         self._stop_if_signalled()
 
-    def _stop_if_signalled(self):
+    def _stop_if_signalled(self) -> None:
         if self.received is None:
             return
         self.restore_signal_handlers()
@@ -311,6 +329,6 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             "run the same command again to resume from there",
         )
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[dict] = None) -> None:
         self.restore_signal_handlers()
         super().on_train_end(logs)

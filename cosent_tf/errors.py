@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import Optional, TypeVar, Union
 
 Entry = TypeVar("Entry")
 
 
-def where(path) -> str:
+def where(path: Union[str, os.PathLike[str]]) -> str:
     """``path`` for a message: a relative one also names the folder it is relative to, which is
     what a user needs when a file is not found."""
     path = os.fspath(path)
@@ -23,7 +23,7 @@ class CosentError(Exception):
 class DataError(CosentError, ValueError):
     """A data file is missing, unreadable or has a line that cannot be used."""
 
-    def __init__(self, path, message, line=None):
+    def __init__(self, path: Union[str, os.PathLike[str]], message: str, line: Optional[int] = None) -> None:
         self.path = str(path)
         self.line = line
         self.reason = message
@@ -50,12 +50,12 @@ class WorkerLostError(CosentError):
 class TrainingInterrupted(CosentError):
     """Training stopped on SIGTERM or SIGINT after saving its state."""
 
-    def __init__(self, signal_number, message):
+    def __init__(self, signal_number: int, message: str) -> None:
         self.signal_number = signal_number
         super().__init__(message)
 
 
-def lookup(table: Mapping[str, Entry], name: str, what: str, choices: Iterable[str] | None = None) -> Entry:
+def lookup(table: Mapping[str, Entry], name: str, what: str, choices: Optional[Iterable[str]] = None) -> Entry:
     """The entry ``name`` of one of the package's tables (tasks, losses, architectures, ...).
 
     Args:

@@ -3,7 +3,11 @@ labels, and accuracy at the threshold that is best on valid; and retrieval metri
 (Recall@k, MRR@10, nDCG@10), since a high Spearman can hide a poor retriever. Scores and
 nearest neighbours come from :mod:`cosent_tf.inference.matchers`."""
 
+from __future__ import annotations
+
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable, Optional
 
 import numpy as np
 from scipy import stats
@@ -11,16 +15,21 @@ from scipy import stats
 from . import inference
 from .data.tasks import Task
 
+# Anything np.asarray reads as a vector: a list, a tuple, an array.
+ArrayLike = Any
 
-def spearman(scores, labels) -> float:
+
+def spearman(scores: ArrayLike, labels: ArrayLike) -> float:
+    """Spearman's rank correlation of ``scores`` with ``labels``."""
     return float(stats.spearmanr(scores, labels).correlation)
 
 
-def pearson(scores, labels) -> float:
+def pearson(scores: ArrayLike, labels: ArrayLike) -> float:
+    """Pearson's correlation of ``scores`` with ``labels``."""
     return float(stats.pearsonr(scores, labels)[0])
 
 
-def best_threshold(scores, labels) -> tuple:
+def best_threshold(scores: ArrayLike, labels: ArrayLike) -> tuple[float, float]:
     """The threshold on ``scores`` that maximises accuracy against 0/1 ``labels``.
 
     Exhaustive: every midpoint between consecutive distinct scores is tried (the original
@@ -49,26 +58,35 @@ def best_threshold(scores, labels) -> tuple:
     return float(threshold), float(correct[k] / len(scores))
 
 
-def accuracy_at(scores, labels, threshold: float) -> float:
+def accuracy_at(scores: ArrayLike, labels: ArrayLike, threshold: float) -> float:
+    """The share of pairs whose prediction ``score > threshold`` matches the 0/1 label."""
     return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
 
 
-def pair_scores(model, kind: str, inputs, batch_size: int = 64, sep_id: int = None) -> np.ndarray:
+def pair_scores(model: Any, kind: str, inputs: Any, batch_size: int = 64, sep_id: Optional[int] = None) -> np.ndarray:
     """One score per pair: the cosine of a feature model's two vectors (``inputs`` = (ids_a,
     ids_b)), or an interaction model's score of the concatenated pair (``inputs`` = pair ids;
     ``sep_id`` for a model with pair segment ids)."""
     if kind == "feature":
-        return inference.cosine_scores(model, *inputs, batch_size=batch_size)
+        ids_a, ids_b = inputs
+        return inference.cosine_scores(model, ids_a, ids_b, batch_size=batch_size)
     if kind == "interaction":
         return inference.interaction_scores(model, inputs, batch_size=batch_size, sep_id=sep_id)
     raise ValueError(f"unknown model kind {kind!r}; choose feature or interaction")
 
 
-def correlation_metrics(scores, labels) -> dict:
+def correlation_metrics(scores: ArrayLike, labels: ArrayLike) -> dict[str, float]:
+    """``{"spearman": ..., "pearson": ...}`` of ``scores`` against ``labels``."""
     return {"spearman": spearman(scores, labels), "pearson": pearson(scores, labels)}
 
 
-def task_metrics(scores, labels, valid_scores=None, valid_labels=None, binary=False) -> dict:
+def task_metrics(
+    scores: ArrayLike,
+    labels: ArrayLike,
+    valid_scores: Optional[ArrayLike] = None,
+    valid_labels: Optional[ArrayLike] = None,
+    binary: bool = False,
+) -> dict[str, float]:
     """Spearman and Pearson; for ``binary`` labels also accuracy at the threshold tuned on valid."""
     metrics = correlation_metrics(scores, labels)
     if binary and valid_scores is not None:
@@ -77,7 +95,7 @@ def task_metrics(scores, labels, valid_scores=None, valid_labels=None, binary=Fa
     return metrics
 
 
-def mean_over_tasks(per_task: dict) -> dict:
+def mean_over_tasks(per_task: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """Flatten per-task metrics; with several tasks the headline is their mean Spearman."""
     if len(per_task) == 1:
         return dict(next(iter(per_task.values())))
@@ -91,24 +109,31 @@ RECALL_AT = (1, 5, 10)
 RANK_CUTOFF = 10  # MRR@10 and nDCG@10
 
 
-def pair_retrieval_sets(texts_a, texts_b, positive) -> tuple:
+def pair_retrieval_sets(
+    texts_a: Iterable[str], texts_b: Iterable[str], positive: Iterable[bool]
+) -> tuple[list[str], list[str], list[set[int]]]:
     """A retrieval test made of pairs: ``(queries, corpus, relevant)``.
 
     The queries are the distinct first sentences with at least one positive pair; the
     corpus is every distinct second sentence; ``relevant[i]`` is the set of corpus indices
     paired positively with query ``i``. Texts keep their order of first appearance.
     """
-    corpus_index = {}
+    corpus_index: dict[str, int] = {}
     for text in texts_b:
         corpus_index.setdefault(text, len(corpus_index))
-    relevant = {}
+    relevant: dict[str, set[int]] = {}
     for text_a, text_b, is_positive in zip(texts_a, texts_b, positive):
         if is_positive:
             relevant.setdefault(text_a, set()).add(corpus_index[text_b])
     return list(relevant), list(corpus_index), list(relevant.values())
 
 
-def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_AT) -> dict:
+def retrieval_metrics(
+    query_vectors: ArrayLike,
+    corpus_vectors: ArrayLike,
+    relevant: Sequence[set[int]],
+    recall_at: Sequence[int] = RECALL_AT,
+) -> dict[str, Any]:
     """Recall@k, MRR@10 and nDCG@10 (binary relevance) of exact cosine search, means over queries.
 
     ``query_vectors`` and ``corpus_vectors`` are unit rows; ``relevant[i]`` is the set of
@@ -120,8 +145,9 @@ def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_
     depth = max(*recall_at, RANK_CUTOFF)
     _, ranked = inference.top_k_cosine(np.asarray(query_vectors, np.float32), corpus_vectors, depth)
     discounts = 1.0 / np.log2(np.arange(2, depth + 2))
-    recall = {k: [] for k in recall_at}
-    reciprocal_ranks, ndcgs = [], []
+    recall: dict[int, list[float]] = {k: [] for k in recall_at}
+    reciprocal_ranks: list[float] = []
+    ndcgs: list[float] = []
     for row, wanted in zip(ranked, relevant):
         hits = np.array([index in wanted for index in row])
         for k in recall_at:
@@ -130,7 +156,7 @@ def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_
         reciprocal_ranks.append(1.0 / (first[0] + 1) if len(first) else 0.0)
         ideal = discounts[: min(len(wanted), RANK_CUTOFF)].sum()
         ndcgs.append((hits[:RANK_CUTOFF] * discounts[: len(hits[:RANK_CUTOFF])]).sum() / ideal)
-    metrics = {f"recall@{k}": float(np.mean(values)) for k, values in recall.items()}
+    metrics: dict[str, Any] = {f"recall@{k}": float(np.mean(values)) for k, values in recall.items()}
     metrics.update(
         {
             f"mrr@{RANK_CUTOFF}": float(np.mean(reciprocal_ranks)),
@@ -142,19 +168,26 @@ def retrieval_metrics(query_vectors, corpus_vectors, relevant, recall_at=RECALL_
     return metrics
 
 
-def retrieval_by(encode, queries, corpus, relevant) -> dict:
+def retrieval_by(
+    encode: Callable[[Sequence[str]], np.ndarray],
+    queries: Sequence[str],
+    corpus: Sequence[str],
+    relevant: Sequence[set[int]],
+) -> dict[str, Any]:
     """:func:`retrieval_metrics` of the unit vectors ``encode(texts)`` gives for queries and corpus."""
     return retrieval_metrics(encode(queries), encode(corpus), relevant)
 
 
-def pair_retrieval(encode, pairs, task) -> dict:
+def pair_retrieval(encode: Callable[[Sequence[str]], np.ndarray], pairs: Any, task: Task) -> Optional[dict[str, Any]]:
     """Retrieval metrics over labelled pairs (:func:`pair_retrieval_sets`, positives as ``task``
     says), with vectors from ``encode``; None when no pair is positive."""
     queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
     return retrieval_by(encode, queries, corpus, relevant) if queries else None
 
 
-def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = False, batch_size: int = 64) -> tuple:
+def evaluate_pairs(
+    matcher: Any, pairs: Any, threshold: Optional[float] = None, retrieval: bool = False, batch_size: int = 64
+) -> tuple[dict[str, Any], np.ndarray, Optional[np.ndarray]]:
     """Score labelled pairs with a loaded :class:`~cosent_tf.inference.matchers.SentenceEncoder` or
     :class:`~cosent_tf.inference.matchers.PairScorer`: ``(metrics, scores, predictions)``.
 
@@ -163,7 +196,11 @@ def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = Fa
     sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``.
     """
     scores = matcher.similarity(pairs.texts_a, pairs.texts_b, batch_size)
-    metrics = {"pairs": len(pairs), "labels": pairs.label_kind, **correlation_metrics(scores, pairs.labels)}
+    metrics: dict[str, Any] = {
+        "pairs": len(pairs),
+        "labels": pairs.label_kind,
+        **correlation_metrics(scores, pairs.labels),
+    }
     threshold = matcher.threshold if threshold is None else threshold
     predictions = None
     if pairs.label_kind == "binary" and threshold is not None:
@@ -177,7 +214,9 @@ def evaluate_pairs(matcher, pairs, threshold: float = None, retrieval: bool = Fa
     return metrics, scores, predictions
 
 
-def pair_cosines(encoder, ids_a, ids_b, batch_size=64, show_progress=False):
+def pair_cosines(
+    encoder: Any, ids_a: np.ndarray, ids_b: np.ndarray, batch_size: int = 64, show_progress: bool = False
+) -> np.ndarray:
     """Deprecated: :func:`cosent_tf.inference.matchers.cosine_scores`."""
     warnings.warn(
         "pair_cosines is deprecated; use cosent_tf.inference.matchers.cosine_scores", DeprecationWarning, stacklevel=2

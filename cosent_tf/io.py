@@ -9,6 +9,8 @@ input, is refused before any work is done, and so is an output inside a folder t
 wrote. What a killed writer left beside its output is cleared by the next one.
 """
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import fcntl
@@ -20,12 +22,17 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any, Optional, Union
 
 from .errors import ConfigError
 
+# A path as the functions of os take it.
+PathLike = Union[str, "os.PathLike[str]"]
+
 
 @contextlib.contextmanager
-def atomic_path(path):
+def atomic_path(path: PathLike) -> Iterator[str]:
     """Yield the path to write the output ``path`` through.
 
     A regular file (or a new path) is written to a temporary file beside it, which replaces it once
@@ -59,7 +66,7 @@ def atomic_path(path):
 
 
 @contextlib.contextmanager
-def _naming(path, *written):
+def _naming(path: str, *written: str) -> Iterator[None]:
     """An OSError of the block that names no file, or a temporary one, names ``path`` instead:
     the message should say which output failed (a full disk raises with no file name at all)."""
     try:
@@ -71,9 +78,10 @@ def _naming(path, *written):
         raise
 
 
-def output_target(path):
+def output_target(path: PathLike) -> tuple[str, bool]:
     """(the path to write, whether to write it as a stream) for the output file ``path``: see
     :func:`atomic_path`. Raises ConfigError for what cannot be an output file."""
+    path = os.fspath(path)
     try:
         status = os.stat(path)
     except OSError:  # not there yet (a dangling link: where it points); a file in the way is found later
@@ -94,7 +102,7 @@ def output_target(path):
     )
 
 
-def _nearest_existing(folder, output):
+def _nearest_existing(folder: str, output: PathLike) -> str:
     """The nearest folder that exists on the way to ``folder``; a file in the way is a ConfigError
     naming it, rather than the system's "File exists" or "Not a directory"."""
     folder = os.path.abspath(folder)
@@ -105,7 +113,7 @@ def _nearest_existing(folder, output):
     return folder
 
 
-def make_folder(folder, output):
+def make_folder(folder: str, output: PathLike) -> None:
     """Create ``folder`` (and its parents) to write ``output`` in; errors name ``output``."""
     _nearest_existing(folder, output)
     try:
@@ -116,7 +124,7 @@ def make_folder(folder, output):
         raise
 
 
-def check_can_write_in(folder, output):
+def check_can_write_in(folder: str, output: PathLike) -> None:
     """Raise ConfigError if ``output`` could not be created in ``folder`` (made if needed): a file in
     the way, a read-only file system, no permission. Checked before the work, so that it is not lost."""
     nearest = _nearest_existing(folder, output)
@@ -130,7 +138,7 @@ def check_can_write_in(folder, output):
 MAX_JSON_BYTES = 256 << 20
 
 
-def read_json(path, what: str = "JSON", expect: type = dict):
+def read_json(path: PathLike, what: str = "JSON", expect: Optional[type] = dict) -> Any:
     """The JSON value in ``path``, which must be a ``expect`` (dict, list, or None for any).
 
     Every way a file can fail to be that becomes a ConfigError naming the file and ``what`` it
@@ -165,7 +173,14 @@ def json_type(python_type: type) -> str:
     return names.get(python_type, "null" if python_type is type(None) else python_type.__name__)
 
 
-def json_field(record: dict, key: str, expect, path, what: str = None, default=None):
+def json_field(
+    record: dict,
+    key: str,
+    expect: Union[type, tuple[type, ...]],
+    path: PathLike,
+    what: Optional[str] = None,
+    default: Any = None,
+) -> Any:
     """``record[key]`` checked to be of type ``expect`` (a type or a tuple of types), or ``default``
     when missing; otherwise a ConfigError naming ``path`` and the key. A bool is never taken
     for a number."""
@@ -181,7 +196,7 @@ def json_field(record: dict, key: str, expect, path, what: str = None, default=N
     return value
 
 
-def _umask():
+def _umask() -> int:
     """The process's umask, read without changing it where the system shows it (Linux): setting it
     to read it would, for an instant, give files made by other threads the wrong mode."""
     try:
@@ -196,23 +211,24 @@ def _umask():
     return mask
 
 
-def write_text(path, text):
+def write_text(path: PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` as UTF-8, through :func:`atomic_path`."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
 
 
-def json_text(obj, **options) -> str:
+def json_text(obj: Any, **options: Any) -> str:
     """``obj`` as JSON text; NaN and infinities, which JSON lacks (``json`` would write a bare
     ``NaN`` that strict readers refuse), become null."""
     return json.dumps(_finite(obj), allow_nan=False, **options)
 
 
-def write_json(path, obj):
+def write_json(path: PathLike, obj: Any) -> None:
     """Write ``obj`` as JSON; NaN and infinities, which JSON lacks, are written as null."""
     write_text(path, json_text(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
-def _finite(obj):
+def _finite(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -234,19 +250,21 @@ class FolderKind:
     marker: str
     entries: tuple
 
-    def holds_only_its_own(self, names):
+    def holds_only_its_own(self, names: Iterable[str]) -> bool:
+        """Whether ``names`` (a folder's entries) are this kind's marker and names it writes."""
+        names = list(names)
         return self.marker in names and all(
             any(fnmatch.fnmatchcase(name, pattern) for pattern in self.entries) for name in names
         )
 
 
-def is_inside(path, folder):
+def is_inside(path: PathLike, folder: PathLike) -> bool:
     """Whether ``path`` is ``folder`` or lies inside it (links resolved)."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def check_not_in_tool_folder(path, kinds, start=None):
+def check_not_in_tool_folder(path: PathLike, kinds: Iterable[FolderKind], start: Optional[PathLike] = None) -> None:
     """Raise ConfigError if ``path`` lies inside a folder of one of ``kinds`` (the folders this
     tool writes: a model folder, an index, an export, a training run), found by the kind's marker
     file in ``start`` (default: the folder ``path`` is in) or any folder above it, links
@@ -273,7 +291,7 @@ def check_not_in_tool_folder(path, kinds, start=None):
         folder = os.path.dirname(folder)
 
 
-def check_folder_apart(path, inputs):
+def check_folder_apart(path: PathLike, inputs: Iterable[PathLike]) -> None:
     """Raise ConfigError if the output folder ``path`` is, holds or lies inside one of ``inputs``."""
     for source in inputs:
         if source is not None and (is_inside(path, source) or is_inside(source, path)):
@@ -283,7 +301,13 @@ def check_folder_apart(path, inputs):
             )
 
 
-def check_output_folder(path, kind, overwrite=False, inputs=(), kinds=()):
+def check_output_folder(
+    path: PathLike,
+    kind: FolderKind,
+    overwrite: bool = False,
+    inputs: Iterable[PathLike] = (),
+    kinds: Iterable[FolderKind] = (),
+) -> None:
     """Raise ConfigError unless ``path`` may become a ``kind`` folder; call it before the work.
 
     Allowed: a new path, an empty folder, or (with ``overwrite``) an earlier output of the
@@ -315,7 +339,7 @@ def check_output_folder(path, kind, overwrite=False, inputs=(), kinds=()):
         )
 
 
-def check_output_file(path, inputs=(), kinds=()):
+def check_output_file(path: PathLike, inputs: Iterable[PathLike] = (), kinds: Iterable[FolderKind] = ()) -> None:
     """Raise ConfigError unless ``path`` may be written as an output file; call it before the work.
 
     Refused: a folder, a block device or socket (:func:`output_target`); a path that is one of
@@ -339,7 +363,7 @@ def check_output_file(path, inputs=(), kinds=()):
         check_can_write_in(os.path.dirname(target), path)
 
 
-def _same_file(path, source):
+def _same_file(path: PathLike, source: PathLike) -> bool:
     try:
         return os.path.samefile(path, source)
     except OSError:
@@ -347,7 +371,9 @@ def _same_file(path, source):
 
 
 @contextlib.contextmanager
-def atomic_directory(path, kind, overwrite=False, inputs=()):
+def atomic_directory(
+    path: PathLike, kind: FolderKind, overwrite: bool = False, inputs: Iterable[PathLike] = ()
+) -> Iterator[str]:
     """Yield a temporary directory that becomes ``path`` once the block succeeds.
 
     ``path`` is checked with :func:`check_output_folder` first; an earlier output of the
@@ -385,14 +411,14 @@ def atomic_directory(path, kind, overwrite=False, inputs=()):
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _unused_name(parent, prefix):
+def _unused_name(parent: str, prefix: str) -> str:
     name = tempfile.mkdtemp(prefix=prefix, dir=parent)
     os.rmdir(name)
     return name
 
 
 @contextlib.contextmanager
-def _writers_held(parent, name):
+def _writers_held(parent: str, name: str) -> Iterator[None]:
     """Take part, for the block, in the writers of output folders in ``parent``: a shared
     ``flock`` on ``parent``, which the system drops when a writer dies however it dies.
 
@@ -425,7 +451,7 @@ def _writers_held(parent, name):
             os.close(fd)
 
 
-def _remove_leftovers(parent, name):
+def _remove_leftovers(parent: str, name: str) -> None:
     # tempfile.mkdtemp's names: the prefix, then 8 characters of this set.
     leftover = re.compile(r"\.(tmp|old)-" + re.escape(name) + r"-[a-z0-9_]{8}")
     target = os.path.join(parent, name)
@@ -442,7 +468,7 @@ def _remove_leftovers(parent, name):
 
 
 @contextlib.contextmanager
-def folder_lock(folder, what="run"):
+def folder_lock(folder: PathLike, what: str = "run") -> Iterator[None]:
     """Hold an exclusive lock on ``folder`` (created if needed) for the block.
 
     The lock is an ``flock`` on ``folder/.lock``, which records the holder's process id:

@@ -1,5 +1,9 @@
 """Pooling of transformer outputs into sentence vectors."""
 
+from __future__ import annotations
+
+from typing import Any, Optional
+
 from .backend import keras, tf
 from .errors import ConfigError
 
@@ -13,7 +17,7 @@ POOLING_MODES = {
 }
 
 
-def _masked_mean(hidden, mask):
+def _masked_mean(hidden: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     weights = mask[:, :, None]
     return tf.reduce_sum(hidden * weights, axis=1) / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
 
@@ -33,9 +37,22 @@ class Pooling(keras.layers.Layer):
 
     Padding never enters a mean or a max. Computed and returned in float32, so the layer
     is safe under mixed_bfloat16.
+
+    Args:
+        mode: one of :data:`POOLING_MODES` (above).
+        **kwargs: Keras layer arguments (``name``; ``dtype`` defaults to float32).
+
+    Raises:
+        ConfigError: ``mode`` is not a pooling mode.
+
+    Example:
+        >>> hidden = tf.random.normal([2, 5, 8])  # (batch, tokens, hidden)
+        >>> mask = tf.constant([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], tf.float32)
+        >>> Pooling("last-avg")(hidden, mask=mask).shape
+        TensorShape([2, 8])
     """
 
-    def __init__(self, mode="cls", **kwargs):
+    def __init__(self, mode: str = "cls", **kwargs: Any) -> None:
         if mode not in POOLING_MODES:
             raise ConfigError(f"unknown pooling {mode!r}; choose one of {', '.join(POOLING_MODES)}")
         kwargs.setdefault("dtype", "float32")
@@ -43,7 +60,7 @@ class Pooling(keras.layers.Layer):
         self.mode = mode
         self.supports_masking = True
 
-    def call(self, inputs, mask=None):
+    def call(self, inputs: Any, mask: Optional[tf.Tensor] = None) -> tf.Tensor:
         if self.mode == "pooler":
             return tf.cast(inputs, tf.float32)
         if self.mode == "first-last-avg":
@@ -62,24 +79,33 @@ class Pooling(keras.layers.Layer):
         lowest = tf.constant(tf.float32.min, tf.float32)
         return tf.reduce_max(tf.where(mask[:, :, None] > 0, last, lowest), axis=1)
 
-    def compute_mask(self, inputs, mask=None):
+    def compute_mask(self, inputs: Any, mask: Optional[tf.Tensor] = None) -> None:
         return None
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "mode": self.mode}
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
 class PaddingMask(keras.layers.Layer):
-    """1.0 where a token id is not the padding id, else 0.0."""
+    """1.0 where a token id is not the padding id, else 0.0: the mask :class:`Pooling` takes.
 
-    def __init__(self, padding_id=0, **kwargs):
+    Args:
+        padding_id: the vocabulary's padding id ([PAD], 0 in BERT vocabularies).
+        **kwargs: Keras layer arguments (``name``; ``dtype`` defaults to float32).
+
+    Example:
+        >>> PaddingMask()(tf.constant([[101, 872, 102, 0, 0]])).numpy()
+        array([[1., 1., 1., 0., 0.]], dtype=float32)
+    """
+
+    def __init__(self, padding_id: int = 0, **kwargs: Any) -> None:
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.padding_id = padding_id
 
-    def call(self, token_ids):
+    def call(self, token_ids: tf.Tensor) -> tf.Tensor:
         return tf.cast(tf.not_equal(tf.cast(token_ids, tf.int32), self.padding_id), tf.float32)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "padding_id": self.padding_id}

@@ -1,5 +1,9 @@
 """Optimizers: Keras's Adam with each variable updated by one fused kernel."""
 
+from __future__ import annotations
+
+from typing import Any, Union
+
 from .backend import keras, tf
 
 
@@ -15,9 +19,18 @@ class FusedAdam(keras.optimizers.Adam):
     moments decay every step), which is costly on a large token embedding. TensorFlow's
     ``ResourceApplyAdam`` does the same arithmetic in one pass; a sparse gradient is first summed into a dense one (as
     ``scatter_add`` would). ``amsgrad`` falls back to Keras's own update.
+
+    Args:
+        learning_rate: a float or a schedule (such as :class:`WarmupSchedule`), as for
+            ``keras.optimizers.Adam``; the other arguments are Adam's too (``beta_1``, ``beta_2``,
+            ``epsilon``, ``amsgrad``, ``weight_decay``, ...).
+
+    Example:
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer=FusedAdam(1e-3), loss="mse")
     """
 
-    def update_step(self, gradient, variable):
+    def update_step(self, gradient: Union[tf.Tensor, tf.IndexedSlices], variable: tf.Variable) -> Any:
         if self.amsgrad:
             return super().update_step(gradient, variable)
         if isinstance(gradient, tf.IndexedSlices):
@@ -61,13 +74,13 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     It reads only the optimizer's step, so a resumed run continues the schedule where it was.
     """
 
-    def __init__(self, peak_lr, total_steps, warmup_steps=0, decay="linear"):
+    def __init__(self, peak_lr: float, total_steps: int, warmup_steps: int = 0, decay: str = "linear") -> None:
         if decay not in SCHEDULES:
             raise ValueError(f"unknown schedule {decay!r}; choose one of {', '.join(SCHEDULES)}")
         self.peak_lr, self.total_steps = float(peak_lr), int(total_steps)
         self.warmup_steps, self.decay = int(warmup_steps), decay
 
-    def __call__(self, step):
+    def __call__(self, step: Any) -> tf.Tensor:
         step = tf.cast(step, tf.float32)
         warmup = tf.cast(self.warmup_steps, tf.float32)
         factor = tf.constant(1.0)
@@ -78,7 +91,7 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             factor = tf.where(step < warmup, step / warmup, factor)
         return self.peak_lr * factor
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {
             "peak_lr": self.peak_lr,
             "total_steps": self.total_steps,
@@ -88,7 +101,12 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def build_optimizer(
-    lr, total_steps, weight_decay=0.0, warmup=0.0, schedule="constant", loss_scaling=False
+    lr: float,
+    total_steps: int,
+    weight_decay: float = 0.0,
+    warmup: float = 0.0,
+    schedule: str = "constant",
+    loss_scaling: bool = False,
 ) -> keras.optimizers.Optimizer:
     """The engine's optimizer: FusedAdam at ``lr``, or AdamW-style with decoupled ``weight_decay``
     (``θ ← θ − lr_t·wd·θ`` before each Adam update, on every variable but embeddings, layer norms
@@ -101,7 +119,7 @@ def build_optimizer(
     skipped and halves the scale, and every 2000 finite steps double it."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    rate = lr
+    rate: Union[float, WarmupSchedule] = lr
     if warmup or schedule != "constant":
         rate = WarmupSchedule(lr, total_steps, round(warmup * total_steps), schedule)
     optimizer = FusedAdam(rate, weight_decay=weight_decay or None)

@@ -3,6 +3,8 @@
 One module per loss; :mod:`cosent_tf.losses.registry` is the table the engine reads.
 """
 
+from __future__ import annotations
+
 from .contrastive import ThresholdContrastiveLoss, threshold_contrastive_loss
 from .cosent import CoSENTLoss, cosent_loss, ranking_loss
 from .interaction_cosent import InteractionCoSENTLoss, interaction_cosent_loss

@@ -1,9 +1,13 @@
 """Helpers shared by the losses that read interleaved sentence-pair batches."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from ..backend import tf
 
 
-def compute_dtype(y_pred):
+def compute_dtype(y_pred: tf.Tensor) -> tf.DType:
     """float64 stays float64 (for gradient checks); everything else is computed in float32."""
     return tf.float64 if y_pred.dtype == tf.float64 else tf.float32
 
@@ -17,7 +21,7 @@ _ODD_ROWS = (
 )
 
 
-def check_interleaved(y_pred):
+def check_interleaved(y_pred: tf.Tensor) -> list[Any]:
     """Raise if the batch cannot hold whole pairs (rows 2k and 2k+1 are one pair)."""
     rows = y_pred.shape[0]
     if rows is not None:
@@ -27,12 +31,12 @@ def check_interleaved(y_pred):
     return [tf.debugging.assert_equal(tf.shape(y_pred)[0] % 2, 0, message=_ODD_ROWS.format(rows="an odd number"))]
 
 
-def pair_labels(y_true, dtype):
+def pair_labels(y_true: Any, dtype: tf.DType) -> tf.Tensor:
     """One label per pair, read from the pair's first row."""
     return tf.cast(tf.reshape(y_true, [-1])[::2], dtype)
 
 
-def interleaved_cosines(y_pred):
+def interleaved_cosines(y_pred: tf.Tensor) -> tf.Tensor:
     """Cosine of rows 2k and 2k+1 for every pair k, in float32 (or float64)."""
     checks = check_interleaved(y_pred)
     with tf.control_dependencies(checks):
@@ -42,7 +46,7 @@ def interleaved_cosines(y_pred):
     return tf.reduce_sum(first * second, axis=1)
 
 
-def gather_across_replicas(*tensors):
+def gather_across_replicas(*tensors: tf.Tensor) -> tuple[tf.Tensor, ...]:
     """Each tensor concatenated over the replicas of a tf.distribute strategy (replica order),
     or unchanged with one replica or outside a replica context.
 

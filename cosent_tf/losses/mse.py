@@ -1,10 +1,14 @@
 """Mean squared error between the cosine of a pair and its normalised label."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from ..backend import keras, tf
 from ._pairs import interleaved_cosines, pair_labels
 
 
-def cosine_mse_loss(y_true, y_pred, max_label=1.0):
+def cosine_mse_loss(y_true: Any, y_pred: Any, max_label: float = 1.0) -> tf.Tensor:
     """See :class:`CosineMSELoss`."""
     cosines = interleaved_cosines(y_pred)
     targets = pair_labels(y_true, cosines.dtype) / tf.cast(max_label, cosines.dtype)
@@ -17,19 +21,32 @@ class CosineMSELoss(keras.losses.Loss):
 
         loss = mean_k (cos(u_k, v_k) - label_k / max_label)^2
 
-    Inputs: interleaved vectors (2B, d) and labels (2B,) or (2B, 1) as for CoSENTLoss;
-    ``max_label`` is 1 for 0/1 labels, 5 for STS-B scores, 2 for NLI ranks.
+    Called as ``loss(y_true, y_pred)`` on interleaved vectors (2B, d) and labels (2B,) or
+    (2B, 1) as for :class:`CoSENTLoss`; returns a float32 scalar.
+
+    Args:
+        max_label: the largest label: 1 for 0/1 labels, 5 for STS-B scores, 2 for NLI ranks.
+        name: the loss's name in Keras logs.
+        **kwargs: further ``keras.losses.Loss`` arguments.
+
+    Raises:
+        ValueError: (when called) the batch has an odd number of rows.
+
+    Example:
+        >>> vectors = tf.constant([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+        >>> round(float(CosineMSELoss(max_label=5.0)(tf.constant([5.0, 5.0, 0.0, 0.0]), vectors)), 6)
+        0.0
 
     Reference: sentence-transformers' CosineSimilarityLoss (https://www.sbert.net); the MSE
     baseline of Su Jianlin, "CoSENT (1)", https://kexue.fm/archives/8847 (2022).
     """
 
-    def __init__(self, max_label=1.0, name="cosine_mse", **kwargs):
+    def __init__(self, max_label: float = 1.0, name: str = "cosine_mse", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
         self.max_label = float(max_label)
 
-    def call(self, y_true, y_pred):
+    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         return cosine_mse_loss(y_true, y_pred, self.max_label)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "max_label": self.max_label}

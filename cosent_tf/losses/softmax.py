@@ -1,5 +1,9 @@
 """Sentence-BERT's softmax classification objective on [u, v, |u - v|]."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from ..backend import keras, tf
 from ._pairs import check_interleaved
 
@@ -10,9 +14,17 @@ class SentenceBertHead(keras.layers.Layer):
 
     Input: interleaved sentence vectors (2B, d); output: class probabilities (B, classes)
     in float32. Used only for training; the encoder is evaluated by cosine.
+
+    Args:
+        num_classes: the number of classes (2 for matching, 3 for NLI).
+        **kwargs: Keras layer arguments (``name``; ``dtype`` defaults to float32).
+
+    Example:
+        >>> SentenceBertHead(3)(tf.random.normal([4, 8])).shape  # 2 pairs of 8-wide vectors
+        TensorShape([2, 3])
     """
 
-    def __init__(self, num_classes=2, **kwargs):
+    def __init__(self, num_classes: int = 2, **kwargs: Any) -> None:
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.num_classes = num_classes
@@ -24,17 +36,17 @@ class SentenceBertHead(keras.layers.Layer):
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
         )
 
-    def call(self, vectors):
+    def call(self, vectors: tf.Tensor) -> tf.Tensor:
         with tf.control_dependencies(check_interleaved(vectors)):
             vectors = tf.cast(vectors, tf.float32)
         u, v = vectors[::2], vectors[1::2]
         return self.classifier(tf.concat([u, v, tf.abs(u - v)], axis=1))
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "num_classes": self.num_classes}
 
 
-def sentence_bert_softmax_loss(y_true, y_pred):
+def sentence_bert_softmax_loss(y_true: Any, y_pred: Any) -> tf.Tensor:
     """Cross-entropy of the head's probabilities; see :class:`SentenceBertSoftmaxLoss`."""
     labels = tf.cast(tf.reshape(y_true, [-1])[::2], tf.int32)
     probs = tf.cast(y_pred, tf.float32)
@@ -47,17 +59,29 @@ class SentenceBertSoftmaxLoss(keras.losses.Loss):
 
         loss = mean_k  -log softmax(W [u_k, v_k, |u_k - v_k|] + b)[label_k]
 
-    Inputs:
-        y_pred: probabilities (B, C) from :class:`SentenceBertHead` placed on the encoder's
-            interleaved output (C = 2 for matching, 3 for NLI).
-        y_true: the interleaved labels (2B,) or (2B, 1) of the pair batch, integer classes
-            in [0, C). STS-B scores must be binarised first (the original uses label > 2.5).
+    Called as ``loss(y_true, y_pred)`` on
+
+    * ``y_pred``: probabilities (B, C) from :class:`SentenceBertHead` placed on the encoder's
+      interleaved output (C = 2 for matching, 3 for NLI);
+    * ``y_true``: the interleaved labels (2B,) or (2B, 1) of the pair batch, integer classes in
+      [0, C). STS-B scores must be binarised first (the original uses label > 2.5);
+
+    it returns the mean cross-entropy, a float32 scalar.
+
+    Args:
+        name: the loss's name in Keras logs.
+        **kwargs: further ``keras.losses.Loss`` arguments.
+
+    Example:
+        >>> probabilities = tf.constant([[0.5, 0.5], [0.5, 0.5]])
+        >>> round(float(SentenceBertSoftmaxLoss()(tf.constant([1.0, 1.0, 0.0, 0.0]), probabilities)), 4)
+        0.6931
 
     Reference: Reimers & Gurevych, "Sentence-BERT", EMNLP 2019, section 3.
     """
 
-    def __init__(self, name="sentence_bert_softmax", **kwargs):
+    def __init__(self, name: str = "sentence_bert_softmax", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
 
-    def call(self, y_true, y_pred):
+    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         return sentence_bert_softmax_loss(y_true, y_pred)

@@ -99,7 +99,8 @@ def test_cosent_on_random_batches_is_finite_and_matches_brute_force(batch):
 def test_every_feature_loss_is_finite_on_random_batches(batch, name, dtype):
     vectors, labels = batch
     value, gradient = loss_and_gradient(FEATURE_LOSSES[name], np.minimum(labels, 1.0), vectors, dtype)
-    assert np.isfinite(value) and value >= 0 and np.all(np.isfinite(gradient))
+    # not below 0 by more than float32 rounding: a cosine of two equal vectors can round to 1 + 1e-7
+    assert np.isfinite(value) and value >= -1e-6 and np.all(np.isfinite(gradient))
 
 
 @settings(max_examples=30, deadline=None)
