@@ -5,6 +5,7 @@ from cosent_tf import build_encoder, build_interaction_model
 from cosent_tf.backend import keras, tf
 from cosent_tf.losses import get_loss
 from cosent_tf.training.gradient_cache import GradientCacheModel
+from tests.harness import run_keras_object_test
 from tests.helpers import write_config
 
 PAIRS = 8  # in micro-batches of 3: 3 + 3 + 2 pairs
@@ -83,12 +84,18 @@ def test_with_dropout_both_passes_drop_the_same_units(kind, loss_name, tmp_path)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
 
 
-def test_config_round_trip(tmp_path):
+def test_keras_contract(tmp_path):
+    _, _, inputs, _ = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
+
+    def arguments():  # the wrapped model is built under the dtype policy being checked
+        model, _, _, _ = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
+        return {"model": model, "micro_batch_pairs": 4, "rows_per_pair": 2, "seed": 9}
+
+    run_keras_object_test(GradientCacheModel, arguments, inputs)
+
+
+def test_micro_batch_pairs_must_be_positive(tmp_path):
     model, _, _, _ = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
-    cache = GradientCacheModel(model, 4, 2, seed=9)
-    restored = GradientCacheModel.from_config(cache.get_config())
-    assert (restored.micro_batch_pairs, restored.rows_per_pair, restored.seed) == (4, 2, 9)
-    assert [w.shape for w in restored.model.weights] == [w.shape for w in model.weights]
     with pytest.raises(ValueError, match="micro_batch_pairs must be positive"):
         GradientCacheModel(model, 0)
 
