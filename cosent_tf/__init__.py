@@ -6,6 +6,8 @@ and the pipeline's stages are the packages ``models``, ``huggingface``, ``data``
 ``inference``, ``export`` and ``experiments`` (docs/architecture.md).
 """
 
+from __future__ import annotations
+
 from . import environment  # noqa: F401  (sets up Keras 2 before anything imports TensorFlow)
 from .api import lazy_names
 from .compat import install_moved_modules
