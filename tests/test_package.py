@@ -39,3 +39,18 @@ def test_a_moved_module_imports_from_its_old_path_with_a_deprecation_warning(old
 def test_names_of_the_modules_that_became_packages_still_import_from_them(package, name):
     module = importlib.import_module(f"cosent_tf.{package}")
     assert getattr(module, name) is getattr(importlib.import_module(module._HOMES[name], module.__name__), name)
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["losses.cosent", "losses.mse", "losses.contrastive", "losses.interaction_cosent", "losses.softmax"]
+    + ["layers", "optimizers", "callbacks", "errors"],
+)
+def test_docstring_examples_run(module):
+    import doctest
+
+    from cosent_tf.backend import keras, tf
+
+    loaded = importlib.import_module(f"cosent_tf.{module}")
+    results = doctest.testmod(loaded, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert results.failed == 0
