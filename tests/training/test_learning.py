@@ -8,10 +8,10 @@ import pytest
 
 from cosent_tf import (
     SentenceEncoder,
-    training,
 )
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.optimizers import build_optimizer
+from cosent_tf.training import engine as training
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import train
 from cosent_tf.training.run_data import load_run_data

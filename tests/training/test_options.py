@@ -13,10 +13,10 @@ from cosent_tf import (
     SentenceEncoder,
     build_encoder,
     save_checkpoint,
-    training,
 )
 from cosent_tf.data.benchmarks import nli_files
 from cosent_tf.experiments.scripts import train_main
+from cosent_tf.training import engine as training
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import train
 from cosent_tf.training.run_data import load_run_data
@@ -26,8 +26,6 @@ from tests.training.run_helpers import tiny_run, tiny_run_config
 @pytest.fixture
 def spy(monkeypatch):
     """Records what the engine fits: the Keras model, loss and labels, and the dataset options."""
-    from cosent_tf.training import engine as training
-
     seen = {}
     original = training.Matcher.training_model
 

@@ -2,11 +2,9 @@
 
 import json
 
-from cosent_tf import (
-    training,
-)
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.optimizers import build_optimizer
+from cosent_tf.training import engine as training
 from cosent_tf.training.config import RunConfig
 
 

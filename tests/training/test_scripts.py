@@ -15,9 +15,9 @@ from cosent_tf import (
     PairScorer,
     SentenceEncoder,
     read_senteval,
-    training,
 )
 from cosent_tf.experiments.scripts import train_main
+from cosent_tf.training import engine as training
 from tests.helpers import ROOT
 from tests.training.run_helpers import RUN_FILES, read_csv
 
