@@ -45,13 +45,14 @@ def _option(default: Any, group: Optional[str], help: Any = None, **settings: An
 
 
 def _kinds() -> Sequence[str]:
-    from ..losses.registry import KINDS
+    from ..models.kinds import KINDS
 
     return list(KINDS)
 
 
 def _losses_by_kind() -> str:
-    from ..losses.registry import KINDS, loss_names
+    from ..losses.registry import loss_names
+    from ..models.kinds import KINDS
 
     return "; ".join(f"{kind}: {', '.join(loss_names(kind))}" for kind in KINDS) + " (default cosent)"
 
