@@ -1,142 +1,16 @@
-"""Model folders, indexes and exports as inputs and outputs: a fault names its file (and line),
-an export replaces only this tool's own export, and a served signature refuses what it cannot serve."""
+"""Model folders and indexes as inputs: a fault names its file (and line). (Exports as outputs:
+tests/export/test_trust_export.py.)"""
 
 import dataclasses
 import json
-import os
 import shutil
 
 import numpy as np
 import pytest
 
-from cosent_tf import ConfigError, DataError, ModelSpec, SentenceEncoder, VectorIndex
-from cosent_tf.backend import tf
-from cosent_tf.export.huggingface import export_hf
-from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
+from cosent_tf import ConfigError, DataError, ModelSpec, VectorIndex
 from cosent_tf.inference.model_dir import SPEC_FILE, SPEC_TYPES, read_spec
 from tests.helpers import make_model_dir
-
-
-def contents(folder):
-    """Every file under ``folder`` with its bytes: what must stay as it was."""
-    found = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, folder)] = f.read()
-    return found
-
-
-def write_files(folder, files):
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return contents(folder)
-
-
-# ---- exports replace only what this tool marked as its own export
-
-
-@pytest.fixture
-def model_dir(tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=16)
-    return tmp_path / "model"
-
-
-DOWNLOADED_HF = {  # a Hugging Face checkpoint as the hub gives it: each name is one an export writes
-    "config.json": '{"model_type": "bert"}',
-    "model.safetensors": "weights",
-    "vocab.txt": "[PAD]\n",
-    "tokenizer_config.json": "{}",
-    "special_tokens_map.json": "{}",
-    "modules.json": "[]",
-    "README.md": "# someone's model card\n",
-}
-OTHER_SAVED_MODEL = {"saved_model.pb": "graph", "fingerprint.pb": "x", "variables/variables.index": "v"}
-
-
-@pytest.mark.parametrize(
-    "export, files, found",
-    [
-        (export_hf, DOWNLOADED_HF, "config.json"),
-        (export_hf, {**DOWNLOADED_HF, "README.md": "# cosent-tf export from before the record\n"}, "config.json"),
-        (export_saved_model, OTHER_SAVED_MODEL, "saved_model.pb"),
-        (export_saved_model, {**OTHER_SAVED_MODEL, "assets.extra/cosent_model.json": "{}"}, "saved_model.pb"),
-    ],
-)
-def test_overwrite_refuses_a_model_folder_this_tool_did_not_mark_as_its_export(
-    export, files, found, model_dir, tmp_path
-):
-    before = write_files(tmp_path / "out", files)
-    with pytest.raises(
-        ConfigError,
-        match=rf"out: holds a model \({found}\) that cosent-tf did not mark as its own export \(no {EXPORT_RECORD}\): "
-        r"another program's model, or an export from before exports carried that file, is never replaced; "
-        r"nothing was written: delete the folder yourself",
-    ):
-        export(str(model_dir), str(tmp_path / "out"), overwrite=True)
-    assert contents(tmp_path / "out") == before
-    assert sorted(os.listdir(tmp_path)) == ["model", "out", "tiny_config.json"]  # no temporary folder either
-
-
-@pytest.mark.parametrize(
-    "record, message",
-    [
-        ('{"format": "someone-else"}', rf"{EXPORT_RECORD}: not a cosent-tf export record \(format is not"),
-        ('{"format": 7}', rf"{EXPORT_RECORD}: 'format' must be a JSON string, not integer"),
-        ("[]", rf"{EXPORT_RECORD}: the cosent-tf export record must be a JSON object, not array"),
-        ("{", rf"{EXPORT_RECORD}, line 1: the cosent-tf export record is not valid JSON"),
-    ],
-)
-def test_overwrite_refuses_a_folder_whose_export_record_is_not_this_tools(record, message, model_dir, tmp_path):
-    before = write_files(tmp_path / "out", {**DOWNLOADED_HF, EXPORT_RECORD: record})
-    with pytest.raises(ConfigError, match=message):
-        export_hf(str(model_dir), str(tmp_path / "out"), overwrite=True)
-    assert contents(tmp_path / "out") == before
-
-
-def test_a_hugging_face_export_is_marked_and_replaced_only_as_its_own(model_dir, tmp_path):
-    out = tmp_path / "hf"
-    assert export_hf(str(model_dir), str(out)) == "sentence-transformers"
-    record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
-    assert record["format"] == EXPORT_FORMAT and record["export"] == "sentence-transformers"
-    assert record["model_dir"] == str(model_dir) and record["kind"] == "feature"
-    with pytest.raises(ConfigError, match="hf: already holds a Hugging Face export; nothing was written"):
-        export_hf(str(model_dir), str(out))
-    (out / "README.md").write_text("stale\n", encoding="utf-8")
-    export_hf(str(model_dir), str(out), overwrite=True)
-    assert (out / "README.md").read_text(encoding="utf-8") != "stale\n"
-    # the record does not disturb reading the folder as a Hugging Face model
-    texts = ["今天天气怎么样", "好"]
-    np.testing.assert_allclose(
-        SentenceEncoder.load(str(out)).encode(texts), SentenceEncoder.load(str(model_dir)).encode(texts), atol=1e-5
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["feature", "interaction"])
-def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, kind=kind, maxlen=16)
-    export_saved_model(str(tmp_path / "model"), str(tmp_path / "exported"))
-    record = json.loads((tmp_path / "exported" / EXPORT_RECORD).read_text(encoding="utf-8"))
-    assert record["format"] == EXPORT_FORMAT and record["export"] == "savedmodel" and record["kind"] == kind
-    served = tf.saved_model.load(str(tmp_path / "exported")).signatures["serving_default"]
-    names, key = (["sentences"], "embeddings") if kind == "feature" else (["first", "second"], "scores")
-    batch = tf.constant(["今天天气怎么样", "好"])
-    assert served(**dict.fromkeys(names, batch))[key].shape[0] == 2
-    for bad in (tf.constant([["今天", "天气"], ["怎么", "样"]]), tf.constant("今天天气怎么样")):
-        with pytest.raises(tf.errors.InvalidArgumentError, match=f"{names[0]} must be a 1-D batch of strings"):
-            served(**dict.fromkeys(names, bad))  # served as 4 (1) sentences before
-    if kind == "interaction":
-        with pytest.raises(tf.errors.InvalidArgumentError, match="first and second must hold as many strings"):
-            served(first=batch, second=tf.constant(["好"]))
-    else:  # overwrite replaces the export it marked
-        (tmp_path / "exported" / "fingerprint.pb").unlink()
-        export_saved_model(str(tmp_path / "model"), str(tmp_path / "exported"), overwrite=True)
-        assert (tmp_path / "exported" / "fingerprint.pb").exists()
-
 
 # ---- a model description's fields are checked for their JSON type
 
