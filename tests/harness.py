@@ -80,7 +80,11 @@ def _same(actual: Any, expected: Any, tolerance: float, what: str) -> None:
 
 
 def _plain(config: Any) -> Any:
-    """``config`` as its JSON form reads back: a tuple (an input shape) is a list there."""
+    """``config`` as its JSON form reads back: a tuple (an input shape) is a list there, and an
+    optimizer's learning rate schedule (which tf-keras puts in its config as the object) is
+    its serialised form."""
+    if isinstance(config, keras.optimizers.schedules.LearningRateSchedule):
+        return _plain(keras.optimizers.schedules.serialize(config))
     if isinstance(config, dict):
         return {key: _plain(value) for key, value in config.items()}
     if isinstance(config, (list, tuple)):
@@ -290,7 +294,7 @@ class _OptimizerChecks(_Checks):
     def mixed_precision(self) -> None:
         model = self.model()
         start = model.get_weights()
-        self.fit(model, self.build(), steps=1)
+        self.fit(model, self.build(), steps=2)  # two: a warmup schedule's first step has a rate of 0
         assert all(w.dtype == tf.float32 for w in model.trainable_weights), "weights are not float32"
         assert model.layers[0].compute_dtype == "bfloat16"
         assert all(np.all(np.isfinite(w)) for w in model.get_weights())
@@ -299,6 +303,6 @@ class _OptimizerChecks(_Checks):
     def gradients(self) -> None:
         model = self.model()
         start = model.get_weights()
-        self.fit(model, self.build(), steps=1)
+        self.fit(model, self.build(), steps=2)  # two: a warmup schedule's first step has a rate of 0
         for weight, before, after in zip(model.weights, start, model.get_weights()):
             assert not np.array_equal(before, after), f"the optimizer did not move {weight.name}"
