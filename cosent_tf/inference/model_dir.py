@@ -26,14 +26,14 @@ from typing import Any, Union
 
 from ..backend import dtype_policy, inference_policy_name, keras
 from ..io import FolderKind, atomic_directory
-from ..models.builders import head_layer_name
+from ..models.builders import build_from_spec, head_layer_name
 from ..models.checkpoints import CHECKPOINT_ENTRIES, head_variables, write_checkpoint_folder
 from ..models.kinds import get_kind
 
-# The spec's home is cosent_tf.models.spec (and hf_spec's cosent_tf.models.sources); this module
-# names them too, as it did before 0.4.
-from ..models.sources import ModelSource, hf_spec, open_model_folder
-from ..models.spec import FORMAT, FORMAT_VERSION, SPEC_FILE, SPEC_TYPES, ModelSpec, read_spec, write_spec
+# The spec's home (hf_spec's too) is cosent_tf.models.spec; this module names them too, as it did
+# before 0.4.
+from ..models.sources import ModelSource, open_model_folder
+from ..models.spec import FORMAT, FORMAT_VERSION, SPEC_FILE, SPEC_TYPES, ModelSpec, hf_spec, read_spec, write_spec
 from ..models.tokenization import SentenceTokenizer
 
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
@@ -111,6 +111,6 @@ def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: s
     kind = get_kind(spec.kind)
     options: dict[str, Any] = {"require_head": True} if kind.spec_field == "head" else {}
     with dtype_policy(inference_policy_name(precision)):
-        model = kind.build_from_spec(spec, source, **options)
+        model = build_from_spec(spec, source, **options)
     tokenizer = SentenceTokenizer(source, spec.maxlen, spec.word_level, spec.do_lower_case)
     return spec, model, tokenizer

@@ -7,8 +7,10 @@ from ..api import lazy_names
 
 # Each name loads its module on first use (see cosent_tf.api).
 _HOMES = {
-    "INTERACTION_HEADS": ".builders",
-    "HEAD_INPUTS": ".builders",
+    "INTERACTION_HEADS": ".kinds",
+    "HEAD_INPUTS": ".kinds",
+    "BUILDERS": ".builders",
+    "build_from_spec": ".builders",
     "head_layer_name": ".builders",
     "build_transformer": ".builders",
     "check_maxlen": ".builders",
@@ -56,7 +58,6 @@ _HOMES = {
     "ModelSource": ".sources",
     "open_source": ".sources",
     "open_model_folder": ".sources",
-    "hf_spec": ".sources",
     "ModelKind": ".kinds",
     "KINDS": ".kinds",
     "FEATURE": ".kinds",
@@ -69,6 +70,8 @@ _HOMES = {
     "ModelSpec": ".spec",
     "read_spec": ".spec",
     "write_spec": ".spec",
+    "hf_spec": ".spec",
+    "hugging_face_format": ".spec",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)

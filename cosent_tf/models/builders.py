@@ -7,7 +7,7 @@ source's, read once.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from ..backend import keras
 from ..compat import renamed_keyword
@@ -15,16 +15,27 @@ from ..errors import ConfigError
 from ..layers import POOLING_MODES, PaddingMask, Pooling
 from .architectures import IndependentTruncatedNormal, get_architecture, transformer_class
 from .checkpoints import HEAD_SCOPE, CheckpointVariables, checkpoint_files, load_checkpoint, load_head, read_config
+from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, INTERACTION_HEADS, get_kind
 from .sources import ModelSource
+from .spec import ModelSpec
 from .tokenization import check_vocab_size
 
 # A model's config: the path of its json file, or the source it was resolved from.
 ConfigSource = Union[str, ModelSource]
 
-INTERACTION_HEADS = ("score", "softmax")
-# What an interaction head reads: the [CLS] hidden state (the original experiments), or BERT's
-# pooler, dense + tanh on it (Hugging Face's BertForSequenceClassification).
-HEAD_INPUTS = ("cls", "pooler")
+__all__ = [  # HEAD_INPUTS and INTERACTION_HEADS live in cosent_tf.models.kinds; named here as before
+    "BUILDERS",
+    "HEAD_INPUTS",
+    "INTERACTION_HEADS",
+    "build_encoder",
+    "build_from_spec",
+    "build_interaction_model",
+    "build_transformer",
+    "check_maxlen",
+    "first_layer_output",
+    "first_token_output",
+    "head_layer_name",
+]
 
 
 def head_layer_name(head: str) -> str:
@@ -313,3 +324,39 @@ def _cls_input(transformer, architecture):
 def _sequence_output(transformer):
     output = transformer.output
     return output[0] if isinstance(output, list) else output
+
+
+# The builder of each model kind (cosent_tf.models.kinds), by the kind's name.
+BUILDERS: dict[str, Callable[..., keras.Model]] = {
+    FEATURE.name: build_encoder,
+    INTERACTION.name: build_interaction_model,
+}
+
+
+def build_from_spec(
+    spec: ModelSpec, source: ConfigSource, checkpoint: Optional[str] = None, **options: Any
+) -> keras.Model:
+    """The model ``spec`` describes, built by its kind's builder (:data:`BUILDERS`).
+
+    Args:
+        spec: the model's :class:`~cosent_tf.models.spec.ModelSpec`; its kind's ``spec_field``
+            says whether it is pooled (``pooling``) or has a head (``head`` and ``head_input``).
+        source: a config path or a :class:`~cosent_tf.models.sources.ModelSource`.
+        checkpoint: where the weights come from; None: the source's own, or random weights.
+        options: passed on to the builder (``name``, ``require_head``, bert4keras options).
+
+    Returns:
+        The Keras model.
+
+    Raises:
+        ConfigError: an unknown kind, or a spec the builder refuses.
+        CheckpointError: the checkpoint is unreadable or does not fit.
+
+    Example:
+        >>> model = build_from_spec(ModelSpec("feature", pooling="cls"), SMALL_RANDOM_CONFIG)  # doctest: +SKIP
+    """
+    kind = get_kind(spec.kind)
+    build = BUILDERS[kind.name]
+    if kind.spec_field == "pooling":
+        return build(source, checkpoint, spec.architecture, spec.pooling, **options)
+    return build(source, checkpoint, spec.architecture, spec.head, head_input=spec.head_input, **options)

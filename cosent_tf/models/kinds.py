@@ -5,21 +5,27 @@ by the cosine of its two vectors; an *interaction* model (a cross-encoder) reads
 of a pair together and scores them with a head. Everything that differs between the two at the
 models layer is a field of :class:`ModelKind`; the layers above keep their own behaviour in a
 small table keyed by :attr:`ModelKind.name` (as :data:`cosent_tf.inference.matchers.MATCHERS`
-does). Adding a kind is one entry in :data:`KINDS` and one per such table.
+does, and :data:`cosent_tf.models.builders.BUILDERS` for the builder of each kind). Adding a kind
+is one entry in :data:`KINDS` and one per such table.
+
+This module is the floor of :mod:`cosent_tf.models`: plain data that imports no other module of
+the package, so that the spec, the sources and the builders can all read it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from ..errors import ConfigError, lookup
 from ..layers import POOLING_MODES
-from .builders import INTERACTION_HEADS, build_encoder, build_interaction_model
 
-if TYPE_CHECKING:
-    from ..backend import keras
-    from .spec import ModelSpec
+# An interaction model's heads: one unbounded score, or the two-way softmax of the
+# cross-entropy baseline.
+INTERACTION_HEADS = ("score", "softmax")
+# What an interaction head reads: the [CLS] hidden state (the original experiments), or BERT's
+# pooler, dense + tanh on it (Hugging Face's BertForSequenceClassification).
+HEAD_INPUTS = ("cls", "pooler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +36,6 @@ class ModelKind:
         name: the ``--kind`` value and the ``kind`` of ``cosent_model.json``.
         rows_per_pair: the model's input rows per pair: 2 (the two sentences, interleaved) or
             1 (the concatenated pair).
-        build: the builder, :func:`~cosent_tf.models.builders.build_encoder` or
-            :func:`~cosent_tf.models.builders.build_interaction_model`.
         scored_by: how a pair is scored: ``cosine`` of two vectors or the model's ``head``.
         task_maxlen: the :class:`~cosent_tf.data.tasks.Task` field holding its default maxlen.
         output_prefix: what a run's default output folder name starts with.
@@ -47,7 +51,6 @@ class ModelKind:
 
     name: str
     rows_per_pair: int
-    build: Callable[..., keras.Model]
     scored_by: str
     task_maxlen: str
     output_prefix: str
@@ -65,9 +68,10 @@ class ModelKind:
         """The default maxlen of ``task`` (a :class:`~cosent_tf.data.tasks.Task`) for this kind."""
         return int(getattr(task, self.task_maxlen))
 
-    def check_spec(self, spec: ModelSpec, where: str) -> None:
+    def check_spec(self, spec: Any, where: str) -> None:
         """Raise ConfigError naming ``where`` unless ``spec`` says how this kind scores
         (a feature model's pooling, an interaction model's head) with a value it knows.
+        ``spec`` is a :class:`~cosent_tf.models.spec.ModelSpec` (which sits above this module).
 
         Example:
             >>> get_kind("feature").check_spec(ModelSpec("feature", pooling="nope"), "x")  # doctest: +SKIP
@@ -81,18 +85,10 @@ class ModelKind:
             raise ConfigError(f"{where}: an {self.name} model needs head in {self.spec_choices}, got {value!r}")
         raise ConfigError(f"{where}: {self.spec_field} {value!r} is not one of {', '.join(self.spec_choices)}")
 
-    def build_from_spec(self, spec: ModelSpec, source: Any, checkpoint: Any = None, **options: Any) -> keras.Model:
-        """The model ``spec`` describes, built from ``source`` (a config path or a
-        :class:`~cosent_tf.models.sources.ModelSource`) and, when given, ``checkpoint``'s weights."""
-        if self.spec_field == "pooling":
-            return self.build(source, checkpoint, spec.architecture, spec.pooling, **options)
-        return self.build(source, checkpoint, spec.architecture, spec.head, head_input=spec.head_input, **options)
-
 
 FEATURE = ModelKind(
     "feature",
     rows_per_pair=2,
-    build=build_encoder,
     scored_by="cosine",
     task_maxlen="maxlen",
     output_prefix="",
@@ -104,7 +100,6 @@ FEATURE = ModelKind(
 INTERACTION = ModelKind(
     "interaction",
     rows_per_pair=1,
-    build=build_interaction_model,
     scored_by="head",
     task_maxlen="interaction_maxlen",
     output_prefix="interact-",

@@ -11,37 +11,31 @@ that needs it: :class:`~cosent_tf.models.tokenization.SentenceTokenizer`, the bu
 variable list are read on first use and kept, so a caller holding a source never reads a file
 twice.
 
-This is the only module outside :mod:`cosent_tf.huggingface` that asks what kind of folder a
-path is (the weights reader in :mod:`cosent_tf.models.checkpoints` aside).
+Outside :mod:`cosent_tf.huggingface`, only this module and :func:`cosent_tf.models.spec.read_spec`
+(which it calls) ask what kind of folder a path is (the weights reader in
+:mod:`cosent_tf.models.checkpoints` aside).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from .. import huggingface
 from ..errors import ConfigError
 from ..io import read_json
 from .architectures import get_architecture
 from .checkpoints import CheckpointVariables, check_config, checkpoint_files, open_checkpoint, read_config
+from .spec import HUGGING_FACE, SENTENCE_TRANSFORMERS, SPEC_FILE, ModelSpec, hf_spec, hugging_face_format, read_spec
 from .tokenization import load_vocab
-
-if TYPE_CHECKING:  # spec.py checks kinds, whose builders take a source: it imports this module
-    from .spec import ModelSpec
 
 # The config a run without --checkpoint builds its random model from (it ships in the package).
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
 
 # What a source is, as ModelSource.format names it.
-GOOGLE, HUGGING_FACE, SENTENCE_TRANSFORMERS, COSENT_MODEL, CONFIG_ONLY = (
-    "google",
-    "huggingface",
-    "sentence-transformers",
-    "cosent-model",
-    "config",
-)
+# (The two Hugging Face formats are named in cosent_tf.models.spec, which tells them apart.)
+GOOGLE, COSENT_MODEL, CONFIG_ONLY = "google", "cosent-model", "config"
 FORMATS = (GOOGLE, HUGGING_FACE, SENTENCE_TRANSFORMERS, COSENT_MODEL, CONFIG_ONLY)
 
 
@@ -178,8 +172,6 @@ def open_source(
     if hugging_face_format(checkpoint) is not None:
         return _hugging_face_source(checkpoint, config, vocab)
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    from .spec import SPEC_FILE, read_spec  # spec.py sits above this module (see the import at the top)
-
     spec = read_spec(folder) if os.path.exists(os.path.join(folder, SPEC_FILE)) else None
     return _checkpoint_source(checkpoint, config, vocab, spec)
 
@@ -201,8 +193,6 @@ def open_model_folder(directory: Any) -> ModelSource:
         >>> open_model_folder("runs/cosent-STS-B/model").spec.kind  # doctest: +SKIP
         'feature'
     """
-    from .spec import SPEC_FILE, read_spec
-
     directory = os.fspath(directory)
     if not os.path.exists(os.path.join(directory, SPEC_FILE)) and hugging_face_format(directory) is not None:
         return _hugging_face_source(directory, None, None)
@@ -259,64 +249,3 @@ def _hugging_face_source(folder: str, config: Optional[str], vocab: Optional[str
         head_input=spec.head_input,
         spec=spec,
     )
-
-
-def hf_spec(directory: str, config: Optional[dict] = None) -> ModelSpec:
-    """The :class:`~cosent_tf.models.spec.ModelSpec` a Hugging Face folder is used as.
-
-    A ``BertForSequenceClassification`` (num_labels 1: a score; 2: P(label 1)) is an interaction
-    model with its head on the pooler; anything else is a feature model pooled as its
-    sentence-transformers modules say, or (a bare transformers folder) by the mean, as
-    sentence-transformers does. maxlen is ``max_seq_length``, else the tokenizer's
-    ``model_max_length``, else the position embeddings' count.
-
-    Args:
-        directory: the Hugging Face or sentence-transformers folder.
-        config: its transformer's ``config.json``, parsed, when the caller has read it already.
-
-    Returns:
-        The spec.
-
-    Raises:
-        ConfigError: the folder cannot be built here, or its classifier has another number of
-            labels than 1 or 2.
-
-    Example:
-        >>> hf_spec("bert-base-chinese/").kind  # doctest: +SKIP
-        'feature'
-    """
-    from .kinds import FEATURE, INTERACTION
-    from .spec import ModelSpec
-
-    if config is None:
-        config = huggingface.read_hf_config(directory)
-    config_path = os.path.join(huggingface.transformer_folder(directory), huggingface.CONFIG_FILE)
-    huggingface.bert_config(config, config_path)  # refuses what cannot be built, before anything else
-    modules = None
-    if hugging_face_format(directory) == SENTENCE_TRANSFORMERS:
-        modules = huggingface.read_sentence_transformers(directory)
-    positions = int(config.get("max_position_embeddings", 512))
-    maxlen = (modules and modules.maxlen) or huggingface.model_max_length(directory) or positions
-    settings: dict[str, Any] = dict(
-        architecture="bert",
-        maxlen=min(maxlen, positions),
-        do_lower_case=huggingface.do_lower_case(directory),
-        source={"huggingface": os.path.abspath(directory)},
-    )
-    labels = huggingface.classifier_labels(config, config_path)
-    if labels is not None:
-        if labels not in huggingface.CLASSIFIER_HEADS:
-            raise ConfigError(
-                f"{config_path}: a classifier of {labels} labels cannot be used as a pair scorer; "
-                f"cosent-tf reads 1 (a score) or 2 (label 1 is 'similar')"
-            )
-        head = huggingface.CLASSIFIER_HEADS[labels]
-        return ModelSpec(INTERACTION.name, pooling=None, head=head, head_input="pooler", pair_segments=True, **settings)
-    return ModelSpec(FEATURE.name, pooling=modules.pooling if modules else "last-avg", **settings)
-
-
-def hugging_face_format(path: Any) -> Optional[str]:
-    """:data:`SENTENCE_TRANSFORMERS` or :data:`HUGGING_FACE` when ``path`` is such a folder, else None."""
-    if path is None or not huggingface.is_hf_folder(path):
-        return None
-    return SENTENCE_TRANSFORMERS if huggingface.is_sentence_transformers_folder(path) else HUGGING_FACE

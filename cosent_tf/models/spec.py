@@ -1,5 +1,9 @@
 """What, besides weights, a model needs to be used: :class:`ModelSpec`, the content of a model
-folder's ``cosent_model.json``, and reading and writing that file.
+folder's ``cosent_model.json``, reading and writing that file, and the spec a Hugging Face
+folder is used as (:func:`hf_spec`).
+
+It sits below :mod:`cosent_tf.models.sources`, which opens a model folder through
+:func:`read_spec`; a source handed to :func:`read_spec` is recognised by what it holds.
 
 Older folders still load: a ``format_version`` 1 file names the architecture ``model``
 (see CHANGELOG.md for what each version added).
@@ -12,19 +16,21 @@ import json
 import math
 import numbers
 import os
-from typing import Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
+from .. import huggingface
 from ..errors import ConfigError
 from ..io import is_inside, json_field, read_json
 from .architectures import get_architecture
-from .builders import HEAD_INPUTS
 from .checkpoints import CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
-from .kinds import FEATURE, KINDS
-from .sources import ModelSource, hf_spec, hugging_face_format
+from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, KINDS
 
 SPEC_FILE = "cosent_model.json"
 FORMAT = "cosent-tf-model"
 FORMAT_VERSION = 3
+
+# The two Hugging Face formats, as ModelSource.format names them (see cosent_tf.models.sources).
+HUGGING_FACE, SENTENCE_TRANSFORMERS = "huggingface", "sentence-transformers"
 
 
 # The JSON type of each field of cosent_model.json (None: null).
@@ -52,7 +58,7 @@ class ModelSpec:
         architecture: the transformer's architecture (``bert``, ``nezha``, ...).
         pooling: a feature model's pooling (:data:`cosent_tf.layers.POOLING_MODES`).
         head: an interaction model's head (``score`` or ``softmax``).
-        head_input: what an interaction head reads (:data:`cosent_tf.models.builders.HEAD_INPUTS`).
+        head_input: what an interaction head reads (:data:`cosent_tf.models.kinds.HEAD_INPUTS`).
         pair_segments: the second text of a pair has segment id 1 (as in BERT's pre-training and
             Hugging Face cross-encoders), rather than 0 as in the original interaction experiments.
         maxlen: the tokens per text (per pair, for an interaction model).
@@ -127,9 +133,19 @@ def write_spec(folder: str, spec: ModelSpec) -> None:
         f.write("\n")
 
 
-def read_spec(directory: Union[str, os.PathLike, ModelSource]) -> ModelSpec:
+class OpenedFolder(Protocol):
+    """What :func:`read_spec` asks of a :class:`~cosent_tf.models.sources.ModelSource`."""
+
+    @property
+    def path(self) -> Optional[str]: ...
+
+    @property
+    def spec(self) -> Optional[ModelSpec]: ...
+
+
+def read_spec(directory: Union[str, os.PathLike, OpenedFolder]) -> ModelSpec:
     """The :class:`ModelSpec` of a model folder, or of a Hugging Face folder (see
-    :func:`cosent_tf.models.sources.hf_spec`).
+    :func:`hf_spec`).
 
     Args:
         directory: the folder, or a :class:`~cosent_tf.models.sources.ModelSource` opened from
@@ -146,7 +162,7 @@ def read_spec(directory: Union[str, os.PathLike, ModelSource]) -> ModelSpec:
         >>> read_spec("runs/cosent-STS-B/model").kind  # doctest: +SKIP
         'feature'
     """
-    if isinstance(directory, ModelSource):
+    if not isinstance(directory, (str, os.PathLike)):  # a ModelSource
         if directory.spec is None:
             raise ConfigError(f"{directory.path}: not a cosent-tf model folder (no {SPEC_FILE})")
         return directory.spec
@@ -193,3 +209,61 @@ def read_spec(directory: Union[str, os.PathLike, ModelSource]) -> ModelSpec:
             f"{directory}: {', '.join(outside)} link(s) to outside the model folder; copy the files in instead"
         )
     return spec
+
+
+def hf_spec(directory: str, config: Optional[dict] = None) -> ModelSpec:
+    """The :class:`ModelSpec` a Hugging Face folder is used as.
+
+    A ``BertForSequenceClassification`` (num_labels 1: a score; 2: P(label 1)) is an interaction
+    model with its head on the pooler; anything else is a feature model pooled as its
+    sentence-transformers modules say, or (a bare transformers folder) by the mean, as
+    sentence-transformers does. maxlen is ``max_seq_length``, else the tokenizer's
+    ``model_max_length``, else the position embeddings' count.
+
+    Args:
+        directory: the Hugging Face or sentence-transformers folder.
+        config: its transformer's ``config.json``, parsed, when the caller has read it already.
+
+    Returns:
+        The spec.
+
+    Raises:
+        ConfigError: the folder cannot be built here, or its classifier has another number of
+            labels than 1 or 2.
+
+    Example:
+        >>> hf_spec("bert-base-chinese/").kind  # doctest: +SKIP
+        'feature'
+    """
+    if config is None:
+        config = huggingface.read_hf_config(directory)
+    config_path = os.path.join(huggingface.transformer_folder(directory), huggingface.CONFIG_FILE)
+    huggingface.bert_config(config, config_path)  # refuses what cannot be built, before anything else
+    modules = None
+    if hugging_face_format(directory) == SENTENCE_TRANSFORMERS:
+        modules = huggingface.read_sentence_transformers(directory)
+    positions = int(config.get("max_position_embeddings", 512))
+    maxlen = (modules and modules.maxlen) or huggingface.model_max_length(directory) or positions
+    settings: dict[str, Any] = dict(
+        architecture="bert",
+        maxlen=min(maxlen, positions),
+        do_lower_case=huggingface.do_lower_case(directory),
+        source={"huggingface": os.path.abspath(directory)},
+    )
+    labels = huggingface.classifier_labels(config, config_path)
+    if labels is not None:
+        if labels not in huggingface.CLASSIFIER_HEADS:
+            raise ConfigError(
+                f"{config_path}: a classifier of {labels} labels cannot be used as a pair scorer; "
+                f"cosent-tf reads 1 (a score) or 2 (label 1 is 'similar')"
+            )
+        head = huggingface.CLASSIFIER_HEADS[labels]
+        return ModelSpec(INTERACTION.name, pooling=None, head=head, head_input="pooler", pair_segments=True, **settings)
+    return ModelSpec(FEATURE.name, pooling=modules.pooling if modules else "last-avg", **settings)
+
+
+def hugging_face_format(path: Any) -> Optional[str]:
+    """:data:`SENTENCE_TRANSFORMERS` or :data:`HUGGING_FACE` when ``path`` is such a folder, else None."""
+    if path is None or not huggingface.is_hf_folder(path):
+        return None
+    return SENTENCE_TRANSFORMERS if huggingface.is_sentence_transformers_folder(path) else HUGGING_FACE

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
 import numpy as np
 
@@ -16,8 +16,18 @@ from ..errors import ConfigError, DataError
 from ..huggingface import folders as huggingface
 from .checkpoints import read_config
 
-if TYPE_CHECKING:
-    from .sources import ModelSource
+
+class VocabularySource(Protocol):
+    """What :class:`SentenceTokenizer` asks of a :class:`~cosent_tf.models.sources.ModelSource`
+    (which sits above this module: it reads its vocabulary with :func:`load_vocab`)."""
+
+    @property
+    def vocab_path(self) -> Optional[str]: ...
+
+    @property
+    def do_lower_case(self) -> bool: ...
+
+    def vocab(self) -> list: ...
 
 
 def load_vocab(vocab_path: Union[str, os.PathLike]) -> list:
@@ -140,14 +150,12 @@ class SentenceTokenizer:
 
     def __init__(
         self,
-        vocab_path: Union[str, os.PathLike, ModelSource],
+        vocab_path: Union[str, os.PathLike, VocabularySource],
         maxlen: int = 64,
         word_level: bool = False,
         do_lower_case: Optional[bool] = None,
     ) -> None:
-        from .sources import ModelSource  # sources.py reads vocabularies with this module
-
-        source = vocab_path if isinstance(vocab_path, ModelSource) else None
+        source = None if isinstance(vocab_path, (str, os.PathLike)) else vocab_path
         self.vocab_path = str(source.vocab_path if source is not None else vocab_path)
         self.maxlen = int(maxlen)
         self.word_level = bool(word_level)

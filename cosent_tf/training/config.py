@@ -70,7 +70,7 @@ def _pooling_modes() -> Sequence[str]:
 
 
 def _head_inputs() -> Sequence[str]:
-    from ..models.builders import HEAD_INPUTS
+    from ..models.kinds import HEAD_INPUTS
 
     return HEAD_INPUTS
 

@@ -8,6 +8,7 @@ from cosent_tf import ConfigError, build_encoder, build_interaction_model
 from cosent_tf.compat import renamed_keyword
 from cosent_tf.losses.registry import KINDS as LOSS_KINDS
 from cosent_tf.losses.registry import get_loss
+from cosent_tf.models.builders import BUILDERS
 from cosent_tf.models.kinds import FEATURE, INTERACTION, KINDS, get_kind
 from cosent_tf.models.spec import ModelSpec
 
@@ -15,7 +16,7 @@ from cosent_tf.models.spec import ModelSpec
 def test_the_table_holds_each_kind_once_with_its_differences():
     assert list(KINDS) == ["feature", "interaction"]
     assert (FEATURE.rows_per_pair, INTERACTION.rows_per_pair) == (2, 1)
-    assert (FEATURE.build, INTERACTION.build) == (build_encoder, build_interaction_model)
+    assert [BUILDERS[name] for name in KINDS] == [build_encoder, build_interaction_model]
     assert (FEATURE.output_prefix, INTERACTION.output_prefix) == ("", "interact-")
     assert INTERACTION.concatenated_pairs and not FEATURE.concatenated_pairs
     assert FEATURE.sentence_vectors and FEATURE.trains_on_nli and not INTERACTION.trains_on_nli
@@ -48,3 +49,25 @@ def test_renamed_keyword_warns_only_when_the_old_name_is_used():
         assert renamed_keyword("model", "architecture", None, "bert") == "bert"
     with pytest.warns(DeprecationWarning, match="model_type= is deprecated; use architecture="):
         assert renamed_keyword("model_type", "architecture", "nezha", "bert") == "nezha"
+
+
+def test_the_models_package_imports_downwards_only():
+    """kinds < spec < tokenization, checkpoints < sources < builders: no module imports one
+    above it, at the top or inside a function (a loop would make the import order matter)."""
+    import ast
+    import os
+
+    import cosent_tf.models
+
+    floors = ["architectures", "kinds", "checkpoints", "spec", "tokenization", "sources", "builders"]
+    folder = os.path.dirname(cosent_tf.models.__file__)
+    for floor, name in enumerate(floors):
+        with open(os.path.join(folder, name + ".py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        imported = {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1
+        }
+        above = imported & set(floors[floor:])
+        assert not above, f"models/{name}.py imports {sorted(above)}, which sit on its floor or above"
