@@ -1,7 +1,8 @@
 """Metrics as the original experiments report them: Spearman (and Pearson) of scores against
 labels, and accuracy at the threshold that is best on valid; and retrieval metrics
 (Recall@k, MRR@10, nDCG@10), since a high Spearman can hide a poor retriever. Scores and
-nearest neighbours come from :mod:`cosent_tf.inference.matchers`."""
+nearest neighbours come from :mod:`cosent_tf.inference` (:func:`cosent_tf.inference.cosine_scores`,
+:func:`cosent_tf.inference.interaction_scores`, the matchers' ``similarity`` and ``encode``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from scipy import stats
 
 from . import inference
 from .data.tasks import Task
+from .errors import lookup
+from .models.kinds import FEATURE, INTERACTION
 
 # Anything np.asarray reads as a vector: a list, a tuple, an array.
 ArrayLike = Any
@@ -63,16 +66,29 @@ def accuracy_at(scores: ArrayLike, labels: ArrayLike, threshold: float) -> float
     return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
 
 
+def _cosines_of_pairs(model: Any, inputs: Any, batch_size: int, sep_id: Optional[int]) -> np.ndarray:
+    ids_a, ids_b = inputs
+    return inference.cosine_scores(model, ids_a, ids_b, batch_size=batch_size)
+
+
+def _head_scores_of_pairs(model: Any, inputs: Any, batch_size: int, sep_id: Optional[int]) -> np.ndarray:
+    return inference.interaction_scores(model, inputs, batch_size=batch_size, sep_id=sep_id)
+
+
+# How a pair is scored, by model kind (cosent_tf.models.kinds): the cosine of a feature model's
+# two sentence vectors, or an interaction model's head on the concatenated pair.
+PAIR_SCORERS: dict[str, Callable[[Any, Any, int, Optional[int]], np.ndarray]] = {
+    FEATURE.name: _cosines_of_pairs,
+    INTERACTION.name: _head_scores_of_pairs,
+}
+
+
 def pair_scores(model: Any, kind: str, inputs: Any, batch_size: int = 64, sep_id: Optional[int] = None) -> np.ndarray:
     """One score per pair: the cosine of a feature model's two vectors (``inputs`` = (ids_a,
     ids_b)), or an interaction model's score of the concatenated pair (``inputs`` = pair ids;
-    ``sep_id`` for a model with pair segment ids)."""
-    if kind == "feature":
-        ids_a, ids_b = inputs
-        return inference.cosine_scores(model, ids_a, ids_b, batch_size=batch_size)
-    if kind == "interaction":
-        return inference.interaction_scores(model, inputs, batch_size=batch_size, sep_id=sep_id)
-    raise ValueError(f"unknown model kind {kind!r}; choose feature or interaction")
+    ``sep_id`` for a model with pair segment ids). An unknown ``kind`` is a ConfigError that
+    lists the kinds."""
+    return lookup(PAIR_SCORERS, kind, "model kind")(model, inputs, batch_size, sep_id)
 
 
 def correlation_metrics(scores: ArrayLike, labels: ArrayLike) -> dict[str, float]:
@@ -217,8 +233,6 @@ def evaluate_pairs(
 def pair_cosines(
     encoder: Any, ids_a: np.ndarray, ids_b: np.ndarray, batch_size: int = 64, show_progress: bool = False
 ) -> np.ndarray:
-    """Deprecated: :func:`cosent_tf.inference.matchers.cosine_scores`."""
-    warnings.warn(
-        "pair_cosines is deprecated; use cosent_tf.inference.matchers.cosine_scores", DeprecationWarning, stacklevel=2
-    )
+    """Deprecated: :func:`cosent_tf.inference.cosine_scores`."""
+    warnings.warn("pair_cosines is deprecated; use cosent_tf.inference.cosine_scores", DeprecationWarning, stacklevel=2)
     return inference.cosine_scores(encoder, ids_a, ids_b, batch_size, show_progress)

@@ -8,7 +8,7 @@ from ..api import lazy_names
 # Each name loads its module on first use (see cosent_tf.api).
 _HOMES = {
     "METRIC_RANGES": ".runs",
-    "KINDS": ".runs",
+    "KINDS": "..models.kinds",
     "load_runs": ".runs",
     "method_name": ".runs",
     "STUDIES": ".runs",

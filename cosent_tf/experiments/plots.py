@@ -13,7 +13,7 @@ import numpy as np
 
 from ..data.tasks import get_task
 from ..io import atomic_path
-from .runs import Run, batch_size_of, run_history, run_test_scores, tested_tasks, trained_tasks
+from .runs import KIND_STUDIES, Run, batch_size_of, run_history, run_test_scores, tested_tasks, trained_tasks
 
 
 def _pyplot() -> Any:
@@ -46,10 +46,10 @@ def plot_convergence(runs: list[Run], path: str) -> bool:
     for axis, task in zip(axes[0], tasks):
         for run in (r for r in runs if r["config"]["task"] == task):
             history = run_history(run)
-            kind = " (interaction)" if run["config"]["kind"] == "interaction" else ""
-            axis.plot(
-                [h["step"] for h in history], [h["spearman"] for h in history], marker=".", label=run["method"] + kind
-            )
+            # A kind with a study of its own shares the task's panel, so its lines say which kind.
+            kind = run["config"]["kind"]
+            label = run["method"] + (f" ({kind})" if KIND_STUDIES[kind] else "")
+            axis.plot([h["step"] for h in history], [h["spearman"] for h in history], marker=".", label=label)
         axis.set(title=task, xlabel="training step", ylabel="valid Spearman")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)

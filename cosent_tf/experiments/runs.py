@@ -11,7 +11,7 @@ import math
 import os
 import zipfile
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..errors import ConfigError, DataError
 from ..io import json_field, read_json
 from ..layers import POOLING_MODES
 from ..losses import get_loss
+from ..models.kinds import FEATURE, INTERACTION, KINDS
 from ..training.run_folder import METRICS, RUN_CONFIG, TEST_SCORES, VALID_METRICS
 
 logger = logging.getLogger(__name__)
@@ -32,8 +33,9 @@ Run = dict[str, Any]
 # the engine writes as null: an undefined correlation of constant scores).
 METRIC_RANGES = {"spearman": (-1.0, 1.0), "pearson": (-1.0, 1.0), "accuracy": (0.0, 1.0)}
 
-
-KINDS = ("feature", "interaction")
+# The study every run of a model kind belongs to (see STUDIES); None where a run's task, loss,
+# pooling and batch size decide it (group_runs).
+KIND_STUDIES: dict[str, Optional[str]] = {FEATURE.name: None, INTERACTION.name: "interaction"}
 
 
 def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Run]:
@@ -242,7 +244,7 @@ def group_runs(runs: list[Run]) -> dict[str, Any]:
     feature = [
         r
         for r in runs
-        if r["config"]["kind"] == "feature"
+        if KIND_STUDIES[r["config"]["kind"]] is None
         and not _trained_on_nli(r["config"])
         and r["config"]["loss"] != "contrastive"
     ]
@@ -250,10 +252,11 @@ def group_runs(runs: list[Run]) -> dict[str, Any]:
     groups: dict[str, Any] = {study: [] for study in STUDIES}
     for run in runs:
         config = run["config"]
+        kind_study = KIND_STUDIES[config["kind"]]
         if _trained_on_nli(config):
             study = "nli"
-        elif config["kind"] == "interaction":
-            study = "interaction"
+        elif kind_study is not None:
+            study = kind_study
         elif config["loss"] == "contrastive":
             study = "epsilon"
         elif batch_size_of(config) != usual_batch:

@@ -80,12 +80,15 @@ def run_training(cfg: RunConfig, overwrite: bool) -> dict:
     return metrics
 
 
-def training_parser(kind: str = "feature", loss: str = "cosent", task: Optional[str] = None) -> argparse.ArgumentParser:
+def training_parser(
+    kind: str = RunConfig.kind, loss: str = RunConfig.loss, task: Optional[str] = None
+) -> argparse.ArgumentParser:
     """The options of a training script for ``kind`` models.
 
     Args:
-        kind: the model kind the script trains.
-        loss: the script's default loss (``--loss`` chooses among the kind's losses).
+        kind: the model kind the script trains (default: RunConfig's, a feature model).
+        loss: the script's default loss (``--loss`` chooses among the kind's losses; default:
+            RunConfig's, CoSENT).
         task: the task the script is fixed to; None makes it the first argument.
 
     Returns:
@@ -110,14 +113,17 @@ def training_parser(kind: str = "feature", loss: str = "cosent", task: Optional[
 
 
 def train_main(
-    argv: Optional[Sequence[str]] = None, kind: str = "feature", loss: str = "cosent", task: Optional[str] = None
+    argv: Optional[Sequence[str]] = None,
+    kind: str = RunConfig.kind,
+    loss: str = RunConfig.loss,
+    task: Optional[str] = None,
 ) -> dict:
     """Parse a training script's command line, train, and print the final metrics as JSON.
 
     Args:
         argv: the arguments (default: ``sys.argv[1:]``).
-        kind: the model kind the script trains.
-        loss: the script's default loss.
+        kind: the model kind the script trains (default: RunConfig's, a feature model).
+        loss: the script's default loss (default: RunConfig's, CoSENT).
         task: the task the script is fixed to (``NLI``); None makes it the first argument.
 
     Returns:

@@ -15,7 +15,7 @@ says it must be a 1-D batch of strings.
 
 Each request's rows are computed in groups of similar length (:func:`in_length_buckets`), as
 requests come unsorted: padding a whole request to its longest row would compute mostly padding
-(see docs/performance.md, "The exported SavedModel computes each request in length buckets").
+(see docs/performance.md, 'Length buckets').
 Word-level (jieba) models cannot tokenise inside a graph and are refused.
 
 Every export holds :data:`EXPORT_RECORD`, a file only this tool writes: ``overwrite`` replaces
@@ -35,6 +35,7 @@ from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError
 from ..inference.model_dir import load_model_dir
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
+from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec
 from .graph_tokenization import GraphTokenizer
 
@@ -162,6 +163,14 @@ class _Served(tf.Module):
         return {"scores": self._scores(token_ids, segment_ids)}
 
 
+# What a SavedModel of each model kind (cosent_tf.models.kinds) serves: signature name -> the
+# _Served function behind it (described in this module's docstring).
+SIGNATURES = {
+    FEATURE.name: {"serving_default": "embed", "encode_ids": "embed_ids"},
+    INTERACTION.name: {"serving_default": "score", "score_ids": "score_ids"},
+}
+
+
 EXPORT_RECORD = "cosent_tf_export.json"
 EXPORT_FORMAT = "cosent-tf-export"
 SAVED_MODEL = FolderKind(
@@ -266,10 +275,7 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
         )
     token_dict = sentence_tokenizer.token_dict
     served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.pair_segments)
-    if spec.kind == "feature":
-        signatures = {"serving_default": served.embed, "encode_ids": served.embed_ids}
-    else:
-        signatures = {"serving_default": served.score, "score_ids": served.score_ids}
+    signatures = {name: getattr(served, function) for name, function in SIGNATURES[spec.kind].items()}
     with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
         with model_precision(model):  # saving traces the Keras model's own call functions too
             tf.saved_model.save(served, tmp, signatures=signatures)

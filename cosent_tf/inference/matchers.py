@@ -18,6 +18,7 @@ import numpy as np
 
 from ..backend import keras
 from ..errors import ConfigError
+from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, VectorIndex
@@ -154,7 +155,7 @@ class SentenceEncoder(_Matcher):
         >>> encoder.predict(["花呗如何还钱"], ["花呗怎么还款"], threshold=0.8)
     """
 
-    KIND = "feature"
+    KIND = FEATURE.name
 
     def encode(
         self, texts: Iterable[str], batch_size: int = 64, normalize: bool = True, show_progress: bool | None = None
@@ -229,7 +230,7 @@ class PairScorer(_Matcher):
         >>> labels = scorer.predict(["花呗如何还钱"], ["花呗怎么还款"])  # at the tuned threshold
     """
 
-    KIND = "interaction"
+    KIND = INTERACTION.name
 
     def similarity(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None

@@ -27,7 +27,7 @@ def inference_function(model: keras.Model) -> Callable[..., Any]:
     TensorFlow's executor runs side by side. TensorFlow runs a oneDNN matmul on one thread
     when its operands fit in the L2 cache (``ExecuteSingleThreadedGemm``); where a core's L2
     holds most of a batch's matmul operands, one core would otherwise idle (see
-    docs/performance.md, "Each encoding batch runs as two halves side by side"). Rows never
+    docs/performance.md, 'Two halves'). Rows never
     interact in the model, so the outputs are the whole batch's (a batch of one leaves an
     empty half).
     """

@@ -260,7 +260,7 @@ def test_a_script_whose_other_worker_never_starts_times_out_or_stops_on_sigterm(
 
 
 def good_runs(tmp_path):
-    from test_report import fake_run
+    from tests.experiments.test_report import fake_run
 
     return [
         fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.8, pooling="cls", batch_size=32),
@@ -499,7 +499,7 @@ def test_a_damaged_run_stops_the_report_naming_its_file_and_nothing_is_written(d
 
 
 def test_an_undefined_spearman_is_shown_as_nan_and_is_no_runs_best(tmp_path):
-    from test_report import fake_run
+    from tests.experiments.test_report import fake_run
 
     from cosent_tf.experiments.report import load_runs, tables
 
