@@ -23,9 +23,11 @@ setup(
     #
     # Where the code relies on private internals, which is why TensorFlow, tf-keras and
     # tensorflow-text stay within 2.21.x (tensorflow-text must match TensorFlow's minor version):
-    # - cosent_tf/backend.py: bert4keras's transformer classes and layer names (also used by
-    #   models.first_token_output), tf-keras's seed generator, RandomGenerator.dropout (replaced
-    #   for repeatable_dropout) and TensorFlow's eager seed state;
+    # - cosent_tf/models/architectures.py: bert4keras's transformer classes and the module globals
+    #   its blocks take their Dense layer from (install_token_dense); its layer names are also used
+    #   by models/builders.py's first_token_output;
+    # - cosent_tf/backend.py: tf-keras's seed generator, RandomGenerator.dropout (replaced for
+    #   repeatable_dropout) and TensorFlow's eager seed state;
     # - cosent_tf/callbacks.py: StepBackup calls BackupAndRestore._backup and reads _current_epoch;
     # - cosent_tf/optimizers.py: FusedAdam reads Adam's _index_dict, _var_key, _momentums, _velocities.
     # The rest are ranges.

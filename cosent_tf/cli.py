@@ -175,7 +175,8 @@ def _evaluate(args):
     from .data.retrieval import read_retrieval_files
     from .evaluation import evaluate_pairs, retrieval_by
     from .inference.matchers import load_matcher
-    from .inference.model_dir import read_spec
+    from .models.kinds import get_kind
+    from .models.spec import read_spec
 
     beir = [args.queries, args.corpus, args.qrels]
     if any(beir) and not all(beir):
@@ -187,7 +188,7 @@ def _evaluate(args):
     for path in outputs:
         check_output_file(path, inputs, output_kinds())
     spec = read_spec(args.model_dir)
-    if (args.retrieval or any(beir)) and spec.kind != "feature":
+    if (args.retrieval or any(beir)) and not get_kind(spec.kind).sentence_vectors:
         raise CosentError(
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )

@@ -39,6 +39,7 @@ PAGES = (
     "docs/reproducing.md",
     "docs/performance.md",
     "docs/architecture.md",
+    "docs/platform.md",
     "CONTRIBUTING.md",
 )
 
