@@ -499,9 +499,8 @@ def test_a_damaged_run_stops_the_report_naming_its_file_and_nothing_is_written(d
 
 
 def test_an_undefined_spearman_is_shown_as_nan_and_is_no_runs_best(tmp_path):
-    from tests.experiments.test_report import fake_run
-
     from cosent_tf.experiments.report import load_runs, tables
+    from tests.experiments.test_report import fake_run
 
     nan = math.nan
     cosent = fake_run(tmp_path / "a", "BQ", "feature", "cosent", {"BQ": 0.5}, history=[(10, nan), (20, 0.5)])
