@@ -19,6 +19,7 @@ Outside :mod:`cosent_tf.huggingface`, only this module and :func:`cosent_tf.mode
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 from typing import Any, Optional
 
@@ -127,6 +128,29 @@ class ModelSource:
                 f"embeddings (max_position_embeddings); use --maxlen {self.max_positions} or less"
             )
 
+    @property
+    def weights_in_memory(self) -> bool:
+        """Whether the weights are read into memory whole when first used (a Hugging Face or
+        sentence-transformers folder's), rather than listed first and read by name (a Google
+        checkpoint's, or none)."""
+        return self.format in (HUGGING_FACE, SENTENCE_TRANSFORMERS)
+
+    def weight_files(self) -> list:
+        """The files the weights are read from: a Google checkpoint's ``.index`` and data files,
+        or the weights file(s) of a Hugging Face folder; none without a checkpoint."""
+        if self.checkpoint is None:
+            return []
+        if self.weights_in_memory:
+            folder = huggingface.transformer_folder(self.checkpoint)
+            single, index, torch_file = (os.path.join(folder, name) for name in huggingface.WEIGHT_FILES)
+            if os.path.isfile(single):
+                return [single]
+            if os.path.isfile(index):
+                return [index, *sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))]
+            return [torch_file]
+        prefix = checkpoint_files(self.checkpoint)[1]
+        return sorted(p for p in glob.glob(glob.escape(prefix) + ".*") if os.path.isfile(p))
+
     def variables(self, head_scope: Optional[str] = None) -> Optional[CheckpointVariables]:
         """The checkpoint's variables, opened on the first call only (None without a checkpoint).
 
@@ -134,7 +158,7 @@ class ModelSource:
         arrays a Hugging Face folder gives; a Google checkpoint's names are its own)."""
         if self.checkpoint is None:
             return None
-        key = ("variables", head_scope if self.format in (HUGGING_FACE, SENTENCE_TRANSFORMERS) else None)
+        key = ("variables", head_scope if self.weights_in_memory else None)
         if key not in self._read:
             self._read[key] = open_checkpoint(self.checkpoint, head_scope)
         return self._read[key]

@@ -6,7 +6,7 @@ from ..api import lazy_names
 
 # Each name loads its module on first use (see cosent_tf.api).
 _HOMES = {
-    "SMALL_RANDOM_CONFIG": ".config",
+    "SMALL_RANDOM_CONFIG": "..models.sources",
     "RunConfig": ".config",
     "RANGES": ".config",
     "RunData": ".run_data",

@@ -19,15 +19,15 @@ import math
 import numbers
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..data.benchmarks import shared_vocab
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError
-from ..huggingface import folders as huggingface
 from .recipes import get_recipe
 
-SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
+if TYPE_CHECKING:  # it imports TensorFlow, which a parser of these options does not need
+    from ..models.sources import ModelSource
 
 # The groups of options (each field's metadata "group"): which parser offers which.
 TASK_DATA = "task data"  # a benchmark task's data: the training scripts only
@@ -384,59 +384,103 @@ class RunConfig:
                 bounds += f" and {'at most' if high_included else 'below'} {high:g}" if high is not None else ""
                 raise ConfigError(f"{option} is {value!r}: {what} must be {bounds}")
 
-    def resolved(self) -> RunConfig:
+    def resolved(self, source: Optional[ModelSource] = None) -> RunConfig:
         """The configuration with its defaults filled in.
 
-        What is not set comes from the recipe (:mod:`cosent_tf.training.recipes`), then the loss
-        and task tables; and the config, vocab and output paths. The numbers are checked first
-        (:meth:`check`).
+        What is not set comes from the recipe (:mod:`cosent_tf.training.recipes`), then the model
+        source (a sentence-transformers folder's pooling, a Hugging Face classifier's head input),
+        the loss and task tables; and the config, vocab and output paths. The numbers are checked
+        first (:meth:`check`).
+
+        Args:
+            source: the run's model source when the caller has opened it (:meth:`model_source`);
+                None opens it here.
 
         Returns:
             A new RunConfig with no default left unresolved.
 
         Raises:
-            ConfigError: a number out of range, or an unknown task, loss or recipe.
+            ConfigError: a number out of range, an unknown task, loss or recipe, or a model config
+                that is unreadable or wrong.
+            CheckpointError: a hub name given as the checkpoint (nothing is downloaded).
 
         Example:
             >>> RunConfig(task="BQ").resolved().output_dir
             'runs/cosent-BQ'
         """
+        return self.resolve(source)[0]
+
+    def resolve(self, source: Optional[ModelSource] = None) -> tuple[RunConfig, ModelSource]:
+        """:meth:`resolved`, and the model source it was resolved with, for a caller that goes on
+        to build the model: the source has read the model config, and reads the vocabulary and the
+        checkpoint on first use, once for the whole run.
+
+        Args:
+            source: as :meth:`resolved`'s.
+
+        Returns:
+            ``(the resolved configuration, its model source)``.
+
+        Raises:
+            ConfigError: as :meth:`resolved`.
+            CheckpointError: as :meth:`resolved`.
+
+        Example:
+            >>> cfg, source = RunConfig(task="BQ").resolve()  # doctest: +SKIP
+            >>> cfg.config == source.config_path  # doctest: +SKIP
+            True
+        """
         # Imported here: they import TensorFlow, which a parser of these options does not need.
-        from ..inference.model_dir import hf_spec
         from ..losses import get_loss
-        from ..models.checkpoints import checkpoint_files
+        from ..models.kinds import get_kind
 
         self.check()
         task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
         loss = get_loss(self.kind, self.loss)
+        kind = get_kind(self.kind)
         recipe = get_recipe(self.recipe)
+        if source is None:
+            source = self.model_source()
         values = dataclasses.asdict(self)
-        interaction = self.kind == "interaction"
         recipe_batch = recipe.nli_batch_size if task.data == CNSD else recipe.batch_size
-        values["maxlen"] = self.maxlen or (task.interaction_maxlen if interaction else task.maxlen)
+        values["maxlen"] = self.maxlen or kind.maxlen(task)
         values["batch_size"] = self.batch_size or recipe_batch or loss.batch_size or task.batch_size
         values["epochs"] = self.epochs or recipe.epochs or task.epochs
         values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
         for name in ("lr", "weight_decay", "warmup", "schedule"):
             values[name] = getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
-        values["pooling"] = self.pooling or recipe.pooling
-        values["head_input"] = self.head_input or "cls"
-        if self.checkpoint:
-            # A checkpoint folder, or a prefix inside one, brings its config and vocab along; a
-            # Hugging Face folder also its pooling or head (see cosent_tf.inference.model_dir.hf_spec).
-            config, _, vocab = checkpoint_files(self.checkpoint)
-            values["config"] = self.config or config
-            values["vocab"] = self.vocab or vocab
-            if huggingface.is_hf_folder(self.checkpoint):
-                spec = hf_spec(self.checkpoint)  # also refuses, now, a folder that cannot be built
-                if huggingface.is_sentence_transformers_folder(self.checkpoint):
-                    values["pooling"] = self.pooling or spec.pooling
-                values["head_input"] = self.head_input or spec.head_input
-        values["config"] = values["config"] or SMALL_RANDOM_CONFIG
-        values["vocab"] = values["vocab"] or shared_vocab(self.data_dir, RunConfig.data_dir)
-        prefix = "interact-" if interaction else ""
-        values["output_dir"] = self.output_dir or os.path.join("runs", f"{prefix}{self.loss}-{self.task}")
-        return RunConfig(**values)
+        # A checkpoint brings its config and vocab along; a Hugging Face folder also its pooling
+        # (a sentence-transformers folder's) or its head input (a classifier's pooler).
+        values["pooling"] = self.pooling or source.pooling or recipe.pooling
+        values["head_input"] = self.head_input or source.head_input or "cls"
+        values["config"] = source.config_path
+        values["vocab"] = source.vocab_path
+        values["output_dir"] = self.output_dir or os.path.join("runs", f"{kind.output_prefix}{self.loss}-{self.task}")
+        return RunConfig(**values), source
+
+    def model_source(self) -> ModelSource:
+        """The model this run starts from, resolved once (:func:`cosent_tf.models.sources.open_source`):
+        the checkpoint (or none), the config that replaces its own, and the vocabulary, which is
+        otherwise the checkpoint's, else the shared one of the data folder.
+
+        Returns:
+            The :class:`~cosent_tf.models.sources.ModelSource`; its config is read and checked.
+
+        Raises:
+            ConfigError: the config is unreadable or wrong, or a Hugging Face folder cannot be used.
+            CheckpointError: a hub name given as the checkpoint.
+
+        Example:
+            >>> RunConfig(task="BQ").model_source().format  # doctest: +SKIP
+            'config'
+        """
+        from ..models.sources import open_source
+
+        vocab = self.vocab or (None if self.checkpoint else shared_vocab(self.data_dir, RunConfig.data_dir))
+        source = open_source(self.checkpoint, self.config, vocab)
+        if source.vocab_path is None:  # a checkpoint that brings no vocabulary
+            source = dataclasses.replace(source, vocab_path=shared_vocab(self.data_dir, RunConfig.data_dir))
+        return source
 
 
 # The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).

@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -32,13 +32,14 @@ from ..data.pipeline import batches_per_epoch, interaction_dataset, pair_dataset
 from ..data.tasks import CNSD, FILES, Task
 from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
-from ..huggingface import folders as huggingface
 from ..inference.model_dir import SPEC_FILE, ModelSpec, read_spec, save_model_dir
 from ..inference.runtime import batched_outputs, l2_normalize
 from ..io import atomic_path, folder_lock, write_json
 from ..losses import get_loss
 from ..models.architectures import get_architecture
-from ..models.builders import build_encoder, build_interaction_model, check_maxlen
+from ..models.builders import build_from_spec
+from ..models.kinds import get_kind
+from ..models.sources import ModelSource
 from ..models.tokenization import SentenceTokenizer
 from ..optimizers import build_optimizer
 from .config import RunConfig
@@ -71,32 +72,28 @@ class Matcher:
     head). The loss table entry says how it is trained.
     """
 
-    def __init__(self, cfg: RunConfig, task: Task):
+    def __init__(self, cfg: RunConfig, task: Task, source: Optional[ModelSource] = None):
         self.cfg, self.task, self.loss = cfg, task, get_loss(cfg.kind, cfg.loss)
-        if cfg.kind == "interaction" and self.task.data == CNSD:
+        self.kind = get_kind(cfg.kind)
+        if not self.kind.trains_on_nli and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
         assert cfg.config is not None and cfg.vocab is not None and cfg.maxlen is not None, "an unresolved RunConfig"
         assert cfg.pooling is not None and cfg.head_input is not None, "an unresolved RunConfig"
-        check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
-        hf_checkpoint = cfg.checkpoint if huggingface.is_hf_folder(cfg.checkpoint) else None
-        lower_case = huggingface.do_lower_case(hf_checkpoint) if hf_checkpoint else True
-        self.tokenizer = SentenceTokenizer(
-            cfg.vocab, cfg.maxlen, get_architecture(cfg.architecture).word_level, lower_case
-        )
+        # The run's source (RunConfig.resolve) has read the config, and reads the vocabulary and
+        # the checkpoint once; the tokenizer lower-cases as the source does.
+        self.source = source if source is not None else cfg.model_source()
+        self.source.check_maxlen(cfg.architecture, cfg.maxlen)
+        self.tokenizer = SentenceTokenizer(self.source, cfg.maxlen, get_architecture(cfg.architecture).word_level)
         settings: dict[str, Any] = dict(
-            maxlen=cfg.maxlen, word_level=self.tokenizer.word_level, do_lower_case=lower_case
+            maxlen=cfg.maxlen, word_level=self.tokenizer.word_level, do_lower_case=self.tokenizer.do_lower_case
         )
-        if cfg.kind == "feature":
-            self.model = build_encoder(cfg.config, cfg.checkpoint, cfg.architecture, cfg.pooling, vocab_path=cfg.vocab)
-            self.spec = ModelSpec("feature", cfg.architecture, pooling=cfg.pooling, **settings)
+        if self.kind.spec_field == "pooling":
+            self.spec = ModelSpec(self.kind.name, cfg.architecture, pooling=cfg.pooling, **settings)
         else:
             head = self.loss.interaction_head
             assert head is not None, "every interaction loss names its head"
-            self.model = build_interaction_model(
-                cfg.config, cfg.checkpoint, cfg.architecture, head, vocab_path=cfg.vocab, head_input=cfg.head_input
-            )
             self.spec = ModelSpec(
-                "interaction",
+                self.kind.name,
                 cfg.architecture,
                 pooling=None,
                 head=head,
@@ -104,16 +101,17 @@ class Matcher:
                 pair_segments=cfg.head_input == "pooler",  # a Hugging Face style cross-encoder
                 **settings,
             )
+        self.model = build_from_spec(self.spec, self.source)
         self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
 
     def prepare(self, pairs: PairData):
         """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise."""
-        if self.cfg.kind == "feature":
-            return (
-                self.tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"),
-                self.tokenizer.encode_all(pairs.texts_b, f"{pairs.source}, second texts"),
-            )
-        return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b, f"{pairs.source}, pairs")
+        if self.kind.concatenated_pairs:
+            return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b, f"{pairs.source}, pairs")
+        return (
+            self.tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"),
+            self.tokenizer.encode_all(pairs.texts_b, f"{pairs.source}, second texts"),
+        )
 
     def scores(self, prepared):
         return pair_scores(self.model, self.cfg.kind, prepared, sep_id=self.sep_id)
@@ -143,8 +141,7 @@ class Matcher:
             head = self.loss.training_head(int(labels.max()) + 1)
             model = keras.Model(model.inputs, head(model.output))
         if cfg.micro_batch_size:
-            rows_per_pair = 2 if cfg.kind == "feature" else 1
-            model = GradientCacheModel(model, cfg.micro_batch_size, rows_per_pair, seed=cfg.seed)
+            model = GradientCacheModel(model, cfg.micro_batch_size, self.kind.rows_per_pair, seed=cfg.seed)
         return model, loss, labels
 
     def dataset(self, prepared, labels, start_step, replicas=1):
@@ -152,9 +149,9 @@ class Matcher:
         options = dict(
             group_by_length=cfg.group_by_length, seed=cfg.seed, start_step=start_step, repeat=True, replicas=replicas
         )
-        if cfg.kind == "feature":
-            return pair_dataset(*prepared, labels, cfg.batch_size, **options)
-        return interaction_dataset(prepared, labels, cfg.batch_size, sep_id=self.sep_id, **options)
+        if self.kind.concatenated_pairs:
+            return interaction_dataset(prepared, labels, cfg.batch_size, sep_id=self.sep_id, **options)
+        return pair_dataset(*prepared, labels, cfg.batch_size, **options)
 
 
 def train(cfg: RunConfig, overwrite: bool = False) -> dict:
@@ -187,7 +184,7 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
         >>> metrics = train(RunConfig(task="BQ", epochs=1, output_dir="runs/bq"))  # doctest: +SKIP
         >>> metrics["test"]["spearman"]  # doctest: +SKIP
     """
-    cfg = cfg.resolved()
+    cfg, source = cfg.resolve()  # the model source, opened once for the whole run
     assert cfg.batch_size is not None, "resolved() sets it"
     strategy = get_strategy(cfg.strategy, cfg.worker_timeout)
     if cfg.batch_size % strategy.num_replicas_in_sync:
@@ -197,7 +194,7 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
         )
     get_loss(cfg.kind, cfg.loss).check_batch(cfg.batch_size, strategy.num_replicas_in_sync, cfg.global_batch_loss)
     with random_seed(cfg.seed), dtype_policy(policy_name(cfg.precision)):
-        return _train(cfg, overwrite, strategy)
+        return _train(cfg, overwrite, strategy, source)
 
 
 # Said at the start of a run without --checkpoint, and recorded with its results.
@@ -222,19 +219,19 @@ def starts_from_random_weights(checkpoint) -> bool:
     return False
 
 
-def _train(cfg, overwrite, strategy):
+def _train(cfg, overwrite, strategy, source):
     started = time.time()
     chief = is_chief(strategy)
     with contextlib.ExitStack() as run_folder_held:
         with started_together(strategy):
-            check_inputs(cfg)
-            random_weights = starts_from_random_weights(cfg.checkpoint)
+            check_inputs(cfg, source)
+            random_weights = source.random_weights
             if random_weights:
                 logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
             data = load_run_data(cfg)
             if chief:
                 settings = dataclasses.asdict(cfg)
-                paths = run_inputs(cfg, data)
+                paths = run_inputs(cfg, data, source)
                 check_run_folder(cfg.output_dir, (*paths, cfg.checkpoint), settings)
                 inputs = fingerprints(paths)
                 run_folder_held.enter_context(folder_lock(cfg.output_dir, "training run"))
@@ -246,7 +243,7 @@ def _train(cfg, overwrite, strategy):
         logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
 
         with strategy.scope():
-            matcher = Matcher(cfg, data.task)
+            matcher = Matcher(cfg, data.task, source)
         train_inputs = matcher.prepare(train_pairs)
         prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
         backup_dir = os.path.join(cfg.output_dir, BACKUP)
@@ -293,7 +290,7 @@ def _train(cfg, overwrite, strategy):
             "test": metrics["test"],
         }
         save_model_dir(
-            os.path.join(cfg.output_dir, MODEL), matcher.model, matcher.spec, cfg.config, cfg.vocab, overwrite=True
+            os.path.join(cfg.output_dir, MODEL), matcher.model, matcher.spec, source.config, cfg.vocab, overwrite=True
         )
         write_json(os.path.join(cfg.output_dir, METRICS), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
@@ -397,7 +394,7 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
             "valid": task_metrics(valid_scores, valid.labels, binary=binary),
             "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
         }
-        if binary and cfg.kind == "feature":
+        if binary and matcher.kind.sentence_vectors:
             per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
         saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
     with atomic_path(os.path.join(cfg.output_dir, TEST_SCORES)) as tmp, open(tmp, "wb") as f:

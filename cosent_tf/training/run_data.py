@@ -9,10 +9,10 @@ fingerprints decide whether an interrupted run may resume (:mod:`cosent_tf.train
 from __future__ import annotations
 
 import dataclasses
-import glob
 import logging
 import os
 import stat
+from typing import Optional
 
 import numpy as np
 
@@ -22,10 +22,7 @@ from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
 from ..environment import check_weights_may_change
 from ..errors import CheckpointError, DataError, where
-from ..huggingface import folders as huggingface
-from ..models.builders import check_maxlen
-from ..models.checkpoints import checkpoint_files, open_checkpoint, read_config
-from ..models.tokenization import check_vocab_size
+from ..models.sources import ModelSource
 from .config import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -45,11 +42,14 @@ class RunData:
     files: list = dataclasses.field(default_factory=list)  # every data file read
 
 
-def check_inputs(cfg: RunConfig) -> None:
+def check_inputs(cfg: RunConfig, source: Optional[ModelSource] = None) -> None:
     """What a run reads that can be checked at once, before any data is read: the data folder
     (or the user's files), the config, the vocabulary and the checkpoint. Errors name the path
     (and, when it is relative, the folder it is relative to). Also that this process can train at
-    all (:func:`cosent_tf.environment.check_weights_may_change`)."""
+    all (:func:`cosent_tf.environment.check_weights_may_change`).
+
+    ``source`` is the run's model source (:meth:`RunConfig.model_source`), which keeps what it
+    reads for the rest of the run; None opens it here."""
     check_weights_may_change()
     if cfg.train_file:
         for option, path in (("--train", cfg.train_file), ("--valid", cfg.valid_file), ("--test", cfg.test_file)):
@@ -69,18 +69,19 @@ def check_inputs(cfg: RunConfig) -> None:
         )
     # The paths and maxlen are set once the configuration is resolved (RunConfig.resolved).
     assert cfg.config is not None and cfg.vocab is not None and cfg.maxlen is not None, "an unresolved RunConfig"
-    read_config(cfg.config)
+    if source is None:
+        source = cfg.model_source()  # reads and checks the config
     if not os.path.isfile(cfg.vocab):
         raise DataError(
             where(cfg.vocab),
             "vocabulary not found; pass --vocab (a checkpoint folder brings its own), or a --data-dir with vocab/",
         )
-    check_vocab_size(cfg.config, cfg.vocab)
-    check_maxlen(cfg.config, cfg.architecture, cfg.maxlen)
+    source.check_vocab()
+    source.check_maxlen(cfg.architecture, cfg.maxlen)
     if cfg.checkpoint and not os.path.exists(cfg.checkpoint) and not os.path.exists(cfg.checkpoint + ".index"):
         raise CheckpointError(f"{where(cfg.checkpoint)}: checkpoint not found")
-    if cfg.checkpoint and not huggingface.is_hf_folder(cfg.checkpoint):
-        open_checkpoint(cfg.checkpoint)  # a Google checkpoint's variable list: cheap, and it must be readable
+    if not source.weights_in_memory:
+        source.variables()  # a Google checkpoint's variable list: cheap, and it must be readable
 
 
 def _file_kind(path):
@@ -92,24 +93,13 @@ def _file_kind(path):
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file"
 
 
-def run_inputs(cfg: RunConfig, data: RunData) -> list:
+def run_inputs(cfg: RunConfig, data: RunData, source: Optional[ModelSource] = None) -> list:
     """Every file a run reads: its data files, the model config, the vocabulary and the
-    checkpoint's weights (a Google checkpoint's ``.index`` and data files, or the weights file
-    that a Hugging Face folder is read from)."""
-    paths = [*data.files, cfg.config, cfg.vocab]
-    if cfg.checkpoint and huggingface.is_hf_folder(cfg.checkpoint):
-        folder = huggingface.transformer_folder(cfg.checkpoint)
-        single, index, torch_file = (os.path.join(folder, name) for name in huggingface.WEIGHT_FILES)
-        if os.path.isfile(single):
-            paths.append(single)
-        elif os.path.isfile(index):
-            paths += [index, *sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))]
-        else:
-            paths.append(torch_file)
-    elif cfg.checkpoint:
-        prefix = checkpoint_files(cfg.checkpoint)[1]
-        paths += sorted(p for p in glob.glob(glob.escape(prefix) + ".*") if os.path.isfile(p))
-    return paths
+    checkpoint's weights (:meth:`~cosent_tf.models.sources.ModelSource.weight_files`).
+    ``source`` is as :func:`check_inputs`'."""
+    if source is None:
+        source = cfg.model_source()
+    return [*data.files, cfg.config, cfg.vocab, *source.weight_files()]
 
 
 def load_run_data(cfg: RunConfig) -> RunData:

@@ -13,6 +13,7 @@ import pytest
 from cosent_tf import ConfigError, DataError, build_encoder, save_checkpoint
 from cosent_tf.errors import NonFiniteLossError
 from cosent_tf.losses import LOSSES, get_loss
+from cosent_tf.models.sources import ModelSource
 from cosent_tf.training import engine as training
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import train
@@ -272,7 +273,9 @@ def test_a_hugging_face_checkpoint_is_fingerprinted_by_the_weights_it_is_read_fr
         (folder / name).write_text("{}")
     cfg = SimpleNamespace(config=str(folder / "config.json"), vocab=str(folder / "vocab.txt"), checkpoint=str(folder))
     data = SimpleNamespace(files=["train.tsv"])
-    assert run_inputs(cfg, data) == ["train.tsv", cfg.config, cfg.vocab, str(folder / "model.safetensors")]
+    # The folder's files are stand-ins: its source is made here, not opened (which would read them).
+    source = ModelSource(str(folder), "huggingface", cfg.config, {}, cfg.vocab, str(folder))
+    assert run_inputs(cfg, data, source) == ["train.tsv", cfg.config, cfg.vocab, str(folder / "model.safetensors")]
     (folder / "model.safetensors").unlink()
     for name in (
         "model.safetensors.index.json",
@@ -281,10 +284,10 @@ def test_a_hugging_face_checkpoint_is_fingerprinted_by_the_weights_it_is_read_fr
     ):
         (folder / name).write_text("{}")
     shards = [str(folder / f"model-0000{i}-of-00002.safetensors") for i in (1, 2)]
-    assert run_inputs(cfg, data)[3:] == [str(folder / "model.safetensors.index.json"), *shards]
+    assert run_inputs(cfg, data, source)[3:] == [str(folder / "model.safetensors.index.json"), *shards]
     for name in ("model.safetensors.index.json", *shards):
         os.remove(folder / name)
-    assert run_inputs(cfg, data)[3:] == [str(folder / "pytorch_model.bin")]
+    assert run_inputs(cfg, data, source)[3:] == [str(folder / "pytorch_model.bin")]
 
 
 def test_fingerprints_are_of_the_content_and_refuse_a_pipe(tmp_path):
