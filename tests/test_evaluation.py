@@ -4,6 +4,7 @@ from scipy import stats
 
 from cosent_tf import build_encoder, build_interaction_model
 from cosent_tf.evaluation import (
+    PAIR_SCORERS,
     accuracy_at,
     best_threshold,
     mean_over_tasks,
@@ -15,6 +16,7 @@ from cosent_tf.evaluation import (
     task_metrics,
 )
 from cosent_tf.inference.runtime import cosine_scores, interaction_scores
+from cosent_tf.models.kinds import KINDS
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -65,8 +67,12 @@ def test_pair_scores_score_through_inference(tiny_config):
         np.testing.assert_allclose(pair_cosines(encoder, ids[:2], ids[2:]), cosine_scores(encoder, ids[:2], ids[2:]))
     scorer = build_interaction_model(tiny_config, head="softmax")
     np.testing.assert_allclose(pair_scores(scorer, "interaction", ids), interaction_scores(scorer, ids))
-    with pytest.raises(ValueError, match="unknown model kind 'siamese'"):
+    with pytest.raises(ValueError, match="unknown model kind 'siamese'; choose one of feature, interaction"):
         pair_scores(encoder, "siamese", ids)
+
+
+def test_every_model_kind_has_a_pair_scorer():
+    assert set(PAIR_SCORERS) == set(KINDS)
 
 
 def test_pairs_become_queries_with_positives_and_a_corpus_of_every_second_text():

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from cosent_tf.experiments.report import tables, write_report
-from cosent_tf.experiments.runs import load_runs
+from cosent_tf.experiments.runs import KIND_STUDIES, STUDIES, load_runs
+from cosent_tf.models.kinds import KINDS
 
 
 def fake_run(
@@ -240,3 +241,8 @@ def test_table_one_sets_cosent_at_the_pooling_of_the_contrastive_runs(tmp_path):
         "| BERT + Contrastive (ε=0.9) | 30.00 |",
         "| BERT + CoSENT | 40.00 |",
     ]
+
+
+def test_every_model_kind_has_a_study_or_is_grouped_by_its_settings():
+    assert set(KIND_STUDIES) == set(KINDS)
+    assert {study for study in KIND_STUDIES.values() if study is not None} <= set(STUDIES)

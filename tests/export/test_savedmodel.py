@@ -8,7 +8,9 @@ import pytest
 
 from cosent_tf import ConfigError, PairScorer, SentenceEncoder
 from cosent_tf.backend import tf
-from cosent_tf.export.savedmodel import export_saved_model, in_length_buckets
+from cosent_tf.export.huggingface import HF_FORMATS
+from cosent_tf.export.savedmodel import SIGNATURES, export_saved_model, in_length_buckets
+from cosent_tf.models.kinds import KINDS
 from tests.export.test_graph_tokenization import EDGE_CASES, shared_test_sentences
 from tests.helpers import make_model_dir, requires_shared_data, write_config
 
@@ -160,3 +162,9 @@ def test_word_level_models_are_refused_and_nothing_is_written(tmp_path):
     with pytest.raises(ConfigError, match="pre-tokenises with jieba, which cannot run inside a TensorFlow graph"):
         export_saved_model(tmp_path / "model", tmp_path / "exported")
     assert not (tmp_path / "exported").exists()
+
+
+def test_every_model_kind_has_signatures_and_a_hugging_face_format():
+    assert set(SIGNATURES) == set(HF_FORMATS) == set(KINDS)
+    for served in SIGNATURES.values():
+        assert "serving_default" in served  # what a server calls without naming a signature

@@ -3,8 +3,10 @@ import pytest
 
 from cosent_tf import ConfigError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
 from cosent_tf.backend import dtype_policy, tf
+from cosent_tf.inference.matchers import MATCHERS
 from cosent_tf.inference.runtime import batched_outputs
 from cosent_tf.models.builders import head_layer_name
+from cosent_tf.models.kinds import KINDS
 from tests.helpers import make_model_dir
 
 TEXTS = ["今天天气怎么样", "", "ＱＱ号码是多少？", "iPhone 6s 多少钱", "今天天气怎么样", "好"]
@@ -136,3 +138,8 @@ def test_a_bf16_pair_scorer_keeps_its_head_in_float32_and_scores_like_float32(he
     expected, scores = full.similarity(texts_a, texts_b), bf16.similarity(texts_a, texts_b)
     assert scores.dtype == np.float32
     np.testing.assert_allclose(scores, expected, atol=0.02 * max(1.0, float(np.abs(expected).max())))
+
+
+def test_every_model_kind_has_the_matcher_that_loads_it():
+    assert set(MATCHERS) == set(KINDS)
+    assert all(kind == matcher.KIND for kind, matcher in MATCHERS.items())
