@@ -13,11 +13,11 @@ import cosent_tf.models.sources
 import cosent_tf.training.engine
 from cosent_tf import build_encoder, save_checkpoint
 from cosent_tf.io import read_json
-from cosent_tf.models.checkpoints import open_checkpoint
+from cosent_tf.models.checkpoints import open_checkpoint, read_config
 from cosent_tf.models.tokenization import load_vocab
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import train
-from tests.helpers import make_tiny_setup
+from tests.helpers import make_model_dir, make_tiny_setup
 
 READERS = {"config": read_json, "vocabulary": load_vocab, "checkpoint": open_checkpoint}
 
@@ -48,21 +48,31 @@ def count_reads(monkeypatch, paths):
     return counts
 
 
-@pytest.mark.slow
-def test_a_run_reads_its_config_vocabulary_and_checkpoint_once(tmp_path, monkeypatch):
-    make_tiny_setup(tmp_path)
-    checkpoint = tmp_path / "ckpt"
+def google_checkpoint(tmp_path):
+    folder = tmp_path / "ckpt"
     save_checkpoint(
         build_encoder(str(tmp_path / "config.json")),
-        checkpoint,
+        folder,
         str(tmp_path / "config.json"),
         vocab_path=str(tmp_path / "vocab.txt"),
     )
-    paths = {
-        "config": checkpoint / "bert_config.json",
-        "vocabulary": checkpoint / "vocab.txt",
-        "checkpoint": checkpoint,
-    }
+    return folder, {"config": folder / "bert_config.json", "vocabulary": folder / "vocab.txt", "checkpoint": folder}
+
+
+def sentence_transformers_folder(tmp_path):
+    from cosent_tf.export.huggingface import export_hf
+
+    make_model_dir(tmp_path / "source", str(tmp_path / "config.json"), pooling="max", vocab=str(tmp_path / "vocab.txt"))
+    folder = tmp_path / "st"
+    export_hf(str(tmp_path / "source"), str(folder))
+    return folder, {"config": folder / "config.json", "vocabulary": folder / "vocab.txt", "checkpoint": folder}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_checkpoint", [google_checkpoint, sentence_transformers_folder])
+def test_a_run_reads_its_config_vocabulary_and_checkpoint_once(tmp_path, monkeypatch, make_checkpoint):
+    make_tiny_setup(tmp_path)
+    checkpoint, paths = make_checkpoint(tmp_path)
     assert cosent_tf.training.engine and cosent_tf.models.sources and cosent_tf.inference.model_dir
     counts = count_reads(monkeypatch, paths)
     cfg = RunConfig(
@@ -83,5 +93,5 @@ def test_a_run_reads_its_config_vocabulary_and_checkpoint_once(tmp_path, monkeyp
     written = read_json(str(tmp_path / "run" / "config.json"), "the run's settings")
     assert (written["config"], written["vocab"]) == (str(paths["config"]), str(paths["vocabulary"]))
     model = tmp_path / "run" / "model"
-    assert read_json(str(model / "bert_config.json"), "config") == read_json(str(paths["config"]), "config")
+    assert read_config(str(model / "bert_config.json")) == read_config(str(paths["config"]))
     assert (model / "vocab.txt").read_bytes() == paths["vocabulary"].read_bytes()
