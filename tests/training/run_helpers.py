@@ -35,8 +35,8 @@ def tiny_run_config(tmp_path, task):
     )
 
 
-def tiny_run(tiny_setup, name, **settings):
-    tmp_path, _ = tiny_setup
+def tiny_config(tmp_path, name="run", **settings):
+    """A one-epoch run on tiny_setup's data, config and vocabulary into tmp_path/name."""
     base = dict(
         data_dir=str(tmp_path / "data"),
         config=str(tmp_path / "config.json"),
@@ -46,4 +46,8 @@ def tiny_run(tiny_setup, name, **settings):
         lr=1e-3,
         output_dir=str(tmp_path / name),
     )
-    return train(RunConfig(**{**base, **settings}))
+    return RunConfig(**{**base, **settings})
+
+
+def tiny_run(tiny_setup, name, **settings):
+    return train(tiny_config(tiny_setup[0], name, **settings))

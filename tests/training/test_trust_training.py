@@ -20,6 +20,7 @@ from cosent_tf.training.engine import train
 from cosent_tf.training.run_data import load_run_data, run_inputs
 from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS, check_run_folder, fingerprints, prepare_run_folder
 from tests.helpers import tiny_pairs, write_config
+from tests.training import run_helpers
 
 SETTINGS = {
     **json.loads(json.dumps(vars(RunConfig(task="BQ", output_dir="x")))),
@@ -30,18 +31,8 @@ SETTINGS = {
 
 
 def tiny_config(tmp_path, **settings):
-    """A run of tiny_setup's data, config and vocabulary into tmp_path/run."""
-    base = dict(
-        task="BQ",
-        data_dir=str(tmp_path / "data"),
-        config=str(tmp_path / "config.json"),
-        vocab=str(tmp_path / "vocab.txt"),
-        batch_size=8,
-        epochs=1,
-        lr=1e-3,
-        output_dir=str(tmp_path / "run"),
-    )
-    return RunConfig(**{**base, **settings})
+    """A BQ run of tiny_setup's data, config and vocabulary into tmp_path/run."""
+    return run_helpers.tiny_config(tmp_path, **{"task": "BQ", **settings})
 
 
 def contents(folder):
