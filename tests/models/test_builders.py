@@ -140,3 +140,18 @@ def test_models_without_bert_blocks_pool_cls_from_the_full_output(tiny_config):
         encoder = build_encoder(tiny_config, architecture=model, pooling="cls")
         assert "First-Token-Query" not in [layer.name for layer in encoder.layers]
         assert encoder([TOKENS, np.zeros_like(TOKENS)]).shape == (2, 16)
+
+
+@pytest.mark.parametrize("build, option", [(build_encoder, {"pooling": "cls"}), (build_interaction_model, {})])
+def test_a_built_model_round_trips_through_a_keras_file_outside_safe_mode(tiny_config, tmp_path, build, option):
+    """What the README and the guide say of Keras's own saving: bert4keras's Lambda layers make
+    a .keras file load only with safe_mode=False, and then it computes what was saved."""
+    model = build(tiny_config, **option)
+    model.save(tmp_path / "model.keras")
+    ids = np.array([[101, 200, 300, 102], [101, 400, 102, 0]], np.int32)
+    with pytest.raises(ValueError, match="safe_mode=False"):
+        keras.models.load_model(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras", safe_mode=False)
+    np.testing.assert_array_equal(
+        loaded.predict([ids, np.zeros_like(ids)], verbose=0), model.predict([ids, np.zeros_like(ids)], verbose=0)
+    )
