@@ -187,11 +187,13 @@ class SentenceTokenizer:
         return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
 
     def encode_all(self, texts: Iterable[str], what: str = "texts") -> list:
-        """Token ids of each text (int32 arrays); logs a :class:`Truncation` report."""
+        """Token ids of each text (int32 arrays); logs a :class:`Truncation` report (at debug level
+        when nothing was cut)."""
         return self._encode_many([(t,) for t in texts], what)
 
     def encode_pairs(self, firsts: Iterable[str], seconds: Iterable[str], what: str = "pairs") -> list:
-        """Token ids of each concatenated pair (int32 arrays); logs a :class:`Truncation` report."""
+        """Token ids of each concatenated pair (int32 arrays); logs a :class:`Truncation` report (at
+        debug level when nothing was cut)."""
         return self._encode_many(list(zip(firsts, seconds)), what)
 
     def _encode_many(self, items: list, what: str) -> list:
@@ -204,8 +206,8 @@ class SentenceTokenizer:
                 ids = self._tokenizer.encode(*texts, maxlen=self.maxlen)[0]
             encoded.append(np.asarray(ids, dtype=np.int32))
         self.last_truncation = Truncation(what, len(items), truncated, longest, self.maxlen)
-        if items:
-            logger.info("%s", self.last_truncation)
+        if items:  # said only when something was cut: a run encodes up to six splits, most of them uncut
+            logger.log(logging.INFO if truncated else logging.DEBUG, "%s", self.last_truncation)
         return encoded
 
     def tokenize(self, text: str) -> list:

@@ -63,3 +63,17 @@ def test_truncation_is_counted_and_reported(caplog):
     pairs = tokenizer.encode_pairs(["今天", "好"], ["天气很好", "坏"])
     assert [list(p) for p in pairs] == [tokenizer.encode_pair("今天", "天气很好"), tokenizer.encode_pair("好", "坏")]
     assert (tokenizer.last_truncation.truncated, tokenizer.last_truncation.longest) == (1, 9)
+
+
+def test_a_split_with_nothing_cut_reports_it_only_at_debug_level(caplog):
+    import logging
+
+    tokenizer = SentenceTokenizer(made_vocab(), maxlen=6)
+    with caplog.at_level(logging.INFO, logger="cosent_tf"):
+        tokenizer.encode_all(["好", "我们"], what="valid, first texts")
+        tokenizer.encode_pairs(["好"], ["坏"], what="valid, pairs")
+    assert "valid" not in caplog.text  # no "0 of 2 (0.0%) ... were cut" line
+    assert (tokenizer.last_truncation.total, tokenizer.last_truncation.truncated) == (1, 0)
+    with caplog.at_level(logging.DEBUG, logger="cosent_tf"):
+        tokenizer.encode_all(["好", "我们"], what="valid, first texts")
+    assert "valid, first texts: 0 of 2 (0.0%) longer than maxlen 6 tokens were cut" in caplog.text
