@@ -1,5 +1,6 @@
 """What a command shows on the console: the package's log on stderr, TensorFlow's start-up lines
-held back unless asked for, and one ``error: ...`` line for a failure.
+held back unless asked for, live progress bars only on a terminal, and one ``error: ...`` line
+for a failure.
 
 Shared by the ``cosent-tf`` command (:mod:`cosent_tf.cli`) and the training scripts and report
 (:mod:`cosent_tf.experiments.scripts`), so that they speak alike.
@@ -13,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Iterator
+from typing import Any, Optional
 
 from .errors import CosentError
 
@@ -20,6 +22,34 @@ VERBOSE_HELP = (
     "show TensorFlow's start-up lines (absl, oneDNN, CUDA probing), which are held back by default, "
     "and the traceback of an error"
 )
+
+
+def live_progress_on(stream: Optional[Any] = None) -> bool:
+    """Whether a progress bar redrawn in place (with carriage returns) belongs on ``stream``.
+
+    Only a terminal, or a Jupyter cell (whose stream is ipykernel's, drawn as a widget or
+    redrawn in the cell), shows a live bar; a file or a pipe (``2> train.log``, a job's log)
+    would keep every redraw, so progress there is a line per epoch or nothing.
+
+    Args:
+        stream: the stream the bar would be written to (default: ``sys.stderr``, looked up
+            at the call).
+
+    Returns:
+        True for a terminal or a Jupyter cell, False otherwise (a closed stream included).
+
+    Example:
+        >>> import io
+        >>> live_progress_on(io.StringIO())
+        False
+    """
+    stream = sys.stderr if stream is None else stream
+    try:
+        if stream.isatty():
+            return True
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
+        return False
+    return type(stream).__module__.startswith("ipykernel.")
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ evaluation and training's validation share, and the cosine and cross-encoder sco
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -12,6 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..backend import keras, model_precision, tf
+from ..console import live_progress_on
 from ..data.pipeline import length_sorted_batches, restore_order, segment_ids
 
 _INFERENCE_FUNCTIONS: weakref.WeakKeyDictionary[keras.Model, Callable[..., Any]] = weakref.WeakKeyDictionary()
@@ -65,7 +67,7 @@ def batched_outputs(
         model: a Keras model of (token ids, segment ids).
         token_ids: one token-id sequence per input, unpadded.
         batch_size: inputs per model call.
-        show_progress: show a progress bar.
+        show_progress: show a progress bar on stderr, when it is a terminal (or a Jupyter cell).
         sep_id: the [SEP] id, for models that mark a pair's second text with segment id 1.
 
     Returns:
@@ -76,10 +78,11 @@ def batched_outputs(
     """
     function = inference_function(model)
     order, batches = length_sorted_batches(list(token_ids), batch_size)
+    drawn = show_progress and live_progress_on(sys.stderr)  # tqdm's stream; a log file would keep every redraw
     outputs = [
         function(ids, segment_ids(ids, sep_id)).numpy()
         for _, ids in tqdm(
-            batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding", disable=not show_progress
+            batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding", disable=not drawn
         )
     ]
     if not outputs:

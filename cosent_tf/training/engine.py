@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import time
 from typing import Any, Optional
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from ..backend import dtype_policy, keras, policy_name, random_seed, tf
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
+from ..console import live_progress_on
 from ..data.pairs import PairData
 from ..data.pipeline import batches_per_epoch, interaction_dataset, pair_dataset
 from ..data.tasks import CNSD, FILES, Task
@@ -294,7 +296,27 @@ def _train(cfg, overwrite, strategy, source):
         )
         write_json(os.path.join(cfg.output_dir, METRICS), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
+        logger.info("%s", run_summary(metrics, os.path.join(cfg.output_dir, MODEL)))
         return metrics
+
+
+def run_summary(metrics: dict, model_dir: str) -> str:
+    """One readable line of a finished run's results, the last of its log: the task and model,
+    the test Spearman (and accuracy at the valid-tuned threshold on a binary task), the best
+    epoch's valid Spearman, where the model is, and whether it started from random weights.
+
+    ``metrics`` is :func:`train`'s; with several evaluated tasks (NLI) the Spearmans are their mean.
+    """
+    test, valid = metrics["test"], metrics["valid"]
+    evaluated = metrics.get("tasks", {})
+    mean = f" (mean of {', '.join(evaluated)})" if len(evaluated) > 1 else ""
+    said = f"{metrics['task']} {metrics['kind']} {metrics['loss']}: test spearman {test['spearman']:.4f}{mean}"
+    if "accuracy" in test:
+        said += f", accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f}"
+    said += f" (best valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
+    if metrics.get("random_weights"):
+        said += "; from random weights, not for use"
+    return said
 
 
 def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, writes=True):
@@ -330,7 +352,7 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
             {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
         )
 
-    progress_bar = os.isatty(1)
+    progress_bar = live_progress_on(sys.stdout)  # where Keras writes (cosent-tf train: stderr)
     validation = ValidationCheckpoint(
         evaluate_valid,
         os.path.join(cfg.output_dir, BEST_WEIGHTS),

@@ -42,3 +42,11 @@ def test_batched_outputs_come_back_in_input_order(tiny_config):
         for i in range(3)
     ]
     np.testing.assert_allclose(cosines, expected, rtol=1e-5)
+
+
+def test_a_progress_bar_asked_for_draws_nothing_into_a_redirected_stderr(tiny_config, capfd):
+    encoder = build_encoder(tiny_config, pooling="cls")
+    token_ids = [np.array([101, 672 + i, 102], np.int32) for i in range(6)]
+    batched_outputs(encoder, token_ids, batch_size=2, show_progress=True)
+    out, err = capfd.readouterr()  # stderr is a file here, as in `cosent-tf encode ... 2> log`
+    assert "\r" not in err and "encoding" not in err and out == ""

@@ -204,3 +204,48 @@ def test_on_a_terminal_every_validation_line_starts_a_line_of_its_own(every, tin
     assert "\r" in text and "Epoch 2/2" in text  # a live progress bar was drawn
     lines = re.findall(r"(.?)((?:step|epoch) \d+ valid:)", text, flags=re.DOTALL)
     assert len(lines) >= 2 and all(before == "\n" for before, _ in lines), lines
+
+
+def test_stderr_in_a_log_file_gets_one_line_an_epoch_though_stdout_is_a_terminal(tiny_setup, monkeypatch, capsys):
+    """`scripts/cosent.py BQ 2> train.log` from a terminal: no progress bar redrawn into the log."""
+    import pty
+
+    tmp_path, options = tiny_setup
+    terminal, process_side = pty.openpty()
+    saved_stdout = os.dup(1)
+    try:
+        with open(tmp_path / "train.log", "w") as log:
+            monkeypatch.setattr(sys, "stderr", log)
+            os.dup2(process_side, 1)  # file descriptor 1 is a terminal, as the user's
+            train_main(["BQ", "--epochs", "2", "--output-dir", str(tmp_path / "run"), *options])
+    finally:
+        os.dup2(saved_stdout, 1)
+        for fd in (saved_stdout, terminal, process_side):
+            os.close(fd)
+    text = (tmp_path / "train.log").read_text(encoding="utf-8")
+    assert "\r" not in text and "\b" not in text
+    assert re.findall(r"^Epoch \d/2$", text, flags=re.MULTILINE) == ["Epoch 1/2", "Epoch 2/2"]
+    assert len(re.findall(r"^\d+/\d+ - .*loss:", text, flags=re.MULTILINE)) == 2  # Keras's line per epoch
+    assert json.loads(capsys.readouterr().out)["best_epoch"] in (1, 2)
+
+
+@pytest.mark.parametrize("task", ["BQ", "STS-B"])
+def test_a_run_ends_with_a_readable_summary_on_stderr_and_the_json_line_alone_on_stdout(task, tiny_setup, capsys):
+    tmp_path, options = tiny_setup
+    out = tmp_path / "run"
+    train_main([task, "--epochs", "2", "--output-dir", str(out), *options])
+    stdout, stderr = capsys.readouterr()
+    assert stdout.count("\n") == 1
+    printed = json.loads(stdout)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert printed == {k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}
+    summary = stderr.rstrip("\n").splitlines()[-1]  # the last line on stderr
+    test, valid = metrics["test"], metrics["valid"]
+    assert summary.startswith(f"{task} feature cosent: test spearman {test['spearman']:.4f}")
+    assert f"valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}" in summary
+    assert f"model in {out / 'model'}" in summary
+    if task == "BQ":  # a binary task: accuracy at the threshold tuned on valid
+        assert f"accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f}" in summary
+    else:
+        assert "accuracy" not in summary
+    assert "random weights" in summary  # tiny_setup's runs have no --checkpoint
