@@ -33,12 +33,12 @@ import threading
 import time
 
 from ..backend import tf
+from ..choices import STRATEGIES
 from ..errors import ConfigError, TrainingInterrupted, lookup
 from ..io import json_type
 
 logger = logging.getLogger(__name__)
 
-STRATEGIES = ("default", "mirrored", "multi-worker")
 JOBS = ("chief", "worker")  # the tasks MultiWorkerMirroredStrategy trains on, in TensorFlow's order
 TF_CONFIG_EXAMPLE = (
     'e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", '

@@ -1,0 +1,31 @@
+"""The names of the settings whose code needs TensorFlow, as plain data.
+
+Each table is defined here once, and the module that implements its settings imports it from
+here (:mod:`cosent_tf.layers` the pooling modes, :mod:`cosent_tf.backend` the precisions,
+:mod:`cosent_tf.optimizers` the schedules, :mod:`cosent_tf.training.distribute` the
+strategies), so that the run options' parser (:mod:`cosent_tf.training.config`) lists the
+choices without importing TensorFlow, and ``cosent-tf train --help`` answers at once. Like
+:mod:`cosent_tf.errors`, this module imports nothing of the package: every layer may read it.
+"""
+
+from __future__ import annotations
+
+# --pooling: each mode (see cosent_tf.layers.Pooling) and what the journal paper's pooling
+# comparison (and the report) calls it.
+POOLING_MODES = {
+    "cls": "CLS",
+    "last-avg": "mean",
+    "first-last-avg": "first-last average",
+    "max": "max",
+    "pooler": "pooler",
+}
+
+# --precision: its Keras dtype policy. fp16 is for GPUs without bfloat16 (T4, V100); it trains
+# with dynamic loss scaling (cosent_tf.optimizers.build_optimizer) and is slow on a CPU.
+PRECISIONS = {"float32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+# --schedule: the learning rate after the warm-up (cosent_tf.optimizers.WarmupSchedule).
+SCHEDULES = ("constant", "linear")
+
+# --strategy: the tf.distribute strategies a run may use (cosent_tf.training.distribute).
+STRATEGIES = ("default", "mirrored", "multi-worker")
