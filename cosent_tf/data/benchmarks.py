@@ -8,7 +8,7 @@ import os
 from typing import Optional, Union
 
 from ..errors import DataError
-from .files import jsonl_records, tsv_records
+from .files import jsonl_records, label_first_hint, tsv_layout_cause, tsv_records
 from .pairs import NLI_LABELS, LineProblems, PairData, PathLike, check_texts, pair_data, parse_label
 from .tasks import MATCHING_TASKS, SENTEVAL, Task, get_task
 
@@ -51,11 +51,13 @@ def read_senteval(
     seen: dict[tuple[str, ...], int] = {}
     problems = LineProblems(path, strict, benchmark)
     for number, text_a, text_b, text in tsv_records(path, problems):
-        labels.append(_task_label(path, number, text, parse_label(path, number, text).value, task))
+        with label_first_hint(path, number, text_a, text):
+            label = parse_label(path, number, text).value
+        labels.append(_task_label(path, number, text, label, task))
         check_texts(problems, number, [text_a, text_b], seen)
         texts_a.append(text_a)
         texts_b.append(text_b)
-    return pair_data(path, texts_a, texts_b, labels, problems)
+    return pair_data(path, texts_a, texts_b, labels, problems, why_none=tsv_layout_cause(path, problems, senteval=True))
 
 
 def _task_label(path: str, number: int, text: str, label: float, task: Optional[Task]) -> float:

@@ -6,6 +6,8 @@ retrieval files (:mod:`.retrieval`), so that one fault reads the same in every f
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
 import dataclasses
 import json
@@ -95,10 +97,14 @@ class PairFileFormat:
 # ---------------------------------------------------------------- line formats
 
 
+TSV_LAYOUT = "text_a<TAB>text_b<TAB>label"
+
+
 def tsv_records(path: str, problems: LineProblems, header: bool = False) -> Iterator[Record]:
     """The ``text_a<TAB>text_b<TAB>label`` lines of a TSV file; a line of another field count is
-    skipped and reported. ``header``: line 1 may start with a byte-order mark, and is left out
-    when its third cell is no label (a header naming the columns)."""
+    skipped and reported (and its layout kept in ``problems.layouts``). ``header``: line 1 may
+    start with a byte-order mark, and is left out when its third cell is no label (a header naming
+    the columns)."""
     for number, line in decoded_lines(path):
         text = without_newline(line)
         if header and number == 1:
@@ -108,11 +114,69 @@ def tsv_records(path: str, problems: LineProblems, header: bool = False) -> Iter
             problems.add(
                 number, "without exactly 3 tab-separated fields, skipped", f": found {len(fields)}", skipped=True
             )
+            if text.strip():
+                problems.layouts[len(fields), _shape(text)] += 1
             continue
         if header and number == 1 and not looks_like_label(fields[2]):
             logger.info("%s: line 1 is a header (%s), not a pair", path, " | ".join(fields))
+            problems.header_line = number
             continue
         yield number, fields[0], fields[1], fields[2]
+
+
+def _shape(text: str) -> str:
+    """What a line without three tab-separated fields looks like: a JSON object, comma-separated
+    values, or neither."""
+    stripped = text.lstrip("\ufeff").strip()
+    return "json" if stripped.startswith("{") else "comma" if "," in stripped else ""
+
+
+def tsv_layout_cause(path: str, problems: LineProblems, senteval: bool = False) -> str:
+    """The likely cause of a TSV file with no pair, when its skipped lines tell one: they all have
+    one field count other than 3 (blank lines apart). ``senteval``: the file was given to
+    :func:`~cosent_tf.data.benchmarks.read_senteval`, which reads TSV only. The text ends the
+    message "no usable pairs in this file"; it is empty when the lines tell nothing."""
+    counts = {count for count, _ in problems.layouts}
+    if len(counts) != 1:
+        return ""
+    (count,) = counts
+    shapes = {shape for _, shape in problems.layouts}
+    if count == 1:
+        extension = os.path.splitext(path)[1].lower()
+        if senteval and (shapes <= {"comma", "json"} or extension in (".csv", ".json", ".jsonl")):
+            return (
+                f": no line has a tab; read_senteval reads the SentEval layout {TSV_LAYOUT}: read CSV and JSONL "
+                "files with cosent_tf.read_pair_file (cosent-tf train --format csv or --format jsonl)"
+            )
+        cause = f": no line has a tab, expected {TSV_LAYOUT}"
+        if not senteval and shapes == {"comma"}:
+            cause += ": is it comma-separated? name the format with --format csv"
+        elif not senteval and shapes == {"json"}:
+            cause += ": is it JSON lines? name the format with --format jsonl"
+        return cause
+    lines = "every line after the header" if problems.header_line is not None else "every line"
+    question = {2: "is the label column missing?", 4: "is there an extra column (an id?)"}
+    return (
+        f": {lines} has {count} tab-separated fields, expected 3 ({TSV_LAYOUT})"
+        f"{': ' + question[count] if count in question else ''}"
+    )
+
+
+@contextlib.contextmanager
+def label_first_hint(path: str, number: int, text_a: str, raw_label: object) -> Iterator[None]:
+    """Around the parsing of a TSV line's label: a label that is no number, after a first field
+    that is one, is an error that asks whether the file puts the label first."""
+    try:
+        yield
+    except DataError as error:
+        if not (isinstance(raw_label, str) and looks_like_label(text_a) and not looks_like_label(raw_label)):
+            raise
+        raise DataError(
+            path,
+            f"{error.reason}; the first field {text_a!r} is a label: is this file label-first? "
+            f"cosent-tf reads {TSV_LAYOUT}, in that order",
+            line=number,
+        ) from None
 
 
 def json_object(path: PathLike, number: int, line: str) -> dict[str, Any]:
@@ -135,22 +199,53 @@ def jsonl_objects(
     path: PathLike, fields: Sequence[str], problems: Optional[LineProblems] = None, hint: str = ""
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of a JSONL file whose objects all have ``fields``; blank lines are
-    left out (and reported to ``problems`` when given). ``hint`` ends the message of a missing field."""
-    for number, line in decoded_lines(path):
-        if not line.strip():
-            if problems is not None:
-                problems.add(number, "blank, skipped", skipped=True)
-            continue
-        record = json_object(path, number, line.lstrip("\ufeff"))
-        missing = [name for name in fields if name not in record]
-        if missing:
+    left out (and reported to ``problems`` when given). ``hint`` ends the message of a missing field.
+    A file that is one JSON array of objects (a ``.json`` file often is) is an error that says so,
+    whatever its first line's fault was (not JSON, not an object, longer than a line may be)."""
+    first_line: Optional[int] = None
+    try:
+        for number, line in decoded_lines(path):
+            if not line.strip():
+                if problems is not None:
+                    problems.add(number, "blank, skipped", skipped=True)
+                continue
+            first_line = number if first_line is None else first_line
+            record = _checked_object(path, number, line.lstrip("\ufeff"), fields, hint)
+            yield number, record
+    except DataError as error:
+        if error.line is not None and first_line in (None, error.line) and _starts_json_array(path):
             raise DataError(
                 path,
-                f"no field {', '.join(map(repr, missing))}; this line has "
-                f"{', '.join(map(repr, record)) or 'no fields'}{hint}",
-                line=number,
-            )
-        yield number, record
+                "holds one JSON array, not JSON lines: write one object per line (JSONL), e.g. with jq -c '.[]'",
+            ) from None
+        raise
+
+
+def _checked_object(path: PathLike, number: int, line: str, fields: Sequence[str], hint: str) -> dict[str, Any]:
+    record = json_object(path, number, line)
+    missing = [name for name in fields if name not in record]
+    if missing:
+        raise DataError(
+            path,
+            f"no field {', '.join(map(repr, missing))}; this line has "
+            f"{', '.join(map(repr, record)) or 'no fields'}{hint}",
+            line=number,
+        )
+    return record
+
+
+def _starts_json_array(path: PathLike) -> bool:
+    """Whether a regular file starts (after a byte-order mark and white space) with ``[`` and an
+    object, or is an empty array. Only its first bytes are read."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            start = handle.read(4096)
+    except OSError:
+        return False
+    start = start.removeprefix(codecs.BOM_UTF8).lstrip()
+    return start.startswith(b"[") and start[1:].lstrip()[:1] in (b"{", b"]")
 
 
 def jsonl_records(path: str, problems: LineProblems, fields: Sequence[str], hint: str = "") -> Iterator[Record]:
@@ -177,7 +272,7 @@ def _csv_records(path: str, problems: LineProblems, file_format: PairFileFormat)
                 path,
                 f"no column {', '.join(map(repr, missing))}; the header has "
                 f"{', '.join(map(repr, header))} (name the columns with --text-a-field, "
-                "--text-b-field and --label-field)",
+                f"--text-b-field and --label-field){_csv_header_cause(header)}",
                 line=1,
             )
         columns = [header.index(name) for name in file_format.fields]
@@ -192,6 +287,16 @@ def _csv_records(path: str, problems: LineProblems, file_format: PairFileFormat)
             yield number, row[columns[0]], row[columns[1]], row[columns[2]]
     except csv.Error as e:
         raise DataError(path, f"not valid CSV ({e})", line=reader.line_num) from None
+
+
+def _csv_header_cause(header: Sequence[str]) -> str:
+    """The likely cause of a CSV header without the columns asked for, when it tells one: tabs (a
+    TSV file), or a cell that reads as a label (no header: line 1 is a pair)."""
+    if any("\t" in cell for cell in header):
+        return "; line 1 has tabs: is it tab-separated? name the format with --format tsv"
+    if any(looks_like_label(cell) for cell in header if cell.strip()):
+        return "; line 1 reads as a pair, not a header: a CSV file starts with a line naming its columns"
+    return ""
 
 
 _FIELD_HINT = " (name the fields with --text-a-field, --text-b-field and --label-field)"
@@ -235,7 +340,8 @@ def read_pair_file(path: PathLike, file_format: PairFileFormat = PairFileFormat(
         'binary'
     """
     path = os.fspath(path)
-    records = _RECORDS[file_format.format_of(path)]
+    file_kind = file_format.format_of(path)
+    records = _RECORDS[file_kind]
     texts_a: list[str] = []
     texts_b: list[str] = []
     labels: list[float] = []
@@ -243,7 +349,8 @@ def read_pair_file(path: PathLike, file_format: PairFileFormat = PairFileFormat(
     first_kind: Optional[tuple[int, bool, Any]] = None
     problems = LineProblems(path, strict)
     for number, text_a, text_b, raw_label in records(path, problems, file_format):
-        label = parse_label(path, number, raw_label, nli_words=True)
+        with label_first_hint(path, number, text_a, raw_label) if file_kind == "tsv" else contextlib.nullcontext():
+            label = parse_label(path, number, raw_label, nli_words=True)
         if label is None:
             problems.add(number, "with the label '-', skipped", skipped=True)
             continue
@@ -262,7 +369,13 @@ def read_pair_file(path: PathLike, file_format: PairFileFormat = PairFileFormat(
         texts_b.append(text_b)
         labels.append(label.value)
     return pair_data(
-        path, texts_a, texts_b, labels, problems, label_words=first_kind is not None and bool(first_kind[1])
+        path,
+        texts_a,
+        texts_b,
+        labels,
+        problems,
+        label_words=first_kind is not None and bool(first_kind[1]),
+        why_none=tsv_layout_cause(path, problems) if file_kind == "tsv" else "",
     )
 
 

@@ -3,6 +3,8 @@ the report of lines skipped or flagged, and the one parser of a label cell."""
 
 from __future__ import annotations
 
+import codecs
+import collections
 import dataclasses
 import logging
 import math
@@ -164,7 +166,41 @@ def decoded_lines(path: PathLike) -> Iterator[tuple[int, str]]:
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(path, f"not valid UTF-8 at byte {e.start} ({e.reason})", line=number) from e
+                raise DataError(
+                    path,
+                    f"not valid UTF-8 at byte {e.start} ({e.reason}){_likely_encoding(raw, number, e.start)}",
+                    line=number,
+                ) from e
+
+
+# Excel saves "Unicode Text" as UTF-16, and a CSV on Chinese Windows as GBK (which GB18030 extends).
+_UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _likely_encoding(raw: bytes, number: int, error_at: int) -> str:
+    """The end of the message about a line that is not UTF-8: the encoding the line reads as, when
+    it tells one. A line that reads as GB18030 text with Chinese characters is GBK unless UTF-8
+    characters came before its first bad byte (then it is a UTF-8 line with a fault: GB18030 reads
+    most byte pairs, so it would read UTF-8 Chinese as other Chinese characters)."""
+    if number == 1 and raw.startswith(_UTF16_MARKS):
+        return (
+            '; it starts with a UTF-16 byte-order mark (Excel\'s "Unicode Text"): re-save it as UTF-8, '
+            "e.g. iconv -f UTF-16 -t UTF-8"
+        )
+    if not raw[:error_at].isascii():
+        return ""
+    try:
+        text = raw.decode("gb18030")
+    except UnicodeDecodeError:
+        return ""
+    if _CJK.search(text) and not _CONTROL.search(text):
+        return (
+            "; it reads as GBK/GB18030 (saved by Excel on Chinese Windows?): re-save it as UTF-8, "
+            "e.g. iconv -f GB18030 -t UTF-8"
+        )
+    return ""
 
 
 def _read_line(handle: IO[bytes], path: PathLike, number: int) -> bytes:
@@ -189,6 +225,10 @@ class LineProblems:
         self.by_kind: dict[str, list[int]] = {}
         self.skipped: list[int] = []
         self.skipping_kinds: set[str] = set()
+        # What a TSV reader's skipped lines look like, (field count, shape) -> lines, and the header
+        # line it left out: what tells the likely cause when no line is a pair.
+        self.layouts: collections.Counter[tuple[int, str]] = collections.Counter()
+        self.header_line: Optional[int] = None
 
     def add(self, number: int, kind: str, detail: str = "", skipped: bool = False) -> None:
         if self.strict:
@@ -221,11 +261,13 @@ def pair_data(
     labels: list[float],
     problems: LineProblems,
     label_words: bool = False,
+    why_none: str = "",
 ) -> PairData:
-    """The pairs a reader kept, once its line problems are reported; none kept is an error."""
+    """The pairs a reader kept, once its line problems are reported; none kept is an error, which
+    ``why_none`` ends (the likely cause, as the reader tells it)."""
     problems.report()
     if not labels:
-        raise DataError(path, "no usable pairs in this file")
+        raise DataError(path, f"no usable pairs in this file{why_none}")
     return PairData(
         texts_a, texts_b, np.asarray(labels, dtype=np.float32), path, problems.skipped, label_words=label_words
     )
