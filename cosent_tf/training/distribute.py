@@ -47,6 +47,14 @@ TF_CONFIG_EXAMPLE = (
 WAIT_LOG_EVERY = 30.0  # seconds between the lines that say a worker is still being waited for
 PROBE_EVERY = 0.5  # seconds between two rounds of connection attempts to the workers not seen yet
 
+# Said once, when --strategy mirrored finds nothing to mirror on: a plain run, which the user
+# may not expect from the option's name.
+ONE_DEVICE_WARNING = (
+    "--strategy mirrored found one device (%s): training on 1 replica, as --strategy default would; "
+    "set COSENT_TF_CPU_DEVICES=N before the command to split the CPU into N logical devices (to try the "
+    "strategy: it is no faster), or run on a machine with several GPUs"
+)
+
 _made: dict = {}  # one strategy object per name for the process: a second one's collectives would clash
 
 
@@ -56,7 +64,8 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.dis
     ``multi-worker`` first checks TF_CONFIG and waits, at most ``worker_timeout`` seconds, until
     every other worker of its cluster listens on its port (see :func:`wait_for_workers`); then
     TensorFlow connects them, and the process ends if that takes more than ``worker_timeout``
-    again (:func:`_ended_unless_done_within`).
+    again (:func:`_ended_unless_done_within`). ``mirrored`` on a machine with one device logs a
+    warning (:data:`ONE_DEVICE_WARNING`) when it is made: it then trains on 1 replica, as ``default``.
     """
     lookup(dict.fromkeys(STRATEGIES), name, "strategy")  # a tuple of names: the check alone
     if name == "default":
@@ -69,6 +78,8 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.dis
                 else [d.name for d in tf.config.list_logical_devices("CPU")]
             )
             _made[name] = tf.distribute.MirroredStrategy(devices)
+            if _made[name].num_replicas_in_sync == 1:
+                logger.warning(ONE_DEVICE_WARNING, _made[name].extended.worker_devices[0].rpartition("device:")[2])
         else:
             tasks, me = read_tf_config()
             wait_for_workers(tasks, me, worker_timeout)

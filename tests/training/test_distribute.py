@@ -305,3 +305,31 @@ def test_a_run_stopped_on_one_device_resumes_on_two_replicas_to_the_same_result(
     assert "resuming the unfinished run in this folder with strategy 'default' -> 'mirrored'" in resumed.stderr
     assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
     assert same_result(tmp_path / "whole", out, 1e-5)["replicas"] == 2
+
+
+def test_mirrored_on_one_device_says_it_trains_on_one_replica_once(monkeypatch, caplog):
+    from cosent_tf.training import distribute
+
+    if len(tf.config.list_logical_devices("GPU")) > 1 or len(tf.config.list_logical_devices("CPU")) > 1:
+        pytest.skip("this machine has several devices")
+    monkeypatch.setattr(distribute, "_made", {})  # a strategy of its own, made by this call
+    caplog.set_level("WARNING", "cosent_tf")
+    strategy = get_strategy("mirrored")
+    assert strategy.num_replicas_in_sync == 1
+    get_strategy("mirrored")
+    assert len(caplog.messages) == 1, caplog.messages
+    assert caplog.messages[0].startswith("--strategy mirrored found one device (")
+    assert "training on 1 replica, as --strategy default would" in caplog.messages[0]
+    assert "COSENT_TF_CPU_DEVICES=N" in caplog.messages[0]
+
+
+def test_mirrored_on_two_devices_says_nothing_of_them():
+    quiet = """
+import logging
+logging.basicConfig(level=logging.WARNING)
+from cosent_tf.training.distribute import get_strategy
+print(get_strategy("mirrored").num_replicas_in_sync)
+"""
+    done = subprocess.run([sys.executable, "-c", quiet], env=two_cpus(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2"] and "found one device" not in done.stderr
