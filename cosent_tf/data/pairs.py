@@ -176,6 +176,8 @@ def decoded_lines(path: PathLike) -> Iterator[tuple[int, str]]:
 # Excel saves "Unicode Text" as UTF-16, and a CSV on Chinese Windows as GBK (which GB18030 extends).
 _UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# What else a Chinese text holds beyond ASCII: CJK punctuation, full-width forms, quotes and dashes.
+_CHINESE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef\u2010-\u2027\u00b7]")
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
@@ -183,7 +185,8 @@ def _likely_encoding(raw: bytes, number: int, error_at: int) -> str:
     """The end of the message about a line that is not UTF-8: the encoding the line reads as, when
     it tells one. A line that reads as GB18030 text with Chinese characters is GBK unless UTF-8
     characters came before its first bad byte (then it is a UTF-8 line with a fault: GB18030 reads
-    most byte pairs, so it would read UTF-8 Chinese as other Chinese characters)."""
+    most byte pairs, so it would read UTF-8 Chinese as other Chinese characters), or it also reads
+    as characters no Chinese text holds (Latin-1's accented letters can pair into a CJK one)."""
     if number == 1 and raw.startswith(_UTF16_MARKS):
         return (
             '; it starts with a UTF-16 byte-order mark (Excel\'s "Unicode Text"): re-save it as UTF-8, '
@@ -195,7 +198,8 @@ def _likely_encoding(raw: bytes, number: int, error_at: int) -> str:
         text = raw.decode("gb18030")
     except UnicodeDecodeError:
         return ""
-    if _CJK.search(text) and not _CONTROL.search(text):
+    beyond_ascii = [character for character in text if not character.isascii()]
+    if _CJK.search(text) and all(map(_CHINESE.fullmatch, beyond_ascii)) and not _CONTROL.search(text):
         return (
             "; it reads as GBK/GB18030 (saved by Excel on Chinese Windows?): re-save it as UTF-8, "
             "e.g. iconv -f GB18030 -t UTF-8"

@@ -179,6 +179,8 @@ def test_a_gbk_json_line_is_named_as_gbk(tmp_path):
     "content",
     [
         "caf\xe9\tb\t0\n".encode("latin-1"),  # Latin-1: not GB18030 either
+        "\xa7\xa7 f\xfcr Stra\xdfe\tb\t0\n".encode("latin-1"),  # Latin-1 that GB18030 reads, as CJK and Cyrillic
+        "你好\t您好\t1\n".encode()[:-5] + b"\xff\t1\n",  # UTF-8 Chinese with a bad byte: UTF-8 before it
         b"\xff\x00\x01\x02\x80\x81\t\x00\n",  # binary bytes
     ],
 )
