@@ -119,7 +119,7 @@ def tsv_records(path: str, problems: LineProblems, header: bool = False) -> Iter
             continue
         if header and number == 1 and not looks_like_label(fields[2]):
             logger.info("%s: line 1 is a header (%s), not a pair", path, " | ".join(fields))
-            problems.header_line = number
+            problems.header = fields
             continue
         yield number, fields[0], fields[1], fields[2]
 
@@ -137,6 +137,12 @@ def tsv_layout_cause(path: str, problems: LineProblems, senteval: bool = False) 
     :func:`~cosent_tf.data.benchmarks.read_senteval`, which reads TSV only. The text ends the
     message "no usable pairs in this file"; it is empty when the lines tell nothing."""
     counts = {count for count, _ in problems.layouts}
+    header = problems.header
+    if not counts and header is not None and looks_like_label(header[0]):
+        return (
+            f": line 1 was read as a header, but its first field {header[0]!r} is a label: is this file "
+            f"label-first? cosent-tf reads {TSV_LAYOUT}, in that order"
+        )
     if len(counts) != 1:
         return ""
     (count,) = counts
@@ -154,7 +160,7 @@ def tsv_layout_cause(path: str, problems: LineProblems, senteval: bool = False) 
         elif not senteval and shapes == {"json"}:
             cause += ": is it JSON lines? name the format with --format jsonl"
         return cause
-    lines = "every line after the header" if problems.header_line is not None else "every line"
+    lines = "every line after the header" if header is not None else "every line"
     question = {2: "is the label column missing?", 4: "is there an extra column (an id?)"}
     return (
         f": {lines} has {count} tab-separated fields, expected 3 ({TSV_LAYOUT})"

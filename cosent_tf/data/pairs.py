@@ -229,10 +229,10 @@ class LineProblems:
         self.by_kind: dict[str, list[int]] = {}
         self.skipped: list[int] = []
         self.skipping_kinds: set[str] = set()
-        # What a TSV reader's skipped lines look like, (field count, shape) -> lines, and the header
-        # line it left out: what tells the likely cause when no line is a pair.
+        # What a TSV reader's skipped lines look like, (field count, shape) -> lines, and the fields
+        # of the header line it left out: what tells the likely cause when no line is a pair.
         self.layouts: collections.Counter[tuple[int, str]] = collections.Counter()
-        self.header_line: Optional[int] = None
+        self.header: Optional[list[str]] = None
 
     def add(self, number: int, kind: str, detail: str = "", skipped: bool = False) -> None:
         if self.strict:

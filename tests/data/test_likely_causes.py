@@ -46,6 +46,15 @@ def test_a_label_first_tsv_is_named_as_such_by_the_own_file_reader(tmp_path):
     assert message.endswith(f"; the first field '0' is a label: {EXPECTED_LAYOUT}")
 
 
+def test_a_label_first_tsv_of_one_line_is_named_as_such(tmp_path):
+    # the one line reads as a header: no pair is left
+    assert raised(read_pair_file, write(tmp_path / "a.tsv", "1\t你好\t您好\n")) == (
+        f"a.tsv: no usable pairs in this file: line 1 was read as a header, but its first field '1' is a label: "
+        f"{EXPECTED_LAYOUT}"
+    )
+    assert raised(read_pair_file, write(tmp_path / "b.tsv", "q1\tq2\tlabel\n")) == "b.tsv: no usable pairs in this file"
+
+
 def test_a_label_first_tsv_is_named_as_such_by_the_senteval_reader(tmp_path):
     message = raised(read_senteval, write(tmp_path / "a.data", "entailment\t你好\t您好\n"))
     assert (
