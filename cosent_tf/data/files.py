@@ -338,7 +338,10 @@ def read_pair_file(path: PathLike, file_format: PairFileFormat = PairFileFormat(
     Raises:
         DataError: naming the file and line, for anything wrong that is not skipped: a label
             that is no number or NLI word, or not finite as float32, labels of both kinds, bad
-            CSV or JSON, a missing column or field, a text that is not a string, no pair at all.
+            CSV or JSON (one JSON array rather than JSON lines), a missing column or field, a
+            text that is not a string, no pair at all. Where the file tells the likely cause (the
+            label first, no label column, a comma-separated TSV, a CSV without a header, GBK
+            text), the message asks about it.
 
     Example:
         >>> data = read_pair_file("train.csv", PairFileFormat(text_a_field="q1", text_b_field="q2"))  # doctest: +SKIP

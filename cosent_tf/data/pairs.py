@@ -145,7 +145,8 @@ def decoded_lines(path: PathLike) -> Iterator[tuple[int, str]]:
 
     Raises:
         DataError: the file cannot be opened or read, a line is longer than
-            :data:`MAX_LINE_BYTES`, or a byte sequence is not UTF-8; it names the line.
+            :data:`MAX_LINE_BYTES`, or a byte sequence is not UTF-8; it names the line, and
+            the encoding the line reads as when it tells one (GBK/GB18030, UTF-16).
 
     Example:
         >>> for number, line in decoded_lines("pairs.tsv"):  # doctest: +SKIP
