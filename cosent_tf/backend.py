@@ -79,12 +79,12 @@ from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402
 from tensorflow.python.eager import context as _eager_context  # noqa: E402
 from tf_keras.src import backend as _keras_backend  # noqa: E402
 
+from .choices import CPU_DEVICES_VARIABLE, PRECISIONS  # noqa: E402
 from .errors import ConfigError, lookup  # noqa: E402
 
 # COSENT_TF_CPU_DEVICES=N splits the CPU into N logical devices, which a MirroredStrategy uses
 # as N replicas (see cosent_tf.training.distribute): a way to try, and test, training on several devices
 # without accelerators. TensorFlow takes the split only before its runtime starts: hence here.
-CPU_DEVICES_VARIABLE = "COSENT_TF_CPU_DEVICES"
 
 
 def _split_cpu() -> None:
@@ -131,11 +131,6 @@ def import_tensorflow_text() -> Any:
             f"pip install tensorflow-text=={tf.__version__.rsplit('.', 1)[0]}.*"
         ) from e
     return tensorflow_text
-
-
-# --precision: its Keras dtype policy. fp16 is for GPUs without bfloat16 (T4, V100); it trains
-# with dynamic loss scaling (cosent_tf.optimizers.build_optimizer) and is slow on a CPU.
-PRECISIONS = {"float32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 def policy_name(precision: str) -> str:

@@ -3,8 +3,9 @@
 Each table is defined here once, and the module that implements its settings imports it from
 here (:mod:`cosent_tf.layers` the pooling modes, :mod:`cosent_tf.backend` the precisions,
 :mod:`cosent_tf.optimizers` the schedules, :mod:`cosent_tf.training.distribute` the
-strategies), so that the run options' parser (:mod:`cosent_tf.training.config`) lists the
-choices without importing TensorFlow, and ``cosent-tf train --help`` answers at once. Like
+strategies and the variable that splits the CPU for them), so that the run options' parser
+(:mod:`cosent_tf.training.config`) lists the choices without importing TensorFlow, and
+``cosent-tf train --help`` answers at once. Like
 :mod:`cosent_tf.errors`, this module imports nothing of the package: every layer may read it.
 """
 
@@ -29,3 +30,6 @@ SCHEDULES = ("constant", "linear")
 
 # --strategy: the tf.distribute strategies a run may use (cosent_tf.training.distribute).
 STRATEGIES = ("default", "mirrored", "multi-worker")
+# The environment variable that splits the CPU into N logical devices, which the mirrored
+# strategy then uses as N replicas (read by cosent_tf.backend when TensorFlow starts).
+CPU_DEVICES_VARIABLE = "COSENT_TF_CPU_DEVICES"

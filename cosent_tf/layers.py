@@ -5,16 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .backend import keras, tf
+from .choices import POOLING_MODES
 from .errors import ConfigError
-
-# Each mode and what the journal paper's pooling comparison (and the report) calls it.
-POOLING_MODES = {
-    "cls": "CLS",
-    "last-avg": "mean",
-    "first-last-avg": "first-last average",
-    "max": "max",
-    "pooler": "pooler",
-}
 
 
 def _masked_mean(hidden: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -39,7 +31,7 @@ class Pooling(keras.layers.Layer):
     is safe under mixed_bfloat16.
 
     Args:
-        mode: one of :data:`POOLING_MODES` (above).
+        mode: one of :data:`POOLING_MODES` (:mod:`cosent_tf.choices`).
         **kwargs: Keras layer arguments (``name``; ``dtype`` defaults to float32).
 
     Raises:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Union
 
 from .backend import keras, tf
+from .choices import SCHEDULES
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -57,7 +58,6 @@ class FusedAdam(keras.optimizers.Adam):
         )
 
 
-SCHEDULES = ("constant", "linear")
 # Decoupled weight decay skips these, as is usual for BERT (and as the CoSENT journal paper's
 # AdamW recipe does): embeddings, layer norms and biases. Regular expressions on variable names.
 NOT_DECAYED = (r"^Embedding-", r"-Norm/", r"/bias:")

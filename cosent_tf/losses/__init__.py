@@ -1,32 +1,33 @@
 """Losses: CoSENT for feature and interaction models, and the baselines it is compared with.
 
-One module per loss; :mod:`cosent_tf.losses.registry` is the table the engine reads.
+One module per loss; :mod:`cosent_tf.losses.registry` is the table the engine reads. Each name
+loads its module on first use (see :mod:`cosent_tf.api`), so that reading the table imports no
+TensorFlow.
 """
 
 from __future__ import annotations
 
-from .contrastive import ThresholdContrastiveLoss, threshold_contrastive_loss
-from .cosent import CoSENTLoss, cosent_loss, ranking_loss
-from .interaction_cosent import InteractionCoSENTLoss, interaction_cosent_loss
-from .mse import CosineMSELoss, cosine_mse_loss
-from .registry import LOSSES, LossEntry, get_loss, loss_names
-from .softmax import SentenceBertHead, SentenceBertSoftmaxLoss, sentence_bert_softmax_loss
+from ..api import lazy_names
 
-__all__ = [
-    "CoSENTLoss",
-    "cosent_loss",
-    "ranking_loss",
-    "InteractionCoSENTLoss",
-    "interaction_cosent_loss",
-    "SentenceBertHead",
-    "SentenceBertSoftmaxLoss",
-    "sentence_bert_softmax_loss",
-    "CosineMSELoss",
-    "cosine_mse_loss",
-    "ThresholdContrastiveLoss",
-    "threshold_contrastive_loss",
-    "LOSSES",
-    "LossEntry",
-    "get_loss",
-    "loss_names",
-]
+_HOMES = {
+    "CoSENTLoss": ".cosent",
+    "cosent_loss": ".cosent",
+    "ranking_loss": ".cosent",
+    "InteractionCoSENTLoss": ".interaction_cosent",
+    "interaction_cosent_loss": ".interaction_cosent",
+    "SentenceBertHead": ".softmax",
+    "SentenceBertSoftmaxLoss": ".softmax",
+    "sentence_bert_softmax_loss": ".softmax",
+    "CosineMSELoss": ".mse",
+    "cosine_mse_loss": ".mse",
+    "ThresholdContrastiveLoss": ".contrastive",
+    "threshold_contrastive_loss": ".contrastive",
+    "LOSSES": ".registry",
+    "LossEntry": ".registry",
+    "get_loss": ".registry",
+    "loss_names": ".registry",
+}
+
+__all__ = list(_HOMES)
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -1,24 +1,47 @@
 """Every loss the engine trains with: one entry each, read by the engine, its command line and
-the result tables. Adding a loss is one entry in :data:`LOSSES`."""
+the result tables. Adding a loss is one entry in :data:`LOSSES`.
+
+The table is plain data: a row's factories import their Keras classes when first called, so
+that reading the names and rows (the run options' parser does, for ``--loss``) imports no
+TensorFlow.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..backend import keras
 from ..errors import ConfigError
 from ..models.kinds import FEATURE as FEATURE_KIND
 from ..models.kinds import INTERACTION as INTERACTION_KIND
 from ..models.kinds import KINDS
-from .contrastive import ThresholdContrastiveLoss
-from .cosent import CoSENTLoss
-from .interaction_cosent import InteractionCoSENTLoss
-from .mse import CosineMSELoss
-from .softmax import SentenceBertHead, SentenceBertSoftmaxLoss
+
+if TYPE_CHECKING:  # the loss modules import TensorFlow, which the table's rows do not need
+    from ..backend import keras
 
 # The model kinds' table lives with the models; its names are what a loss entry's kind holds.
 FEATURE, INTERACTION = FEATURE_KIND.name, INTERACTION_KIND.name
+
+
+def _imported_when_called(module: str, name: str) -> Callable[..., Any]:
+    """A stand-in for the class ``name`` of the loss module ``module`` that imports it on its
+    first call and makes an instance, so that a row's factory names its class as it reads."""
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module, __package__), name)(*args, **kwargs)
+
+    make.__name__ = make.__qualname__ = name
+    return make
+
+
+# The classes the rows' factories make, each imported on its factory's first call.
+CoSENTLoss = _imported_when_called(".cosent", "CoSENTLoss")
+InteractionCoSENTLoss = _imported_when_called(".interaction_cosent", "InteractionCoSENTLoss")
+CosineMSELoss = _imported_when_called(".mse", "CosineMSELoss")
+ThresholdContrastiveLoss = _imported_when_called(".contrastive", "ThresholdContrastiveLoss")
+SentenceBertSoftmaxLoss = _imported_when_called(".softmax", "SentenceBertSoftmaxLoss")
+SentenceBertHead = _imported_when_called(".softmax", "SentenceBertHead")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +100,12 @@ def _sentence_bert_head(num_classes: int) -> keras.layers.Layer:
     return SentenceBertHead(num_classes, name="SentenceBert-Head")
 
 
+def _cross_entropy(**_: Any) -> keras.losses.Loss:
+    from ..backend import keras
+
+    return keras.losses.SparseCategoricalCrossentropy()
+
+
 LOSSES = {
     (entry.kind, entry.name): entry
     for entry in (
@@ -106,7 +135,7 @@ LOSSES = {
             "ce",
             INTERACTION,
             "CE",
-            lambda **_: keras.losses.SparseCategoricalCrossentropy(),
+            _cross_entropy,
             on_classes=True,
             interaction_head="softmax",
         ),

@@ -1,7 +1,9 @@
 """The transformer families cosent-tf builds, and what their bert4keras classes need fixed.
 
-:data:`ARCHITECTURES` is the table ``build_encoder(architecture=...)`` reads, beside TASKS,
-LOSSES, RECIPES and STRATEGIES. Two fixes are made to bert4keras's classes here:
+:data:`ARCHITECTURES` (plain data, in :mod:`cosent_tf.models.families`) is the table
+``build_encoder(architecture=...)`` reads, beside TASKS, LOSSES, RECIPES and STRATEGIES; each row
+names its bert4keras class, which :func:`transformer_class` resolves. Two fixes are made to
+bert4keras's classes here:
 
 * Since Keras 2.10 an unseeded initializer instance repeats its values on every call, and
   bert4keras hands one instance to the query, key, value and output kernels of an attention
@@ -14,7 +16,6 @@ LOSSES, RECIPES and STRATEGIES. Two fixes are made to bert4keras's classes here:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 from bert4keras import layers as _b4k_layers
@@ -22,60 +23,7 @@ from bert4keras import models as _b4k_models
 
 from ..backend import keras, tf
 from ..environment import check_weights_may_change
-from ..errors import lookup
-
-
-@dataclasses.dataclass(frozen=True)
-class Architecture:
-    """A transformer family ``build_encoder(architecture=...)`` accepts.
-
-    Attributes:
-        base: its bert4keras transformer class.
-        word_level: its vocabulary is of words (jieba pre-tokenisation, as WoBERT and the
-            original RoFormer).
-        learned_positions: positions are a table of ``max_position_embeddings`` rows, which
-            bounds maxlen.
-        first_token_only: its last block can be computed at [CLS] alone (BERT-style blocks
-            with absolute positions).
-
-    Example:
-        >>> ARCHITECTURES["wobert"].word_level
-        True
-    """
-
-    base: type
-    word_level: bool = False
-    learned_positions: bool = True
-    first_token_only: bool = True
-
-
-ARCHITECTURES = {
-    "bert": Architecture(_b4k_models.BERT),
-    "roberta": Architecture(_b4k_models.BERT),  # RoBERTa-wwm checkpoints are BERT format
-    "wobert": Architecture(_b4k_models.BERT, word_level=True),
-    "nezha": Architecture(_b4k_models.NEZHA, learned_positions=False, first_token_only=False),
-    "albert": Architecture(_b4k_models.ALBERT, first_token_only=False),  # one block shared by all depths
-    "roformer": Architecture(_b4k_models.RoFormer, word_level=True, learned_positions=False, first_token_only=False),
-}
-
-
-def get_architecture(name: str) -> Architecture:
-    """The :class:`Architecture` called ``name``.
-
-    Args:
-        name: a key of :data:`ARCHITECTURES`.
-
-    Returns:
-        Its row.
-
-    Raises:
-        ConfigError: an unknown name; the message lists the choices.
-
-    Example:
-        >>> get_architecture("nezha").learned_positions
-        False
-    """
-    return lookup(ARCHITECTURES, name, "architecture", sorted(ARCHITECTURES))
+from .families import ARCHITECTURES, Architecture, get_architecture  # noqa: F401 (their table, re-exported)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -124,7 +72,7 @@ def transformer_class(name: str) -> type:
     Example:
         >>> transformer = transformer_class("bert")(**config)  # doctest: +SKIP
     """
-    base = get_architecture(name).base
+    base = getattr(_b4k_models, get_architecture(name).base)
     return type(base.__name__, (_IndependentInitializer, base), {})
 
 

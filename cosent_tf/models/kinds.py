@@ -8,8 +8,9 @@ small table keyed by :attr:`ModelKind.name` (as :data:`cosent_tf.inference.match
 does, and :data:`cosent_tf.models.builders.BUILDERS` for the builder of each kind). Adding a kind
 is one entry in :data:`KINDS` and one per such table.
 
-This module is the floor of :mod:`cosent_tf.models`: plain data that imports no other module of
-the package, so that the spec, the sources and the builders can all read it.
+This module is the floor of :mod:`cosent_tf.models`: plain data that imports no module of the
+package above :mod:`cosent_tf.errors` and :mod:`cosent_tf.choices`, and no TensorFlow, so that the
+spec, the sources, the builders and the run options' parser can all read it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..choices import POOLING_MODES
 from ..errors import ConfigError, lookup
-from ..layers import POOLING_MODES
 
 # An interaction model's heads: one unbounded score, or the two-way softmax of the
 # cross-entropy baseline.

@@ -43,7 +43,7 @@ _HOMES = {
     "check_run_folder": ".run_folder",
     "prepare_run_folder": ".run_folder",
     "GradientCacheModel": ".gradient_cache",
-    "STRATEGIES": ".distribute",
+    "STRATEGIES": "..choices",
     "JOBS": ".distribute",
     "TF_CONFIG_EXAMPLE": ".distribute",
     "WAIT_LOG_EVERY": ".distribute",

@@ -1,14 +1,17 @@
 """A training run's settings: :class:`RunConfig`, each of whose fields is also a command-line option.
 
 Each field declares its option once, in ``dataclasses.field(metadata=...)``: its help, its
-flags, its choices (read from the tables that define them: tasks, losses, recipes, strategies,
-architectures, precisions) and, for a number, its range (:data:`RANGES`).
+flags, its choices (read from the tables that define them: kinds, losses, recipes, strategies,
+architectures, pooling modes, precisions, schedules, file formats) and, for a number, its range
+(:data:`RANGES`).
 :func:`add_run_options` builds the argparse options from them, for the training scripts
 (:mod:`cosent_tf.experiments.scripts`) and for ``cosent-tf train`` alike; :func:`run_config`
 turns the parsed options back into a :class:`RunConfig`.
 
-Importing this module does not import TensorFlow: the tables that need it are read when a
-parser is built or a configuration resolved, so that ``cosent-tf --help`` answers at once.
+Neither importing this module nor building or running its parser imports TensorFlow: those
+tables are plain data (:mod:`cosent_tf.choices`, :mod:`cosent_tf.models.kinds`,
+:mod:`cosent_tf.models.families`, :mod:`cosent_tf.losses.registry`), so that ``cosent-tf train
+--help`` answers at once; TensorFlow comes with the model source (:meth:`RunConfig.model_source`).
 """
 
 from __future__ import annotations
@@ -18,13 +21,18 @@ import dataclasses
 import math
 import numbers
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ..choices import CPU_DEVICES_VARIABLE, POOLING_MODES, PRECISIONS, SCHEDULES, STRATEGIES
 from ..data.benchmarks import shared_vocab
+from ..data.files import FILE_FORMATS
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError
-from .recipes import get_recipe
+from ..losses.registry import get_loss, loss_names
+from ..models.families import ARCHITECTURES
+from ..models.kinds import HEAD_INPUTS, KINDS, get_kind
+from .recipes import RECIPES, get_recipe
 
 if TYPE_CHECKING:  # it imports TensorFlow, which a parser of these options does not need
     from ..models.sources import ModelSource
@@ -44,72 +52,13 @@ def _option(default: Any, group: Optional[str], help: Any = None, **settings: An
     return dataclasses.field(default=default, metadata={"group": group, "help": help, **settings})
 
 
-def _kinds() -> Sequence[str]:
-    from ..models.kinds import KINDS
-
-    return list(KINDS)
-
-
 def _losses_by_kind() -> str:
-    from ..losses.registry import loss_names
-    from ..models.kinds import KINDS
-
     return "; ".join(f"{kind}: {', '.join(loss_names(kind))}" for kind in KINDS) + " (default cosent)"
 
 
-def _architectures() -> Sequence[str]:
-    from ..models.architectures import ARCHITECTURES
-
-    return sorted(ARCHITECTURES)
-
-
-def _pooling_modes() -> Sequence[str]:
-    from ..layers import POOLING_MODES
-
-    return list(POOLING_MODES)
-
-
-def _head_inputs() -> Sequence[str]:
-    from ..models.kinds import HEAD_INPUTS
-
-    return HEAD_INPUTS
-
-
-def _recipes() -> Sequence[str]:
-    from .recipes import RECIPES
-
-    return list(RECIPES)
-
-
 def _recipe_help() -> str:
-    from .recipes import RECIPES
-
     described = "; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values())
     return described.replace("%", "%%") + ". Each of its settings is overridden by its own option"
-
-
-def _schedules() -> Sequence[str]:
-    from ..optimizers import SCHEDULES
-
-    return SCHEDULES
-
-
-def _precisions() -> Sequence[str]:
-    from ..backend import PRECISIONS
-
-    return list(PRECISIONS)
-
-
-def _strategies() -> Sequence[str]:
-    from .distribute import STRATEGIES
-
-    return STRATEGIES
-
-
-def _file_formats() -> Sequence[str]:
-    from ..data.files import FILE_FORMATS
-
-    return FILE_FORMATS
 
 
 def finite_number(text: str) -> float:
@@ -195,9 +144,9 @@ class RunConfig:
 
     task: str = _option("STS-B", None)
     kind: str = _option(
-        "feature", MODEL_KIND, "a sentence encoder scored by cosine, or a cross-encoder", choices=_kinds
+        "feature", MODEL_KIND, "a sentence encoder scored by cosine, or a cross-encoder", choices=list(KINDS)
     )
-    loss: str = _option("cosent", MODEL_KIND, _losses_by_kind)
+    loss: str = _option("cosent", MODEL_KIND, _losses_by_kind())
     data_dir: str = _option(
         "../shared/data", TASK_DATA, "shared data root (with senteval_cn/, cnsd/, vocab/) or a senteval_cn folder"
     )
@@ -216,13 +165,13 @@ class RunConfig:
         ENGINE,
         "the transformer family (--model is its old name)",
         flags=("--architecture", "--model"),
-        choices=_architectures,
+        choices=sorted(ARCHITECTURES),
     )
     pooling: Optional[str] = _option(
         None,
         ENGINE,
         "feature models (default: a sentence-transformers checkpoint's, else the recipe's: cls, paper last-avg)",
-        choices=_pooling_modes,
+        choices=list(POOLING_MODES),
     )
     head_input: Optional[str] = _option(
         None,
@@ -231,7 +180,7 @@ class RunConfig:
         "pooler, BERT's pooler (dense + tanh on [CLS]) as Hugging Face's BertForSequenceClassification, which "
         "`cosent-tf export --format hf` needs (default: pooler for such a checkpoint, else cls)",
         flags=("--head",),
-        choices=_head_inputs,
+        choices=HEAD_INPUTS,
     )
     maxlen: Optional[int] = _option(
         None,
@@ -243,7 +192,7 @@ class RunConfig:
     batch_size: Optional[int] = _option(None, ENGINE, "pairs per batch; " + _TASK_DEFAULT)
     epochs: Optional[int] = _option(None, ENGINE, _TASK_DEFAULT)
     steps_per_epoch: Optional[int] = _option(None, ENGINE, "default: one pass over train (NLI 5000)")
-    recipe: str = _option("blog", ENGINE, _recipe_help, choices=_recipes)
+    recipe: str = _option("blog", ENGINE, _recipe_help(), choices=list(RECIPES))
     lr: Optional[float] = _option(None, ENGINE, "peak learning rate (default: 2e-5)")
     weight_decay: Optional[float] = _option(
         None,
@@ -262,7 +211,7 @@ class RunConfig:
         ENGINE,
         "after the warm-up: a constant learning rate, or linear decay to 0 at the last step "
         "(default: constant, paper recipe linear)",
-        choices=_schedules,
+        choices=SCHEDULES,
     )
     scale: float = _option(20.0, ENGINE, "CoSENT's lambda")
     # Parsed as any finite number, so that a value out of RANGES is RunConfig.check's error.
@@ -296,14 +245,16 @@ class RunConfig:
         ENGINE,
         "bf16: mixed bfloat16 (fast on CPUs with AVX512-BF16 or AMX, and on recent GPUs); fp16: mixed "
         "float16 with dynamic loss scaling, for GPUs without bfloat16 (T4, V100; slow on a CPU)",
-        choices=_precisions,
+        choices=list(PRECISIONS),
     )
     strategy: str = _option(
         "default",
         ENGINE,
         "train on one device (default), on every device of this machine (mirrored), or across machines "
-        "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs",
-        choices=_strategies,
+        "(multi-worker, the cluster in TF_CONFIG); --batch-size stays the global number of pairs. Without "
+        f"accelerators, mirrored has one device unless the environment variable {CPU_DEVICES_VARIABLE}=N splits "
+        "the CPU into N logical devices, N replicas (to try the strategies; no faster than one device)",
+        choices=STRATEGIES,
     )
     global_batch_loss: bool = _option(
         True,
@@ -348,7 +299,7 @@ class RunConfig:
         FILE_FORMAT,
         "default: from the extension (.tsv .txt .data: TSV; .csv: CSV; .jsonl .json: JSONL)",
         flags=("--format",),
-        choices=_file_formats,
+        choices=FILE_FORMATS,
     )
     text_a_field: str = _option("sentence1", FILE_FORMAT, "CSV column / JSON field of the first text")
     text_b_field: str = _option("sentence2", FILE_FORMAT, "CSV column / JSON field of the second text")
@@ -430,10 +381,6 @@ class RunConfig:
             >>> cfg.config == source.config_path  # doctest: +SKIP
             True
         """
-        # Imported here: they import TensorFlow, which a parser of these options does not need.
-        from ..losses import get_loss
-        from ..models.kinds import get_kind
-
         self.check()
         task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
         loss = get_loss(self.kind, self.loss)
@@ -514,11 +461,6 @@ def _whole(name: str) -> bool:
     return isinstance(low, int) and (high is None or isinstance(high, int))
 
 
-def _setting(value: Any) -> Any:
-    """A metadata value: a table's contents are read only now, when a parser is built."""
-    return value() if callable(value) and not isinstance(value, type) else value
-
-
 def _argument_type(name: str, metadata: dict) -> Any:
     """The argparse type of a field: its own, else a number in its range (the parser's upper bound
     is inclusive, so that a fraction of 1 reaches :meth:`RunConfig.check`, which names the setting)."""
@@ -545,7 +487,7 @@ def add_run_options(
     """Add the command-line options of RunConfig's fields in ``selected`` to ``parser``.
 
     Each option comes from its field: flags ``--field-name`` unless the metadata names others,
-    the field's default, its help, its choices (read from their table now), and for a number the
+    the field's default, its help, its choices (from their table), and for a number the
     range of :data:`RANGES`. A boolean field is a switch that sets the opposite of its default.
 
     Args:
@@ -566,7 +508,7 @@ def add_run_options(
     for field in run_options(*selected):
         metadata = field.metadata
         flags = metadata.get("flags", (f"--{field.name.replace('_', '-')}",))
-        settings: dict = {"dest": field.name, "help": _setting(metadata.get("help"))}
+        settings: dict = {"dest": field.name, "help": metadata.get("help")}
         if isinstance(field.default, bool):
             settings["action"] = "store_false" if field.default else "store_true"
         else:
@@ -575,7 +517,7 @@ def add_run_options(
                 if key in metadata:
                     settings[key] = metadata[key]
             if "choices" in metadata:
-                settings["choices"] = _setting(metadata["choices"])
+                settings["choices"] = metadata["choices"]
             argument_type = _argument_type(field.name, metadata)
             if argument_type is not None:
                 settings["type"] = argument_type

@@ -1,0 +1,66 @@
+"""The transformer families cosent-tf builds, as a table of plain data: :data:`ARCHITECTURES`.
+
+Each row names its bert4keras class rather than holding it, so that reading the table (the run
+options' parser lists its names for ``--architecture``) imports neither bert4keras nor
+TensorFlow; :func:`cosent_tf.models.architectures.transformer_class` resolves the name when a
+model is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import lookup
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """A transformer family ``build_encoder(architecture=...)`` accepts.
+
+    Attributes:
+        base: the name of its transformer class in ``bert4keras.models``.
+        word_level: its vocabulary is of words (jieba pre-tokenisation, as WoBERT and the
+            original RoFormer).
+        learned_positions: positions are a table of ``max_position_embeddings`` rows, which
+            bounds maxlen.
+        first_token_only: its last block can be computed at [CLS] alone (BERT-style blocks
+            with absolute positions).
+
+    Example:
+        >>> ARCHITECTURES["wobert"].word_level
+        True
+    """
+
+    base: str
+    word_level: bool = False
+    learned_positions: bool = True
+    first_token_only: bool = True
+
+
+ARCHITECTURES = {
+    "bert": Architecture("BERT"),
+    "roberta": Architecture("BERT"),  # RoBERTa-wwm checkpoints are BERT format
+    "wobert": Architecture("BERT", word_level=True),
+    "nezha": Architecture("NEZHA", learned_positions=False, first_token_only=False),
+    "albert": Architecture("ALBERT", first_token_only=False),  # one block shared by all depths
+    "roformer": Architecture("RoFormer", word_level=True, learned_positions=False, first_token_only=False),
+}
+
+
+def get_architecture(name: str) -> Architecture:
+    """The :class:`Architecture` called ``name``.
+
+    Args:
+        name: a key of :data:`ARCHITECTURES`.
+
+    Returns:
+        Its row.
+
+    Raises:
+        ConfigError: an unknown name; the message lists the choices.
+
+    Example:
+        >>> get_architecture("nezha").learned_positions
+        False
+    """
+    return lookup(ARCHITECTURES, name, "architecture", sorted(ARCHITECTURES))
