@@ -7,6 +7,8 @@ source's, read once.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from typing import Any, Callable, Optional, Union
 
 from ..backend import keras
@@ -14,7 +16,16 @@ from ..compat import renamed_keyword
 from ..errors import ConfigError
 from ..layers import POOLING_MODES, PaddingMask, Pooling
 from .architectures import IndependentTruncatedNormal, get_architecture, transformer_class
-from .checkpoints import HEAD_SCOPE, CheckpointVariables, checkpoint_files, load_checkpoint, load_head, read_config
+from .checkpoints import (
+    HEAD_SCOPE,
+    REQUIRED_CONFIG,
+    CheckpointVariables,
+    checkpoint_files,
+    load_checkpoint,
+    load_head,
+    read_config,
+    refuse_other_folder,
+)
 from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, INTERACTION_HEADS, get_kind
 from .sources import ModelSource
 from .spec import ModelSpec
@@ -25,8 +36,10 @@ ConfigSource = Union[str, ModelSource]
 
 __all__ = [  # HEAD_INPUTS and INTERACTION_HEADS live in cosent_tf.models.kinds; named here as before
     "BUILDERS",
+    "CONFIG_FIELDS",
     "HEAD_INPUTS",
     "INTERACTION_HEADS",
+    "TRANSFORMER_OPTIONS",
     "build_encoder",
     "build_from_spec",
     "build_interaction_model",
@@ -37,6 +50,54 @@ __all__ = [  # HEAD_INPUTS and INTERACTION_HEADS live in cosent_tf.models.kinds;
     "head_layer_name",
 ]
 
+# The keywords a builder takes besides its parameters, each passed on to bert4keras: a field of
+# the BERT config, which replaces the file's ...
+CONFIG_FIELDS = (
+    *REQUIRED_CONFIG,
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "embedding_size",
+)
+# ... or an option of bert4keras's constructors (models.Transformer and models.BERT) that leaves
+# the weights' names and shapes as a checkpoint has them, so that loading still checks them all.
+# ``with_pool`` is the transformer builder's only: the other builders set it from their pooling.
+TRANSFORMER_OPTIONS = (
+    "dropout_rate",
+    "attention_dropout_rate",
+    "max_position",
+    "segment_vocab_size",
+    "sequence_length",
+    "residual_attention_scores",
+    "with_pool",
+)
+
+
+def _check_keywords(builder: Callable[..., Any], keywords: dict, builder_sets: tuple = ()) -> None:
+    """Raise TypeError, as Python does for a function without ``**kwargs``, for a keyword of
+    ``builder``'s ``**overrides`` that is neither a config field nor a bert4keras option (or is one
+    ``builder`` sets itself): such a keyword, a misspelt ``checkpoint_path`` above all, would
+    otherwise reach bert4keras unread, and the model would start from random weights unsaid."""
+    taken = [name for name in (*CONFIG_FIELDS, *TRANSFORMER_OPTIONS) if name not in builder_sets]
+    parameters = [
+        name
+        for name, parameter in inspect.signature(builder).parameters.items()
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    for keyword in keywords:
+        if keyword in taken:
+            continue
+        close = difflib.get_close_matches(keyword, parameters + taken, n=1)
+        sets = f" ({builder.__name__} sets {keyword} itself)" if keyword in builder_sets else ""
+        hint = f"; did you mean {close[0]}?" if close else "."
+        raise TypeError(
+            f"{builder.__name__}() got an unexpected keyword argument {keyword!r}{sets}{hint} Besides its "
+            "parameters it takes only a BERT config field or a bert4keras option (CONFIG_FIELDS and "
+            "TRANSFORMER_OPTIONS of cosent_tf.models.builders)"
+        )
+
 
 def head_layer_name(head: str) -> str:
     """The Keras layer name of an interaction head (``Match-Score`` / ``Match-Softmax``)."""
@@ -45,6 +106,8 @@ def head_layer_name(head: str) -> str:
 
 def _config_of(config_path: Optional[ConfigSource], checkpoint_path: Optional[str]) -> ConfigSource:
     """``config_path``, or the config of the checkpoint's folder when it is None."""
+    if checkpoint_path is not None:
+        refuse_other_folder(checkpoint_path)
     if config_path is not None:
         return config_path
     if checkpoint_path is None:
@@ -72,18 +135,25 @@ def build_transformer(
             (whose checkpoint is then loaded unless ``checkpoint_path`` is given).
         checkpoint_path: a Google-format checkpoint prefix or folder, or a Hugging Face folder.
         architecture: a name of :data:`cosent_tf.backend.ARCHITECTURES`.
-        overrides: config values to replace, and bert4keras constructor options.
+        overrides: config fields to replace (:data:`CONFIG_FIELDS`) and bert4keras constructor
+            options (:data:`TRANSFORMER_OPTIONS`, ``with_pool`` among them); nothing else.
 
     Returns:
         The built bert4keras ``Transformer`` object (its Keras model is ``.model``).
 
     Raises:
+        TypeError: a keyword that is no parameter, config field or option (the message names the
+            parameter it is close to: ``checkpoint=`` is ``checkpoint_path``).
         ConfigError: the config is unreadable or wrong, or the architecture unknown.
-        CheckpointError: the checkpoint is unreadable or does not fit the config.
+        CheckpointError: the checkpoint is unreadable or does not fit the config, or
+            ``checkpoint_path`` is a folder that holds no checkpoint (a run folder, a SavedModel).
 
     Example:
         >>> transformer = build_transformer(SMALL_RANDOM_CONFIG)  # doctest: +SKIP
     """
+    _check_keywords(build_transformer, overrides)
+    if checkpoint_path is not None:
+        refuse_other_folder(checkpoint_path)
     return _transformer(config_path, _weights(config_path, checkpoint_path), architecture, **overrides)
 
 
@@ -166,20 +236,26 @@ def build_encoder(
         pooling: one of ``cls``, ``last-avg``, ``first-last-avg``, ``max``, ``pooler``.
         vocab_path: if given, checked against the config's ``vocab_size``.
         model: deprecated name of ``architecture``.
-        overrides: passed to the bert4keras constructor (e.g. ``dropout_rate=0.1``).
+        overrides: config fields to replace (:data:`CONFIG_FIELDS`) and bert4keras constructor
+            options (:data:`TRANSFORMER_OPTIONS` but ``with_pool``, which ``pooling`` sets), e.g.
+            ``dropout_rate=0.1``; nothing else.
 
     Returns:
         The Keras model; its output is float32 under every precision policy.
 
     Raises:
+        TypeError: a keyword that is no parameter, config field or option (the message names the
+            parameter it is close to: ``checkpoint=`` is ``checkpoint_path``).
         ConfigError: an unknown pooling or architecture, a config that does not fit the vocabulary.
-        CheckpointError: the checkpoint is unreadable or does not fit the config.
+        CheckpointError: the checkpoint is unreadable or does not fit the config, or
+            ``checkpoint_path`` is a folder that holds no checkpoint (a run folder, a SavedModel).
 
     Example:
         >>> encoder = build_encoder(open_source("chinese_L-12_H-768_A-12/"), pooling="first-last-avg")  # doctest: +SKIP
         >>> encoder.output_shape  # doctest: +SKIP
         (None, 768)
     """
+    _check_keywords(build_encoder, overrides, builder_sets=("with_pool",))
     architecture = renamed_keyword("model", "architecture", model, architecture)
     config_path = _config_of(config_path, checkpoint_path)
     if pooling not in POOLING_MODES:
@@ -234,21 +310,24 @@ def build_interaction_model(
         model: deprecated name of ``architecture``.
         head_input: ``cls`` or ``pooler``.
         require_head: a checkpoint without the head's weights is an error.
-        overrides: passed to the bert4keras constructor.
+        overrides: as :func:`build_encoder`'s (``head_input`` sets ``with_pool``).
 
     Returns:
         The Keras model, from [token_ids, segment_ids] to (B, 1) scores or (B, 2) probabilities.
 
     Raises:
+        TypeError: a keyword that is no parameter, config field or option (as :func:`build_encoder`).
         ConfigError: an unknown head, head input or architecture; a config that does not fit the
             vocabulary.
-        CheckpointError: the checkpoint is unreadable, does not fit, or (``require_head``) lacks the head.
+        CheckpointError: the checkpoint is unreadable, does not fit, or (``require_head``) lacks the
+            head; or ``checkpoint_path`` is a folder that holds no checkpoint.
 
     Example:
         >>> scorer = build_interaction_model(SMALL_RANDOM_CONFIG, head="softmax")  # doctest: +SKIP
         >>> scorer.output_shape  # doctest: +SKIP
         (None, 2)
     """
+    _check_keywords(build_interaction_model, overrides, builder_sets=("with_pool",))
     architecture = renamed_keyword("model", "architecture", model, architecture)
     config_path = _config_of(config_path, checkpoint_path)
     if head not in INTERACTION_HEADS:
@@ -343,12 +422,14 @@ def build_from_spec(
             says whether it is pooled (``pooling``) or has a head (``head`` and ``head_input``).
         source: a config path or a :class:`~cosent_tf.models.sources.ModelSource`.
         checkpoint: where the weights come from; None: the source's own, or random weights.
-        options: passed on to the builder (``name``, ``require_head``, bert4keras options).
+        options: passed on to the builder (``name``, ``require_head``, bert4keras options), which
+            refuses any other.
 
     Returns:
         The Keras model.
 
     Raises:
+        TypeError: an option the builder does not take (the builder names itself and the option).
         ConfigError: an unknown kind, or a spec the builder refuses.
         CheckpointError: the checkpoint is unreadable or does not fit.
 

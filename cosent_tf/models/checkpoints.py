@@ -37,6 +37,13 @@ CHECKPOINT_FOLDER = FolderKind("a checkpoint folder", CHECKPOINT_PREFIX + ".inde
 REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 # A layer outside the transformer (an interaction model's head) is saved as HEAD_SCOPE<layer>/kernel|bias.
 HEAD_SCOPE = "cosent/"
+# A training run's folder (cosent_tf.training.run_folder) holds this marker, written first, and its
+# best model as a model folder under RUN_MODEL_FOLDER; named here, below training, so that a run
+# folder given where a checkpoint is expected is recognised.
+RUN_MARKER = ".cosent-run"
+RUN_MODEL_FOLDER = "model"
+# The file that makes a folder a TensorFlow SavedModel (tf.saved_model.SAVED_MODEL_FILENAME_PB).
+SAVED_MODEL_FILE = "saved_model.pb"
 logger = logging.getLogger(__name__)
 
 
@@ -192,6 +199,47 @@ def readable_prefix(prefix: str) -> tuple:
     for path in glob.glob(glob.escape(prefix) + ".*"):
         os.symlink(os.path.abspath(path), os.path.join(links, CHECKPOINT_PREFIX + path[len(prefix) :]))
     return os.path.join(links, CHECKPOINT_PREFIX), links
+
+
+def refuse_other_folder(path: Any) -> None:
+    """Raise CheckpointError when ``path`` is a folder that holds no checkpoint of any format read
+    here, saying what it is instead: a training run's folder (whose ``model`` folder is the
+    checkpoint), a SavedModel, or else what was looked for and what the folder holds. A path that
+    is no folder, or a folder with a config or a checkpoint's ``.index``, passes: its files are
+    checked as they are read.
+
+    Args:
+        path: what was given as the checkpoint.
+
+    Raises:
+        CheckpointError: ``path`` is a folder of another kind; the message names it.
+
+    Example:
+        >>> refuse_other_folder("chinese_L-12_H-768_A-12/")  # doctest: +SKIP
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path) or huggingface.is_hf_folder(path):
+        return
+    names = sorted(os.listdir(path))
+    run_model = os.path.join(path, RUN_MODEL_FOLDER)
+    if RUN_MARKER in names or (
+        CONFIG_FILE not in names and os.path.isfile(os.path.join(run_model, CHECKPOINT_PREFIX + ".index"))
+    ):
+        raise CheckpointError(f"{where(path)}: is a cosent-tf training run folder, not a checkpoint: pass {run_model}")
+    if SAVED_MODEL_FILE in names:
+        raise CheckpointError(
+            f"{where(path)}: is a TensorFlow SavedModel (an export for serving), which cannot be trained or loaded "
+            "from: pass the model folder it was exported from"
+        )
+    if CONFIG_FILE in names or any(name.endswith(".index") for name in names):
+        return
+    held = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
+    raise CheckpointError(
+        f"{where(path)}: no TensorFlow checkpoint or Hugging Face model in this folder: looked for {CONFIG_FILE} "
+        f"and {CHECKPOINT_PREFIX}.index "
+        f"(a Google-format checkpoint, or a cosent-tf model folder), and {huggingface.CONFIG_FILE} with "
+        f"{' or '.join(huggingface.WEIGHT_FILES)} (a Hugging Face or sentence-transformers folder); it holds {held}"
+    )
 
 
 def _refuse_hub_name(path):

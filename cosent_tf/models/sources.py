@@ -27,7 +27,14 @@ from .. import huggingface
 from ..errors import ConfigError
 from ..io import read_json
 from .architectures import get_architecture
-from .checkpoints import CheckpointVariables, check_config, checkpoint_files, open_checkpoint, read_config
+from .checkpoints import (
+    CheckpointVariables,
+    check_config,
+    checkpoint_files,
+    open_checkpoint,
+    read_config,
+    refuse_other_folder,
+)
 from .spec import HUGGING_FACE, SENTENCE_TRANSFORMERS, SPEC_FILE, ModelSpec, hf_spec, hugging_face_format, read_spec
 from .tokenization import load_vocab
 
@@ -182,7 +189,9 @@ def open_source(
     Raises:
         ConfigError: the config is unreadable or wrong, or a Hugging Face folder cannot be
             used (its message names the file).
-        CheckpointError: a hub name was given (nothing is downloaded).
+        CheckpointError: a hub name was given (nothing is downloaded), or a folder that holds no
+            checkpoint (a training run's folder, a SavedModel, another folder): the message says
+            what it is and what to pass.
 
     Example:
         >>> source = open_source(None, vocab="vocab.txt")  # doctest: +SKIP
@@ -195,6 +204,7 @@ def open_source(
     checkpoint = os.fspath(checkpoint)
     if hugging_face_format(checkpoint) is not None:
         return _hugging_face_source(checkpoint, config, vocab)
+    refuse_other_folder(checkpoint)  # before its files are looked for one by one
     folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
     spec = read_spec(folder) if os.path.exists(os.path.join(folder, SPEC_FILE)) else None
     return _checkpoint_source(checkpoint, config, vocab, spec)

@@ -28,17 +28,17 @@ from typing import Optional
 from ..errors import ConfigError, DataError
 from ..inference.model_dir import MODEL_FOLDER, SPEC_FILE
 from ..io import FolderKind, atomic_path, is_inside, json_field, read_json, write_json
-from ..models.checkpoints import TF_GLOB_CHARACTERS
+from ..models.checkpoints import RUN_MARKER, RUN_MODEL_FOLDER, TF_GLOB_CHARACTERS
 
-# Written first into a new run's folder; it records the fingerprints of the run's inputs.
-RUN_MARKER = ".cosent-run"
+# RUN_MARKER is written first into a new run's folder; it records the fingerprints of the run's
+# inputs (named in cosent_tf.models.checkpoints, which tells a run folder from a checkpoint).
 # What a run writes into its output folder (see cosent_tf.training.engine), each named once here.
 RUN_CONFIG = "config.json"  # the full, resolved configuration
 BEST_WEIGHTS = "best.weights.h5"  # weights of the epoch with the best valid Spearman
 VALID_METRICS = "valid_metrics.csv"  # every validation (each epoch end, and every --eval-every steps)
 VALID_CURVE = "valid_curve.png"  # valid Spearman against training steps (plot_valid_curve)
 TEST_SCORES = "test_scores.npz"  # test scores and labels per task, for similarity-distribution plots
-MODEL = "model"  # the best model as a model folder, with the threshold tuned on valid
+MODEL = RUN_MODEL_FOLDER  # the best model as a model folder, with the threshold tuned on valid
 METRICS = "metrics.json"  # the final metrics; its presence makes the run finished
 BACKUP = "backup"  # the training state while the run is unfinished, removed last
 LOCK = ".lock"  # held while a run writes to the folder
