@@ -201,7 +201,8 @@ def test_on_a_terminal_every_validation_line_starts_a_line_of_its_own(every, tin
     text = shown.decode("utf-8")
     assert process.wait(timeout=300) == 0, text[-2000:]
     assert json.loads(process.stdout.read())["best_epoch"] in (1, 2)  # stdout: the metrics alone
-    assert "\r" in text and "Epoch 2/2" in text  # a live progress bar was drawn
+    # a live progress bar was drawn: redrawn in place (a terminal's "\r" alone is its line end)
+    assert "\b" in text and re.search(r"\d+/\d+ \[=+\]", text) and "Epoch 2/2" in text
     lines = re.findall(r"(.?)((?:step|epoch) \d+ valid:)", text, flags=re.DOTALL)
     assert len(lines) >= 2 and all(before == "\n" for before, _ in lines), lines
 
