@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Optional
 
 from ..backend import tf
 from ..choices import STRATEGIES
@@ -86,6 +87,32 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.dis
             with _ended_unless_done_within(worker_timeout, f"{me[0]} {me[1]}"):
                 _made[name] = tf.distribute.MultiWorkerMirroredStrategy()
     return _made[name]
+
+
+def partial_batch_note(pairs: int, batch_size: int, replicas: int) -> Optional[str]:
+    """What the replicas leave out of each pass over ``pairs`` training pairs, said where a run
+    under a strategy cannot follow a one-device run step for step; None where it can.
+
+    Each replica gets an equal slice of whole pairs, so the pass's last, partial batch is cut to
+    a multiple of ``replicas`` (:func:`cosent_tf.data.pipeline.batch_indices`): its other pairs
+    sit the pass out, different ones each pass, where one device trains on all of them.
+    """
+    rest = pairs % batch_size
+    left_out = rest % replicas
+    if replicas == 1 or not left_out:
+        return None
+    steps = pairs // batch_size
+    outcome = (
+        f"leaves a partial batch of {rest}, cut to {rest - left_out} for the {replicas} replicas to share equally: "
+        f"{left_out} pair(s) sit each pass out (different ones each time), where one device trains on all {rest}"
+        if rest >= replicas
+        else f"leaves {rest} pair(s) after its whole batches, fewer than the {replicas} replicas: they sit "
+        f"each pass out (different ones each time), and a pass takes {steps} steps where one device takes {steps + 1}"
+    )
+    return (
+        f"each pass over the {pairs} train pairs {outcome}; so this run does not follow a one-device run step "
+        f"for step (it would with a multiple of {replicas} pairs left after the whole batches of {batch_size})"
+    )
 
 
 def read_tf_config() -> tuple:

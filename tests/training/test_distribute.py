@@ -132,6 +132,7 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
     done = subprocess.run(script + argv, env=two_cpus(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 replicas (--strategy mirrored), 4 pairs each a step; CoSENT ranks the global batch" in done.stderr
+    assert "each pass over the 45 train pairs leaves a partial batch of 5, cut to 4 for the 2 replicas" in done.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["replicas"] == 2 and metrics["steps"] == 12
     assert json.loads((out / "config.json").read_text())["strategy"] == "mirrored"
@@ -219,6 +220,22 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
     assert "2 replicas (--strategy multi-worker), 4 pairs each a step" in chief_log
     two = same_result(tmp_path / "single", tmp_path / "two", 1e-5)
     assert two["replicas"] == 2 and two["steps"] == 12
+
+
+@pytest.mark.slow
+def test_two_workers_take_the_steps_of_one_process_to_float_rounding_over_fifty_steps(tiny_setup):  # noqa: F811
+    """What docs/guide.md says of two workers against one process (issue 35): with dropout off (the
+    tiny model has none) and batches the replicas share whole (48 pairs in batches of 8), 54 steps
+    at --lr 1e-3 end within 1e-6 in every weight, and the workers agree exactly with each other."""
+    tmp_path, options = tiny_setup
+    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--pooling", "last-avg"]
+    command += ["--epochs", "9"]
+    single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr[-3000:]
+    (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
+    assert "sit each pass out" not in chief_log
+    two = same_result(tmp_path / "single", tmp_path / "two", 1e-6)
+    assert (two["replicas"], two["steps"]) == (2, 54)
 
 
 @pytest.mark.slow
@@ -333,3 +350,25 @@ print(get_strategy("mirrored").num_replicas_in_sync)
     done = subprocess.run([sys.executable, "-c", quiet], env=two_cpus(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["2"] and "found one device" not in done.stderr
+
+
+@pytest.mark.parametrize("pairs", [48, 46, 45, 41])
+def test_the_pairs_the_replicas_leave_out_of_each_pass_are_said(pairs):
+    from cosent_tf.data.pipeline import batch_indices
+    from cosent_tf.training.distribute import partial_batch_note
+
+    one_device = batch_indices([1] * pairs, 8, epoch=0)
+    replicas = batch_indices([1] * pairs, 8, epoch=0, replicas=2)
+    trained_alone, trained_shared = sum(map(len, one_device)), sum(map(len, replicas))
+    note = partial_batch_note(pairs, 8, 2)
+    assert partial_batch_note(pairs, 8, 1) is None
+    if trained_shared == trained_alone:
+        assert note is None
+        return
+    assert note.startswith(f"each pass over the {pairs} train pairs leaves ")
+    assert f"{trained_alone - trained_shared} pair(s) sit each pass out" in note or "they sit each pass out" in note
+    if len(replicas) != len(one_device):
+        assert f"a pass takes {len(replicas)} steps where one device takes {len(one_device)}" in note
+    else:
+        assert f"a partial batch of {len(min(one_device, key=len))}, cut to {len(min(replicas, key=len))}" in note
+    assert "does not follow a one-device run step for step" in note
