@@ -45,7 +45,7 @@ from ..models.sources import ModelSource
 from ..models.tokenization import SentenceTokenizer
 from ..optimizers import build_optimizer
 from .config import RunConfig
-from .distribute import get_strategy, is_chief, started_together, worker
+from .distribute import get_strategy, is_chief, partial_batch_note, started_together, worker
 from .gradient_cache import GradientCacheModel
 from .run_data import check_inputs, load_run_data, run_inputs
 from .run_folder import (
@@ -332,6 +332,9 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
             cfg.batch_size // replicas,
             "the global batch" if cfg.global_batch_loss else "each replica's pairs alone (--per-replica-loss)",
         )
+        left_out = partial_batch_note(len(train_pairs), cfg.batch_size, replicas)
+        if left_out:
+            logger.info("%s", left_out)
     if cfg.micro_batch_size:
         logger.info(
             "the gradient of each batch is computed %d pairs at a time (--micro-batch-size)", cfg.micro_batch_size
