@@ -309,13 +309,13 @@ def run_summary(metrics: dict, model_dir: str) -> str:
     """
     test, valid = metrics["test"], metrics["valid"]
     evaluated = metrics.get("tasks", {})
-    mean = f" (mean of {', '.join(evaluated)})" if len(evaluated) > 1 else ""
+    mean = f", the mean over {', '.join(evaluated)}" if len(evaluated) > 1 else ""
     said = f"{metrics['task']} {metrics['kind']} {metrics['loss']}: test spearman {test['spearman']:.4f}{mean}"
     if "accuracy" in test:
         said += f", accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f}"
     said += f" (best valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
     if metrics.get("random_weights"):
-        said += "; from random weights, not for use"
+        said += " (from random weights: not for use)"
     return said
 
 
