@@ -40,6 +40,8 @@ _HOMES = {
     "read_senteval": ".data.benchmarks",
     "read_nli": ".data.benchmarks",
     "load_task": ".data.benchmarks",
+    "read_pair_file": ".data.files",
+    "PairFileFormat": ".data.files",
     "pair_dataset": ".data.pipeline",
     "interaction_dataset": ".data.pipeline",
     # training

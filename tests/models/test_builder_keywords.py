@@ -2,6 +2,7 @@
 names it (and the parameter it is close to), never a model that silently starts random."""
 
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from cosent_tf.models import builders
 from cosent_tf.models.builders import build_from_spec, build_transformer
 from cosent_tf.models.spec import ModelSpec
 from tests.helpers import made_vocab
+from tests.test_readme import TABLE, quote_pattern
 
 TOKENS = np.array([[101, 872, 1962, 102, 0]], np.int32)
 INPUTS = [TOKENS, np.zeros_like(TOKENS)]
@@ -98,3 +100,11 @@ def test_keras_layers_and_losses_refuse_an_unknown_keyword_themselves():
         Pooling("cls", modd="max")
     with pytest.raises(TypeError, match="scal"):
         CoSENTLoss(scal=10.0)
+
+
+def test_the_guide_quotes_what_a_misnamed_keyword_gets(checkpoint_folder):
+    quote = "build_encoder() got an unexpected keyword argument 'checkpoint'; did you mean checkpoint_path? ..."
+    assert f"`{quote}`" in TABLE
+    with pytest.raises(TypeError) as refused:
+        build_encoder(None, checkpoint=checkpoint_folder[0])
+    assert re.search(quote_pattern(quote), str(refused.value))

@@ -3,6 +3,7 @@ instead, before any data is read and before anything is written."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -13,6 +14,17 @@ from cosent_tf.models.checkpoints import refuse_other_folder
 from cosent_tf.training import run_data
 from cosent_tf.training.run_folder import METRICS, MODEL, RUN_CONFIG, RUN_MARKER
 from tests.helpers import make_model_dir, write_config, write_tiny_data
+from tests.test_readme import TABLE, quote_pattern
+
+# What docs/guide.md's bad-input table quotes for each folder of another kind.
+QUOTES = {
+    "run": "PATH: is a cosent-tf training run folder, not a checkpoint: pass PATH/model",
+    "saved model": "PATH: is a TensorFlow SavedModel (an export for serving), which cannot be trained or loaded from: "
+    "pass the model folder it was exported from",
+    "data": "PATH: no TensorFlow checkpoint or Hugging Face model in this folder: looked for bert_config.json and "
+    "bert_model.ckpt.index (...), and config.json with model.safetensors or ... (a Hugging Face or "
+    "sentence-transformers folder); it holds cnsd, senteval_cn, vocab",
+}
 
 
 def run_folder(root, marked=True):
@@ -84,8 +96,9 @@ def test_a_folder_without_a_checkpoint_lists_what_was_looked_for_and_what_it_hol
 ):
     folder = tmp_path / "folder"
     folder.mkdir()
-    if content == "data":
+    if content == "data":  # the shared data root's layout
         write_tiny_data(folder)
+        (folder / "vocab").mkdir()
     message = train_error(folder, pairs, tmp_path / "out")
     expected = f"{folder}: no TensorFlow checkpoint or Hugging Face model in this folder: looked for bert_config.json"
     assert expected + " and bert_model.ckpt.index" in message
@@ -109,3 +122,14 @@ def test_checkpoints_of_each_format_pass(tmp_path):
     for folder in ("model", "hf", "google"):
         refuse_other_folder(tmp_path / folder)
     refuse_other_folder(tmp_path / "absent")  # not a folder: what reads it says what is missing
+
+
+def test_the_guide_quotes_what_each_folder_of_another_kind_gets(tmp_path, pairs):
+    data = tmp_path / "data"
+    write_tiny_data(data)
+    (data / "vocab").mkdir()
+    folders = {"run": run_folder(tmp_path / "run"), "saved model": saved_model(tmp_path / "export"), "data": data}
+    for name, quote in QUOTES.items():
+        assert f"`{quote}`" in TABLE, f"the guide's table no longer quotes: {quote}"
+        printed = train_error(folders[name], pairs, tmp_path / "out")
+        assert re.search(quote_pattern(quote), printed), f"docs/guide.md: {quote}\nprinted: {printed}"
