@@ -19,7 +19,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 import numpy as np
 
@@ -31,7 +31,9 @@ from .console import (  # noqa: F401 (console_logging and errors_reported: also 
     errors_reported,
     tensorflow_start_up_shown,
 )
-from .data.files import read_lines, read_pair_lines
+from .data import files as pair_files
+from .data.files import EXTENSION_FORMATS, PairFileFormat, read_lines, read_pair_lines
+from .data.pairs import LineProblems
 from .errors import ConfigError, CosentError
 from .experiments.scripts import (  # noqa: F401 (the training scripts' entry points: also their old home)
     output_kinds,
@@ -62,7 +64,7 @@ from .training.config import (
 )
 
 
-def summary_stream(output):
+def summary_stream(output: str) -> TextIO:
     """Where a command says what it wrote: stdout, unless the output is stdout itself
     (``/dev/stdout``), where the line would be mixed into the result."""
     try:
@@ -76,10 +78,11 @@ def summary_stream(output):
 def _encode(args):
     from .inference.matchers import SentenceEncoder
 
-    check_output_file(args.output, [args.model_dir, args.texts], output_kinds())
+    check_output_file(args.output, [args.model_dir, args.texts], output_kinds(), args.overwrite)
     said = summary_stream(args.output)
+    texts = read_lines(args.texts, args.strict)  # a bad file is said before the model's load
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
-    vectors = encoder.encode(read_lines(args.texts, args.strict), args.batch_size, normalize=not args.no_normalize)
+    vectors = encoder.encode(texts, args.batch_size, normalize=not args.no_normalize)
     with atomic_path(args.output) as tmp, open(tmp, "wb") as f:
         np.save(_WriteOnly(f), vectors)
     print(f"{args.output}: {vectors.shape[0]} vectors of dimension {vectors.shape[1]}", file=said)
@@ -93,20 +96,86 @@ class _WriteOnly:
         self.write = file.write
 
 
-def _similarity(args):
+# What makes a similarity argument a file's name rather than a text: a text holds no path separator
+# and ends in none of the pair files' extensions, so a missing file is "cannot open", never scored.
+def _names_a_file(argument: str) -> bool:
+    return (
+        os.path.lexists(argument)
+        or "/" in argument
+        or os.sep in argument
+        or os.path.splitext(argument)[1].lower() in EXTENSION_FORMATS
+    )
+
+
+def _two_texts(args: argparse.Namespace) -> Optional[tuple[str, str]]:
+    """The two texts of ``similarity MODEL_DIR TEXT_A TEXT_B`` (or ``--texts``), or None for a pair file."""
+    if args.texts:
+        if args.output is None:
+            raise ConfigError("--texts: give two texts after the model folder: similarity MODEL_DIR --texts A B")
+        return args.pairs, args.output
+    if args.output is None or _names_a_file(args.pairs) or _names_a_file(args.output):
+        return None
+    return args.pairs, args.output
+
+
+def _one_line(text: str) -> str:
+    # A CSV cell may hold a tab or a line break, which would split a TSV output line.
+    return " ".join(text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "\n").split("\n"))
+
+
+def _pairs_to_score(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+    """(texts_a, texts_b, the start of each output line) of similarity's pair file. A TSV file's
+    lines are kept whole, extra fields and all (:func:`read_pair_lines`); a CSV or JSONL file is
+    read by the reader of train and evaluate, with its label field not read (pairs to score have
+    none), and its lines start with the two texts. A file whose extension names no format is TSV."""
+    path = args.pairs
+    name_format = EXTENSION_FORMATS.get(os.path.splitext(path)[1].lower(), "tsv")
+    # The label field named as the first text's: a field every pair has, whatever its labels.
+    unlabelled = PairFileFormat(
+        args.file_format or name_format, args.text_a_field, args.text_b_field, args.text_a_field
+    )
+    file_format = unlabelled.format_of(path)
+    if file_format == "tsv":
+        return read_pair_lines(path, args.strict)
+    problems = LineProblems(path, args.strict)
+    texts_a, texts_b, lines = [], [], []
+    for number, text_a, text_b, _ in pair_files._RECORDS[file_format](path, problems, unlabelled):
+        if not (text_a.strip() and text_b.strip()):
+            problems.add(number, "with an empty text, kept")
+        texts_a.append(text_a)
+        texts_b.append(text_b)
+        lines.append(f"{_one_line(text_a)}\t{_one_line(text_b)}")
+    problems.report()
+    return texts_a, texts_b, lines
+
+
+def _score_fields(score: float, threshold: Optional[float]) -> list[str]:
+    return [f"{score:.6f}"] + ([] if threshold is None else [str(int(score > threshold))])
+
+
+def _similarity(args: argparse.Namespace) -> None:
     from .inference.matchers import load_matcher
 
-    check_output_file(args.output, [args.model_dir, args.pairs], output_kinds())
-    said = summary_stream(args.output)
+    texts = _two_texts(args)
+    if texts is not None:
+        matcher = load_matcher(args.model_dir, args.precision)
+        score = float(matcher.similarity([texts[0]], [texts[1]], 1)[0])
+        print("\t".join(_score_fields(score, matcher.threshold)))
+        return
+    if args.output is not None:
+        check_output_file(args.output, [args.model_dir, args.pairs], output_kinds(), args.overwrite)
+    texts_a, texts_b, lines = _pairs_to_score(args)  # a bad file is said before the model's load
     matcher = load_matcher(args.model_dir, args.precision)
-    texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict)
     scores = matcher.similarity(texts_a, texts_b, args.batch_size)
-    columns = [[f"{s:.6f}" for s in scores]]
-    if matcher.threshold is not None:
-        columns.append([str(int(s > matcher.threshold)) for s in scores])
-    write_text(args.output, "".join("\t".join([line, *row]) + "\n" for line, *row in zip(lines, *columns)))
+    text = "".join("\t".join([line, *_score_fields(s, matcher.threshold)]) + "\n" for line, s in zip(lines, scores))
+    if args.output is None:
+        sys.stdout.write(text)
+        said, written = sys.stderr, "stdout"
+    else:
+        write_text(args.output, text)
+        said, written = summary_stream(args.output), args.output
     extra = f" and 0/1 at the tuned threshold {matcher.threshold:.4f}" if matcher.threshold is not None else ""
-    print(f"{args.output}: {len(scores)} pairs, each line with its score{extra}", file=said)
+    print(f"{written}: {len(scores)} pairs, each line with its score{extra}", file=said)
 
 
 def _search_build(args):
@@ -115,8 +184,9 @@ def _search_build(args):
 
     inputs = [args.model_dir, args.corpus]
     check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
+    corpus = read_lines(args.corpus, args.strict)  # a bad file is said before the model's load
     encoder = SentenceEncoder.load(args.model_dir, args.precision)
-    index = encoder.build_index(read_lines(args.corpus, args.strict), args.batch_size)
+    index = encoder.build_index(corpus, args.batch_size)
     index.save(args.index_dir, args.overwrite, inputs)
     print(f"{args.index_dir}: {len(index)} vectors")
 
@@ -125,13 +195,14 @@ def _search_query(args):
     from .inference.index import VectorIndex
     from .inference.matchers import SentenceEncoder
 
-    check_output_file(args.output, [args.index_dir, args.queries, args.model_dir], output_kinds())
+    inputs = [args.index_dir, args.queries, args.model_dir]
+    check_output_file(args.output, inputs, output_kinds(), args.overwrite)
     said = summary_stream(args.output)
     index = VectorIndex.load(args.index_dir)
     model_dir = index.model_path(args.model_dir)
-    check_output_file(args.output, [model_dir], output_kinds())  # the model the index names
+    check_output_file(args.output, [model_dir], output_kinds(), args.overwrite)  # the model the index names
+    queries = read_lines(args.queries, args.strict)  # a bad file is said before the model's load
     encoder = SentenceEncoder.load(model_dir, args.precision)
-    queries = read_lines(args.queries, args.strict)
     hits = encoder.search(queries, index, args.top_k, args.batch_size)
     write_text(
         args.output,
@@ -164,9 +235,7 @@ def _train(args):
     _run_training(run_config(args, task=task), args.overwrite)
 
 
-def _file_format(args):
-    from .data.files import PairFileFormat
-
+def _file_format(args: argparse.Namespace) -> PairFileFormat:
     return PairFileFormat(args.file_format, args.text_a_field, args.text_b_field, args.label_field)
 
 
@@ -184,18 +253,20 @@ def _evaluate(args):
     if not args.file and not any(beir):
         raise CosentError("nothing to evaluate: pass a pair FILE, or --queries, --corpus and --qrels")
     inputs = [args.model_dir, args.file, *beir]
-    outputs = [args.output + ".json", args.output + ".tsv"] if args.output else []
-    for path in outputs:
-        check_output_file(path, inputs, output_kinds())
+    outputs = evaluation_outputs(args.output) if args.output else ()
+    for path in outputs[: 2 if args.file else 1]:  # the .tsv holds the pair file's scores
+        check_output_file(path, inputs, output_kinds(), args.overwrite)
     spec = read_spec(args.model_dir)
     if (args.retrieval or any(beir)) and not get_kind(spec.kind).sentence_vectors:
         raise CosentError(
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )
+    # Bad input files are said before the model's load.
+    pairs = read_pair_file(args.file, _file_format(args), args.strict) if args.file else None
+    retrieval_data = read_retrieval_files(*beir) if any(beir) else None
     matcher = load_matcher(args.model_dir, args.precision)
     metrics, lines = {"model_dir": args.model_dir}, None
-    if args.file:
-        pairs = read_pair_file(args.file, _file_format(args), args.strict)
+    if pairs is not None:
         pair_metrics, scores, predictions = evaluate_pairs(
             matcher, pairs, args.threshold, args.retrieval, args.batch_size
         )
@@ -206,14 +277,34 @@ def _evaluate(args):
         if predictions is not None:
             columns.append([str(p) for p in predictions])
         lines = ["\t".join(row) for row in zip(*columns)]
-    if any(beir):
-        queries, corpus, relevant = read_retrieval_files(*beir)
+    if retrieval_data is not None:
+        queries, corpus, relevant = retrieval_data
         metrics["beir"] = retrieval_by(lambda texts: matcher.encode(texts, args.batch_size), queries, corpus, relevant)
     print(json_text(metrics, indent=2, ensure_ascii=False))
-    if args.output:
+    if outputs:
         write_json(outputs[0], metrics)
         if lines is not None:
             write_text(outputs[1], "".join(line + "\n" for line in lines))
+
+
+def evaluation_outputs(output: str) -> tuple[str, str]:
+    """The metrics file and the scores file of ``evaluate --output OUTPUT``: a name ending in
+    ``.json`` is the metrics file, with the scores beside it (``eval.json``: ``eval.json`` and
+    ``eval.tsv``); any other name is a prefix (``eval``: ``eval.json`` and ``eval.tsv``).
+
+    Args:
+        output: the ``--output`` argument.
+
+    Returns:
+        (the metrics file's path, the scores file's path).
+
+    Example:
+        >>> evaluation_outputs("runs/eval.json")
+        ('runs/eval.json', 'runs/eval.tsv')
+    """
+    if output.lower().endswith(".json"):
+        return output, output[: -len(".json")] + ".tsv"
+    return output + ".json", output + ".tsv"
 
 
 def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
@@ -236,6 +327,9 @@ def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentPars
         sub.add_argument("--batch-size", type=number_in_range(int, 1), default=64)
         sub.add_argument("--precision", default="float32", choices=["float32", "bf16"])
         sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
+
+    def overwrite_option(sub, replaced="OUTPUT if it exists"):
+        sub.add_argument("--overwrite", action="store_true", help=f"replace {replaced} (refused without this)")
 
     sub = command(
         "train",
@@ -268,9 +362,11 @@ def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentPars
     sub.add_argument("--qrels", help="BEIR/MTEB-layout qrels TSV (query-id, corpus-id, score)")
     sub.add_argument(
         "--output",
-        metavar="PREFIX",
-        help="write PREFIX.json (the metrics) and PREFIX.tsv (each pair with its label, score and 0/1 prediction)",
+        metavar="PREFIX|NAME.json",
+        help="write the metrics to NAME.json and each pair with its label, score and 0/1 prediction to "
+        "NAME.tsv beside it; a name not ending in .json is a prefix: PREFIX.json and PREFIX.tsv",
     )
+    overwrite_option(sub, "the --output files if they exist")
     add_run_options(sub, FILE_FORMAT)
     inference_options(sub)
 
@@ -279,17 +375,37 @@ def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentPars
     sub.add_argument("texts", help="UTF-8 text file, one sentence a line (row i of the output is line i)")
     sub.add_argument("output", help=".npy file to write (float32, one row per line)")
     sub.add_argument("--no-normalize", action="store_true", help="keep raw vectors instead of unit length")
+    overwrite_option(sub)
     inference_options(sub)
 
     sub = command(
         "similarity",
         _similarity,
-        "Score the pairs of a TSV file (text_a<TAB>text_b[<TAB>...]); writes each line with its score "
-        "(cosine, or the interaction model's score) and, when the model has a tuned threshold, 0/1.",
+        "Score two texts, or the pairs of a file. similarity MODEL_DIR TEXT_A TEXT_B prints the score "
+        "(cosine, or the interaction model's score) and, when the model has a tuned threshold, 0/1 at it; "
+        "two arguments are taken for texts only when neither names an existing file, holds a / or ends "
+        "in .tsv, .txt, .data, .csv, .jsonl or .json (--texts says they are texts). "
+        "similarity MODEL_DIR PAIRS [OUTPUT] reads a pair file in TSV (text_a<TAB>text_b[<TAB>...]), "
+        "CSV or JSONL, labelled or not, and writes OUTPUT (default: stdout) in TSV: a TSV line as it "
+        "is, a CSV or JSONL pair as text_a<TAB>text_b (tabs and line breaks in a text become spaces), "
+        "then the score and the 0/1.",
     )
     sub.add_argument("model_dir")
-    sub.add_argument("pairs")
-    sub.add_argument("output")
+    sub.add_argument("pairs", metavar="PAIRS|TEXT_A", help="pair file, or the first text")
+    sub.add_argument(
+        "output", nargs="?", metavar="OUTPUT|TEXT_B", help="file to write (default: stdout), or the second text"
+    )
+    sub.add_argument("--texts", action="store_true", help="PAIRS|TEXT_A and OUTPUT|TEXT_B are two texts to score")
+    overwrite_option(sub)
+    add_run_options(
+        sub,
+        "file_format",
+        "text_a_field",
+        "text_b_field",
+        overrides={
+            "file_format": {"help": "default: from the extension (.csv: CSV; .jsonl .json: JSONL; any other: TSV)"}
+        },
+    )
     inference_options(sub)
 
     search = command("search", None, "Build a vector index of a corpus, or query one.")
@@ -311,6 +427,7 @@ def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentPars
     sub.add_argument("output", help=".jsonl file: one {query, hits: [{index, score, text}]} per query")
     sub.add_argument("--model-dir", help="model folder (default: the one that built the index)")
     sub.add_argument("--top-k", type=number_in_range(int, 1), default=10)
+    overwrite_option(sub)
     inference_options(sub)
 
     sub = command(

@@ -339,13 +339,17 @@ def check_output_folder(
         )
 
 
-def check_output_file(path: PathLike, inputs: Iterable[PathLike] = (), kinds: Iterable[FolderKind] = ()) -> None:
+def check_output_file(
+    path: PathLike, inputs: Iterable[PathLike] = (), kinds: Iterable[FolderKind] = (), overwrite: bool = False
+) -> None:
     """Raise ConfigError unless ``path`` may be written as an output file; call it before the work.
 
     Refused: a folder, a block device or socket (:func:`output_target`); a path that is one of
     ``inputs`` or lies inside one (an input folder: a model folder, an index), links resolved;
-    a path inside a folder of one of ``kinds`` (:func:`check_not_in_tool_folder`); and a path
-    whose folder cannot be made or written in.
+    a path inside a folder of one of ``kinds`` (:func:`check_not_in_tool_folder`); a file that
+    exists, unless ``overwrite`` (the rule of output folders: nothing is replaced unasked); and a
+    path whose folder cannot be made or written in. A character device or pipe (``/dev/stdout``)
+    is a stream, never refused for being there.
     """
     path = os.fspath(path)
     target, stream = output_target(path)
@@ -359,8 +363,13 @@ def check_output_file(path: PathLike, inputs: Iterable[PathLike] = (), kinds: It
                 f"{path}: lies inside the input {source}; nothing was written: write the output outside it"
             )
     check_not_in_tool_folder(path, kinds)
-    if not stream:
-        check_can_write_in(os.path.dirname(target), path)
+    if stream:
+        return
+    if os.path.exists(target) and not overwrite:
+        raise ConfigError(
+            f"{path}: exists; nothing was written: pass --overwrite to replace it, or choose another name"
+        )
+    check_can_write_in(os.path.dirname(target), path)
 
 
 def _same_file(path: PathLike, source: PathLike) -> bool:
