@@ -1,7 +1,9 @@
-# Every target installs what it needs into .venv first (idempotent; about a minute on a fresh machine).
+# Every target installs what it needs into .venv first (idempotent; about a minute on a fresh machine):
+# the package and its dependencies for the main job, the [test] extra and torch as well for the tests.
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 DATA ?= ../shared/data
 
 # torch, transformers and sentence-transformers: the independent references of the Hugging
@@ -9,34 +11,41 @@ DATA ?= ../shared/data
 REF_VENV := .venv-reference
 REF_PY := $(REF_VENV)/bin/python
 
-.PHONY: install demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants
+.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants
 
-$(STAMP): setup.py requirements.txt
+# What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
+$(STAMP): setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -e .
 	$(PY) -m pip install -q --no-deps bert4keras==0.11.5
-	$(PY) -m pip install -q --no-deps -e .
-	# the [torch] extra, so that the tests also read pytorch_model.bin (the CPU build on this machine's disk)
-	$(PY) -m pip install -q torch==2.13.0
 	touch $(STAMP)
 
+# What the tests and the linters need besides: the [test] extra, and the [torch] extra so that the
+# tests also read pytorch_model.bin (pinned: the CPU build on this machine's disk).
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q torch==2.13.0
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
+
+install-test: $(TEST_STAMP)
 
 # The main job: a small randomly initialised BERT trained with CoSENT on STS-B for one epoch.
 demo: $(STAMP)
 	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B --overwrite
 
-test: $(STAMP) $(REF_VENV)/.installed
+test: $(TEST_STAMP) $(REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --durations=40 tests
 
 # The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs.
-test-quick: $(STAMP)
+test-quick: $(TEST_STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests
 
 # Lint, format check and type check (settings in pyproject.toml); `ruff format .` applies the
 # format. .pre-commit-config.yaml runs the same three before each commit.
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -83,5 +92,5 @@ kill-soak: $(STAMP)
 # Planted bugs that the fast tests must catch (not part of CI; about 10 minutes): writes
 # tools/mutants.json. MUTANTS_ARGS="--only scale" runs a subset.
 MUTANTS_ARGS ?=
-mutants: $(STAMP)
+mutants: $(TEST_STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) tools/mutants.py $(MUTANTS_ARGS)

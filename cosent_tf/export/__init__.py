@@ -13,6 +13,8 @@ _HOMES = {
     "SAVED_MODEL": ".savedmodel",
     "check_export_folder": ".savedmodel",
     "export_saved_model": ".savedmodel",
+    "INPUTS": ".savedmodel",
+    "load_for_export": ".savedmodel",
     "HF_FOLDER": ".huggingface",
     "HF_ARCHITECTURES": ".huggingface",
     "export_hf": ".huggingface",

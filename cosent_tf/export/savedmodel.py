@@ -1,8 +1,12 @@
-"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings; the export
-record that marks every folder this tool exports (a Hugging Face folder too, :mod:`.huggingface`).
+"""Export a model folder as a TensorFlow SavedModel that takes raw UTF-8 strings, or token ids;
+the export record that marks every folder this tool exports (a Hugging Face folder too,
+:mod:`.huggingface`).
 
-Serving needs TensorFlow and tensorflow-text only (tensorflow-text's WordPiece op is in
-the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signatures:
+A string export (``inputs="strings"``, the default) tokenises inside the graph with
+tensorflow-text's WordPiece op, so serving needs TensorFlow and tensorflow-text's ops:
+``import tensorflow_text`` before ``tf.saved_model.load`` (without it, loading fails with "Op
+type not registered 'WordpieceTokenizeWithOffsets'"); the stock TensorFlow Serving model server
+links them in. Signatures (:data:`SIGNATURES`):
 
 * feature model: ``serving_default(sentences: string[batch]) -> {"embeddings": float32[batch, dim],
   "truncated": bool[batch]}`` (L2-normalised; ``truncated``: the text was longer than the model's
@@ -10,13 +14,23 @@ the graph): ``import tensorflow_text`` before ``tf.saved_model.load``. Signature
 * interaction model: ``serving_default(first: string[batch], second: string[batch])
   -> {"scores": float32[batch], "truncated": bool[batch]}``, and ``score_ids(token_ids, segment_ids)``.
 
+An ids export (``inputs="ids"``) holds only the ids functions, as ``serving_default`` and under
+their names above: a graph of TensorFlow's own ops, which any TensorFlow runtime loads. The client
+tokenises: int32 ``token_ids`` [batch, width], [CLS] ... [SEP] (a pair: [CLS] a [SEP] b [SEP]),
+padded with 0 (the model masks id 0), with ``assets.extra/vocab.txt`` and the ``maxlen``,
+``do_lower_case`` and ``word_level`` of ``assets.extra/cosent_model.json``
+(:class:`cosent_tf.SentenceTokenizer` does this); ``segment_ids`` are 0, except for an interaction
+model whose ``pair_segments`` is true: 1 on the second text and its [SEP]
+(:func:`cosent_tf.data.pipeline.pair_segment_ids` with ``sep_id``).
+
 A string input of another rank (one string, a matrix of them) is an InvalidArgumentError that
 says it must be a 1-D batch of strings.
 
 Each request's rows are computed in groups of similar length (:func:`in_length_buckets`), as
 requests come unsorted: padding a whole request to its longest row would compute mostly padding
 (see docs/performance.md, 'Length buckets').
-Word-level (jieba) models cannot tokenise inside a graph and are refused.
+Word-level (jieba) models cannot tokenise inside a graph: their string export is refused, their
+ids export is not.
 
 Every export holds :data:`EXPORT_RECORD`, a file only this tool writes: ``overwrite`` replaces
 a folder holding it, and no other (a downloaded checkpoint has the same file names).
@@ -32,11 +46,12 @@ from typing import Any, Callable
 from .. import __version__, huggingface
 from ..backend import keras, model_precision, tf
 from ..data.pipeline import pair_segment_ids
-from ..errors import ConfigError
-from ..inference.model_dir import load_model_dir
+from ..errors import ConfigError, lookup
+from ..inference.matchers import load_matcher
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec
+from ..models.tokenization import SentenceTokenizer
 from .graph_tokenization import GraphTokenizer
 
 # No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
@@ -109,15 +124,13 @@ def _batch_of_strings(texts: tf.Tensor, name: str) -> tf.Tensor:
     return texts
 
 
-class _Served(tf.Module):
-    """What a SavedModel export serves: the model behind its graph tokenizer, with the signatures'
-    functions (texts in, or token ids in)."""
+class _ServedIds(tf.Module):
+    """What an ids export serves: the model's functions of token ids, which use TensorFlow's own
+    ops only (saving traces every function of the module, so this one has no string function)."""
 
-    def __init__(self, model: keras.Model, tokenizer: GraphTokenizer, pair_segments: bool = False) -> None:
+    def __init__(self, model: keras.Model) -> None:
         super().__init__(name="cosent_tf")
         self.model = model
-        self.tokenizer = tokenizer
-        self.pair_segments = pair_segments
 
     def _model_outputs(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         with model_precision(self.model):
@@ -132,15 +145,29 @@ class _Served(tf.Module):
     def _scores(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return self._outputs(token_ids, segment_ids)[:, -1]
 
+    @tf.function(input_signature=[_IDS, _IDS])
+    def embed_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"embeddings": self._vectors(token_ids, segment_ids)}
+
+    @tf.function(input_signature=[_IDS, _IDS])
+    def score_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"scores": self._scores(token_ids, segment_ids)}
+
+
+class _Served(_ServedIds):
+    """What a string export serves: the model behind its graph tokenizer, with the functions of
+    texts besides those of token ids."""
+
+    def __init__(self, model: keras.Model, tokenizer: GraphTokenizer, pair_segments: bool = False) -> None:
+        super().__init__(model)
+        self.tokenizer = tokenizer
+        self.pair_segments = pair_segments
+
     @tf.function(input_signature=[_TEXTS])
     def embed(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
         sentences = _batch_of_strings(sentences, "sentences")
         token_ids, truncated = self.tokenizer.encode_and_flag(sentences)
         return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
-
-    @tf.function(input_signature=[_IDS, _IDS])
-    def embed_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {"embeddings": self._vectors(token_ids, segment_ids)}
 
     @tf.function(input_signature=[_TEXTS, _TEXTS])
     def score(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -158,16 +185,24 @@ class _Served(tf.Module):
             segment_ids = tf.zeros_like(token_ids)
         return {"scores": self._scores(token_ids, segment_ids), "truncated": truncated}
 
-    @tf.function(input_signature=[_IDS, _IDS])
-    def score_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {"scores": self._scores(token_ids, segment_ids)}
 
-
-# What a SavedModel of each model kind (cosent_tf.models.kinds) serves: signature name -> the
-# _Served function behind it (described in this module's docstring).
+# What a SavedModel of each model kind (cosent_tf.models.kinds) serves, by what its signatures take
+# (strings: tokenised in the graph; ids: tokenised by the client): signature name -> the served
+# module's function behind it (described in this module's docstring).
 SIGNATURES = {
-    FEATURE.name: {"serving_default": "embed", "encode_ids": "embed_ids"},
-    INTERACTION.name: {"serving_default": "score", "score_ids": "score_ids"},
+    FEATURE.name: {
+        "strings": {"serving_default": "embed", "encode_ids": "embed_ids"},
+        "ids": {"serving_default": "embed_ids", "encode_ids": "embed_ids"},
+    },
+    INTERACTION.name: {
+        "strings": {"serving_default": "score", "score_ids": "score_ids"},
+        "ids": {"serving_default": "score_ids", "score_ids": "score_ids"},
+    },
+}
+# What each choice of an export's inputs needs of the server.
+INPUTS = {
+    "strings": "raw UTF-8 strings, tokenised in the graph (the server needs tensorflow-text's ops)",
+    "ids": "token ids, tokenised by the client (the graph holds TensorFlow's own ops only)",
 }
 
 
@@ -235,12 +270,38 @@ def write_export_record(folder: str, written: str, model_dir: str, spec: ModelSp
     write_json(os.path.join(folder, EXPORT_RECORD), record)
 
 
-def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32") -> list[str]:
+def load_for_export(model_dir: str, precision: str = "float32") -> tuple[ModelSpec, keras.Model, SentenceTokenizer]:
+    """The description, the Keras model and the tokenizer of the model folder ``model_dir``, loaded
+    as :func:`cosent_tf.inference.load_matcher` loads them, so that an export says what loading
+    the folder for inference says (that its model was trained from random weights).
+
+    Args:
+        model_dir: a model folder written by training (or ``save_model_dir``), or a Hugging Face one.
+        precision: ``"float32"``, or ``"bf16"`` for bfloat16 weights and compute.
+
+    Returns:
+        ``(spec, model, tokenizer)``.
+
+    Raises:
+        ConfigError: ``model_dir`` is not a readable model folder.
+
+    Example:
+        >>> spec, model, tokenizer = load_for_export("runs/bq-cosent/model")
+    """
+    matcher = load_matcher(model_dir, precision)
+    if matcher.spec is None:  # a matcher loaded from a folder always has the folder's description
+        raise ConfigError(f"{model_dir}: no model description was read")
+    return matcher.spec, matcher.model, matcher.tokenizer
+
+
+def export_saved_model(
+    model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32", inputs: str = "strings"
+) -> list[str]:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
     Also writes ``assets.extra/cosent_model.json`` (the model's description, with the tuned
-    threshold) for the serving side, and :data:`EXPORT_RECORD`. The signatures are in this
-    module's description.
+    threshold and the tokenizer's settings) and ``assets.extra/vocab.txt`` (its vocabulary) for
+    the serving side, and :data:`EXPORT_RECORD`. The signatures are in this module's description.
 
     Args:
         model_dir: a model folder written by training (or ``save_model_dir``).
@@ -250,13 +311,16 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
         overwrite: replace an earlier export in ``out_dir``.
         precision: ``"float32"``, or ``"bf16"`` to serve in bfloat16 with bfloat16 weights
             (outputs stay float32), as ``SentenceEncoder.load(..., precision="bf16")`` computes.
+        inputs: what the signatures take (:data:`INPUTS`): ``"strings"``, tokenised in the graph
+            by tensorflow-text's ops, or ``"ids"``, tokenised by the client, for a server without
+            those ops.
 
     Returns:
         The signature names, sorted.
 
     Raises:
-        ConfigError: a word-level (jieba) model, which cannot tokenise inside a graph, or an
-            ``out_dir`` that may not be written.
+        ConfigError: an unknown ``inputs``; a string export of a word-level (jieba) model, which
+            cannot tokenise inside a graph; an ``out_dir`` that may not be written.
 
     Example:
         >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent")
@@ -265,27 +329,41 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
         >>> served = tf.saved_model.load("exports/bq-cosent").signatures["serving_default"]
         >>> served(sentences=tf.constant(["花呗如何还钱"]))["embeddings"].shape
         TensorShape([1, 312])
+        >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent-ids", inputs="ids")
+        ['encode_ids', 'serving_default']
     """
+    lookup(INPUTS, inputs, "export inputs")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
-    spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
-    if spec.word_level:
+    spec, model, sentence_tokenizer = load_for_export(model_dir, precision)
+    token_dict = sentence_tokenizer.token_dict
+    served: _ServedIds
+    if inputs == "ids":
+        served = _ServedIds(model)
+    elif spec.word_level:
         raise ConfigError(
             f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
-            "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder"
+            "cannot run inside a TensorFlow graph; serve it with cosent_tf.SentenceEncoder, or export "
+            "its token-id signatures (inputs='ids') and tokenise with cosent_tf.SentenceTokenizer"
         )
-    token_dict = sentence_tokenizer.token_dict
-    served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.pair_segments)
-    signatures = {name: getattr(served, function) for name, function in SIGNATURES[spec.kind].items()}
+    else:
+        served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.pair_segments)
+    signatures = {name: getattr(served, function) for name, function in SIGNATURES[spec.kind][inputs].items()}
     with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
         with model_precision(model):  # saving traces the Keras model's own call functions too
             tf.saved_model.save(served, tmp, signatures=signatures)
-        os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
-        with open(os.path.join(tmp, "assets.extra", "cosent_model.json"), "w", encoding="utf-8") as f:
+        extra = os.path.join(tmp, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        with open(os.path.join(extra, "cosent_model.json"), "w", encoding="utf-8") as f:
             json.dump(
                 {
                     "signatures": sorted(signatures),
+                    "inputs": inputs,
                     "kind": spec.kind,
                     "maxlen": spec.maxlen,
+                    "do_lower_case": spec.do_lower_case,
+                    "word_level": spec.word_level,
+                    "pair_segments": spec.pair_segments,
+                    "sep_id": sentence_tokenizer.sep_id,
                     "precision": precision,
                     "threshold": spec.threshold,
                     "source": spec.source,
@@ -294,5 +372,7 @@ def export_saved_model(model_dir: str, out_dir: str, overwrite: bool = False, pr
                 indent=2,
                 ensure_ascii=False,
             )
-        write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision)
+        with open(os.path.join(extra, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.writelines(f"{token}\n" for token in sorted(token_dict, key=token_dict.__getitem__))
+        write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision, inputs=inputs)
     return sorted(signatures)

@@ -6,13 +6,15 @@ import sys
 import numpy as np
 import pytest
 
-from cosent_tf import ConfigError, PairScorer, SentenceEncoder
+from cosent_tf import ConfigError, PairScorer, SentenceEncoder, SentenceTokenizer
 from cosent_tf.backend import tf
+from cosent_tf.cli import main
+from cosent_tf.data.pipeline import pair_segment_ids
 from cosent_tf.export.huggingface import HF_FORMATS
 from cosent_tf.export.savedmodel import SIGNATURES, export_saved_model, in_length_buckets
 from cosent_tf.models.kinds import KINDS
 from tests.export.test_graph_tokenization import EDGE_CASES, shared_test_sentences
-from tests.helpers import make_model_dir, requires_shared_data, write_config
+from tests.helpers import ROOT, make_model_dir, requires_shared_data, write_config
 
 # Runs in a fresh interpreter that imports TensorFlow and tensorflow-text only.
 SERVE = """
@@ -33,17 +35,27 @@ assert not extra, f"serving imported {extra}"
 """
 
 
+def padded_batch(token_ids):
+    """Rows of token ids as one int32 matrix, padded with 0 (the padding the models mask)."""
+    padded = np.zeros((len(token_ids), max(len(t) for t in token_ids)), np.int32)
+    for row, ids in enumerate(token_ids):
+        padded[row, : len(ids)] = ids
+    return padded
+
+
+def server_environment():
+    """A server's environment: none of the Keras 2 switches cosent_tf sets for itself."""
+    return {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
+
+
 def serve(saved_model, strings, token_ids, tmp_path, key, ids_signature):
     """What a process that imports only TensorFlow gets from the SavedModel: the ``key`` output of
     ``serving_default`` on ``strings`` and its ``truncated`` flags, and of ``ids_signature`` on
     the padded ``token_ids`` (segment ids 0)."""
-    padded = np.zeros((len(token_ids), max(len(t) for t in token_ids)), np.int32)
-    for row, ids in enumerate(token_ids):
-        padded[row, : len(ids)] = ids
+    padded = padded_batch(token_ids)
     columns = {"strings": strings, "ids": {"token_ids": padded.tolist(), "segment_ids": np.zeros_like(padded).tolist()}}
     (tmp_path / "inputs.json").write_text(json.dumps(columns, ensure_ascii=False), encoding="utf-8")
-    # A server's environment: none of the Keras 2 switches cosent_tf sets for itself.
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
+    env = server_environment()
     command = [
         sys.executable,
         "-c",
@@ -166,5 +178,78 @@ def test_word_level_models_are_refused_and_nothing_is_written(tmp_path):
 
 def test_every_model_kind_has_signatures_and_a_hugging_face_format():
     assert set(SIGNATURES) == set(HF_FORMATS) == set(KINDS)
-    for served in SIGNATURES.values():
-        assert "serving_default" in served  # what a server calls without naming a signature
+    for by_inputs in SIGNATURES.values():
+        assert set(by_inputs) == {"strings", "ids"}
+        for served in by_inputs.values():
+            assert "serving_default" in served  # what a server calls without naming a signature
+
+
+# Runs in a fresh interpreter that imports TensorFlow alone: a server without tensorflow-text's ops.
+SERVE_IDS_WITHOUT_TEXT_OPS = """
+import sys
+import numpy as np
+import tensorflow as tf
+saved_model, inputs, output, key = sys.argv[1:5]
+columns = np.load(inputs)
+served = tf.saved_model.load(saved_model).signatures["serving_default"]
+result = served(token_ids=tf.constant(columns["token_ids"]), segment_ids=tf.constant(columns["segment_ids"]))
+np.save(output, result[key].numpy())
+assert "tensorflow_text" not in sys.modules, "tensorflow_text was imported"
+"""
+LOAD_WITHOUT_TEXT_OPS = "import sys, tensorflow as tf; tf.saved_model.load(sys.argv[1])"
+
+SENTENCES = ["花呗如何还钱", "花呗怎么还款", "今天天气怎么样", "我想开通借呗", "借呗的额度是多少"]
+
+
+def without_text_ops(script, *args):
+    command = [sys.executable, "-c", script, *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=server_environment())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["feature", "interaction"])
+def test_an_ids_export_serves_without_tensorflow_text_as_the_string_export_and_the_tools(kind, tiny_config, tmp_path):
+    model_dir = tmp_path / "model"
+    # interaction: read through the pooler, so the pairs carry segment ids that the client computes
+    make_model_dir(model_dir, tiny_config, kind=kind, pooling="last-avg", head_input="pooler", maxlen=24)
+    export_saved_model(model_dir, tmp_path / "strings")
+    ids_signatures = export_saved_model(model_dir, tmp_path / "ids", inputs="ids")
+    assert "serving_default" in ids_signatures
+    # the client tokenises with the vocabulary and the settings that the export carries
+    extra = tmp_path / "ids" / "assets.extra"
+    info = json.loads((extra / "cosent_model.json").read_text(encoding="utf-8"))
+    assert info["inputs"] == "ids"
+    tokenizer = SentenceTokenizer(str(extra / "vocab.txt"), info["maxlen"], do_lower_case=info["do_lower_case"])
+    if kind == "feature":
+        texts, key, names = SENTENCES + EDGE_CASES, "embeddings", {"sentences": SENTENCES + EDGE_CASES}
+        token_ids = padded_batch(tokenizer.encode_all(texts))
+        segment_ids = np.zeros_like(token_ids)
+    else:
+        firsts, seconds = SENTENCES + EDGE_CASES, (SENTENCES + EDGE_CASES)[::-1]
+        key, names = "scores", {"first": firsts, "second": seconds}
+        token_ids = padded_batch(tokenizer.encode_pairs(firsts, seconds))
+        assert info["pair_segments"]
+        segment_ids = pair_segment_ids(token_ids, info["sep_id"]).numpy()
+    np.savez(tmp_path / "ids.npz", token_ids=token_ids, segment_ids=segment_ids)
+    result = without_text_ops(
+        SERVE_IDS_WITHOUT_TEXT_OPS, tmp_path / "ids", tmp_path / "ids.npz", tmp_path / "out.npy", key
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    from_ids = np.load(tmp_path / "out.npy")
+    ids_signature = "encode_ids" if kind == "feature" else "score_ids"
+    unpadded = [row[row != 0] for row in token_ids]
+    from_strings, _, _ = serve(tmp_path / "strings", names, unpadded, tmp_path, key, ids_signature)
+    np.testing.assert_allclose(from_ids, from_strings, atol=1e-5)
+    if kind == "feature":
+        (tmp_path / "sentences.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+        assert main(["encode", str(model_dir), str(tmp_path / "sentences.txt"), str(tmp_path / "vectors.npy")]) == 0
+        np.testing.assert_allclose(from_ids[: len(SENTENCES)], np.load(tmp_path / "vectors.npy"), atol=1e-5)
+        # the string export needs the ops; without them, loading fails with what the guide says
+        failed = without_text_ops(LOAD_WITHOUT_TEXT_OPS, tmp_path / "strings")
+        assert failed.returncode != 0
+        message = "Op type not registered 'WordpieceTokenizeWithOffsets'"
+        assert message in failed.stderr
+        with open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8") as guide:
+            assert message in guide.read()
+    else:
+        np.testing.assert_allclose(from_ids, PairScorer.load(model_dir).score(firsts, seconds), atol=1e-5)

@@ -2,13 +2,14 @@
 record), and a served signature refuses what it cannot serve."""
 
 import json
+import logging
 import os
 
 import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder
-from cosent_tf.backend import tf
+from cosent_tf.backend import import_tensorflow_text, tf
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
 from tests.helpers import make_model_dir
@@ -119,6 +120,7 @@ def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, tiny_config
     export_saved_model(str(tmp_path / "model"), str(tmp_path / "exported"))
     record = json.loads((tmp_path / "exported" / EXPORT_RECORD).read_text(encoding="utf-8"))
     assert record["format"] == EXPORT_FORMAT and record["export"] == "savedmodel" and record["kind"] == kind
+    import_tensorflow_text()  # registers the graph's WordPiece op, which loading needs
     served = tf.saved_model.load(str(tmp_path / "exported")).signatures["serving_default"]
     names, key = (["sentences"], "embeddings") if kind == "feature" else (["first", "second"], "scores")
     batch = tf.constant(["今天天气怎么样", "好"])
@@ -133,3 +135,35 @@ def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, tiny_config
         (tmp_path / "exported" / "fingerprint.pb").unlink()
         export_saved_model(str(tmp_path / "model"), str(tmp_path / "exported"), overwrite=True)
         assert (tmp_path / "exported" / "fingerprint.pb").exists()
+
+
+# ---- an export of a model trained from random weights says so, as loading it for inference does
+
+
+def mark_random_weights(model_dir):
+    """Give ``model_dir``'s description the source of a run without --checkpoint."""
+    spec_path = model_dir / "cosent_model.json"
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    spec["source"] = {**spec.get("source", {}), "random_weights": True}
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+
+
+def random_weights_warnings(records):
+    return [r.getMessage() for r in records if r.levelno == logging.WARNING and "random weights" in r.getMessage()]
+
+
+@pytest.mark.parametrize("export", [export_hf, pytest.param(export_saved_model, marks=pytest.mark.slow)])
+def test_exports_repeat_the_random_weights_warning_of_inference(export, model_dir, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        export(str(model_dir), str(tmp_path / "pretrained"))
+    assert not random_weights_warnings(caplog.records)  # a model of a pretrained run exports quietly
+    mark_random_weights(model_dir)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        SentenceEncoder.load(str(model_dir))
+    loaded = random_weights_warnings(caplog.records)
+    assert len(loaded) == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        export(str(model_dir), str(tmp_path / "random"))
+    assert random_weights_warnings(caplog.records) == loaded
