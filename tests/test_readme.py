@@ -305,7 +305,17 @@ def run_cases(tmp_path):
     )
 
 
+def output_cases(tmp_path):
+    texts = write(tmp_path / "texts.txt", "你好\n")
+    earlier = write(tmp_path / "vectors.npy", "an earlier output")
+    yield (
+        "PATH: exists; nothing was written: pass --overwrite to replace it, or choose another name",
+        lambda: cosent_tf(["encode", str(tmp_path / "model"), str(texts), str(earlier)]),
+    )
+
+
 CASES = {
+    "outputs": output_cases,
     "data": data_cases,
     "run": run_cases,
     "own files": own_file_cases,
