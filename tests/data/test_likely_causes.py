@@ -132,6 +132,14 @@ def test_read_senteval_on_a_csv_or_jsonl_file_names_the_reader_that_takes_it(tmp
     )
 
 
+def test_the_reader_the_senteval_message_names_is_public_and_reads_csv(tmp_path):
+    import cosent_tf
+
+    message = raised(read_senteval, write(tmp_path / "a.csv", "sentence1,sentence2,label\n你好,您好,1\n"))
+    named = message.split("with cosent_tf.")[1].split()[0]
+    assert list(getattr(cosent_tf, named)("a.csv").labels) == [1.0]
+
+
 def test_read_senteval_on_one_text_a_line_says_no_tab(tmp_path):
     message = raised(read_senteval, write(tmp_path / "a.data", "你好\n天气\n"))
     assert message == "a.data: no usable pairs in this file: no line has a tab, expected text_a<TAB>text_b<TAB>label"
