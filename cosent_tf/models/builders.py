@@ -89,7 +89,7 @@ def _check_keywords(builder: Callable[..., Any], keywords: dict, builder_sets: t
     for keyword in keywords:
         if keyword in taken:
             continue
-        close = difflib.get_close_matches(keyword, parameters + taken, n=1)
+        close = [] if keyword in builder_sets else difflib.get_close_matches(keyword, parameters + taken, n=1)
         sets = f" ({builder.__name__} sets {keyword} itself)" if keyword in builder_sets else ""
         hint = f"; did you mean {close[0]}?" if close else "."
         raise TypeError(
