@@ -344,3 +344,38 @@ def test_weights_count_as_frozen_when_the_variable_is_true_now_or_was_at_import(
     else:
         monkeypatch.setenv(environment.FROZEN_WEIGHTS_VARIABLE, now)
     assert environment.weights_assumed_frozen() is frozen
+
+
+# What starts TensorFlow when imported; cosent_tf.backend imports them with the start-up lines held back.
+STARTS_TENSORFLOW = ("tensorflow", "tf_keras", "keras", "bert4keras", "tensorflow_text")
+
+
+def _top_level_imports(tree):
+    """(line, absolute-or-relative module name) of each import at a module's top level, in order."""
+    import ast
+
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node.lineno, "." * node.level + (node.module or "")
+
+
+def test_no_module_starts_tensorflow_before_the_backend_holds_its_start_up_lines_back():
+    import ast
+
+    package = os.path.join(ROOT, "cosent_tf")
+    early = []
+    for folder, _, files in os.walk(package):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path == os.path.join(package, "backend.py"):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for line, module in _top_level_imports(tree):
+                if module.lstrip(".") == "backend" or module == "cosent_tf.backend":
+                    break  # the backend is imported first: what follows finds TensorFlow started
+                if module.split(".")[0] in STARTS_TENSORFLOW:
+                    early.append(f"{os.path.relpath(path, ROOT)}:{line} imports {module}")
+    assert early == []

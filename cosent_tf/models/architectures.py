@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+# cosent_tf.backend first: it starts TensorFlow with its start-up lines held back, and bert4keras
+# would start it otherwise.
+from ..backend import keras, tf
+
+# isort: split
 from bert4keras import layers as _b4k_layers
 from bert4keras import models as _b4k_models
 
-from ..backend import keras, tf
 from ..environment import check_weights_may_change
 from .families import ARCHITECTURES, Architecture, get_architecture  # noqa: F401 (their table, re-exported)
 
