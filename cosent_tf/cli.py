@@ -232,7 +232,7 @@ def _export(args):
 
 def _train(args):
     task = args.name or os.path.splitext(os.path.basename(args.train_file))[0]
-    _run_training(run_config(args, task=task), args.overwrite)
+    _run_training(run_config(args, task=task), args.overwrite, args.print_config)
 
 
 def _file_format(args: argparse.Namespace) -> PairFileFormat:
@@ -307,9 +307,9 @@ def evaluation_outputs(output: str) -> tuple[str, str]:
     return output + ".json", output + ".tsv"
 
 
-def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentParser:
-    """The ``cosent-tf`` parser. Given the command about to run, the others' options are left
-    out: ``train``'s need TensorFlow to list, and ``cosent-tf --help`` should not wait for it."""
+def argument_parser() -> argparse.ArgumentParser:
+    """The ``cosent-tf`` parser; building it imports no TensorFlow (the tables its options list
+    are plain data), so ``--help`` answers at once."""
     parser = argparse.ArgumentParser(
         prog="cosent-tf",
         description="Train on your own pair files, and evaluate and use a trained model folder "
@@ -337,9 +337,8 @@ def argument_parser(command_name: Optional[str] = None) -> argparse.ArgumentPars
         "Train a matcher on your own pair files (TSV, CSV or JSONL; labels 0/1, graded scores or NLI words) "
         "with the engine of the benchmark scripts: the same outputs, resume and checks.",
     )
-    if command_name in (None, "train"):  # their tables import TensorFlow
-        add_run_options(sub, OWN_FILES, MODEL_KIND, FILE_FORMAT, ENGINE, overwrite=True)
-        sub.add_argument("--name", help="the task's name in outputs (default: the train file's name)")
+    add_run_options(sub, OWN_FILES, MODEL_KIND, FILE_FORMAT, ENGINE, overwrite=True)
+    sub.add_argument("--name", help="the task's name in outputs (default: the train file's name)")
 
     sub = command(
         "evaluate",
@@ -462,10 +461,10 @@ def main(argv=None, *, whole_process=False) -> int:
     all the process does (the ``cosent-tf`` script), so it may set up TensorFlow for the command
     alone (:func:`cosent_tf.environment.keeps_weights_in_amx_layout`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    verbose = "--verbose" in argv  # train's options import TensorFlow while the parser is built
+    verbose = "--verbose" in argv  # known before parsing, whose errors are reported too
     try:
         with errors_reported(verbose), tensorflow_start_up_shown(verbose):
-            args = argument_parser(next((a for a in argv if not a.startswith("-")), "")).parse_args(argv)
+            args = argument_parser().parse_args(argv)
             with console_logging():
                 if whole_process and environment.keeps_weights_in_amx_layout(args, environment.cpu_flags(), os.environ):
                     # Not put back: TensorFlow reads it once, at its first fused matmul, and the

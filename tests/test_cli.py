@@ -214,7 +214,7 @@ BF16 = ["--precision", "bf16"]
     ],
 )
 def test_weights_stay_in_amx_layout_only_for_bf16_inference_on_amx(argv, flags, preset, kept):
-    args = argument_parser(argv[0]).parse_args(argv)
+    args = argument_parser().parse_args(argv)
     environ = {} if preset is None else {"TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": preset}
     assert keeps_weights_in_amx_layout(args, frozenset(flags), environ) is kept
 

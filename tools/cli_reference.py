@@ -59,7 +59,7 @@ def reference() -> str:
         def block(title: str, text: str) -> None:
             sections.extend(["", f"## {title}", "", "```text", text, "```"])
 
-        parser = argument_parser(None)
+        parser = argument_parser()
         block("cosent-tf", _help(parser, "cosent-tf"))
         for name, sub in _subparsers(parser).items():
             actions = _subparsers(sub)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import signal
 import sys
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ def output_kinds() -> tuple:
     return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, HF_FOLDER, RUN_FOLDER
 
 
-def run_training(cfg: RunConfig, overwrite: bool) -> dict:
+def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) -> dict:
     """Train ``cfg`` and print the final metrics as JSON, the only line on stdout.
 
     The log and Keras's progress go to stderr; a signal becomes an exit status. The caller shows
@@ -52,9 +53,13 @@ def run_training(cfg: RunConfig, overwrite: bool) -> dict:
     Args:
         cfg: the run's configuration.
         overwrite: train over a finished run (or one with other settings) in its folder.
+        print_config: instead of training, print the resolved settings
+            (:meth:`~cosent_tf.training.config.RunConfig.resolved`) as JSON; nothing is read
+            but the model's config and vocabulary, and nothing is written.
 
     Returns:
-        The run's metrics (:func:`cosent_tf.training.engine.train`).
+        The run's metrics (:func:`cosent_tf.training.engine.train`), or with ``print_config``
+        the resolved settings.
 
     Raises:
         SystemExit: 128 + the signal's number when SIGTERM or SIGINT stopped the run.
@@ -62,6 +67,10 @@ def run_training(cfg: RunConfig, overwrite: bool) -> dict:
     Example:
         >>> run_training(RunConfig(task="BQ", output_dir="runs/bq"), overwrite=False)  # doctest: +SKIP
     """
+    if print_config:
+        settings = dataclasses.asdict(cfg.resolved())
+        print(json_text(settings, indent=2, ensure_ascii=False))
+        return settings
     from ..training import engine
 
     try:
@@ -136,12 +145,12 @@ def train_main(
         >>> train_main(["BQ", "--epochs", "1"], kind="feature", loss="cosent")  # doctest: +SKIP
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    verbose = "--verbose" in argv  # the parser itself imports TensorFlow
+    verbose = "--verbose" in argv  # known before parsing, whose errors are reported too
     with errors_reported(verbose), tensorflow_start_up_shown(verbose):
         args = training_parser(kind, loss, task).parse_args(argv)
         fixed = {"kind": kind} if task is None else {"kind": kind, "task": task}
         with console_logging():
-            return run_training(run_config(args, **fixed), args.overwrite)
+            return run_training(run_config(args, **fixed), args.overwrite, args.print_config)
 
 
 def _check_report_folder(output_dir: str, runs: Sequence[str]) -> None:

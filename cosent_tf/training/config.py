@@ -44,7 +44,15 @@ FILE_FORMAT = "file format"  # how a pair file is read: cosent-tf train and eval
 MODEL_KIND = "model kind"  # the kind and loss: set by a training script, options of cosent-tf train
 ENGINE = "engine"  # model, batching, optimisation, output: every way of training
 
-_TASK_DEFAULT = "default: the task's, as in the original scripts (cosent_tf.data.tasks)"
+# The settings of a user's own files are those of a task with no settings of its own.
+_OWN_FILES_TASK = Task("own", data=FILES)
+
+
+def _task_default(name: str) -> str:
+    return (
+        f"default: the task's, as in the original scripts (cosent_tf.data.tasks); for your own files "
+        f"{getattr(_OWN_FILES_TASK, name)}"
+    )
 
 
 def _option(default: Any, group: Optional[str], help: Any = None, **settings: Any) -> Any:
@@ -187,13 +195,20 @@ class RunConfig:
         ENGINE,
         "tokens per text (interaction: per pair), [CLS] and [SEP] included; longer ones are cut, and the "
         "run reports how many and the longest; time and memory grow with it (attention with its square); "
-        + _TASK_DEFAULT,
+        + _task_default("maxlen")
+        + f" (interaction: {_OWN_FILES_TASK.interaction_maxlen})",
     )
-    batch_size: Optional[int] = _option(None, ENGINE, "pairs per batch; " + _TASK_DEFAULT)
-    epochs: Optional[int] = _option(None, ENGINE, _TASK_DEFAULT)
+    batch_size: Optional[int] = _option(None, ENGINE, "pairs per batch; " + _task_default("batch_size"))
+    epochs: Optional[int] = _option(None, ENGINE, _task_default("epochs"))
     steps_per_epoch: Optional[int] = _option(None, ENGINE, "default: one pass over train (NLI 5000)")
     recipe: str = _option("blog", ENGINE, _recipe_help(), choices=list(RECIPES))
-    lr: Optional[float] = _option(None, ENGINE, "peak learning rate (default: 2e-5)")
+    lr: Optional[float] = _option(
+        None,
+        ENGINE,
+        "peak learning rate (default: the recipe's: "
+        + ", ".join(f"{recipe.name} {recipe.lr:g}" for recipe in RECIPES.values())
+        + ")",
+    )
     weight_decay: Optional[float] = _option(
         None,
         ENGINE,
@@ -454,6 +469,10 @@ RANGES: dict[str, tuple[Any, bool, Any, bool, str]] = {
 }
 
 OVERWRITE_HELP = "train over a finished run (or one with other settings) in --output-dir, removing its outputs first"
+PRINT_CONFIG_HELP = (
+    "print the run's settings with every default filled in (from the task, the recipe and the checkpoint) as "
+    "JSON on stdout, and exit without reading data, training or writing anything"
+)
 
 
 def _whole(name: str) -> bool:
@@ -496,7 +515,8 @@ def add_run_options(
             :data:`MODEL_KIND`, :data:`ENGINE`) or single fields' names, added in field order.
         overrides: field name -> argparse settings that replace the field's own (a training
             script's ``--loss`` default and choices).
-        overwrite: also add ``--overwrite``, the :func:`~cosent_tf.training.engine.train` argument.
+        overwrite: the parser starts a run: also add ``--overwrite``, the
+            :func:`~cosent_tf.training.engine.train` argument, and ``--print-config``.
 
     Example:
         >>> parser = argparse.ArgumentParser()
@@ -525,6 +545,7 @@ def add_run_options(
         parser.add_argument(*flags, **{key: value for key, value in settings.items() if value is not None})
     if overwrite:
         parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+        parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
 
 
 def run_config(args: argparse.Namespace, **fixed: Any) -> RunConfig:

@@ -59,7 +59,7 @@ def test_parsing_a_training_command_imports_no_tensorflow():
         "from cosent_tf.training.config import run_config\n"
         "arguments = ['train', '--train', 'pairs.tsv', '--kind', 'interaction', '--loss', 'ce', "
         "'--architecture', 'nezha', '--precision', 'bf16', '--strategy', 'mirrored', '--schedule', 'linear']\n"
-        "config = run_config(argument_parser('train').parse_args(arguments))\n"
+        "config = run_config(argument_parser().parse_args(arguments))\n"
         "print(config.loss, config.architecture, config.precision, config.strategy, config.schedule)"
     )
     assert "ce nezha bf16 mirrored linear" in out
