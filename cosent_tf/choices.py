@@ -3,7 +3,8 @@
 Each table is defined here once, and the module that implements its settings imports it from
 here (:mod:`cosent_tf.layers` the pooling modes, :mod:`cosent_tf.backend` the precisions,
 :mod:`cosent_tf.optimizers` the schedules, :mod:`cosent_tf.training.distribute` the
-strategies and the variable that splits the CPU for them), so that the run options' parser
+strategies and the variable that splits the CPU for them, :mod:`cosent_tf.export.savedmodel`
+what an export's signatures take), so that the run options' parser
 (:mod:`cosent_tf.training.config`) lists the choices without importing TensorFlow, and
 ``cosent-tf train --help`` answers at once. Like
 :mod:`cosent_tf.errors`, this module imports nothing of the package: every layer may read it.
@@ -33,3 +34,9 @@ STRATEGIES = ("default", "mirrored", "multi-worker")
 # The environment variable that splits the CPU into N logical devices, which the mirrored
 # strategy then uses as N replicas (read by cosent_tf.backend when TensorFlow starts).
 CPU_DEVICES_VARIABLE = "COSENT_TF_CPU_DEVICES"
+
+# cosent-tf export --inputs: what the SavedModel's signatures take, and what that asks of the server.
+EXPORT_INPUTS = {
+    "strings": "raw UTF-8 strings, tokenised in the graph (the server needs tensorflow-text's ops)",
+    "ids": "token ids, tokenised by the client (the graph holds TensorFlow's own ops only)",
+}

@@ -24,6 +24,7 @@ from typing import Optional, TextIO
 import numpy as np
 
 from . import environment
+from .choices import EXPORT_INPUTS
 from .console import (  # noqa: F401 (console_logging and errors_reported: also their old home)
     VERBOSE_HELP,
     console_logging,
@@ -223,10 +224,12 @@ def _export(args):
     if args.format == "hf":
         if args.precision != "float32":
             raise ConfigError("--precision is for --format savedmodel; a Hugging Face folder holds float32 weights")
+        if args.inputs != "strings":
+            raise ConfigError("--inputs is for --format savedmodel; a Hugging Face folder carries its tokenizer")
         written = export_hf(args.model_dir, args.output_dir, args.overwrite)
         print(f"{args.output_dir}: Hugging Face folder ({written})")
         return
-    signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision)
+    signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision, args.inputs)
     print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}")
 
 
@@ -446,6 +449,14 @@ def argument_parser() -> argparse.ArgumentParser:
         help="savedmodel (default) or hf (model.safetensors, tokenizer and sentence-transformers files)",
     )
     sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier export")
+    sub.add_argument(
+        "--inputs",
+        default="strings",
+        choices=list(EXPORT_INPUTS),
+        help="what the SavedModel's signatures take: "
+        + "; ".join(f"{name}: {meaning}" for name, meaning in EXPORT_INPUTS.items())
+        + " (docs/guide.md, 'Serving')",
+    )
     sub.add_argument(
         "--precision",
         default="float32",

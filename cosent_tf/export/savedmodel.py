@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from .. import __version__, huggingface
 from ..backend import keras, model_precision, tf
+from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
 from ..inference.matchers import load_matcher
@@ -199,11 +200,6 @@ SIGNATURES = {
         "ids": {"serving_default": "score_ids", "score_ids": "score_ids"},
     },
 }
-# What each choice of an export's inputs needs of the server.
-INPUTS = {
-    "strings": "raw UTF-8 strings, tokenised in the graph (the server needs tensorflow-text's ops)",
-    "ids": "token ids, tokenised by the client (the graph holds TensorFlow's own ops only)",
-}
 
 
 EXPORT_RECORD = "cosent_tf_export.json"
@@ -311,9 +307,9 @@ def export_saved_model(
         overwrite: replace an earlier export in ``out_dir``.
         precision: ``"float32"``, or ``"bf16"`` to serve in bfloat16 with bfloat16 weights
             (outputs stay float32), as ``SentenceEncoder.load(..., precision="bf16")`` computes.
-        inputs: what the signatures take (:data:`INPUTS`): ``"strings"``, tokenised in the graph
-            by tensorflow-text's ops, or ``"ids"``, tokenised by the client, for a server without
-            those ops.
+        inputs: what the signatures take (:data:`cosent_tf.choices.EXPORT_INPUTS`):
+            ``"strings"``, tokenised in the graph by tensorflow-text's ops, or ``"ids"``,
+            tokenised by the client, for a server without those ops.
 
     Returns:
         The signature names, sorted.
@@ -332,7 +328,7 @@ def export_saved_model(
         >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent-ids", inputs="ids")
         ['encode_ids', 'serving_default']
     """
-    lookup(INPUTS, inputs, "export inputs")
+    lookup(EXPORT_INPUTS, inputs, "export inputs")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
     spec, model, sentence_tokenizer = load_for_export(model_dir, precision)
     token_dict = sentence_tokenizer.token_dict
