@@ -32,9 +32,7 @@ from .console import (  # noqa: F401 (console_logging and errors_reported: also 
     errors_reported,
     tensorflow_start_up_shown,
 )
-from .data import files as pair_files
 from .data.files import EXTENSION_FORMATS, PairFileFormat, read_lines, read_pair_lines
-from .data.pairs import LineProblems
 from .errors import ConfigError, CosentError
 from .experiments.scripts import (  # noqa: F401 (the training scripts' entry points: also their old home)
     output_kinds,
@@ -119,37 +117,6 @@ def _two_texts(args: argparse.Namespace) -> Optional[tuple[str, str]]:
     return args.pairs, args.output
 
 
-def _one_line(text: str) -> str:
-    # A CSV cell may hold a tab or a line break, which would split a TSV output line.
-    return " ".join(text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "\n").split("\n"))
-
-
-def _pairs_to_score(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
-    """(texts_a, texts_b, the start of each output line) of similarity's pair file. A TSV file's
-    lines are kept whole, extra fields and all (:func:`read_pair_lines`); a CSV or JSONL file is
-    read by the reader of train and evaluate, with its label field not read (pairs to score have
-    none), and its lines start with the two texts. A file whose extension names no format is TSV."""
-    path = args.pairs
-    name_format = EXTENSION_FORMATS.get(os.path.splitext(path)[1].lower(), "tsv")
-    # The label field named as the first text's: a field every pair has, whatever its labels.
-    unlabelled = PairFileFormat(
-        args.file_format or name_format, args.text_a_field, args.text_b_field, args.text_a_field
-    )
-    file_format = unlabelled.format_of(path)
-    if file_format == "tsv":
-        return read_pair_lines(path, args.strict)
-    problems = LineProblems(path, args.strict)
-    texts_a, texts_b, lines = [], [], []
-    for number, text_a, text_b, _ in pair_files._RECORDS[file_format](path, problems, unlabelled):
-        if not (text_a.strip() and text_b.strip()):
-            problems.add(number, "with an empty text, kept")
-        texts_a.append(text_a)
-        texts_b.append(text_b)
-        lines.append(f"{_one_line(text_a)}\t{_one_line(text_b)}")
-    problems.report()
-    return texts_a, texts_b, lines
-
-
 def _score_fields(score: float, threshold: Optional[float]) -> list[str]:
     return [f"{score:.6f}"] + ([] if threshold is None else [str(int(score > threshold))])
 
@@ -165,7 +132,9 @@ def _similarity(args: argparse.Namespace) -> None:
         return
     if args.output is not None:
         check_output_file(args.output, [args.model_dir, args.pairs], output_kinds(), args.overwrite)
-    texts_a, texts_b, lines = _pairs_to_score(args)  # a bad file is said before the model's load
+    file_format = PairFileFormat(args.file_format, args.text_a_field, args.text_b_field)
+    # a bad file is said before the model's load
+    texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict, file_format)
     matcher = load_matcher(args.model_dir, args.precision)
     scores = matcher.similarity(texts_a, texts_b, args.batch_size)
     text = "".join("\t".join([line, *_score_fields(s, matcher.threshold)]) + "\n" for line, s in zip(lines, scores))

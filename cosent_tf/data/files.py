@@ -421,27 +421,38 @@ def read_lines(path: PathLike, strict: bool = False) -> list[str]:
     return texts
 
 
-def read_pair_lines(path: PathLike, strict: bool = False) -> tuple[list[str], list[str], list[str]]:
-    """``text_a<TAB>text_b[<TAB>anything else]`` lines, for scoring.
+def read_pair_lines(
+    path: PathLike, strict: bool = False, file_format: Optional[PairFileFormat] = None
+) -> tuple[list[str], list[str], list[str]]:
+    """The pairs of a file to score, labelled or not, each with the start of its output line.
 
-    Extra fields (a label, say) are carried through untouched in the raw lines. Empty texts are
-    kept and reported.
+    A TSV file's lines are ``text_a<TAB>text_b[<TAB>anything else]``, carried through whole
+    (extra fields, a label say, untouched). A CSV or JSONL file is read as
+    :func:`read_pair_file` reads it, without its label field; its output lines start with the
+    two texts, a tab or line break inside a text made a space. Empty texts are kept and reported.
 
     Args:
         path: the file.
         strict: make an empty text an error.
+        file_format: the format and the texts' field names; the format defaults to the
+            extension's, and is TSV for an extension that names none.
 
     Returns:
-        ``(texts_a, texts_b, the raw lines without their line breaks)``.
+        ``(texts_a, texts_b, the output lines' starts)``.
 
     Raises:
-        DataError: naming the file and line, for a line with fewer than two fields, a file
-            that is not UTF-8 text, or (``strict``) an empty text.
+        DataError: naming the file and line, for a TSV line with fewer than two fields, bad CSV
+            or JSON, a missing text field, a file that is not UTF-8 text, or (``strict``) an
+            empty text.
 
     Example:
         >>> texts_a, texts_b, lines = read_pair_lines("pairs.tsv")  # doctest: +SKIP
     """
     path = os.fspath(path)
+    file_format = file_format or PairFileFormat()
+    extension = os.path.splitext(path)[1].lower()
+    if (file_format.format or EXTENSION_FORMATS.get(extension, "tsv")) != "tsv":
+        return _unlabelled_pairs(path, strict, file_format)
     texts_a, texts_b, lines = [], [], []
     problems = LineProblems(path, strict)
     for number, line in decoded_lines(path):
@@ -461,3 +472,23 @@ def read_pair_lines(path: PathLike, strict: bool = False) -> tuple[list[str], li
         lines.append(text)
     problems.report()
     return texts_a, texts_b, lines
+
+
+def _unlabelled_pairs(path: str, strict: bool, file_format: PairFileFormat) -> tuple[list[str], list[str], list[str]]:
+    # The label field is named as the first text's: a field every pair has, labelled or not.
+    unlabelled = dataclasses.replace(file_format, label_field=file_format.text_a_field)
+    problems = LineProblems(path, strict)
+    texts_a, texts_b, lines = [], [], []
+    for number, text_a, text_b, _ in _RECORDS[unlabelled.format_of(path)](path, problems, unlabelled):
+        if not (text_a.strip() and text_b.strip()):
+            problems.add(number, "with an empty text, kept")
+        texts_a.append(text_a)
+        texts_b.append(text_b)
+        lines.append(f"{_one_line(text_a)}\t{_one_line(text_b)}")
+    problems.report()
+    return texts_a, texts_b, lines
+
+
+def _one_line(text: str) -> str:
+    # A CSV cell may hold a tab or a line break, which would split a TSV output line.
+    return " ".join(text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "\n").split("\n"))
