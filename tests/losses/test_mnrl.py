@@ -1,0 +1,275 @@
+"""MultipleNegativesRankingLoss: sentence-transformers' values and gradients, a brute force, the
+Keras contract and bad input.
+
+The sentence-transformers side runs in the reference environment (tests/reference/loss_reference.py,
+with ``COSENT_REFERENCE_PYTHON``, as the Hugging Face parity tests do); without it these tests fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from cosent_tf.backend import keras, tf
+from cosent_tf.losses import MultipleNegativesRankingLoss
+from cosent_tf.losses.mnrl import multiple_negatives_ranking_loss
+from tests.harness import run_keras_object_test
+from tests.helpers import ROOT
+
+REFERENCE_SCRIPT = os.path.join(ROOT, "tests", "reference", "loss_reference.py")
+TOLERANCE = 1e-5
+ALL_DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+# (directions, partition_mode): the standard loss, the symmetric one both ways, GTE's four terms
+VARIANTS = {
+    "forward": (("query_to_doc",), "joint"),
+    "symmetric-joint": (("query_to_doc", "doc_to_query"), "joint"),
+    "symmetric-per-direction": (("query_to_doc", "doc_to_query"), "per_direction"),
+    "all-four": (ALL_DIRECTIONS, "joint"),
+}
+
+
+def run_reference(folder, cases, inputs):
+    """sentence-transformers' loss and gradient for each case: {name: (loss, gradient)}, from one
+    run of the reference script."""
+    python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
+    if not os.path.exists(python):
+        pytest.fail(
+            f"{python} does not exist: these tests compare with sentence-transformers in its own environment; "
+            "run them with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
+        )
+    (folder / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    np.savez(folder / "inputs.npz", **inputs)
+    command = [python, REFERENCE_SCRIPT, folder / "cases.json", folder / "inputs.npz", folder / "out.npz"]
+    done = subprocess.run(list(map(str, command)), capture_output=True, text=True)
+    assert done.returncode == 0, f"the reference script failed:\n{done.stderr}"
+    results = np.load(folder / "out.npz")
+    return {
+        case["name"]: (float(results[f"{case['name']}.loss"]), results[f"{case['name']}.gradient"]) for case in cases
+    }
+
+
+def value_and_gradient(loss, y_true, vectors):
+    vectors = tf.convert_to_tensor(vectors)
+    with tf.GradientTape() as tape:
+        tape.watch(vectors)
+        value = loss(y_true, vectors)
+    return float(value), tape.gradient(value, vectors).numpy()
+
+
+def brute_force_mnrl(vectors, group_size, scale, directions=("query_to_doc",), partition_mode="joint"):
+    """Loops over anchors and candidates, float64, straight from the definitions."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    examples = len(vectors) // group_size
+
+    def row(example, column):
+        return vectors[example * group_size + column]
+
+    def cos(u, v):
+        return float(np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+    def log_sum_exp(values):
+        peak = max(values)
+        return peak + math.log(sum(math.exp(v - peak) for v in values))
+
+    total = 0.0
+    for i in range(examples):
+        anchor, positive = row(i, 0), row(i, 1)
+        blocks = [[scale * cos(anchor, row(j, c)) for j in range(examples) for c in range(1, group_size)]]
+        if "query_to_query" in directions:
+            blocks.append([scale * cos(anchor, row(j, 0)) for j in range(examples) if j != i])
+        if "doc_to_query" in directions:
+            blocks.append([scale * cos(positive, row(j, 0)) for j in range(examples)])
+        if "doc_to_doc" in directions:
+            blocks.append(
+                [scale * cos(positive, row(j, c)) for j in range(examples) if j != i for c in range(1, group_size)]
+            )
+        blocks = [block for block in blocks if block]
+        if partition_mode == "joint":
+            log_partition = log_sum_exp([value for block in blocks for value in block])
+        else:
+            log_partition = sum(log_sum_exp(block) for block in blocks) / len(blocks)
+        total += log_partition - scale * cos(anchor, positive)
+    return total / examples
+
+
+def parity_cases():
+    rng = np.random.default_rng(36)
+    cases, inputs = [], {}
+    for group_size in (2, 3, 4):
+        for variant, (directions, partition_mode) in VARIANTS.items():
+            name = f"g{group_size}-{variant}"
+            examples = int(rng.integers(3, 9))
+            cases.append(
+                dict(
+                    name=name,
+                    loss="mnrl",
+                    scale=20.0,
+                    group_size=group_size,
+                    directions=list(directions),
+                    partition_mode=partition_mode,
+                )
+            )
+            # near-duplicate rows make the softmax far from uniform, where errors would show
+            vectors = rng.normal(size=(examples * group_size, 16))
+            vectors[1::group_size] += 0.4 * vectors[::group_size]
+            inputs[f"{name}.vectors"] = vectors.astype(np.float32)
+    return cases, inputs
+
+
+CASES, INPUTS = parity_cases()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return run_reference(tmp_path_factory.mktemp("mnrl-reference"), CASES, INPUTS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+def test_values_and_gradients_equal_sentence_transformers(case, reference):
+    vectors = INPUTS[f"{case['name']}.vectors"]
+    loss = MultipleNegativesRankingLoss(
+        case["scale"], case["group_size"], case["directions"], case["partition_mode"], global_batch=False
+    )
+    value, gradient = value_and_gradient(loss, np.zeros(len(vectors), np.float32), vectors)
+    expected_value, expected_gradient = reference[case["name"]]
+    assert abs(value - expected_value) <= TOLERANCE
+    np.testing.assert_allclose(gradient, expected_gradient, atol=TOLERANCE, rtol=0)
+    # the loss is away from 0 and the gradient is not negligible, so the comparison means something
+    assert expected_value > 0.1 and np.abs(expected_gradient).max() > 0.01
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("group_size", [2, 3, 5])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matches_brute_force(variant, group_size, seed):
+    rng = np.random.default_rng(seed)
+    examples = int(rng.integers(1, 7))
+    vectors = rng.normal(size=(examples * group_size, 6)).astype(np.float32)
+    directions, partition_mode = VARIANTS[variant]
+    scale = float(rng.uniform(1, 30))
+    actual = float(multiple_negatives_ranking_loss(None, vectors, scale, group_size, directions, partition_mode))
+    expected = brute_force_mnrl(vectors, group_size, scale, directions, partition_mode)
+    assert actual == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+def test_hand_computed_two_pairs():
+    # anchor 0 = (1, 0), positive 0 = (0.6, 0.8); anchor 1 = (0, 1), positive 1 = (0, 2):
+    # cos(a0, p0) = 0.6, cos(a0, p1) = 0, cos(a1, p0) = 0.8, cos(a1, p1) = 1.
+    vectors = np.array([[1, 0], [0.6, 0.8], [0, 1], [0, 2]], dtype=np.float64)
+    forward = ((math.log(math.exp(0.6) + 1) - 0.6) + (math.log(math.exp(0.8) + math.e) - 1)) / 2
+    assert float(multiple_negatives_ranking_loss(None, vectors, scale=1.0)) == pytest.approx(forward, rel=1e-12)
+    # the positives' rows against the anchors: p0 -> (0.6, 0.8), p1 -> (0, 1)
+    backward = ((math.log(math.exp(0.6) + math.exp(0.8)) - 0.6) + (math.log(1 + math.e) - 1)) / 2
+    symmetric = multiple_negatives_ranking_loss(
+        None, vectors, 1.0, directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"
+    )
+    assert float(symmetric) == pytest.approx((forward + backward) / 2, rel=1e-12)
+
+
+def test_a_hard_negative_is_a_candidate_of_every_anchor():
+    rng = np.random.default_rng(3)
+    pairs = rng.normal(size=(4, 2, 5))
+    negatives = rng.normal(size=(4, 1, 5))
+    with_negatives = np.concatenate([pairs, negatives], axis=1).reshape(12, 5)
+    # more candidates can only raise each anchor's partition function
+    assert float(multiple_negatives_ranking_loss(None, with_negatives, group_size=3)) > float(
+        multiple_negatives_ranking_loss(None, pairs.reshape(8, 5))
+    )
+
+
+def test_labels_are_not_read():
+    rng = np.random.default_rng(4)
+    vectors = rng.normal(size=(9, 4)).astype(np.float32)
+    loss = MultipleNegativesRankingLoss(group_size=3)
+    values = {float(loss(y_true, vectors)) for y_true in (np.zeros(9), rng.normal(size=(9, 1)), np.arange(9.0))}
+    assert len(values) == 1
+
+
+def test_zero_vectors_and_one_example_stay_finite():
+    vectors = np.zeros((6, 4), np.float32)
+    value, gradient = value_and_gradient(MultipleNegativesRankingLoss(group_size=3), np.zeros(6), vectors)
+    assert math.isfinite(value) and np.all(np.isfinite(gradient))
+    one = np.random.default_rng(5).normal(size=(2, 4)).astype(np.float32)
+    value, gradient = value_and_gradient(MultipleNegativesRankingLoss(), np.zeros(2), one)
+    # one example has no negative: its positive is its only candidate
+    assert value == pytest.approx(0.0, abs=1e-6) and np.all(np.isfinite(gradient))
+    # with every direction the positive is there twice (anchor to positive, positive to anchor)
+    # and the masked terms (an anchor to itself, a positive to its own group) add nothing
+    value, gradient = value_and_gradient(MultipleNegativesRankingLoss(directions=ALL_DIRECTIONS), np.zeros(2), one)
+    assert value == pytest.approx(math.log(2.0), abs=1e-6) and np.all(np.isfinite(gradient))
+
+
+def test_finite_float32_in_mixed_bfloat16():
+    rng = np.random.default_rng(6)
+    vectors = tf.Variable(tf.cast(rng.normal(size=(24, 16)), tf.bfloat16))
+    with tf.GradientTape() as tape:
+        loss = MultipleNegativesRankingLoss(group_size=3, directions=("query_to_doc", "doc_to_query"))(
+            tf.zeros(24), vectors
+        )
+    gradient = tape.gradient(loss, vectors)
+    assert loss.dtype == tf.float32 and math.isfinite(float(loss))
+    assert np.all(np.isfinite(tf.cast(gradient, tf.float32).numpy()))
+    as_float = tf.cast(vectors, tf.float32).numpy()
+    expected = brute_force_mnrl(as_float, 3, 20.0, ("query_to_doc", "doc_to_query"))
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_rows_that_are_not_whole_groups_are_an_error_naming_group_size():
+    with pytest.raises(ValueError, match="group_size=3"):
+        multiple_negatives_ranking_loss(None, np.ones((7, 4), np.float32), group_size=3)
+
+    @tf.function(input_signature=[tf.TensorSpec([None]), tf.TensorSpec([None, 4])])
+    def unknown_batch(y_true, y_pred):
+        return MultipleNegativesRankingLoss(group_size=3)(y_true, y_pred)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="group_size=3"):
+        unknown_batch(tf.zeros(7), tf.ones((7, 4)))
+    assert math.isfinite(float(unknown_batch(tf.zeros(6), tf.ones((6, 4)))))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(group_size=1), "group_size must be an integer of at least 2"),
+        (dict(group_size=2.5), "group_size must be an integer of at least 2"),
+        (dict(directions=("query_to_doc", "doc_to_answer")), "unknown direction.*doc_to_answer"),
+        (dict(directions=("doc_to_query",)), "must include 'query_to_doc'"),
+        (dict(directions=ALL_DIRECTIONS, partition_mode="per_direction"), "use partition_mode='joint'"),
+        (dict(partition_mode="separate"), "partition_mode must be one of joint, per_direction"),
+    ],
+)
+def test_bad_options_are_refused_when_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        MultipleNegativesRankingLoss(**options)
+
+
+def test_keras_contract():
+    vectors = np.random.default_rng(7).normal(size=(12, 5)).astype(np.float32)
+    options = {"scale": 10.0, "group_size": 3, "directions": ("query_to_doc", "doc_to_query"), "global_batch": False}
+    run_keras_object_test(MultipleNegativesRankingLoss, options, vectors, y_true=np.zeros(12, np.float32))
+
+
+def test_trains_in_model_fit():
+    # (anchor, positive) rows through a shared Dense encoder; positives are noisy copies
+    rng = np.random.default_rng(8)
+    anchors = rng.normal(size=(64, 6)).astype(np.float32)
+    positives = anchors + 0.3 * rng.normal(size=(64, 6)).astype(np.float32)
+    x = np.stack([anchors, positives], axis=1).reshape(128, 6)
+    encoder = keras.Sequential([keras.layers.Input((6,)), keras.layers.Dense(4)])
+    encoder.compile(keras.optimizers.Adam(0.02), loss=MultipleNegativesRankingLoss(scale=10.0))
+    history = encoder.fit(x, np.zeros(128), batch_size=32, epochs=15, shuffle=False, verbose=0)
+    assert history.history["loss"][-1] < 0.7 * history.history["loss"][0]
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from cosent_tf.losses import mnrl
+
+    results = doctest.testmod(mnrl, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert results.failed == 0
