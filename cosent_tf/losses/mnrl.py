@@ -16,7 +16,7 @@ PARTITION_MODES = ("joint", "per_direction")
 
 _BAD_ROWS = (
     "a batch for an in-batch negatives loss holds groups of group_size={group_size} consecutive rows "
-    "(anchor, positive, negative_1 ...), but its {rows} rows are not a multiple of {group_size}. Under "
+    "(anchor, positive, negative_1 ...), but it has {rows} that is not a multiple of {group_size}. Under "
     "tf.distribute each replica gets its own slice of the batch: make the examples per batch divisible by "
     "the number of replicas (strategy.num_replicas_in_sync)"
 )
@@ -62,13 +62,13 @@ def grouped_vectors(y_pred: Any, group_size: int) -> tf.Tensor:
     checks = []
     if rows is not None:
         if rows % group_size:
-            raise ValueError(_BAD_ROWS.format(group_size=group_size, rows=rows))
+            raise ValueError(_BAD_ROWS.format(group_size=group_size, rows=f"{rows} rows, a number"))
     else:
         checks.append(
             tf.debugging.assert_equal(
                 tf.shape(vectors)[0] % group_size,
                 0,
-                message=_BAD_ROWS.format(group_size=group_size, rows="batch's"),
+                message=_BAD_ROWS.format(group_size=group_size, rows="a number of rows"),
             )
         )
     with tf.control_dependencies(checks):  # identity: a cast to the same dtype makes no op to hold the check

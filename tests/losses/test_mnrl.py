@@ -273,3 +273,57 @@ def test_docstring_examples_run():
 
     results = doctest.testmod(mnrl, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert results.failed == 0
+
+
+# One SGD step of a Dense encoder on one device and on two logical CPU devices (split before
+# TensorFlow starts, hence a process of its own), for the in-batch losses over the global batch.
+TWO_REPLICAS = """
+import json, sys
+import numpy as np
+from cosent_tf.backend import keras, tf
+from cosent_tf.losses import CoSENTIBNLoss, MultipleNegativesRankingLoss
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+rng = np.random.default_rng(0)
+if sys.argv[1] == "mnrl":  # 8 groups of 3 rows: 4 groups a replica
+    inputs = rng.normal(size=(24, 5)).astype("float32")
+    labels = np.zeros(24, "float32")
+    make = lambda global_batch: MultipleNegativesRankingLoss(
+        group_size=3, directions=("query_to_doc", "doc_to_query"), global_batch=global_batch
+    )
+else:  # 8 labelled pairs, 4 of them positive
+    inputs = rng.normal(size=(16, 5)).astype("float32")
+    labels = np.repeat([1, 0, 1, 1, 0, 0, 1, 0], 2).astype("float32")
+    make = lambda global_batch: CoSENTIBNLoss(cosine_w=1.0, ibn_w=1.0, angle_w=1.0, global_batch=global_batch)
+
+
+def one_step(strategy, global_batch):
+    with strategy.scope():
+        layer = keras.layers.Dense(4, kernel_initializer=keras.initializers.GlorotUniform(7))
+        model = keras.Sequential([keras.Input((5,)), layer])
+        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=make(global_batch))
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(len(inputs)), epochs=1, verbose=0)
+    return [(b - a).tolist() for b, a in zip(before, model.get_weights())]
+
+
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+steps = [one_step(tf.distribute.get_strategy(), True), one_step(mirrored, True), one_step(mirrored, False)]
+print(json.dumps(steps))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["mnrl", "cosent-ibn"])
+def test_under_two_replicas_every_anchor_sees_the_global_batch(loss):
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TWO_REPLICAS, loss], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one_device, gathered, per_slice = json.loads(done.stdout.strip().splitlines()[-1])
+    for expected, actual in zip(one_device, gathered):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    # each replica's slice alone is another loss: fewer candidates, another update
+    kernel_gap = np.abs(np.subtract(per_slice[0], one_device[0])).max()
+    assert kernel_gap > 1e-3 * np.abs(one_device[0]).max()
