@@ -163,7 +163,8 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
     candidates of the other examples. ``partition_mode="joint"`` puts them all in one softmax;
     ``"per_direction"`` averages the log-partition of each direction, which with
     ``("query_to_doc", "doc_to_query")`` is the mean of the two cross-entropies (the older
-    ``MultipleNegativesSymmetricRankingLoss``).
+    ``MultipleNegativesSymmetricRankingLoss``). sentence-transformers' ``hardness_mode``
+    weighting and its choice of similarity function are not offered: the score is the cosine.
 
     Called as ``loss(y_true, y_pred)`` on
 
