@@ -181,7 +181,10 @@ def test_commands_keep_tensorflow_start_up_lines_out_unless_verbose(model_dir, t
     quiet = subprocess.run([script, "encode", str(model_dir), texts, out], capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0 and not TENSORFLOW_STARTUP_LINES.search(quiet.stderr), quiet.stderr[:2000]
     verbose = subprocess.run(
-        [script, "--verbose", "encode", str(model_dir), texts, out], capture_output=True, text=True, timeout=300
+        [script, "--verbose", "encode", str(model_dir), texts, out, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert verbose.returncode == 0 and TENSORFLOW_STARTUP_LINES.search(verbose.stderr)
     assert "COSENT_TF_VERBOSE" not in os.environ

@@ -8,6 +8,7 @@ written, and every `cosent-tf COMMAND` line they show names a command the CLI ha
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from cosent_tf.cli import main as cosent_tf
 from cosent_tf.cli import train_main
 from cosent_tf.data.benchmarks import read_nli, read_senteval
 from cosent_tf.data.files import read_pair_file
+from cosent_tf.models.sources import SMALL_RANDOM_CONFIG
 from cosent_tf.models.tokenization import check_vocab_size, load_vocab
 from tests.helpers import (
     ROOT,
@@ -385,6 +387,10 @@ def make_what_the_pages_load(block):
     if "runs/demo-cosent-STS-B/model" in block:
         shutil.copytree("runs/quickstart/model", "runs/demo-cosent-STS-B/model")
         make_model_dir("runs/interact-cosent-BQ/model", config, kind="interaction", threshold=0.0, vocab=SHARED_VOCAB)
+    if "exports/mine-ids" in block:  # the serving client's export, of a model folder like the quickstart's
+        from cosent_tf.export import export_saved_model
+
+        export_saved_model("runs/quickstart/model", "exports/mine-ids", inputs="ids")
     if loads_downloaded_checkpoints(block):
         make_model_dir("sources/st", config, pooling="cls", vocab=SHARED_VOCAB)
         export_hf("sources/st", "checkpoints/bge-base-zh-v1.5")
@@ -404,7 +410,7 @@ def test_the_pages_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
     os.symlink(os.path.abspath(SHARED_DATA), tmp_path / "shared" / "data")
     (tmp_path / "clone").mkdir()
     monkeypatch.chdir(tmp_path / "clone")
-    assert [page for page, _ in PYTHON_BLOCKS] == ["README.md", "docs/guide.md", "docs/guide.md"]
+    assert [page for page, _ in PYTHON_BLOCKS] == ["README.md", "docs/guide.md", "docs/guide.md", "docs/guide.md"]
     for number, (page, block) in enumerate(PYTHON_BLOCKS, start=1):
         make_what_the_pages_load(block)
         exec(compile(block, f"{page} python block {number}", "exec"), {"__name__": f"page_block_{number}"})
@@ -412,3 +418,5 @@ def test_the_pages_python_blocks_run_as_written(tmp_path, monkeypatch, capsys):
     assert re.search(r"\{'spearman': 0\.\d+, 'pearson': -?0\.\d+\}", printed), printed[-2000:]
     assert "Hit(index=1, score=" in printed and "text='怎么开通花呗')" in printed
     assert os.listdir("runs/quickstart/logs")  # TensorBoard's event files
+    with open(SMALL_RANDOM_CONFIG, encoding="utf-8") as f:  # the quickstart's model, served from ids
+        assert f"(2, {json.load(f)['hidden_size']})" in printed
