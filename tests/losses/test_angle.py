@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from cosent_tf.backend import keras, tf
+from cosent_tf.backend import tf
 from cosent_tf.losses import AnglELoss
 from cosent_tf.losses.angle import angle_loss, angle_similarities
 from tests.harness import run_keras_object_test
@@ -150,12 +150,3 @@ def test_keras_contract():
     vectors = rng.normal(size=(8, 6)).astype(np.float32)
     labels = np.repeat([0.0, 1.0, 2.0, 1.0], 2).astype(np.float32)
     run_keras_object_test(AnglELoss, {"scale": 7.5, "global_batch": False}, vectors, y_true=labels)
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from cosent_tf.losses import angle
-
-    results = doctest.testmod(angle, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert results.failed == 0

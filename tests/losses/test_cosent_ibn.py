@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from cosent_tf.backend import keras, tf
+from cosent_tf.backend import tf
 from cosent_tf.losses import AnglELoss, CoSENTIBNLoss, CoSENTLoss, MultipleNegativesRankingLoss
 from cosent_tf.losses.cosent_ibn import cosent_ibn_loss, positive_pair_loss
 from tests.harness import run_keras_object_test
@@ -121,14 +121,3 @@ def test_keras_contract():
     pair_labels, labels, vectors = labelled_batch(7, "graded")
     options = dict(WEIGHTS, positive_above=2.5, directions=("query_to_doc", "doc_to_query"), global_batch=False)
     run_keras_object_test(CoSENTIBNLoss, options, vectors, y_true=labels)
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from cosent_tf.losses import cosent_ibn
-
-    results = doctest.testmod(
-        cosent_ibn, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE
-    )
-    assert results.failed == 0

@@ -266,15 +266,6 @@ def test_trains_in_model_fit():
     assert history.history["loss"][-1] < 0.7 * history.history["loss"][0]
 
 
-def test_docstring_examples_run():
-    import doctest
-
-    from cosent_tf.losses import mnrl
-
-    results = doctest.testmod(mnrl, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert results.failed == 0
-
-
 # One SGD step of a Dense encoder on one device and on two logical CPU devices (split before
 # TensorFlow starts, hence a process of its own), for the in-batch losses over the global batch.
 TWO_REPLICAS = """
