@@ -134,7 +134,7 @@ def build_transformer(
         config_path: a BERT-style config json, or a :class:`~cosent_tf.models.sources.ModelSource`
             (whose checkpoint is then loaded unless ``checkpoint_path`` is given).
         checkpoint_path: a Google-format checkpoint prefix or folder, or a Hugging Face folder.
-        architecture: a name of :data:`cosent_tf.backend.ARCHITECTURES`.
+        architecture: a name of :data:`cosent_tf.models.families.ARCHITECTURES`.
         overrides: config fields to replace (:data:`CONFIG_FIELDS`) and bert4keras constructor
             options (:data:`TRANSFORMER_OPTIONS`, ``with_pool`` among them); nothing else.
 
