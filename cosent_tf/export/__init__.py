@@ -13,7 +13,6 @@ _HOMES = {
     "SAVED_MODEL": ".savedmodel",
     "check_export_folder": ".savedmodel",
     "export_saved_model": ".savedmodel",
-    "load_for_export": ".savedmodel",
     "HF_FOLDER": ".huggingface",
     "HF_ARCHITECTURES": ".huggingface",
     "export_hf": ".huggingface",

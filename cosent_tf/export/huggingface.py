@@ -15,12 +15,13 @@ import numpy as np
 from .. import huggingface
 from ..backend import keras
 from ..errors import ConfigError
+from ..inference.model_dir import load_model_dir
 from ..io import FolderKind, atomic_directory
 from ..models.builders import head_layer_name
 from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec
-from .savedmodel import EXPORT_RECORD, check_export_folder, load_for_export, write_export_record
+from .savedmodel import EXPORT_RECORD, check_export_folder, write_export_record
 
 HF_FOLDER = FolderKind(
     "a Hugging Face export",
@@ -78,7 +79,7 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
         >>> vectors = SentenceTransformer("exports/bq-cosent-hf").encode(["花呗如何还钱"])
     """
     check_export_folder(out_dir, HF_FOLDER, overwrite, model_dir)
-    spec, model, tokenizer = load_for_export(model_dir)
+    spec, model, tokenizer = load_model_dir(model_dir)
     if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
         raise ConfigError(
             f"{model_dir}: a {spec.architecture} model cannot be written as a Hugging Face BERT folder "

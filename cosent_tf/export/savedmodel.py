@@ -48,11 +48,10 @@ from ..backend import keras, model_precision, tf
 from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
-from ..inference.matchers import load_matcher
+from ..inference.model_dir import load_model_dir
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec
-from ..models.tokenization import SentenceTokenizer
 from .graph_tokenization import GraphTokenizer
 
 # No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
@@ -266,30 +265,6 @@ def write_export_record(folder: str, written: str, model_dir: str, spec: ModelSp
     write_json(os.path.join(folder, EXPORT_RECORD), record)
 
 
-def load_for_export(model_dir: str, precision: str = "float32") -> tuple[ModelSpec, keras.Model, SentenceTokenizer]:
-    """The description, the Keras model and the tokenizer of the model folder ``model_dir``, loaded
-    as :func:`cosent_tf.inference.load_matcher` loads them, so that an export says what loading
-    the folder for inference says (that its model was trained from random weights).
-
-    Args:
-        model_dir: a model folder written by training (or ``save_model_dir``), or a Hugging Face one.
-        precision: ``"float32"``, or ``"bf16"`` for bfloat16 weights and compute.
-
-    Returns:
-        ``(spec, model, tokenizer)``.
-
-    Raises:
-        ConfigError: ``model_dir`` is not a readable model folder.
-
-    Example:
-        >>> spec, model, tokenizer = load_for_export("runs/bq-cosent/model")
-    """
-    matcher = load_matcher(model_dir, precision)
-    if matcher.spec is None:  # a matcher loaded from a folder always has the folder's description
-        raise ConfigError(f"{model_dir}: no model description was read")
-    return matcher.spec, matcher.model, matcher.tokenizer
-
-
 def export_saved_model(
     model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32", inputs: str = "strings"
 ) -> list[str]:
@@ -330,7 +305,7 @@ def export_saved_model(
     """
     lookup(EXPORT_INPUTS, inputs, "export inputs")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
-    spec, model, sentence_tokenizer = load_for_export(model_dir, precision)
+    spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
     token_dict = sentence_tokenizer.token_dict
     served: _ServedIds
     if inputs == "ids":

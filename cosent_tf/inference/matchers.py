@@ -9,7 +9,6 @@ of similar length (:mod:`.runtime`); results come back in input order. Search ru
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable
 from typing import Any, Self
@@ -25,7 +24,6 @@ from .index import Hit, VectorIndex
 from .model_dir import load_model_dir
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
-logger = logging.getLogger(__name__)
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
 
@@ -85,12 +83,6 @@ class _Matcher:
         if spec.kind != cls.KIND:
             other = MATCHERS[spec.kind]
             raise ConfigError(f"{path}: holds a model of kind {spec.kind!r}; load it with {other.__name__}")
-        if spec.source.get("random_weights"):
-            logger.warning(
-                "%s: this model was trained from random weights (no --checkpoint), so it is only fit for trying "
-                "the tools: unrelated sentences may score near 1",
-                path,
-            )
         return cls(model, tokenizer, spec, os.path.abspath(path))
 
     @property

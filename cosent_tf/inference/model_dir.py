@@ -21,6 +21,7 @@ model, and a ``BertForSequenceClassification`` as an interaction model with its 
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Union
 
@@ -35,6 +36,8 @@ from ..models.kinds import get_kind
 from ..models.sources import ModelSource, open_model_folder
 from ..models.spec import FORMAT, FORMAT_VERSION, SPEC_FILE, SPEC_TYPES, ModelSpec, hf_spec, read_spec, write_spec
 from ..models.tokenization import SentenceTokenizer
+
+logger = logging.getLogger(__name__)
 
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
 __all__ = [
@@ -113,4 +116,10 @@ def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: s
     with dtype_policy(inference_policy_name(precision)):
         model = build_from_spec(spec, source, **options)
     tokenizer = SentenceTokenizer(source, spec.maxlen, spec.word_level, spec.do_lower_case)
+    if spec.source.get("random_weights"):  # said wherever the folder is loaded: inference and export
+        logger.warning(
+            "%s: this model was trained from random weights (no --checkpoint), so it is only fit for trying "
+            "the tools: unrelated sentences may score near 1",
+            directory.path if isinstance(directory, ModelSource) else directory,
+        )
     return spec, model, tokenizer
