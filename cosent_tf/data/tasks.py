@@ -38,6 +38,10 @@ class Task:
         batch_size: pairs per batch.
         epochs: passes (or ``steps_per_epoch`` batches) of training.
         steps_per_epoch: batches per epoch; None: one pass over train.
+        negative_at_most: a label at or below this marks a dissimilar pair, the hard negative
+            an in-batch loss may take from the labels; None: every pair that is not similar.
+        hard_negatives_from_labels: whether in-batch losses take an anchor's dissimilar pairs
+            as its hard negatives by default (``--hard-negatives-from-labels``).
 
     Example:
         >>> TASKS["STS-B"].label_range, TASKS["STS-B"].graded
@@ -57,6 +61,8 @@ class Task:
     batch_size: int = 32
     epochs: int = 5
     steps_per_epoch: Optional[int] = None
+    negative_at_most: Optional[float] = None
+    hard_negatives_from_labels: bool = False
 
     @property
     def max_label(self) -> float:
@@ -94,6 +100,26 @@ class Task:
         """
         return np.asarray(labels) > self.positive_above
 
+    def negative(self, labels: np.ndarray) -> np.ndarray:
+        """Whether each pair counts as dissimilar: a hard negative for an in-batch loss.
+
+        Args:
+            labels: the task's labels.
+
+        Returns:
+            A boolean array: ``label <= negative_at_most``, or, where that is None, every pair
+            that is not :meth:`positive`.
+
+        Example:
+            >>> TASKS["NLI"].negative([0.0, 1.0, 2.0])  # contradiction only, not neutral
+            array([ True, False, False])
+            >>> TASKS["STS-B"].negative([1.0, 2.5, 4.0])
+            array([ True,  True, False])
+        """
+        if self.negative_at_most is None:
+            return ~self.positive(labels)
+        return np.asarray(labels) <= self.negative_at_most
+
     @classmethod
     def for_labels(cls, name: str, kind: str, low: float = 0.0, high: float = 1.0) -> Task:
         """A task of a user's own files, from what its train labels are.
@@ -120,7 +146,15 @@ class Task:
         if kind == "binary":
             return cls(name, data=FILES)
         if kind == "nli":
-            return cls(name, label_range=(0.0, 2.0), binary=False, positive_above=1.0, data=FILES)
+            return cls(
+                name,
+                label_range=(0.0, 2.0),
+                binary=False,
+                positive_above=1.0,
+                data=FILES,
+                negative_at_most=0.0,
+                hard_negatives_from_labels=True,
+            )
         if kind == "graded":
             return cls(
                 name,
@@ -143,7 +177,8 @@ TASKS: dict[str, Task] = {
         Task("PAWSX", maxlen=128, interaction_maxlen=256),  # long sentences
         # Scores 0-5, split into similar / dissimilar above 2.5 as the original does.
         Task("STS-B", label_range=(0.0, 5.0), binary=False, graded=True, positive_above=2.5),
-        # Ordinal NLI labels: contradiction 0 < neutral 1 < entailment 2.
+        # Ordinal NLI labels: contradiction 0 < neutral 1 < entailment 2. Its hard negatives are the
+        # contradictions only, as in supervised SimCSE's (premise, entailment, contradiction) triples.
         Task(
             "NLI",
             label_range=(0.0, 2.0),
@@ -153,6 +188,8 @@ TASKS: dict[str, Task] = {
             batch_size=64,
             epochs=10,
             steps_per_epoch=5000,
+            negative_at_most=0.0,
+            hard_negatives_from_labels=True,
         ),
     )
 }

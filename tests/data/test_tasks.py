@@ -43,3 +43,26 @@ def test_an_unknown_task_names_the_choices():
 def test_only_senteval_tasks_have_senteval_files():
     with pytest.raises(ValueError, match="no senteval files"):
         task_file("/d", "NLI", "train")
+
+
+def test_hard_negatives_are_the_pairs_not_similar_unless_a_task_bounds_them():
+    np.testing.assert_array_equal(get_task("BQ").negative([0, 1]), [True, False])
+    np.testing.assert_array_equal(get_task("STS-B").negative([0, 2.5, 2.6, 5]), [True, True, False, False])
+    # NLI: contradiction only, neither neutral nor entailment (supervised SimCSE's triples)
+    np.testing.assert_array_equal(get_task("NLI").negative([0, 1, 2]), [True, False, False])
+    np.testing.assert_array_equal(Task.for_labels("mine", "nli").negative([0, 1, 2]), [True, False, False])
+    np.testing.assert_array_equal(Task("MINE", negative_at_most=0.2).negative([0.1, 0.3, 1]), [True, False, False])
+
+
+def test_only_nli_takes_hard_negatives_from_its_labels_by_default():
+    assert [name for name, task in TASKS.items() if task.hard_negatives_from_labels] == ["NLI"]
+    assert Task.for_labels("mine", "nli").hard_negatives_from_labels
+    assert not any(Task.for_labels("mine", kind).hard_negatives_from_labels for kind in ("binary", "graded"))
+
+
+def test_the_task_tables_docstring_examples_run():
+    import doctest
+
+    from cosent_tf.data import tasks
+
+    assert doctest.testmod(tasks, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
