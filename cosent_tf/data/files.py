@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from ..errors import DataError
 from .pairs import (
@@ -36,6 +36,17 @@ EXTENSION_FORMATS = {".tsv": "tsv", ".txt": "tsv", ".data": "tsv", ".csv": "csv"
 
 # A pair line as the format readers give it: (line number, text_a, text_b, the raw label).
 Record = tuple[int, str, str, Any]
+
+# The end of a missing field's message: a text, or a function of the line's object that tells it.
+Hint = Union[str, Callable[[dict[str, Any]], str]]
+
+# The likely cause of a pair file that holds the rows an in-batch loss reads (cosent_tf.data.groups).
+NTUPLE_HINT = (
+    "this looks like (anchor, positive, negative ...) rows for in-batch negatives: train it with --loss mnrl, "
+    "or give pairs with a label"
+)
+# The fields and columns that name such rows: FlagEmbedding's and sentence-transformers'.
+NTUPLE_FIELDS = (("query", "pos"), ("anchor", "positive"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +149,8 @@ def tsv_layout_cause(path: str, problems: LineProblems, senteval: bool = False) 
     message "no usable pairs in this file"; it is empty when the lines tell nothing."""
     counts = {count for count, _ in problems.layouts}
     header = problems.header
+    if len(counts) > 1 and min(counts) > 3 and not senteval:  # rows of varying numbers of negatives
+        return f": every line has more than 3 tab-separated fields, expected 3 ({TSV_LAYOUT}): {NTUPLE_HINT}"
     if not counts and header is not None and looks_like_label(header[0]):
         return (
             f": line 1 was read as a header, but its first field {header[0]!r} is a label: is this file "
@@ -165,24 +178,33 @@ def tsv_layout_cause(path: str, problems: LineProblems, senteval: bool = False) 
     return (
         f": {lines} has {count} tab-separated fields, expected 3 ({TSV_LAYOUT})"
         f"{': ' + question[count] if count in question else ''}"
+        f"{'; or ' + NTUPLE_HINT if count > 3 and not senteval else ''}"
     )
 
 
 @contextlib.contextmanager
-def label_first_hint(path: str, number: int, text_a: str, raw_label: object) -> Iterator[None]:
+def label_first_hint(
+    path: str, number: int, text_a: str, raw_label: object, first_pair: bool = False
+) -> Iterator[None]:
     """Around the parsing of a TSV line's label: a label that is no number, after a first field
-    that is one, is an error that asks whether the file puts the label first."""
+    that is one, is an error that asks whether the file puts the label first. ``first_pair``: no
+    line before read as a pair (line 1, a header, or a row like this one, was left out), so a
+    text where the label should be tells a file of (anchor, positive, negative) rows."""
     try:
         yield
     except DataError as error:
-        if not (isinstance(raw_label, str) and looks_like_label(text_a) and not looks_like_label(raw_label)):
+        if not (isinstance(raw_label, str) and not looks_like_label(raw_label)):
             raise
-        raise DataError(
-            path,
-            f"{error.reason}; the first field {text_a!r} is a label: is this file label-first? "
-            f"cosent-tf reads {TSV_LAYOUT}, in that order",
-            line=number,
-        ) from None
+        if looks_like_label(text_a):
+            raise DataError(
+                path,
+                f"{error.reason}; the first field {text_a!r} is a label: is this file label-first? "
+                f"cosent-tf reads {TSV_LAYOUT}, in that order",
+                line=number,
+            ) from None
+        if not first_pair:
+            raise
+        raise DataError(path, f"{error.reason}; {NTUPLE_HINT}", line=number) from None
 
 
 def json_object(path: PathLike, number: int, line: str) -> dict[str, Any]:
@@ -202,7 +224,7 @@ def json_object(path: PathLike, number: int, line: str) -> dict[str, Any]:
 
 
 def jsonl_objects(
-    path: PathLike, fields: Sequence[str], problems: Optional[LineProblems] = None, hint: str = ""
+    path: PathLike, fields: Sequence[str], problems: Optional[LineProblems] = None, hint: Hint = ""
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of a JSONL file whose objects all have ``fields``; blank lines are
     left out (and reported to ``problems`` when given). ``hint`` ends the message of a missing field.
@@ -227,17 +249,23 @@ def jsonl_objects(
         raise
 
 
-def _checked_object(path: PathLike, number: int, line: str, fields: Sequence[str], hint: str) -> dict[str, Any]:
+def _checked_object(path: PathLike, number: int, line: str, fields: Sequence[str], hint: Hint) -> dict[str, Any]:
     record = json_object(path, number, line)
+    require_fields(path, number, record, fields, hint)
+    return record
+
+
+def require_fields(path: PathLike, number: int, record: dict[str, Any], fields: Sequence[str], hint: Hint = "") -> None:
+    """A DataError naming the line and the fields it has when the JSON object ``record`` lacks
+    one of ``fields``; ``hint`` (or what it gives for the object) ends the message."""
     missing = [name for name in fields if name not in record]
     if missing:
         raise DataError(
             path,
             f"no field {', '.join(map(repr, missing))}; this line has "
-            f"{', '.join(map(repr, record)) or 'no fields'}{hint}",
+            f"{', '.join(map(repr, record)) or 'no fields'}{hint if isinstance(hint, str) else hint(record)}",
             line=number,
         )
-    return record
 
 
 def _starts_json_array(path: PathLike) -> bool:
@@ -254,7 +282,7 @@ def _starts_json_array(path: PathLike) -> bool:
     return start.startswith(b"[") and start[1:].lstrip()[:1] in (b"{", b"]")
 
 
-def jsonl_records(path: str, problems: LineProblems, fields: Sequence[str], hint: str = "") -> Iterator[Record]:
+def jsonl_records(path: str, problems: LineProblems, fields: Sequence[str], hint: Hint = "") -> Iterator[Record]:
     """The pairs of a JSONL file, one object a line with the text fields and the label field
     ``fields``; a text that is not a string is an error naming the line."""
     text_fields = fields[:2]
@@ -265,23 +293,17 @@ def jsonl_records(path: str, problems: LineProblems, fields: Sequence[str], hint
         yield number, record[text_fields[0]], record[text_fields[1]], record[fields[2]]
 
 
-def _csv_records(path: str, problems: LineProblems, file_format: PairFileFormat) -> Iterator[Record]:
+def csv_rows(path: str, problems: LineProblems) -> Iterator[tuple[int, list[str]]]:
+    """(line number, row) of a CSV file, its header first (a byte-order mark left out); a blank
+    row is skipped and reported, a row of another length than the header's is an error, as is
+    anything that is not valid CSV."""
     lines = (line.lstrip("\ufeff") if number == 1 else line for number, line in decoded_lines(path))
     reader = csv.reader(lines, strict=True)
     try:
         header = next(reader, None)
         if header is None:
             return
-        missing = [name for name in file_format.fields if name not in header]
-        if missing:
-            raise DataError(
-                path,
-                f"no column {', '.join(map(repr, missing))}; the header has "
-                f"{', '.join(map(repr, header))} (name the columns with --text-a-field, "
-                f"--text-b-field and --label-field){_csv_header_cause(header)}",
-                line=1,
-            )
-        columns = [header.index(name) for name in file_format.fields]
+        yield 1, header
         start = reader.line_num + 1
         for row in reader:
             number, start = start, reader.line_num + 1
@@ -290,9 +312,29 @@ def _csv_records(path: str, problems: LineProblems, file_format: PairFileFormat)
                 continue
             if len(row) != len(header):
                 raise DataError(path, f"a row of {len(row)} fields under a header of {len(header)}", line=number)
-            yield number, row[columns[0]], row[columns[1]], row[columns[2]]
+            yield number, row
     except csv.Error as e:
         raise DataError(path, f"not valid CSV ({e})", line=reader.line_num) from None
+
+
+def _csv_records(path: str, problems: LineProblems, file_format: PairFileFormat) -> Iterator[Record]:
+    rows = csv_rows(path, problems)
+    first = next(rows, None)
+    if first is None:
+        return
+    header = first[1]
+    missing = [name for name in file_format.fields if name not in header]
+    if missing:
+        raise DataError(
+            path,
+            f"no column {', '.join(map(repr, missing))}; the header has "
+            f"{', '.join(map(repr, header))} (name the columns with --text-a-field, "
+            f"--text-b-field and --label-field){_csv_header_cause(header)}",
+            line=1,
+        )
+    columns = [header.index(name) for name in file_format.fields]
+    for number, row in rows:
+        yield number, row[columns[0]], row[columns[1]], row[columns[2]]
 
 
 def _csv_header_cause(header: Sequence[str]) -> str:
@@ -300,6 +342,8 @@ def _csv_header_cause(header: Sequence[str]) -> str:
     TSV file), or a cell that reads as a label (no header: line 1 is a pair)."""
     if any("\t" in cell for cell in header):
         return "; line 1 has tabs: is it tab-separated? name the format with --format tsv"
+    if any(set(names) <= set(header) for names in NTUPLE_FIELDS):
+        return f"; {NTUPLE_HINT}"
     if any(looks_like_label(cell) for cell in header if cell.strip()):
         return "; line 1 reads as a pair, not a header: a CSV file starts with a line naming its columns"
     return ""
@@ -307,10 +351,18 @@ def _csv_header_cause(header: Sequence[str]) -> str:
 
 _FIELD_HINT = " (name the fields with --text-a-field, --text-b-field and --label-field)"
 
+
+def _pair_field_hint(record: dict[str, Any]) -> str:
+    """The end of a pair line's missing-field message: the likely cause, when its fields name one."""
+    if any(set(names) <= set(record) for names in NTUPLE_FIELDS):
+        return f"{_FIELD_HINT}; {NTUPLE_HINT}"
+    return _FIELD_HINT
+
+
 _RECORDS: dict[str, Callable[[str, LineProblems, PairFileFormat], Iterator[Record]]] = {
     "tsv": lambda path, problems, _: tsv_records(path, problems, header=True),
     "csv": _csv_records,
-    "jsonl": lambda path, problems, file_format: jsonl_records(path, problems, file_format.fields, _FIELD_HINT),
+    "jsonl": lambda path, problems, file_format: jsonl_records(path, problems, file_format.fields, _pair_field_hint),
 }
 
 
@@ -358,7 +410,8 @@ def read_pair_file(path: PathLike, file_format: PairFileFormat = PairFileFormat(
     first_kind: Optional[tuple[int, bool, Any]] = None
     problems = LineProblems(path, strict)
     for number, text_a, text_b, raw_label in records(path, problems, file_format):
-        with label_first_hint(path, number, text_a, raw_label) if file_kind == "tsv" else contextlib.nullcontext():
+        hint = label_first_hint(path, number, text_a, raw_label, first_pair=first_kind is None)
+        with hint if file_kind == "tsv" else contextlib.nullcontext():
             label = parse_label(path, number, raw_label, nli_words=True)
         if label is None:
             problems.add(number, "with the label '-', skipped", skipped=True)

@@ -303,3 +303,64 @@ def test_the_guide_quotes_each_likely_cause(tmp_path):
         assert f"`{quote}" in TABLE, f"docs/guide.md's bad-input table does not quote: {quote}"
         printed = raised(action)
         assert re.search(quote_pattern(quote), printed), f"docs/guide.md: {quote}\nprinted: {printed}"
+
+
+# -- rows for in-batch negatives given to a pair loss (issue 36) ---------------------------------
+
+NTUPLE_HINT = (
+    "this looks like (anchor, positive, negative ...) rows for in-batch negatives: train it with --loss mnrl, "
+    "or give pairs with a label"
+)
+
+
+@pytest.mark.parametrize(
+    "content, start",
+    [
+        # three fields: line 1 reads as a header, line 2's negative as a label that is no number
+        ("怎么还款\t如何还钱\t天气好\n花呗额度\t额度多少\t下雨了\n", "a.tsv, line 2: label '下雨了' is not a number"),
+        # four fields on every line: none is a pair
+        (
+            "怎么还款\t如何还钱\t天气好\t下雨\n花呗\t额度\t下雨了\t晴\n",
+            "a.tsv: no usable pairs in this file: every line has 4",
+        ),
+        # rows of varying numbers of negatives
+        ("怎么还款\t如何还钱\t天气好\t下雨\n花呗\t额度\t下雨了\t晴\t阴\n", "a.tsv: no usable pairs in this file"),
+    ],
+)
+def test_a_tsv_of_anchor_positive_negative_rows_given_to_a_pair_reader_names_in_batch_losses(tmp_path, content, start):
+    message = raised(read_pair_file, write(tmp_path / "a.tsv", content))
+    assert message.startswith(start) and message.endswith(NTUPLE_HINT)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"query": "怎么还款", "pos": ["如何还钱"], "neg": ["天气好"]},  # FlagEmbedding's layout
+        {"anchor": "怎么还款", "positive": "如何还钱", "negative": "天气好"},  # sentence-transformers' columns
+    ],
+)
+def test_a_jsonl_of_queries_with_positives_given_to_a_pair_reader_names_in_batch_losses(tmp_path, record):
+    message = raised(read_pair_file, write(tmp_path / "a.jsonl", json.dumps(record, ensure_ascii=False) + "\n"))
+    assert message.startswith("a.jsonl, line 1: no field 'sentence1', 'sentence2', 'label'; this line has")
+    assert message.endswith(f"(name the fields with --text-a-field, --text-b-field and --label-field); {NTUPLE_HINT}")
+
+
+def test_a_csv_of_anchor_positive_negative_columns_given_to_a_pair_reader_names_in_batch_losses(tmp_path):
+    message = raised(read_pair_file, write(tmp_path / "a.csv", "anchor,positive,negative\n怎么还款,如何还钱,天气好\n"))
+    assert message.startswith("a.csv, line 1: no column 'sentence1', 'sentence2', 'label'")
+    assert message.endswith(NTUPLE_HINT)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda tmp_path: read_pair_file(write(tmp_path / "a.tsv", "x\ty\t1\n你好\t您好\tyes\n")),  # after a pair
+        lambda tmp_path: read_senteval(write(tmp_path / "a.data", "怎么还款\t如何还钱\t天气好\t下雨\n")),  # a benchmark
+        lambda tmp_path: read_pair_file(write(tmp_path / "a.jsonl", json.dumps({"text": "你好"}) + "\n")),
+        lambda tmp_path: read_pair_file(write(tmp_path / "a.csv", "q1,q2,label\n你好,您好,1\n")),
+    ],
+)
+def test_other_faults_do_not_name_in_batch_losses(tmp_path, action):
+    with pytest.raises(DataError) as error:
+        action(tmp_path)
+    assert "--loss mnrl" not in str(error.value)
