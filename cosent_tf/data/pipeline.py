@@ -8,6 +8,7 @@ cut into batches (and the batches shuffled again), so little padding is computed
 
 from __future__ import annotations
 
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -62,6 +63,247 @@ def batches_per_epoch(count: int, batch_size: int, replicas: int = 1) -> int:
     return full + (rest >= replicas)
 
 
+def text_keys(*columns: Sequence[Union[str, Sequence[str]]]) -> list[frozenset[int]]:
+    """Per example, the ids of the texts it holds, for keeping duplicates apart.
+
+    Equal strings get equal ids (an exact match, as sentence-transformers' NO_DUPLICATES
+    sampler compares them), so two examples share an id exactly when they share a text.
+
+    Args:
+        *columns: one entry per example each: a text, or a sequence of texts (such as an
+            example's hard negatives).
+
+    Returns:
+        One frozenset of text ids per example.
+
+    Raises:
+        ValueError: the columns differ in length.
+
+    Example:
+        >>> text_keys(["a", "b"], ["x", "a"], [["y"], []])
+        [frozenset({0, 1, 2}), frozenset({0, 3})]
+    """
+    counts = {len(column) for column in columns}
+    if len(counts) > 1:
+        raise ValueError(f"text columns differ in length: {', '.join(str(len(c)) for c in columns)}")
+    ids: dict[str, int] = {}
+    keys = []
+    for row in zip(*columns):
+        texts: list[str] = []
+        for cell in row:
+            if isinstance(cell, str):
+                texts.append(cell)
+            else:
+                texts.extend(cell)
+        keys.append(frozenset(ids.setdefault(text, len(ids)) for text in texts))
+    return keys
+
+
+# Bounds on the work of keep_duplicates_apart, so that it stays linear in the examples when
+# many of them share one text: how many waiting examples one batch looks at, how many other
+# batches a swap is sought in, and the swap candidates tried in all per example.
+_WAITING_LOOKS_PER_BATCH = 256
+_SWAP_BATCHES = 64
+_SWAP_TRIES_PER_EXAMPLE = 4
+
+
+def _conflicting(batch: Sequence[int], keys: Sequence[frozenset[int]]) -> int:
+    """How many of ``batch``'s examples share a text with one placed before them."""
+    seen: set[int] = set()
+    count = 0
+    for example in batch:
+        if keys[example].isdisjoint(seen):
+            seen |= keys[example]
+        else:
+            count += 1
+    return count
+
+
+def keep_duplicates_apart(
+    batches: list[np.ndarray], keys: Sequence[frozenset[int]]
+) -> tuple[list[np.ndarray], int, int]:
+    """Rearrange batches so that no batch holds two examples sharing a text, where it can.
+
+    A text that occurs twice in one batch is a false negative for an in-batch loss (the
+    same document is both an anchor's positive and another anchor's negative). Each example
+    that shares a text with one before it in its batch swaps places with an example of a
+    nearby batch (nearest first, so that batches cut from length-sorted examples stay of
+    similar length) where both then fit. Where clashes remain, the examples are also walked
+    in batch order (one whose texts the batch being filled holds waits and goes first into
+    the next batch it fits; what still waits at the end fills the last slots as it is), the
+    swaps are tried again, and the arrangement leaving fewer clashes is kept. The batch sizes
+    are kept and every example is placed exactly once; without clashes the batches come back
+    unchanged. The work is bounded per example and per batch, so that many examples sharing
+    one text cost a few looks each (see ``benchmarks/DUPLICATE_SAMPLER.md``); the result is
+    deterministic.
+
+    Args:
+        batches: one index array per batch, as :func:`batch_indices` cuts them.
+        keys: per example (by index), the ids of its texts (:func:`text_keys`).
+
+    Returns:
+        ``(batches, moved, left)``: the new batches (sizes as given), the examples placed in
+        another batch than the one they were cut into, and the examples that share a text
+        with another of their batch because no placement without was found.
+
+    Example:
+        >>> keys = [frozenset({0}), frozenset({0}), frozenset({1}), frozenset({2})]
+        >>> batches, moved, left = keep_duplicates_apart([np.array([0, 1]), np.array([2, 3])], keys)
+        >>> [b.tolist() for b in batches], moved, left
+        ([[0, 2], [1, 3]], 2, 0)
+    """
+    cut = [batch.tolist() for batch in batches]
+    if not any(_conflicting(batch, keys) for batch in cut):
+        return list(batches), 0, 0
+    swapped = [list(batch) for batch in cut]
+    _swap_clashes_away(swapped, keys)
+    placed, left = swapped, sum(_conflicting(batch, keys) for batch in swapped)
+    if left:
+        walked = _walk_apart(cut, keys)
+        _swap_clashes_away(walked, keys)
+        walked_left = sum(_conflicting(batch, keys) for batch in walked)
+        if walked_left < left:
+            placed, left = walked, walked_left
+    home = {example: number for number, batch in enumerate(cut) for example in batch}
+    moved = sum(home[example] != number for number, batch in enumerate(placed) for example in batch)
+    return [np.asarray(batch, dtype=np.int64) for batch in placed], moved, left
+
+
+def _walk_apart(cut: list[list[int]], keys: Sequence[frozenset[int]]) -> list[list[int]]:
+    """Walk the examples in batch order; one whose texts the batch being filled holds waits
+    and goes first into the next batch it fits; what still waits at the end fills the last
+    slots as it is."""
+    walk = [example for batch in cut for example in batch]
+    waiting: deque[int] = deque()
+    placed: list[list[int]] = []
+    position = 0
+    for size in (len(batch) for batch in cut):
+        batch: list[int] = []
+        texts: set[int] = set()
+        skipped: list[int] = []
+        while waiting and len(batch) < size and len(skipped) < _WAITING_LOOKS_PER_BATCH:
+            example = waiting.popleft()
+            if keys[example].isdisjoint(texts):
+                batch.append(example)
+                texts |= keys[example]
+            else:
+                skipped.append(example)
+        waiting.extendleft(reversed(skipped))
+        while len(batch) < size and position < len(walk):
+            example = walk[position]
+            position += 1
+            if keys[example].isdisjoint(texts):
+                batch.append(example)
+                texts |= keys[example]
+            else:
+                waiting.append(example)
+        while len(batch) < size:  # nothing left to walk: the waiting ones go in as they are
+            batch.append(waiting.popleft())
+        placed.append(batch)
+    return placed
+
+
+def _swap_clashes_away(placed: list[list[int]], keys: Sequence[frozenset[int]]) -> None:
+    """Swap each example that shares a text with one before it in its batch for an example
+    of a nearby batch, where both then fit (in place)."""
+    counts = [Counter(text for example in batch for text in keys[example]) for batch in placed]
+    batches_holding: Counter[int] = Counter(text for count in counts for text in count)
+    for number, batch in enumerate(placed):
+        mine = counts[number]
+        seen: set[int] = set()
+        for slot, example in enumerate(batch):
+            if keys[example].isdisjoint(seen):
+                seen |= keys[example]
+                continue
+            if any(batches_holding[text] >= len(placed) for text in keys[example]):
+                continue  # every batch holds one of its texts: no swap can help
+            tries = 0
+            for other in _nearby(number, len(placed)):
+                theirs = counts[other]
+                if any(theirs[text] for text in keys[example]):
+                    continue
+                tries += 1
+                partner = next(
+                    (
+                        slot_there
+                        for slot_there, candidate in enumerate(placed[other])
+                        if all(mine[text] - (text in keys[example]) == 0 for text in keys[candidate])
+                    ),
+                    None,
+                )
+                if partner is not None:
+                    candidate = placed[other][partner]
+                    for text in keys[example]:
+                        batches_holding[text] += (theirs[text] == 0) - (mine[text] == 1)
+                    for text in keys[candidate]:
+                        batches_holding[text] += (mine[text] == 0) - (theirs[text] == 1)
+                    mine.subtract(keys[example])
+                    theirs.subtract(keys[candidate])
+                    mine.update(keys[candidate])
+                    theirs.update(keys[example])
+                    batch[slot], placed[other][partner] = candidate, example
+                    seen |= keys[candidate]
+                    break
+                if tries >= _SWAP_TRIES_PER_EXAMPLE:
+                    break
+
+
+def _nearby(number: int, count: int) -> Iterator[int]:
+    """The other batch numbers by distance from ``number``, at most ``_SWAP_BATCHES`` of them."""
+    given = 0
+    for distance in range(1, count):
+        for other in (number - distance, number + distance):
+            if 0 <= other < count:
+                yield other
+                given += 1
+                if given >= _SWAP_BATCHES:
+                    return
+
+
+def _epoch_batches(
+    lengths: Sequence[int],
+    batch_size: int,
+    epoch: int,
+    shuffle: bool,
+    group_by_length: bool,
+    seed: int,
+    replicas: int,
+    keys: Optional[Sequence[frozenset[int]]],
+) -> tuple[list[np.ndarray], int, int]:
+    """The batches of :func:`batch_indices`, with the duplicates moved and left."""
+    if batch_size % replicas:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {replicas} replicas")
+    length_of = np.asarray(lengths)
+    count = len(length_of)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if keys is not None and len(keys) != count:
+        raise ValueError(f"{len(keys)} text keys for {count} examples")
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(count) if shuffle else np.arange(count)
+    if group_by_length:
+        pool = batch_size * LENGTH_POOL_BATCHES
+        order = np.concatenate(
+            [
+                chunk[np.argsort(length_of[chunk], kind="stable")]
+                for chunk in np.array_split(order, range(pool, count, pool))
+            ]
+        )
+    batches = np.array_split(order, range(batch_size, count, batch_size))
+    whole = len(batches[-1]) - len(batches[-1]) % replicas
+    batches[-1] = batches[-1][:whole]
+    if not whole:
+        batches.pop()
+    moved = left = 0
+    if keys is not None and batches:
+        # Before the batches are shuffled: a moved example goes to a neighbouring batch,
+        # which length grouping filled with examples of similar length.
+        batches, moved, left = keep_duplicates_apart(batches, keys)
+    if group_by_length and shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches, moved, left
+
+
 def batch_indices(
     lengths: Sequence[int],
     batch_size: int,
@@ -70,6 +312,7 @@ def batch_indices(
     group_by_length: bool = False,
     seed: int = 0,
     replicas: int = 1,
+    keys: Optional[Sequence[frozenset[int]]] = None,
 ) -> list[np.ndarray]:
     """Index arrays of the batches of one epoch (every example exactly once).
 
@@ -87,41 +330,55 @@ def batch_indices(
             length before cutting it into batches, and shuffle the batches.
         seed: the run's seed.
         replicas: the replicas each batch is split between.
+        keys: per example, the ids of its texts (:func:`text_keys`): examples sharing a text
+            are kept in different batches where they can be (:func:`keep_duplicates_apart`,
+            before the batches are shuffled). None: the batches as cut.
 
     Returns:
         One int64 index array per batch.
 
     Raises:
-        ValueError: ``batch_size`` is not positive or not a multiple of ``replicas``.
+        ValueError: ``batch_size`` is not positive or not a multiple of ``replicas``, or
+            ``keys`` is not one per example.
 
     Example:
         >>> [b.tolist() for b in batch_indices([3, 1, 2], batch_size=2, epoch=0, shuffle=False)]
         [[0, 1], [2]]
     """
-    if batch_size % replicas:
-        raise ValueError(f"batch_size {batch_size} is not a multiple of the {replicas} replicas")
-    length_of = np.asarray(lengths)
-    count = len(length_of)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(count) if shuffle else np.arange(count)
-    if group_by_length:
-        pool = batch_size * LENGTH_POOL_BATCHES
-        order = np.concatenate(
-            [
-                chunk[np.argsort(length_of[chunk], kind="stable")]
-                for chunk in np.array_split(order, range(pool, count, pool))
-            ]
-        )
-    batches = np.array_split(order, range(batch_size, count, batch_size))
-    whole = len(batches[-1]) - len(batches[-1]) % replicas
-    batches[-1] = batches[-1][:whole]
-    if not whole:
-        batches.pop()
-    if group_by_length and shuffle:
-        batches = [batches[i] for i in rng.permutation(len(batches))]
-    return batches
+    return _epoch_batches(lengths, batch_size, epoch, shuffle, group_by_length, seed, replicas, keys)[0]
+
+
+def duplicates_moved(
+    lengths: Sequence[int],
+    batch_size: int,
+    keys: Sequence[frozenset[int]],
+    *,
+    epoch: int = 0,
+    shuffle: bool = True,
+    group_by_length: bool = False,
+    seed: int = 0,
+    replicas: int = 1,
+) -> tuple[int, int]:
+    """How many examples keeping duplicates apart moves in one epoch, and how many it cannot.
+
+    Args:
+        lengths, batch_size, keys, epoch, shuffle, group_by_length, seed, replicas: as for
+            :func:`batch_indices`.
+
+    Returns:
+        ``(moved, left)``: examples placed in another batch than the one they were cut into,
+        and examples left sharing a text with another of their batch.
+
+    Raises:
+        ValueError: as :func:`batch_indices`.
+
+    Example:
+        >>> keys = text_keys(["q", "q", "r", "s"], ["a", "b", "c", "d"])
+        >>> duplicates_moved([1, 1, 1, 1], 2, keys, shuffle=False)
+        (2, 0)
+    """
+    _, moved, left = _epoch_batches(lengths, batch_size, epoch, shuffle, group_by_length, seed, replicas, keys)
+    return moved, left
 
 
 # Where a batch stream starts: a global batch number, or a callable read when iteration starts.
@@ -146,6 +403,7 @@ class _BatchStream:
         start_step: StartStep,
         repeat: bool,
         replicas: int,
+        keys: Optional[Sequence[frozenset[int]]] = None,
     ) -> None:
         self.lengths, self.batch_size = lengths, batch_size
         self.order: dict[str, Any] = {
@@ -153,6 +411,7 @@ class _BatchStream:
             "group_by_length": group_by_length,
             "seed": seed,
             "replicas": replicas,
+            "keys": keys,
         }
         self.batches_per_epoch = batches_per_epoch(len(lengths), batch_size, replicas)
         self.start_step = start_step
@@ -160,13 +419,19 @@ class _BatchStream:
         self.passes = 0
 
     def __call__(self) -> Iterator[np.ndarray]:
+        for _, index in self.with_epochs():
+            yield index
+
+    def with_epochs(self) -> Iterator[tuple[int, np.ndarray]]:
+        """The batches as ``(epoch, index)``, for what changes every epoch beyond the order."""
         start = self.start_step() if callable(self.start_step) else self.start_step
         if not self.repeat:  # Keras re-iterates a finite dataset once per epoch
             start += self.passes * self.batches_per_epoch
             self.passes += 1
         epoch, offset = divmod(int(start), self.batches_per_epoch)
         while True:
-            yield from batch_indices(self.lengths, self.batch_size, epoch, **self.order)[offset:]
+            for index in batch_indices(self.lengths, self.batch_size, epoch, **self.order)[offset:]:
+                yield epoch, index
             if not self.repeat:
                 return
             epoch, offset = epoch + 1, 0
@@ -198,6 +463,7 @@ def pair_dataset(
     start_step: StartStep = 0,
     repeat: bool = False,
     replicas: int = 1,
+    keys: Optional[Sequence[frozenset[int]]] = None,
 ) -> tf.data.Dataset:
     """Interleaved sentence-pair batches for a feature model.
 
@@ -219,6 +485,9 @@ def pair_dataset(
             epoch, reshuffled every time.
         replicas: every batch holds a multiple of this many pairs (see :func:`batch_indices`),
             so that each replica of a tf.distribute strategy gets the same number of whole pairs.
+        keys: per pair, the ids of its texts (:func:`text_keys`): pairs sharing a text are kept
+            in different batches where they can be, for an in-batch loss (see
+            :func:`keep_duplicates_apart`). None: no such rearranging.
 
     Returns:
         The dataset, of known cardinality without ``repeat``.
@@ -236,12 +505,102 @@ def pair_dataset(
         raise ValueError(f"pair columns differ in length: {len(ids_a)}, {len(ids_b)}, {len(labels)}")
     labels = np.asarray(labels, dtype=np.float32)
     lengths = [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
-    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas)
+    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas, keys)
 
     def make_batches() -> Iterator[Any]:
         for index in stream():
             token_ids = pad_batch([s for i in index for s in (ids_a[i], ids_b[i])])
             yield (token_ids, np.zeros_like(token_ids)), np.repeat(labels[index], 2)
+
+    return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
+
+
+def group_dataset(
+    anchor_ids: Sequence[Sequence[int]],
+    positive_ids: Sequence[Sequence[int]],
+    negative_ids: Optional[Sequence[Sequence[Sequence[int]]]],
+    group_size: int,
+    batch_size: int = 32,
+    shuffle: bool = True,
+    group_by_length: bool = True,
+    seed: int = 0,
+    start_step: StartStep = 0,
+    repeat: bool = False,
+    replicas: int = 1,
+    keys: Optional[Sequence[frozenset[int]]] = None,
+) -> tf.data.Dataset:
+    """Batches of examples in groups of ``group_size`` rows, for an in-batch negatives loss.
+
+    Each element is ``((token_ids, segment_ids), labels)`` with token ids of shape
+    (B * group_size, T): rows ``g*k`` to ``g*k + g - 1`` are example k's anchor, its positive
+    and ``g - 2`` hard negatives, padded to the batch's longest text; the labels are zeros
+    (the loss reads the layout, not labels). An example with exactly ``g - 2`` negatives
+    gives them all, in file order; one with more gives a draw of ``g - 2`` of them (in file
+    order) that changes every epoch, seeded by the seed, the epoch and the example's index
+    only, so that a run resumed at ``start_step`` draws what the uninterrupted run drew.
+    Grouping by length uses each example's longest text.
+
+    Args:
+        anchor_ids: each example's anchor's token ids.
+        positive_ids: each example's positive's token ids.
+        negative_ids: per example, the token ids of each of its hard negatives (at least
+            ``group_size - 2``); None when ``group_size`` is 2.
+        group_size: rows per example: anchor, positive and ``group_size - 2`` negatives.
+        batch_size: examples per batch.
+        shuffle, group_by_length, seed, start_step, repeat: as for :func:`pair_dataset`.
+        replicas: every batch holds a multiple of this many whole examples.
+        keys: per example, the ids of its texts (:func:`text_keys` of the anchors, positives
+            and negatives): examples sharing a text are kept in different batches where they
+            can be (:func:`keep_duplicates_apart`). None: no such rearranging.
+
+    Returns:
+        The dataset, of known cardinality without ``repeat``.
+
+    Raises:
+        ValueError: the columns differ in length, ``group_size`` is below 2, or an example
+            has fewer than ``group_size - 2`` negatives (the message names its index).
+
+    Example:
+        >>> dataset = group_dataset([[101, 7, 102]], [[101, 8, 102]], [[[101, 9, 9, 102]]], group_size=3, batch_size=1)
+        >>> (token_ids, segment_ids), labels = next(iter(dataset))
+        >>> token_ids.numpy().tolist(), labels.numpy().tolist()
+        ([[101, 7, 102, 0], [101, 8, 102, 0], [101, 9, 9, 102]], [0.0, 0.0, 0.0])
+    """
+    if group_size < 2:
+        raise ValueError(f"group_size must be at least 2 (anchor and positive), got {group_size}")
+    hard = group_size - 2
+    if negative_ids is None:
+        if hard:
+            raise ValueError(f"group_size {group_size} needs {hard} negatives per example, and none were given")
+        negative_ids = [[] for _ in anchor_ids]
+    if not len(anchor_ids) == len(positive_ids) == len(negative_ids):
+        raise ValueError(f"group columns differ in length: {len(anchor_ids)}, {len(positive_ids)}, {len(negative_ids)}")
+    for index, negatives in enumerate(negative_ids):
+        if len(negatives) < hard:
+            raise ValueError(
+                f"example {index} has {len(negatives)} negatives, fewer than the {hard} of group_size {group_size}"
+            )
+    lengths = [
+        max(len(anchor), len(positive), *(len(n) for n in negatives))
+        for anchor, positive, negatives in zip(anchor_ids, positive_ids, negative_ids)
+    ]
+    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas, keys)
+    all_negatives = negative_ids
+
+    def drawn(index: int, epoch: int) -> Sequence[Sequence[int]]:
+        negatives = all_negatives[index]
+        if len(negatives) == hard or not hard:
+            return negatives[:hard]
+        chosen = np.random.default_rng([seed, epoch, index]).choice(len(negatives), hard, replace=False)
+        return [negatives[i] for i in np.sort(chosen)]
+
+    def make_batches() -> Iterator[Any]:
+        for epoch, index in stream.with_epochs():
+            rows: list[Sequence[int]] = []
+            for i in index.tolist():
+                rows += [anchor_ids[i], positive_ids[i], *drawn(i, epoch)]
+            token_ids = pad_batch(rows)
+            yield (token_ids, np.zeros_like(token_ids)), np.zeros(len(rows), dtype=np.float32)
 
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
 
