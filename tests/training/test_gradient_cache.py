@@ -3,7 +3,7 @@ import pytest
 
 from cosent_tf import build_encoder, build_interaction_model
 from cosent_tf.backend import keras, tf
-from cosent_tf.losses import get_loss
+from cosent_tf.losses import AnglELoss, CoSENTIBNLoss, MultipleNegativesRankingLoss, get_loss
 from cosent_tf.training.gradient_cache import GradientCacheModel
 from tests.harness import run_keras_object_test
 from tests.helpers import write_config
@@ -11,18 +11,27 @@ from tests.helpers import write_config
 PAIRS = 8  # in micro-batches of 3: 3 + 3 + 2 pairs
 
 
-def training_setup(tmp_path, kind, loss_name, dropout):
-    """(training model, its loss, inputs, labels) as the engine builds them, for a tiny BERT."""
-    config = write_config(
+def tiny_config(tmp_path, dropout):
+    return write_config(
         tmp_path / "config.json", hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, max_position=64
     )
-    entry = get_loss(kind, loss_name)
-    rng = np.random.default_rng(3)
-    rows = 2 * PAIRS if kind == "feature" else PAIRS
+
+
+def token_ids(rng, rows):
+    """``rows`` texts of random tokens, padded to several lengths, as (token ids, segment ids)."""
     ids = rng.integers(200, 3000, (rows, 9)).astype(np.int32)
     ids[:, 0] = 101
-    for row, length in enumerate(rng.integers(4, 10, rows)):  # padded rows of several lengths
+    for row, length in enumerate(rng.integers(4, 10, rows)):
         ids[row, length:] = 0
+    return ids, np.zeros_like(ids)
+
+
+def training_setup(tmp_path, kind, loss_name, dropout):
+    """(training model, its loss, inputs, labels) as the engine builds them, for a tiny BERT."""
+    config = tiny_config(tmp_path, dropout)
+    entry = get_loss(kind, loss_name)
+    rng = np.random.default_rng(3)
+    inputs = token_ids(rng, 2 * PAIRS if kind == "feature" else PAIRS)
     labels = rng.integers(0, 2, PAIRS).astype(np.float32)
     if kind == "feature":
         model = build_encoder(config, pooling="last-avg")
@@ -35,7 +44,7 @@ def training_setup(tmp_path, kind, loss_name, dropout):
         # decide the gradient: spread the weights as a trained model's are.
         model.set_weights([w * 20 if w.ndim == 2 else w for w in model.get_weights()])
     loss = entry.build(scale=20.0, epsilon=0.5, max_label=1.0, positive_above=0.5)
-    return model, loss, (ids, np.zeros_like(ids)), labels
+    return model, loss, inputs, labels
 
 
 def sgd_step(model, loss, inputs, labels):
@@ -65,8 +74,13 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(kind, loss_name, tmp
 @pytest.mark.parametrize("kind, loss_name", [("feature", "cosent"), ("interaction", "cosent")])
 def test_with_dropout_both_passes_drop_the_same_units(kind, loss_name, tmp_path):
     model, loss, inputs, labels = training_setup(tmp_path, kind, loss_name, dropout=0.2)
-    rows_per_pair = 2 if kind == "feature" else 1
-    cache = GradientCacheModel(model, 3, rows_per_pair, seed=5)
+    assert_dropout_masks_repeat(model, loss, inputs, labels, 2 if kind == "feature" else 1)
+
+
+def assert_dropout_masks_repeat(model, loss, inputs, labels, rows_per_example):
+    """The cached step (3 micro-batches) equals the whole batch back-propagated at once through the
+    networks that each micro-batch's dropout masks make."""
+    cache = GradientCacheModel(model, 3, rows_per_example, seed=5)
     cache.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
     # The reference: the whole batch back-propagated at once through the same masked networks.
     with tf.GradientTape() as tape:
@@ -84,6 +98,59 @@ def test_with_dropout_both_passes_drop_the_same_units(kind, loss_name, tmp_path)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
 
 
+SYMMETRIC = ("query_to_doc", "doc_to_query")
+GROUPS = 8  # in micro-batches of 3: 3 + 3 + 2 examples
+# The in-batch losses, each on its rows: groups of an anchor, a positive and hard negatives for
+# MultipleNegativesRankingLoss (group_size), interleaved labelled pairs for the other two.
+IN_BATCH_LOSSES = {
+    "mnrl": lambda: MultipleNegativesRankingLoss(scale=20.0),
+    "mnrl-hard-negative": lambda: MultipleNegativesRankingLoss(scale=20.0, group_size=3),
+    "mnrl-two-hard-negatives-symmetric": lambda: MultipleNegativesRankingLoss(group_size=4, directions=SYMMETRIC),
+    "cosent-ibn": lambda: CoSENTIBNLoss(cosine_w=1.0, ibn_w=20.0, angle_w=1.0),
+    "angle": lambda: AnglELoss(scale=20.0),
+}
+
+
+def in_batch_setup(tmp_path, loss_name, dropout):
+    """(a tiny BERT encoder, the loss, GROUPS examples of inputs, their labels, rows per example)."""
+    loss = IN_BATCH_LOSSES[loss_name]()
+    rows_per_example = getattr(loss, "group_size", 2)
+    model = build_encoder(tiny_config(tmp_path, dropout), pooling="last-avg")
+    inputs = token_ids(np.random.default_rng(4), GROUPS * rows_per_example)
+    if isinstance(loss, MultipleNegativesRankingLoss):
+        labels = np.zeros(GROUPS * rows_per_example, np.float32)  # unread: a group's order is its labels
+    else:  # graded labels, half of the pairs positive (above positive_above=0.5) for the in-batch part
+        labels = np.repeat(np.array([1, 0, 0.75, 1, 0.25, 0, 1, 0.5], np.float32), 2)
+    return model, loss, inputs, labels, rows_per_example
+
+
+@pytest.mark.parametrize("loss_name", IN_BATCH_LOSSES)
+def test_in_batch_losses_in_micro_batches_give_the_gradient_of_the_whole_batch(loss_name, tmp_path):
+    model, loss, inputs, labels, rows_per_example = in_batch_setup(tmp_path, loss_name, dropout=0.0)
+    start = model.get_weights()
+    whole = sgd_step(model, loss, inputs, labels)
+    model.set_weights(start)
+    cached = sgd_step(GradientCacheModel(model, 3, rows_per_example), loss, inputs, labels)
+    scale = max(np.abs(g).max() for g in whole)
+    assert scale > 0
+    for expected, actual in zip(whole, cached):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("loss_name", IN_BATCH_LOSSES)
+def test_in_batch_losses_with_dropout_drop_the_same_units_in_both_passes(loss_name, tmp_path):
+    model, loss, inputs, labels, rows_per_example = in_batch_setup(tmp_path, loss_name, dropout=0.2)
+    assert_dropout_masks_repeat(model, loss, inputs, labels, rows_per_example)
+
+
+def test_a_micro_batch_holds_whole_groups(tmp_path):
+    model, _, inputs, _, rows_per_example = in_batch_setup(tmp_path, "mnrl-hard-negative", dropout=0.0)
+    cache = GradientCacheModel(model, 3, rows_per_example)
+    pieces = [cache._micro_batch(inputs, index) for index in range(3)]
+    assert [len(ids) for ids, _ in pieces] == [9, 9, 6]  # 3, 3 and 2 groups of 3 rows
+    np.testing.assert_array_equal(np.concatenate([ids for ids, _ in pieces]), inputs[0])
+
+
 def test_keras_contract(tmp_path):
     _, _, inputs, _ = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
 
@@ -98,6 +165,8 @@ def test_micro_batch_pairs_must_be_positive(tmp_path):
     model, _, _, _ = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
     with pytest.raises(ValueError, match="micro_batch_pairs must be positive"):
         GradientCacheModel(model, 0)
+    with pytest.raises(ValueError, match=r"rows_per_pair \(the rows of one example\) must be positive, got 0"):
+        GradientCacheModel(model, 2, rows_per_pair=0)
 
 
 def test_in_float16_the_scaled_loss_gives_the_whole_batch_gradient(tmp_path):
