@@ -42,6 +42,18 @@ CosineMSELoss = _imported_when_called(".mse", "CosineMSELoss")
 ThresholdContrastiveLoss = _imported_when_called(".contrastive", "ThresholdContrastiveLoss")
 SentenceBertSoftmaxLoss = _imported_when_called(".softmax", "SentenceBertSoftmaxLoss")
 SentenceBertHead = _imported_when_called(".softmax", "SentenceBertHead")
+MultipleNegativesRankingLoss = _imported_when_called(".mnrl", "MultipleNegativesRankingLoss")
+AnglELoss = _imported_when_called(".angle", "AnglELoss")
+CoSENTIBNLoss = _imported_when_called(".cosent_ibn", "CoSENTIBNLoss")
+
+# What a loss's batches hold: interleaved (or concatenated) labelled pairs, or groups of an anchor,
+# its positive and its hard negatives (MultipleNegativesRankingLoss's layout).
+PAIRS, GROUPS = "pairs", "groups"
+# The in-batch softmax directions of ``--symmetric``: each anchor picks its positive, and each
+# positive its anchor (sentence-transformers' names).
+ONE_WAY, BOTH_WAYS = ("query_to_doc",), ("query_to_doc", "doc_to_query")
+# The cosent-ibn mix's default weights (cosine, in-batch, angle): CoSENTIBNLoss's own.
+MIX_WEIGHTS = (0.0, 20.0, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,17 +65,28 @@ class LossEntry:
         kind: the model it trains: ``feature`` (a siamese encoder, batches of interleaved
             sentences) or ``interaction`` (a cross-encoder, batches of concatenated pairs).
         title: its name in result tables.
-        build: ``build(scale=, epsilon=, max_label=, positive_above=, global_batch=)`` -> a
-            Keras loss; it takes the options it needs and ignores the others.
+        build: ``build(scale=, epsilon=, max_label=, positive_above=, global_batch=, group_size=,
+            symmetric=, weights=)`` -> a Keras loss; it takes the options it needs and ignores the
+            others.
         on_classes: trained on class labels (a task's graded scores are split first).
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
         interaction_head: the head of the interaction model it trains (``score`` or
             ``softmax``, see :func:`cosent_tf.models.builders.build_interaction_model`).
         batch_size: the original script's batch size when it is not the task's default.
-        min_pairs: the fewest pairs a batch must hold for the loss to learn anything (a ranking
-            loss compares the pairs of a batch with each other); each replica's share, for a
-            loss that ranks each replica's pairs alone.
+        min_pairs: the fewest pairs (or examples) a batch must hold for the loss to learn
+            anything; each replica's share, for a loss that ranks each replica's pairs alone.
+        batch_role: what the loss does with a batch's pairs, which is why it needs ``min_pairs``.
+        examples: what a batch holds: :data:`PAIRS` (labelled pairs) or :data:`GROUPS` (an
+            anchor, its positive and its hard negatives, without labels).
+        in_batch: each anchor takes the other texts of its batch as negatives, so a text twice in
+            a batch is a false negative (the batches keep duplicates apart).
+        ranks_labels: the loss ranks the pairs of a batch by their labels, so pairs that all have
+            one label give it nothing to learn.
+        feature_only_because: for a feature loss that an interaction model cannot train with,
+            why not (said when it is asked for with ``--kind interaction``).
+        mix_weights: for a weighted mix (cosine, in-batch, angle), its default weights, which
+            ``build(weights=)`` replaces.
     """
 
     name: str
@@ -75,6 +98,12 @@ class LossEntry:
     interaction_head: Optional[str] = None
     batch_size: Optional[int] = None
     min_pairs: int = 1
+    batch_role: str = "ranks the pairs of a batch against each other"
+    examples: str = PAIRS
+    in_batch: bool = False
+    ranks_labels: bool = False
+    feature_only_because: str = ""
+    mix_weights: Optional[tuple[float, float, float]] = None
 
     def check_batch(self, batch_size: int, replicas: int = 1, global_batch: bool = True) -> None:
         """Raise ConfigError if batches of ``batch_size`` pairs, shared by ``replicas`` (each ranking
@@ -84,16 +113,22 @@ class LossEntry:
             return
         if share == batch_size:
             raise ConfigError(
-                f"--batch-size {batch_size}: the {self.name} loss ranks the pairs of a batch against each other, so "
-                f"a batch of fewer than {self.min_pairs} pairs gives a loss of 0 at every step and the model never "
-                f"changes; pass --batch-size {self.min_pairs} or more"
+                f"--batch-size {batch_size}: the {self.name} loss {self.batch_role}, so a batch of fewer than "
+                f"{self.min_pairs} {self.unit} gives a loss of 0 at every step and the model never changes; pass "
+                f"--batch-size {self.min_pairs} or more"
             )
         raise ConfigError(
             f"--batch-size {batch_size} with --per-replica-loss gives each of the {replicas} replicas {share} "
-            f"pair{'s' * (share != 1)}, and the {self.name} loss ranks each replica's pairs against each other, so "
-            f"it needs at least {self.min_pairs} there (else its loss is 0 at every step); pass --batch-size "
+            f"{self.unit if share != 1 else self.unit[:-1]}, and the {self.name} loss {self.batch_role} "
+            f"within each replica's share alone, so it needs at least {self.min_pairs} there (else its loss is 0 "
+            f"at every step); pass --batch-size "
             f"{self.min_pairs * replicas} or more, or leave out --per-replica-loss"
         )
+
+    @property
+    def unit(self) -> str:
+        """What ``--batch-size`` counts for this loss: ``pairs`` or ``examples``."""
+        return "examples" if self.examples == GROUPS else "pairs"
 
 
 def _sentence_bert_head(num_classes: int) -> keras.layers.Layer:
@@ -115,6 +150,7 @@ LOSSES = {
             "CoSENT",
             lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch),
             min_pairs=2,
+            ranks_labels=True,
         ),
         LossEntry(
             "sbert",
@@ -132,6 +168,56 @@ LOSSES = {
             lambda epsilon, positive_above, **_: ThresholdContrastiveLoss(epsilon, positive_above=positive_above),
         ),
         LossEntry(
+            "mnrl",
+            FEATURE,
+            "MNRL",
+            lambda scale, group_size=2, symmetric=False, global_batch=True, **_: MultipleNegativesRankingLoss(
+                scale, group_size, BOTH_WAYS if symmetric else ONE_WAY, global_batch=global_batch
+            ),
+            min_pairs=2,
+            batch_role="takes the other examples of a batch as each anchor's negatives",
+            examples=GROUPS,
+            in_batch=True,
+            feature_only_because=(
+                "in-batch negatives compare each anchor's sentence vector with the vectors of the other texts "
+                "of its batch, and an interaction model scores a pair at once, without a vector per text"
+            ),
+        ),
+        LossEntry(
+            "angle",
+            FEATURE,
+            "AnglE",
+            lambda scale, global_batch=True, **_: AnglELoss(scale, global_batch),
+            min_pairs=2,
+            ranks_labels=True,
+            feature_only_because=(
+                "AnglE ranks pairs by the angle between their two sentence vectors, and an interaction model "
+                "scores a pair at once, without a vector per text"
+            ),
+        ),
+        LossEntry(
+            "cosent-ibn",
+            FEATURE,
+            "CoSENT + IBN + AnglE",
+            lambda scale, positive_above, weights=MIX_WEIGHTS, symmetric=False, global_batch=True, **_: CoSENTIBNLoss(
+                *weights,
+                cosine_scale=scale,
+                ibn_scale=scale,
+                angle_scale=scale,
+                positive_above=positive_above,
+                directions=BOTH_WAYS if symmetric else ONE_WAY,
+                global_batch=global_batch,
+            ),
+            min_pairs=2,
+            in_batch=True,
+            ranks_labels=True,
+            mix_weights=MIX_WEIGHTS,
+            feature_only_because=(
+                "its in-batch negatives and angle compare sentence vectors, and an interaction model scores a "
+                "pair at once, without a vector per text"
+            ),
+        ),
+        LossEntry(
             "ce",
             INTERACTION,
             "CE",
@@ -147,6 +233,7 @@ LOSSES = {
             interaction_head="score",
             batch_size=64,
             min_pairs=2,
+            ranks_labels=True,
         ),
     )
 }
@@ -157,10 +244,32 @@ def loss_names(kind: str) -> tuple[str, ...]:
     return tuple(name for entry_kind, name in LOSSES if entry_kind == kind)
 
 
+def in_batch_losses() -> tuple[str, ...]:
+    """The ``--loss`` values whose batches give each anchor the other texts as negatives."""
+    return tuple(name for (_, name), entry in LOSSES.items() if entry.in_batch)
+
+
+def group_losses() -> tuple[str, ...]:
+    """The ``--loss`` values that train on groups (an anchor, its positive, its hard negatives)."""
+    return tuple(name for (_, name), entry in LOSSES.items() if entry.examples == GROUPS)
+
+
+def mix_losses() -> tuple[str, ...]:
+    """The ``--loss`` values that are a weighted mix (``--cosine-weight`` ...)."""
+    return tuple(name for (_, name), entry in LOSSES.items() if entry.mix_weights is not None)
+
+
 def get_loss(kind: str, name: str) -> LossEntry:
     """The :class:`LossEntry` of ``name`` for ``kind`` models; a ConfigError listing the choices otherwise."""
     if (kind, name) not in LOSSES:
         if kind not in KINDS:
             raise ConfigError(f"unknown model kind {kind!r}; choose one of {', '.join(KINDS)}")
+        feature_loss = LOSSES.get((FEATURE, name))
+        if kind == INTERACTION and feature_loss is not None and feature_loss.feature_only_because:
+            raise ConfigError(
+                f"--loss {name} trains feature models (sentence encoders) only: {feature_loss.feature_only_because}; "
+                f"train a feature model (--kind feature), or an interaction model with one of "
+                f"{', '.join(loss_names(kind))}"
+            )
         raise ConfigError(f"unknown {kind} loss {name!r}; choose one of {', '.join(loss_names(kind))}")
     return LOSSES[kind, name]

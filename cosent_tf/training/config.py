@@ -29,7 +29,7 @@ from ..data.benchmarks import shared_vocab
 from ..data.files import FILE_FORMATS
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError
-from ..losses.registry import get_loss, loss_names
+from ..losses.registry import GROUPS, MIX_WEIGHTS, get_loss, group_losses, in_batch_losses, loss_names, mix_losses
 from ..models.families import ARCHITECTURES
 from ..models.kinds import HEAD_INPUTS, KINDS, get_kind
 from .recipes import RECIPES, get_recipe
@@ -62,6 +62,10 @@ def _option(default: Any, group: Optional[str], help: Any = None, **settings: An
 
 def _losses_by_kind() -> str:
     return "; ".join(f"{kind}: {', '.join(loss_names(kind))}" for kind in KINDS) + " (default cosent)"
+
+
+def _for_losses(names: tuple[str, ...]) -> str:
+    return "--loss " + (f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0])
 
 
 def _recipe_help() -> str:
@@ -198,7 +202,9 @@ class RunConfig:
         + _task_default("maxlen")
         + f" (interaction: {_OWN_FILES_TASK.interaction_maxlen})",
     )
-    batch_size: Optional[int] = _option(None, ENGINE, "pairs per batch; " + _task_default("batch_size"))
+    batch_size: Optional[int] = _option(
+        None, ENGINE, f"pairs per batch ({_for_losses(group_losses())}: examples); " + _task_default("batch_size")
+    )
     epochs: Optional[int] = _option(None, ENGINE, _task_default("epochs"))
     steps_per_epoch: Optional[int] = _option(None, ENGINE, "default: one pass over train (NLI 5000)")
     recipe: str = _option("blog", ENGINE, _recipe_help(), choices=list(RECIPES))
@@ -231,6 +237,44 @@ class RunConfig:
     scale: float = _option(20.0, ENGINE, "CoSENT's lambda")
     # Parsed as any finite number, so that a value out of RANGES is RunConfig.check's error.
     epsilon: float = _option(0.5, ENGINE, "contrastive threshold", type=finite_number)
+    group_size: Optional[int] = _option(
+        None,
+        ENGINE,
+        f"{_for_losses(group_losses())}: texts per example, an anchor, its positive and N - 2 hard negatives (an "
+        "example with more gets a fresh draw of them every epoch; one with fewer is refused); default: 2 + the "
+        "fewest negatives any example has",
+        metavar="N",
+    )
+    hard_negatives_from_labels: Optional[bool] = _option(
+        None,
+        ENGINE,
+        f"{_for_losses(group_losses())} on labelled pairs: the texts an anchor's pairs label as no match become "
+        "its hard negatives (an anchor with none gets a random text of the data); default: on for NLI "
+        "(premise, entailment, contradiction), off elsewhere (in-batch negatives only)",
+        action=argparse.BooleanOptionalAction,
+    )
+    symmetric: bool = _option(
+        False,
+        ENGINE,
+        f"{_for_losses(in_batch_losses())}: each positive must also pick its own anchor among the batch's anchors "
+        "(sentence-transformers' doc_to_query direction)",
+    )
+    cosine_weight: Optional[float] = _option(
+        None, ENGINE, f"{_for_losses(mix_losses())}: the weight of CoSENT (default {MIX_WEIGHTS[0]:g})"
+    )
+    ibn_weight: Optional[float] = _option(
+        None, ENGINE, f"{_for_losses(mix_losses())}: the weight of the in-batch negatives (default {MIX_WEIGHTS[1]:g})"
+    )
+    angle_weight: Optional[float] = _option(
+        None, ENGINE, f"{_for_losses(mix_losses())}: the weight of the angle ranking (default {MIX_WEIGHTS[2]:g})"
+    )
+    keep_duplicates_apart: bool = _option(
+        True,
+        ENGINE,
+        f"{_for_losses(in_batch_losses())} keep examples that share a text out of one batch, where the text "
+        "would be a false negative (the run says how many it moved); this lets the shuffle put them together",
+        flags=("--allow-duplicates-in-batch",),
+    )
     seed: int = _option(42, ENGINE, type=int)
     max_train_pairs: Optional[int] = _option(None, ENGINE, "train on a seeded subsample")
     max_eval_pairs: Optional[int] = _option(None, ENGINE, "validate and test on seeded subsamples")
@@ -418,7 +462,39 @@ class RunConfig:
         values["config"] = source.config_path
         values["vocab"] = source.vocab_path
         values["output_dir"] = self.output_dir or os.path.join("runs", f"{kind.output_prefix}{self.loss}-{self.task}")
+        values.update(self._loss_options(task))
         return RunConfig(**values), source
+
+    def _loss_options(self, task: Task) -> dict[str, Any]:
+        """The loss's own options resolved, or a ConfigError for one given to a loss that does not read it."""
+        loss = get_loss(self.kind, self.loss)
+        unread = []
+        if loss.examples != GROUPS:
+            unread += [flag for flag, value in (("--group-size", self.group_size),) if value is not None]
+            if self.hard_negatives_from_labels:
+                unread.append("--hard-negatives-from-labels")
+        if not loss.in_batch and self.symmetric:
+            unread.append("--symmetric")
+        weights = (self.cosine_weight, self.ibn_weight, self.angle_weight)
+        if loss.mix_weights is None:
+            named = ("--cosine-weight", "--ibn-weight", "--angle-weight")
+            unread += [flag for flag, weight in zip(named, weights) if weight is not None]
+        if unread:
+            raise ConfigError(
+                f"{', '.join(unread)}: not an option of --loss {self.loss}, which would ignore "
+                f"{'them' if len(unread) > 1 else 'it'}; {_LOSS_OPTIONS}"
+            )
+        resolved: dict[str, Any] = {}
+        if loss.examples == GROUPS and self.hard_negatives_from_labels is None:
+            resolved["hard_negatives_from_labels"] = task.hard_negatives_from_labels
+        if loss.mix_weights is not None:
+            mix = [default if given is None else given for given, default in zip(weights, loss.mix_weights)]
+            if not any(mix):
+                raise ConfigError(
+                    f"--loss {self.loss}: every weight of the mix is 0, so its loss is 0: give one a weight"
+                )
+            resolved.update(zip(("cosine_weight", "ibn_weight", "angle_weight"), mix))
+        return resolved
 
     def model_source(self) -> ModelSource:
         """The model this run starts from, resolved once (:func:`cosent_tf.models.sources.open_source`):
@@ -445,6 +521,12 @@ class RunConfig:
         return source
 
 
+_LOSS_OPTIONS = (
+    f"--group-size and --hard-negatives-from-labels are for {_for_losses(group_losses())}, --symmetric for "
+    f"{_for_losses(in_batch_losses())}, --cosine-weight, --ibn-weight and --angle-weight for "
+    f"{_for_losses(mix_losses())}"
+)
+
 # The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).
 # An int bound makes the setting a whole number. The contrastive loss pushes a negative pair's
 # cosine, which lies in [-1, 1], below epsilon: from 1 up it pushes nothing; below -1 it acts as -1.
@@ -466,6 +548,10 @@ RANGES: dict[str, tuple[Any, bool, Any, bool, str]] = {
     "eval_every": (0, True, None, False, "the steps between validations"),
     "backup_every": (0, True, None, False, "the steps between saves of the training state"),
     "micro_batch_size": (1, True, None, False, "the pairs per micro-batch"),
+    "group_size": (2, True, None, False, "the texts per example (anchor, positive, hard negatives)"),
+    "cosine_weight": (0.0, True, None, False, "the weight of CoSENT in the mix"),
+    "ibn_weight": (0.0, True, None, False, "the weight of the in-batch negatives in the mix"),
+    "angle_weight": (0.0, True, None, False, "the weight of the angle ranking in the mix"),
 }
 
 OVERWRITE_HELP = "train over a finished run (or one with other settings) in --output-dir, removing its outputs first"
@@ -533,7 +619,7 @@ def add_run_options(
             settings["action"] = "store_false" if field.default else "store_true"
         else:
             settings["default"] = field.default
-            for key in ("metavar", "required"):
+            for key in ("metavar", "required", "action"):
                 if key in metadata:
                     settings[key] = metadata[key]
             if "choices" in metadata:
