@@ -4,15 +4,33 @@ import os
 import numpy as np
 import pytest
 
-from cosent_tf.experiments.report import tables, write_report
+from cosent_tf.errors import ConfigError
+from cosent_tf.experiments.report import (
+    RETRIEVAL_METRICS,
+    retrieval_study_runs,
+    retrieval_tables,
+    tables,
+    write_report,
+)
 from cosent_tf.experiments.runs import KIND_STUDIES, STUDIES, load_runs
 from cosent_tf.models.kinds import KINDS
 
 
 def fake_run(
-    folder, task, kind, loss, spearmans, accuracy=None, comparable=True, steps=(10, 20), history=None, **config
+    folder,
+    task,
+    kind,
+    loss,
+    spearmans,
+    accuracy=None,
+    comparable=True,
+    steps=(10, 20),
+    history=None,
+    retrieval=None,
+    **config,
 ):
-    """A finished run folder as the engine writes it; ``history``: (step, valid Spearman) rows."""
+    """A finished run folder as the engine writes it; ``history``: (step, valid Spearman) rows;
+    ``retrieval``: {task: test retrieval metrics}."""
     os.makedirs(folder)
     config = {"task": task, "kind": kind, "loss": loss, "model": "bert", "epsilon": 0.5, **config}
     tasks = {}
@@ -20,6 +38,8 @@ def fake_run(
         test = {"spearman": value, "pearson": value}
         if accuracy is not None:
             test.update(accuracy=accuracy, threshold=0.5)
+        if retrieval and name in retrieval:
+            test["retrieval"] = {**retrieval[name], "queries": 10, "corpus": 20}
         tasks[name] = {"valid": {"spearman": value}, "test": test}
     metrics = {
         "task": task,
@@ -246,3 +266,155 @@ def test_table_one_sets_cosent_at_the_pooling_of_the_contrastive_runs(tmp_path):
 def test_every_model_kind_has_a_study_or_is_grouped_by_its_settings():
     assert set(KIND_STUDIES) == set(KINDS)
     assert {study for study in KIND_STUDIES.values() if study is not None} <= set(STUDIES)
+
+
+# The retrieval study: (loss, extra settings, row name) of each run, as reproduce_small.sh trains them.
+STUDY = (
+    ("cosent", {}, "BERT + CoSENT"),
+    ("mnrl", {"hard_negatives_from_labels": False}, "BERT + MNRL"),
+    ("mnrl", {"hard_negatives_from_labels": True}, "BERT + MNRL (hard negatives from labels)"),
+    ("angle", {}, "BERT + AnglE"),
+    ("cosent-ibn", {"cosine_weight": 0.0, "ibn_weight": 20.0, "angle_weight": 1.0}, "BERT + CoSENT + IBN + AnglE"),
+)
+
+
+def study_values(number, task_number):
+    """Distinct test Spearman and retrieval metrics for the study's run ``number`` on a task."""
+    spearman = 0.6 - 0.1 * number + 0.01 * task_number  # CoSENT has the best Spearman
+    metrics = {key: 0.1 + 0.05 * number + 0.01 * task_number + 0.001 * i for i, key in enumerate(RETRIEVAL_METRICS)}
+    return spearman, metrics
+
+
+def study_runs(folder, tasks=("BQ", "STS-B"), pooling="last-avg", **settings):
+    runs = []
+    for number, (loss, extra, _) in enumerate(STUDY):
+        for task_number, task in enumerate(tasks):
+            spearman, metrics = study_values(number, task_number)
+            name = f"retrieval-{number}-{task}"
+            runs.append(
+                fake_run(
+                    folder / name,
+                    task,
+                    "feature",
+                    loss,
+                    {task: spearman},
+                    retrieval={task: metrics},
+                    pooling=pooling,
+                    **extra,
+                    **settings,
+                )
+            )
+    return runs
+
+
+def test_retrieval_tables_take_each_cell_from_the_runs_and_say_which_loss_led(tmp_path):
+    tasks = ("BQ", "STS-B")
+    text = retrieval_tables(load_runs(study_runs(tmp_path)))
+    titles = {"spearman": "test Spearman", **RETRIEVAL_METRICS}
+    for key, title in titles.items():
+        rows = section_rows(text.split("trained on each task (mean pooling)")[1], f"#### {title}\n", "| BERT")
+        assert len(rows) == len(STUDY)
+        for number, (row, (_, _, name)) in enumerate(zip(rows, STUDY)):
+            values = [
+                study_values(number, t)[0] if key == "spearman" else study_values(number, t)[1][key] for t in range(2)
+            ]
+            cells = [f"{100 * v:.2f}" for v in values] + [f"{100 * np.mean(values):.2f}"]
+            assert row == f"| {name} | " + " | ".join(cells) + " |"
+    assert "| method | " + " | ".join(tasks) + " | Avg |" in text
+    # CoSENT has the best Spearman and the mix (the last row) the best retrieval metrics
+    leaders = text.split("Which loss led on average:")[1]
+    assert "- test Spearman: BERT + CoSENT," in leaders
+    for title in RETRIEVAL_METRICS.values():
+        assert f"- {title}: BERT + CoSENT + IBN + AnglE," in leaders
+    assert "BERT + CoSENT led on test Spearman but BERT + CoSENT + IBN + AnglE on MRR@10" in leaders
+
+
+def test_retrieval_tables_name_the_loss_that_leads_from_the_runs_not_the_order(tmp_path):
+    runs = study_runs(tmp_path, tasks=("BQ",))
+    # MNRL (the second run) now has the best MRR@10 and Spearman
+    with open(os.path.join(runs[1], "metrics.json")) as f:
+        metrics = json.load(f)
+    metrics["tasks"]["BQ"]["test"]["retrieval"]["mrr@10"] = 0.9
+    metrics["tasks"]["BQ"]["test"]["spearman"] = 0.95
+    with open(os.path.join(runs[1], "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+    leaders = retrieval_tables(load_runs(runs)).split("Which loss led on average:")[1]
+    assert "- MRR@10: BERT + MNRL, 90.00" in leaders and "- test Spearman: BERT + MNRL, 95.00" in leaders
+    assert "BERT + MNRL led on both test Spearman and MRR@10." in leaders
+
+
+def test_runs_trained_on_nli_get_tables_of_their_own(tmp_path):
+    runs = []
+    for number, (loss, extra, _) in enumerate(STUDY[:2]):
+        values = {task: study_values(number, t) for t, task in enumerate(("BQ", "LCQMC"))}
+        spearmans = {task: v[0] for task, v in values.items()}
+        retrieval = {task: v[1] for task, v in values.items()}
+        runs.append(fake_run(tmp_path / loss, "NLI", "feature", loss, spearmans, retrieval=retrieval, **extra))
+    text = retrieval_tables(load_runs(runs))
+    assert "trained on each task" not in text
+    rows = section_rows(text.split("trained on NLI (CLS pooling)")[1], "#### MRR@10\n", "| BERT")
+    mrr = [[study_values(n, t)[1]["mrr@10"] for t in range(2)] for n in range(2)]
+    assert rows == [
+        f"| {name} | {100 * a:.2f} | {100 * b:.2f} | {100 * (a + b) / 2:.2f} |"
+        for (_, _, name), (a, b) in zip(STUDY, mrr)
+    ]
+
+
+def test_a_report_of_the_study_alone_writes_its_files_and_leaves_results_md(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.md").write_text("the paper's tables")
+    written = write_report(study_runs(tmp_path / "runs"), str(out), preface="The study.")
+    assert [os.path.basename(p) for p in written] == ["retrieval.md", "retrieval.png"]
+    assert (
+        (out / "retrieval.md")
+        .read_text()
+        .startswith("The study.\n\n### Retrieval study: feature models trained on each task")
+    )
+    assert (out / "retrieval.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "results.md").read_text() == "the paper's tables"
+
+
+def test_without_retrieval_objectives_there_is_no_retrieval_section(tmp_path):
+    runs = [fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.5}, retrieval={"BQ": {"mrr@10": 0.2}})]
+    assert retrieval_tables(load_runs(runs)) is None
+    written = [os.path.basename(p) for p in write_report(runs, str(tmp_path / "out"))]
+    assert "retrieval.md" not in written and "retrieval.png" not in written
+
+
+def test_the_study_next_to_the_papers_runs_compares_the_cosent_run_trained_as_it_was(tmp_path):
+    study = study_runs(tmp_path / "study", tasks=("BQ",), eval_every=0)
+    paper = [
+        fake_run(
+            tmp_path / "cosent-last-avg-BQ", "BQ", "feature", "cosent", {"BQ": 0.1}, pooling="last-avg", eval_every=10
+        ),
+        fake_run(tmp_path / "mse-last-avg-BQ", "BQ", "feature", "mse", {"BQ": 0.2}, pooling="last-avg", eval_every=10),
+    ]
+    runs = load_runs(paper + study)
+    chosen = [run["dir"] for run in retrieval_study_runs(runs)]
+    assert chosen == study  # the study's own CoSENT run (no --eval-every), not the paper's
+    text = tables(runs)
+    assert "MNRL" not in text and "AnglE" not in text  # the objectives are the study's only
+    written = [os.path.basename(p) for p in write_report(paper + study, str(tmp_path / "out"))]
+    assert written[0] == "results.md" and written[-2:] == ["retrieval.md", "retrieval.png"]
+
+
+def test_two_cosent_runs_that_fit_the_study_equally_are_refused(tmp_path):
+    runs = study_runs(tmp_path / "study", tasks=("BQ",))
+    runs.append(fake_run(tmp_path / "twin", "BQ", "feature", "cosent", {"BQ": 0.3}, pooling="last-avg"))
+    with pytest.raises(ConfigError, match="two CoSENT runs on BQ at last-avg pooling fit the retrieval study"):
+        retrieval_study_runs(load_runs(runs))
+
+
+def test_a_retrieval_metric_out_of_range_names_the_file_and_field(tmp_path):
+    runs = study_runs(tmp_path, tasks=("BQ",))
+    path = os.path.join(runs[1], "metrics.json")
+    with open(path) as f:
+        metrics = json.load(f)
+    metrics["tasks"]["BQ"]["test"]["retrieval"]["recall@1"] = 1.5
+    with open(path, "w") as f:
+        json.dump(metrics, f)
+    with pytest.raises(
+        ConfigError, match=r"metrics\.json: tasks\['BQ'\]\['test'\]\['retrieval'\]\['recall@1'\] is 1\.5"
+    ):
+        retrieval_tables(load_runs(runs))
