@@ -1,6 +1,6 @@
 """From files to labelled pairs: the tasks (tasks), pairs and the line reading every reader
-shares (pairs), the benchmarks' files (benchmarks), a user's own files (files), retrieval tests
-(retrieval), and the tf.data pipelines (pipeline)."""
+shares (pairs), the benchmarks' files (benchmarks), a user's own files (files), the examples of
+in-batch negatives (groups), retrieval tests (retrieval), and the tf.data pipelines (pipeline)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ _HOMES = {
     "read_lines": ".files",
     "read_pair_lines": ".files",
     "read_retrieval_files": ".retrieval",
+    "GroupData": ".groups",
+    "read_group_file": ".groups",
+    "groups_from_pairs": ".groups",
     "LENGTH_POOL_BATCHES": ".pipeline",
     "pad_batch": ".pipeline",
     "batches_per_epoch": ".pipeline",
