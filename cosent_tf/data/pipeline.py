@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -105,6 +106,8 @@ def text_keys(*columns: Sequence[Union[str, Sequence[str]]]) -> list[frozenset[i
 _WAITING_LOOKS_PER_BATCH = 256
 _SWAP_BATCHES = 64
 _SWAP_TRIES_PER_EXAMPLE = 4
+# Looks at a returning example a three-batch cycle may take in all, per example placed.
+_CYCLE_LOOKS_PER_EXAMPLE = 64
 
 
 def _conflicting(batch: Sequence[int], keys: Sequence[frozenset[int]]) -> int:
@@ -128,7 +131,8 @@ def keep_duplicates_apart(
     same document is both an anchor's positive and another anchor's negative). Each example
     that shares a text with one before it in its batch swaps places with an example of a
     nearby batch (nearest first, so that batches cut from length-sorted examples stay of
-    similar length) where both then fit. Where clashes remain, the examples are also walked
+    similar length) where both then fit, or, where no such pair is found, goes round a cycle
+    of three batches. Where clashes remain, the examples are also walked
     in batch order (one whose texts the batch being filled holds waits and goes first into
     the next batch it fits; what still waits at the end fills the last slots as it is), the
     swaps are tried again, and the arrangement leaving fewer clashes is kept. The batch sizes
@@ -203,49 +207,78 @@ def _walk_apart(cut: list[list[int]], keys: Sequence[frozenset[int]]) -> list[li
     return placed
 
 
+class _Placement:
+    """Batches being rearranged, with each batch's text counts and how many batches hold each
+    text, kept in step as examples change places."""
+
+    def __init__(self, placed: list[list[int]], keys: Sequence[frozenset[int]]) -> None:
+        self.placed, self.keys = placed, keys
+        self.counts = [Counter(text for example in batch for text in keys[example]) for batch in placed]
+        self.holding: Counter[int] = Counter(text for count in self.counts for text in count)
+        self.cycle_looks_left = _CYCLE_LOOKS_PER_EXAMPLE * sum(len(batch) for batch in placed)
+
+    def fits(self, example: int, number: int, leaving: int) -> bool:
+        """Whether ``example`` shares no text with batch ``number`` once ``leaving`` is out of it."""
+        count, gone = self.counts[number], self.keys[leaving]
+        return all(count[text] - (text in gone) == 0 for text in self.keys[example])
+
+    def put(self, number: int, slot: int, example: int) -> None:
+        """Place ``example`` in ``slot`` of batch ``number``, instead of its occupant."""
+        count = self.counts[number]
+        for text in self.keys[self.placed[number][slot]]:
+            count[text] -= 1
+            self.holding[text] -= count[text] == 0
+        for text in self.keys[example]:
+            self.holding[text] += count[text] == 0
+            count[text] += 1
+        self.placed[number][slot] = example
+
+
 def _swap_clashes_away(placed: list[list[int]], keys: Sequence[frozenset[int]]) -> None:
-    """Swap each example that shares a text with one before it in its batch for an example
-    of a nearby batch, where both then fit (in place)."""
-    counts = [Counter(text for example in batch for text in keys[example]) for batch in placed]
-    batches_holding: Counter[int] = Counter(text for count in counts for text in count)
+    """Move each example that shares a text with one before it in its batch to a nearby batch
+    where it fits, in exchange for one that fits in its place, or through a third batch
+    (a cycle of three) where no direct exchange is found (in place)."""
+    state = _Placement(placed, keys)
     for number, batch in enumerate(placed):
-        mine = counts[number]
         seen: set[int] = set()
         for slot, example in enumerate(batch):
             if keys[example].isdisjoint(seen):
                 seen |= keys[example]
                 continue
-            if any(batches_holding[text] >= len(placed) for text in keys[example]):
-                continue  # every batch holds one of its texts: no swap can help
-            tries = 0
-            for other in _nearby(number, len(placed)):
-                theirs = counts[other]
-                if any(theirs[text] for text in keys[example]):
-                    continue
-                tries += 1
-                partner = next(
-                    (
-                        slot_there
-                        for slot_there, candidate in enumerate(placed[other])
-                        if all(mine[text] - (text in keys[example]) == 0 for text in keys[candidate])
-                    ),
-                    None,
-                )
-                if partner is not None:
-                    candidate = placed[other][partner]
-                    for text in keys[example]:
-                        batches_holding[text] += (theirs[text] == 0) - (mine[text] == 1)
-                    for text in keys[candidate]:
-                        batches_holding[text] += (mine[text] == 0) - (theirs[text] == 1)
-                    mine.subtract(keys[example])
-                    theirs.subtract(keys[candidate])
-                    mine.update(keys[candidate])
-                    theirs.update(keys[example])
-                    batch[slot], placed[other][partner] = candidate, example
-                    seen |= keys[candidate]
-                    break
-                if tries >= _SWAP_TRIES_PER_EXAMPLE:
-                    break
+            if any(state.holding[text] >= len(placed) for text in keys[example]):
+                continue  # every batch holds one of its texts: no exchange can help
+            if _exchange(state, number, slot):
+                seen |= keys[batch[slot]]
+
+
+def _exchange(state: _Placement, number: int, slot: int) -> bool:
+    """Find and make an exchange that takes the example in ``slot`` of batch ``number`` out."""
+    placed, keys = state.placed, state.keys
+    example = placed[number][slot]
+    lacking = (
+        other for other in _nearby(number, len(placed)) if not any(state.counts[other][text] for text in keys[example])
+    )
+    targets = list(islice(lacking, _SWAP_TRIES_PER_EXAMPLE))
+    for other in targets:
+        for slot_there, candidate in enumerate(placed[other]):
+            if state.fits(candidate, number, example):
+                state.put(number, slot, candidate)
+                state.put(other, slot_there, example)
+                return True
+    for other in targets:  # the candidate goes on to a third batch, which sends one back here
+        for slot_there, candidate in enumerate(placed[other]):
+            thirds = (third for third in _nearby(other, len(placed)) if third != number)
+            for third in islice(thirds, _SWAP_TRIES_PER_EXAMPLE):
+                if state.cycle_looks_left <= 0:
+                    return False
+                state.cycle_looks_left -= len(placed[third])
+                for slot_third, returning in enumerate(placed[third]):
+                    if state.fits(candidate, third, returning) and state.fits(returning, number, example):
+                        state.put(number, slot, returning)
+                        state.put(third, slot_third, candidate)
+                        state.put(other, slot_there, example)
+                        return True
+    return False
 
 
 def _nearby(number: int, count: int) -> Iterator[int]:
