@@ -29,8 +29,16 @@ import numpy as np
 from ..backend import dtype_policy, keras, policy_name, random_seed, tf
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from ..console import live_progress_on
+from ..data.groups import GroupData
 from ..data.pairs import PairData
-from ..data.pipeline import batches_per_epoch, interaction_dataset, pair_dataset
+from ..data.pipeline import (
+    batches_per_epoch,
+    duplicates_moved,
+    group_dataset,
+    interaction_dataset,
+    pair_dataset,
+    text_keys,
+)
 from ..data.tasks import CNSD, FILES, Task
 from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
@@ -64,6 +72,21 @@ from .run_folder import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class GroupInputs:
+    """The token ids of groups: each example's anchor, positive and hard negatives (any number
+    at least ``group_size - 2``; the batches draw that many), and the texts per example."""
+
+    anchors: list
+    positives: list
+    negatives: list
+    group_size: int
+
+    def lengths(self) -> list:
+        """Each example's longest text in tokens, as its batches are grouped by."""
+        return [max(len(a), len(p), *map(len, n)) for a, p, n in zip(self.anchors, self.positives, self.negatives)]
 
 
 class Matcher:
@@ -106,8 +129,20 @@ class Matcher:
         self.model = build_from_spec(self.spec, self.source)
         self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
 
-    def prepare(self, pairs: PairData):
-        """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise."""
+    def prepare(self, pairs: PairData | GroupData):
+        """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise; of
+        groups, their :class:`GroupInputs`."""
+        if isinstance(pairs, GroupData):
+            negatives = self.tokenizer.encode_all(
+                [text for texts in pairs.negatives for text in texts], f"{pairs.source}, negatives"
+            )
+            ends = np.cumsum([len(texts) for texts in pairs.negatives])
+            return GroupInputs(
+                self.tokenizer.encode_all(pairs.anchors, f"{pairs.source}, anchors"),
+                self.tokenizer.encode_all(pairs.positives, f"{pairs.source}, positives"),
+                [negatives[end - len(texts) : end] for end, texts in zip(ends, pairs.negatives)],
+                pairs.group_size(self.cfg.group_size),
+            )
         if self.kind.concatenated_pairs:
             return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b, f"{pairs.source}, pairs")
         return (
@@ -127,33 +162,63 @@ class Matcher:
 
         return pair_retrieval(vectors, pairs, task) or {}
 
-    def training_model(self, labels):
-        """(the Keras model to fit, its loss, the labels it is fitted on)."""
+    def training_model(self, train: PairData | GroupData):
+        """(the Keras model to fit, its loss, the labels it is fitted on: None for groups, whose
+        layout says which text is whose positive)."""
         cfg, task = self.cfg, self.task
+        group_size = train.group_size(cfg.group_size) if isinstance(train, GroupData) else None
+        weights = (cfg.cosine_weight, cfg.ibn_weight, cfg.angle_weight)
         loss = self.loss.build(
             scale=cfg.scale,
             epsilon=cfg.epsilon,
             max_label=task.max_label,
             positive_above=task.positive_above,
             global_batch=cfg.global_batch_loss,
+            group_size=group_size,
+            symmetric=cfg.symmetric,
+            weights=weights if None not in weights else self.loss.mix_weights,
         )
-        labels = task.classes(labels) if self.loss.on_classes else labels
+        labels = None
+        if isinstance(train, PairData):
+            labels = task.classes(train.labels) if self.loss.on_classes else train.labels
         model = self.model
         if self.loss.training_head is not None:
+            assert labels is not None, "a training head classifies labelled pairs"
             head = self.loss.training_head(int(labels.max()) + 1)
             model = keras.Model(model.inputs, head(model.output))
         if cfg.micro_batch_size:
-            model = GradientCacheModel(model, cfg.micro_batch_size, self.kind.rows_per_pair, seed=cfg.seed)
+            rows_per_example = group_size or self.kind.rows_per_pair
+            model = GradientCacheModel(model, cfg.micro_batch_size, rows_per_example, seed=cfg.seed)
         return model, loss, labels
 
-    def dataset(self, prepared, labels, start_step, replicas=1):
+    def duplicate_keys(self, train: PairData | GroupData):
+        """The texts of each training example, by which an in-batch loss's batches keep examples
+        that share a text apart; None when the loss has no in-batch negatives or the run lets
+        duplicates meet (``--allow-duplicates-in-batch``)."""
+        if not (self.loss.in_batch and self.cfg.keep_duplicates_apart):
+            return None
+        if isinstance(train, GroupData):
+            return text_keys(train.anchors, train.positives, train.negatives)
+        return text_keys(train.texts_a, train.texts_b)
+
+    def dataset(self, prepared, labels, start_step, replicas=1, keys=None):
         cfg = self.cfg
         options = dict(
             group_by_length=cfg.group_by_length, seed=cfg.seed, start_step=start_step, repeat=True, replicas=replicas
         )
+        if isinstance(prepared, GroupInputs):
+            return group_dataset(
+                prepared.anchors,
+                prepared.positives,
+                prepared.negatives,
+                prepared.group_size,
+                cfg.batch_size,
+                keys=keys,
+                **options,
+            )
         if self.kind.concatenated_pairs:
             return interaction_dataset(prepared, labels, cfg.batch_size, sep_id=self.sep_id, **options)
-        return pair_dataset(*prepared, labels, cfg.batch_size, **options)
+        return pair_dataset(*prepared, labels, cfg.batch_size, keys=keys, **options)
 
 
 def train(cfg: RunConfig, overwrite: bool = False) -> dict:
@@ -242,23 +307,30 @@ def _train(cfg, overwrite, strategy, source):
         for note in notes:
             logger.warning("NOTE: %s", note)
         sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
-        logger.info("%s: %d train pairs; valid/test pairs: %s", cfg.task, len(train_pairs), sizes)
+        unit = get_loss(cfg.kind, cfg.loss).unit
+        logger.info("%s: %d train %s; valid/test pairs: %s", cfg.task, len(train_pairs), unit, sizes)
 
         with strategy.scope():
             matcher = Matcher(cfg, data.task, source)
         train_inputs = matcher.prepare(train_pairs)
         prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
+        keys = matcher.duplicate_keys(train_pairs)
+        in_batch = _in_batch_report(cfg, matcher, train_inputs, keys, strategy.num_replicas_in_sync)
         backup_dir = os.path.join(cfg.output_dir, BACKUP)
         if not chief:
             # The chief writes every output; this worker trains and validates in step with it and
             # resumes from the chief's backup (output_dir on a file system both can read).
             logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
-            _, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, False)
+            _, steps = _fit(
+                cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy, False
+            )
             return {"worker": worker(strategy), "steps": steps}
         if start:
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
-        validation, steps = _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy)
+        validation, steps = _fit(
+            cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy
+        )
         logger.info("training done; scoring valid and test with the best weights")
         per_task = _test(cfg, matcher, prepared, evaluation, data.tasks)
         plot_valid_curve(
@@ -272,6 +344,7 @@ def _train(cfg, overwrite, strategy, source):
             "best_epoch": validation.best_epoch,
             "steps": steps,
             "train_pairs": len(train_pairs),
+            **in_batch,
             "replicas": strategy.num_replicas_in_sync,
             "comparable": not notes and data.task.data != FILES,
             "random_weights": random_weights,
@@ -319,18 +392,66 @@ def run_summary(metrics: dict, model_dir: str) -> str:
     return said
 
 
-def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_dir, strategy, writes=True):
+def _in_batch_report(cfg, matcher, train_inputs, keys, replicas) -> dict:
+    """Say what a group loss trains on and what the no-duplicates batches moved (the first epoch's
+    batches: each epoch's differ a little); the figures go into metrics.json."""
+    report: dict = {}
+    if isinstance(train_inputs, GroupInputs):
+        size = train_inputs.group_size
+        report["group_size"] = size
+        logger.info(
+            "%s: %d texts an example (anchor, positive%s); %d examples a batch, so each anchor picks its positive "
+            "among %d candidates",
+            cfg.loss,
+            size,
+            f", {size - 2} hard negative{'s' * (size != 3)}" if size > 2 else "",
+            cfg.batch_size,
+            cfg.batch_size * (size - 1),
+        )
+    if keys is not None:
+        lengths = (
+            train_inputs.lengths()
+            if isinstance(train_inputs, GroupInputs)
+            else [max(len(a), len(b)) for a, b in zip(*train_inputs)]
+        )
+        moved, left = duplicates_moved(
+            lengths,
+            cfg.batch_size,
+            keys,
+            shuffle=True,
+            group_by_length=cfg.group_by_length,
+            seed=cfg.seed,
+            replicas=replicas,
+        )
+        logger.info(
+            "batches without duplicate texts: %d of %d examples moved to another batch in the first epoch%s "
+            "(--allow-duplicates-in-batch turns this off)",
+            moved,
+            len(keys),
+            f"; {left} still share a text with another of their batch, which the data did not allow to avoid"
+            if left
+            else "",
+        )
+        report.update(duplicates_moved=moved, duplicates_left=left)
+    return report
+
+
+def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy, writes=True):
     """Train with validation, best-weight keeping and backups; (the validation callback, steps done).
     ``writes``: False on a worker other than the chief, which validates but writes nothing."""
     replicas = strategy.num_replicas_in_sync
     steps_per_epoch = cfg.steps_per_epoch or batches_per_epoch(len(train_pairs), cfg.batch_size, replicas)
     if replicas > 1:
         logger.info(
-            "%d replicas (--strategy %s), %d pairs each a step; CoSENT ranks %s",
+            "%d replicas (--strategy %s), %d %s each a step; %s %s",
             replicas,
             cfg.strategy,
             cfg.batch_size // replicas,
-            "the global batch" if cfg.global_batch_loss else "each replica's pairs alone (--per-replica-loss)",
+            matcher.loss.unit,
+            "CoSENT ranks" if cfg.loss == "cosent" else f"the {cfg.loss} loss takes",
+            "the global batch"
+            if cfg.global_batch_loss
+            else f"each replica's {matcher.loss.unit} alone (--per-replica-loss)",
         )
         left_out = partial_batch_note(len(train_pairs), cfg.batch_size, replicas)
         if left_out:
@@ -340,7 +461,7 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
             "the gradient of each batch is computed %d pairs at a time (--micro-batch-size)", cfg.micro_batch_size
         )
     with strategy.scope():
-        model, loss, labels = matcher.training_model(train_pairs.labels)
+        model, loss, labels = matcher.training_model(train_pairs)
         total = steps_per_epoch * cfg.epochs
         scaled = cfg.precision == "fp16"
         optimizer = build_optimizer(cfg.lr, total, cfg.weight_decay, cfg.warmup, cfg.schedule, loss_scaling=scaled)
@@ -376,7 +497,7 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
         callbacks.insert(0, keras.callbacks.ProgbarLogger(count_mode="steps"))
     try:
         model.fit(
-            matcher.dataset(train_inputs, labels, start, replicas),
+            matcher.dataset(train_inputs, labels, start, replicas, keys),
             epochs=cfg.epochs,
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,
@@ -408,8 +529,8 @@ def _fit(cfg, matcher, train_pairs, train_inputs, prepared, evaluation, backup_d
 
 def _test(cfg, matcher, prepared, evaluation, tasks):
     """Valid and test metrics per task (accuracy at the valid-tuned threshold for binary tasks,
-    and retrieval metrics of a feature model on a binary task's test pairs); the test scores
-    and labels go to ``test_scores.npz``."""
+    and retrieval metrics of a feature model on a task's test pairs, binary or graded); the test
+    scores and labels go to ``test_scores.npz``."""
     per_task, saved_scores = {}, {}
     for name, (valid_inputs, test_inputs) in prepared.items():
         valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
@@ -419,7 +540,7 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
             "valid": task_metrics(valid_scores, valid.labels, binary=binary),
             "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
         }
-        if binary and matcher.kind.sentence_vectors:
+        if matcher.kind.sentence_vectors:  # any task with positive pairs: its graded ones too
             per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
         saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
     with atomic_path(os.path.join(cfg.output_dir, TEST_SCORES)) as tmp, open(tmp, "wb") as f:

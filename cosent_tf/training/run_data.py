@@ -12,16 +12,18 @@ import dataclasses
 import logging
 import os
 import stat
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
 from ..data.benchmarks import load_task, nli_files, read_nli, senteval_dir, task_file
 from ..data.files import PairFileFormat, read_pair_file
+from ..data.groups import GroupData, groups_from_pairs, read_group_file
 from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, MATCHING_TASKS, Task, get_task
 from ..environment import check_weights_may_change
 from ..errors import CheckpointError, DataError, where
+from ..losses.registry import GROUPS, LossEntry, get_loss
 from ..models.sources import ModelSource
 from .config import RunConfig
 
@@ -30,16 +32,19 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class RunData:
-    """What a run trains and tests on: train pairs, (valid, test) per evaluated task and the
-    :class:`~cosent_tf.data.tasks.Task` of each, the task train's labels belong to, notes
-    for the user (recorded in metrics.json), and the data files read."""
+    """What a run trains and tests on: train pairs (or, for a loss that trains on groups, the
+    examples of an anchor, its positive and its hard negatives), (valid, test) pairs per evaluated
+    task and the :class:`~cosent_tf.data.tasks.Task` of each, the task train's labels belong to,
+    notes for the user (recorded in metrics.json), the data files read, and the texts per example
+    of a group loss (:meth:`~cosent_tf.data.groups.GroupData.group_size`)."""
 
-    train: PairData
+    train: Union[PairData, GroupData]
     evaluation: dict
     tasks: dict
     task: Task
     notes: list
     files: list = dataclasses.field(default_factory=list)  # every data file read
+    group_size: Optional[int] = None
 
 
 def check_inputs(cfg: RunConfig, source: Optional[ModelSource] = None) -> None:
@@ -103,21 +108,32 @@ def run_inputs(cfg: RunConfig, data: RunData, source: Optional[ModelSource] = No
 
 
 def load_run_data(cfg: RunConfig) -> RunData:
-    """The data of a configuration: a benchmark task's files, NLI, or the user's own files."""
-    data = _load_files(cfg) if cfg.train_file else _load_benchmark(cfg)
+    """The data of a configuration: a benchmark task's files, NLI, or the user's own files.
+
+    A loss that trains on groups (``--loss mnrl``) gets them from labelled pairs by
+    :func:`~cosent_tf.data.groups.groups_from_pairs` (after ``max_train_pairs`` has sampled the
+    pairs, so that it sees the pairs a pair loss would), or as the file gives them."""
+    loss = get_loss(cfg.kind, cfg.loss)
+    data = _load_files(cfg, loss) if cfg.train_file else _load_benchmark(cfg)
     data.train = data.train.sample(cfg.max_train_pairs, cfg.seed)
     data.evaluation = {
         t: (v.sample(cfg.max_eval_pairs, cfg.seed), s.sample(cfg.max_eval_pairs, cfg.seed))
         for t, (v, s) in data.evaluation.items()
     }
-    if data.task.data == FILES:
+    if loss.examples == GROUPS:
+        if isinstance(data.train, PairData):
+            data.train = groups_from_pairs(data.train, data.task, bool(cfg.hard_negatives_from_labels), cfg.seed)
+        data.train.check_in_batch()
+        data.group_size = data.train.group_size(cfg.group_size)
+        data.notes += data.train.notes
+    elif data.task.data == FILES:
         if not cfg.allow_single_label:
             _require_two_labels(
                 data.train,
                 "there is nothing to rank, so CoSENT would learn nothing (pass --allow-single-label to train anyway)",
             )
-    elif cfg.loss == "cosent":
-        _require_two_labels(data.train, "CoSENT ranks pairs by their labels, so every step's loss would be 0")
+    elif loss.ranks_labels:
+        _require_two_labels(data.train, f"{loss.title} ranks pairs by their labels, so every step's loss would be 0")
     for valid, _ in data.evaluation.values():
         _require_two_labels(valid, "Spearman is undefined on them, so no epoch could be chosen as the best")
     return data
@@ -176,33 +192,57 @@ def _hold_out(pairs, fraction, seed, option, taken):
     return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
 
 
-def _load_files(cfg):
+def _load_files(cfg, loss: LossEntry):
     file_format = PairFileFormat(cfg.file_format, cfg.text_a_field, cfg.text_b_field, cfg.label_field)
-    train = read_pair_file(cfg.train_file, file_format, cfg.strict)
-    low, high = float(train.labels.min()), float(train.labels.max())
-    task = Task.for_labels(cfg.task, train.label_kind, low, high)
-    logger.info("%s: %d pairs, %s labels from %g to %g", cfg.train_file, len(train), train.label_kind, low, high)
+    # A group loss also reads files of groups (query, positives, negatives) and unlabelled positive
+    # pairs; its valid and test files are scored as labelled pairs all the same.
+    read = read_group_file if loss.examples == GROUPS else read_pair_file
+    train = read(cfg.train_file, file_format, cfg.strict)
     notes = []
-    if cfg.valid_file:
-        valid = read_pair_file(cfg.valid_file, file_format, cfg.strict)
+    if isinstance(train, GroupData):
+        if cfg.hard_negatives_from_labels:
+            raise DataError(
+                train.source,
+                "has no labels to take hard negatives from (its rows are an anchor, its positive and any "
+                "negatives): leave out --hard-negatives-from-labels, or give labelled pairs",
+            )
+        task = Task.for_labels(cfg.task, "binary")
+        unit = "examples"
+        logger.info("%s: %d examples of an anchor, its positive and its negatives", cfg.train_file, len(train))
     else:
-        valid, train = _hold_out(train, cfg.valid_fraction, cfg.seed, "--valid-fraction", "held out as valid")
+        low, high = float(train.labels.min()), float(train.labels.max())
+        task = Task.for_labels(cfg.task, train.label_kind, low, high)
+        unit = "pairs"
+        logger.info("%s: %d pairs, %s labels from %g to %g", cfg.train_file, len(train), train.label_kind, low, high)
+    if cfg.valid_file:
+        valid = _as_pairs(read(cfg.valid_file, file_format, cfg.strict), cfg.seed)
+    else:
+        held_out, train = _hold_out(train, cfg.valid_fraction, cfg.seed, "--valid-fraction", "held out as valid")
+        valid = _as_pairs(held_out, cfg.seed)
         notes.append(
-            f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} ({len(valid)} pairs) "
-            f"is held out as valid; {len(train)} pairs are trained on"
+            f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} ({len(held_out)} {unit}) "
+            f"is held out as valid; {len(train)} {unit} are trained on"
+            + (", and each held-out example is scored as labelled pairs" if unit == "examples" else "")
         )
     if cfg.test_file:
-        test = read_pair_file(cfg.test_file, file_format, cfg.strict)
+        test = _as_pairs(read(cfg.test_file, file_format, cfg.strict), cfg.seed)
     else:
         test = valid
         notes.append(
             "no --test file: the test metrics are the valid ones, measured on the data the best epoch "
             "(and the threshold) were chosen on, so they flatter the model"
         )
-    for other in (valid, test):
-        _require_same_kind(train, other)
+    if isinstance(train, PairData):
+        for other in (valid, test):
+            _require_same_kind(train, other)
     files = [path for path in (cfg.train_file, cfg.valid_file, cfg.test_file) if path]
     return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes, files)
+
+
+def _as_pairs(data: Union[PairData, GroupData], seed: int) -> PairData:
+    """Validation and testing score labelled pairs: groups are scored as their anchor-positive (1)
+    and anchor-negative (0) pairs (:meth:`~cosent_tf.data.groups.GroupData.labelled_pairs`)."""
+    return data.labelled_pairs(seed) if isinstance(data, GroupData) else data
 
 
 def _require_same_kind(train, other):
