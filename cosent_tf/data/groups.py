@@ -147,8 +147,8 @@ class GroupData:
         if requested is None:
             if counts.size and fewest < int(counts.max()):
                 logger.warning(
-                    "%s: examples have %d to %d hard negatives: each takes %d, the fewest any has "
-                    "(%d of %d examples have %d); pass --group-size to take more, after giving those lines more",
+                    "%s: examples have %d to %d hard negatives: each takes %d, the fewest any has (%d of %d "
+                    "examples have %d); to take more, give those examples more and pass --group-size",
                     self.source,
                     fewest,
                     int(counts.max()),
@@ -623,6 +623,13 @@ def _read_tsv(path: str, file_format: PairFileFormat, strict: bool) -> Union[Gro
             path,
             f"the first field {fields[0]!r} is a label and the last {fields[2]!r} is not: is this file label-first? "
             f"cosent-tf reads {PAIR_LAYOUT}, or rows {ROW_LAYOUT}, in that order",
+            line=first_line,
+        )
+    if count > 3 and looks_like_label(fields[-1]):
+        raise DataError(
+            path,
+            f"the last of {count} fields, {fields[-1]!r}, reads as a label, which rows of {ROW_LAYOUT} do not have: "
+            f"is there an extra column (an id?) in a pair file? cosent-tf reads {PAIR_LAYOUT}",
             line=first_line,
         )
     examples = _Examples(path, problems)

@@ -196,6 +196,11 @@ def test_repeated_examples_and_empty_texts_are_kept_and_flagged():
             "a.tsv, line 1: the first field '1' is a label and the last '您好' is not: is this file label-first?",
         ),
         ("\n\n", "a.tsv: no usable examples in this file"),
+        (
+            "7\t你好\t您好\t1\n",
+            "a.tsv, line 1: the last of 4 fields, '1', reads as a label, which rows of anchor<TAB>positive<TAB>"
+            "negative_1 ... negative_k do not have: is there an extra column (an id?) in a pair file?",
+        ),
     ],
 )
 def test_a_tsv_line_that_does_not_fit_the_first_lines_layout_is_named(content, message):
