@@ -439,3 +439,36 @@ def test_the_readers_are_data_level_names():
 
     assert cosent_tf.data.read_group_file is read_group_file and cosent_tf.data.GroupData is GroupData
     assert os.path.basename(cosent_tf.data.groups_from_pairs.__code__.co_filename) == "groups.py"
+
+
+# -- what is written is what is read -------------------------------------------------------------
+
+row_text = st.text(st.characters(blacklist_characters="\t\n\r\ufeff", blacklist_categories=("Cs",)), max_size=8)
+example = st.tuples(row_text, row_text, st.lists(row_text, min_size=1, max_size=4)).map(
+    lambda e: ("文" + e[0], "文" + e[1], list(dict.fromkeys("负" + n for n in e[2])))  # texts: never a label
+)
+
+
+@FUZZ
+@given(st.lists(example, min_size=1, max_size=12))
+def test_tsv_rows_are_read_back_as_written(tmp_path, rows):
+    path = write(str(tmp_path / "rows.tsv"), "".join("\t".join([a, p, *n]) + "\n" for a, p, n in rows))
+    data = read_group_file(path)
+    assert examples(data) == rows and data.lines == list(range(1, len(rows) + 1))
+
+
+any_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8).filter(str.strip)
+
+
+@FUZZ
+@given(st.lists(st.tuples(any_text, st.lists(any_text, min_size=1, max_size=3), st.lists(any_text, max_size=3))))
+def test_flagembedding_lines_are_read_back_as_written(tmp_path, lines):
+    lines = [
+        (query, list(dict.fromkeys(pos)), [n for n in dict.fromkeys(neg) if n != query]) for query, pos, neg in lines
+    ]
+    lines = [(query, pos, [n for n in neg if n not in pos]) for query, pos, neg in lines if query not in pos]
+    if not lines:
+        return
+    path = jsonl(str(tmp_path / "rows.jsonl"), *({"query": q, "pos": pos, "neg": neg} for q, pos, neg in lines))
+    data = read_group_file(path)
+    assert examples(data) == [(query, positive, neg) for query, pos, neg in lines for positive in pos]
