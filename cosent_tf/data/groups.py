@@ -420,7 +420,10 @@ class _Examples:
 
     def __init__(self, path: str, problems: LineProblems) -> None:
         self.path, self.problems = path, problems
-        self.data = GroupData([], [], [], path, [])
+        self.anchors: list[str] = []
+        self.positives: list[str] = []
+        self.negatives: list[list[str]] = []
+        self.lines: list[int] = []
         self.seen: dict[tuple[str, ...], int] = {}
 
     def add(self, number: int, anchor: str, positive: str, negatives: Sequence[str]) -> None:
@@ -438,23 +441,21 @@ class _Examples:
         first = self.seen.setdefault((anchor, positive, *kept), number)
         if first != number:
             self.problems.add(number, "repeating an earlier example, kept", f": the example of line {first}")
-        self.data.anchors.append(anchor)
-        self.data.positives.append(positive)
-        self.data.negatives.append(kept)
-        assert self.data.lines is not None
-        self.data.lines.append(number)
+        self.anchors.append(anchor)
+        self.positives.append(positive)
+        self.negatives.append(kept)
+        self.lines.append(number)
 
     def done(self, layout: str) -> GroupData:
         self.problems.report()
-        data = self.data
-        if not data.anchors:
+        if not self.anchors:
             raise DataError(self.path, "no usable examples in this file")
-        counts = [len(negatives) for negatives in data.negatives]
-        data.notes.append(
-            f"{self.path}: read as {layout}: {len(data)} examples from {len(set(data.lines or ()))} lines, "
+        counts = [len(negatives) for negatives in self.negatives]
+        note = (
+            f"{self.path}: read as {layout}: {len(self.anchors)} examples from {len(set(self.lines))} lines, "
             f"with {min(counts)} to {max(counts)} hard negatives each"
         )
-        return data
+        return GroupData(self.anchors, self.positives, self.negatives, self.path, self.lines, [note])
 
 
 # -- JSONL
