@@ -111,7 +111,7 @@ _CYCLE_LOOKS_PER_EXAMPLE = 64
 
 
 def _conflicting(batch: Sequence[int], keys: Sequence[frozenset[int]]) -> int:
-    """How many of ``batch``'s examples share a text with one placed before them."""
+    """How many of ``batch``'s examples share a text with one before them that does not itself."""
     seen: set[int] = set()
     count = 0
     for example in batch:
@@ -147,8 +147,9 @@ def keep_duplicates_apart(
 
     Returns:
         ``(batches, moved, left)``: the new batches (sizes as given), the examples placed in
-        another batch than the one they were cut into, and the examples that share a text
-        with another of their batch because no placement without was found.
+        another batch than the one they were cut into, and the examples left sharing a text
+        with another of their batch because no placement without was found (counted in
+        batch order: each that shares a text with one before it that is not itself left).
 
     Example:
         >>> keys = [frozenset({0}), frozenset({0}), frozenset({1}), frozenset({2})]
