@@ -451,9 +451,10 @@ class _Examples:
         if not self.anchors:
             raise DataError(self.path, "no usable examples in this file")
         counts = [len(negatives) for negatives in self.negatives]
+        spread = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)} to {max(counts)}"
         note = (
             f"{self.path}: read as {layout}: {len(self.anchors)} examples from {len(set(self.lines))} lines, "
-            f"with {min(counts)} to {max(counts)} hard negatives each"
+            f"with {spread} hard negative(s) each"
         )
         return GroupData(self.anchors, self.positives, self.negatives, self.path, self.lines, [note])
 

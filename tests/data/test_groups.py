@@ -84,7 +84,9 @@ def test_tsv_rows_of_anchor_positive_negatives_may_have_different_numbers_of_neg
         write("train.tsv", "\ufeff怎么还款\t如何还钱\t天气\n\n花呗\t额度\t下雨\t晴\t阴\n"), strict=False
     )
     assert examples(data) == [("怎么还款", "如何还钱", ["天气"]), ("花呗", "额度", ["下雨", "晴", "阴"])]
-    assert data.lines == [1, 3]
+    assert data.lines == [1, 3] and "2 examples from 2 lines, with 1 to 3 hard negative(s) each" in data.notes[0]
+    same = read_group_file(write("b.tsv", "a\tp\tn\nb\tq\tm\n"))
+    assert "with 1 hard negative(s) each" in same.notes[0]
 
 
 @pytest.mark.parametrize("header", ["query\tpos\tneg\n", "anchor\tpositive\tnegative_1\tnegative_2\n"])
