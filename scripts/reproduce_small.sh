@@ -5,13 +5,22 @@
 # most 2000 pairs, Adam 1e-4 (random init needs more than the original's 2e-5). LCQMC and
 # PAWSX have no train split here, so they train on a seeded half of valid and validate on
 # the other half. Feature models are validated every 10 steps, for the convergence table.
+# Then the retrieval study (issue 36): CoSENT, MNRL (in-batch negatives only, and with hard
+# negatives from the labels), AnglE and the CoSENT + in-batch + angle mix on ATEC, BQ, LCQMC,
+# STS-B and NLI, each with the same 125 steps, tested on Spearman and on retrieval.
 #
-#   scripts/reproduce_small.sh [DATA_DIR] [OUT_DIR] [DOCS_DIR]
+#   scripts/reproduce_small.sh [DATA_DIR] [OUT_DIR] [DOCS_DIR]            # all: results.md, then retrieval.md
+#   scripts/reproduce_small.sh retrieval [DATA_DIR] [OUT_DIR] [DOCS_DIR]  # the retrieval study alone (~30 min)
 #
+# Defaults: DATA_DIR ../shared/data, OUT_DIR runs/small, DOCS_DIR docs/small-random (a data
+# folder called "retrieval" is given as ./retrieval). The study's runs are OUT_DIR/retrieval-*
+# and its report DOCS_DIR/retrieval.md and retrieval.png; results.md is made from the other runs.
 # A run that already has metrics.json is skipped, so re-running after an interruption
 # finishes the rest (an interrupted run itself resumes from its last epoch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STUDIES=(paper retrieval)
+if [[ ${1:-} == retrieval ]]; then STUDIES=(retrieval); shift; fi
 DATA=${1:-../shared/data}
 OUT=${2:-runs/small}
 DOCS=${3:-docs/small-random}
@@ -36,53 +45,65 @@ run() {  # run NAME SCRIPT TASK [options...]
   echo "    $(tail -1 "$OUT/$name.log" | cut -c1-160)  ($(cat "$OUT/$name.seconds") s)"
 }
 
-# Trained on NLI (one pass over 8000 seeded pairs), validated and tested on the five tasks.
-for script in cosent_nli sbert_nli; do
-  run "$script" "$script.py" NLI --max-train-pairs 8000 --steps-per-epoch 125 --eval-every 25
-done
-# The paper's Table I: a contrastive loss that pushes negatives only down to ε, on ATEC, next
-# to CoSENT, at mean pooling as in the journal paper (at [CLS] nothing learns on ATEC here).
-for epsilon in -1 0 0.9; do
-  run "contrastive-eps$epsilon-last-avg-ATEC" cosent.py ATEC --loss contrastive --epsilon "$epsilon" \
-    --pooling last-avg "${FEATURE[@]}"
-done
-run "cosent-last-avg-ATEC" cosent.py ATEC --pooling last-avg "${FEATURE[@]}"
-# The paper's pooling comparison (CoSENT's [CLS] runs below are the fourth row).
-for task in STS-B BQ; do
-  for pooling in last-avg max first-last-avg; do
-    run "cosent-$pooling-$task" cosent.py "$task" --pooling "$pooling" "${FEATURE[@]}"
+minutes_of() {  # minutes_of FILE...: the total of these runs' own wall times (NAME.seconds), rounded
+  local total=0 file
+  for file in "$@"; do
+    if [[ -f $file ]]; then total=$(( total + $(cat "$file") )); fi
   done
-done
-# Convergence at mean pooling too (the paper's pooling; at [CLS] valid Spearman peaks at once
-# at this scale): MSE and Sentence-BERT next to CoSENT's last-avg runs above.
-for task in STS-B BQ; do
-  run "mse-last-avg-$task" cosent.py "$task" --loss mse --pooling last-avg "${FEATURE[@]}"
-  run "sbert-last-avg-$task" sbert.py "$task" --pooling last-avg "${FEATURE[@]}"
-done
-for task in ATEC BQ LCQMC PAWSX STS-B; do
-  run "cosent-$task" cosent.py "$task" "${FEATURE[@]}"
-  run "sbert-$task" sbert.py "$task" "${FEATURE[@]}"
-  run "mse-$task" cosent.py "$task" --loss mse "${FEATURE[@]}"
-done
-for task in ATEC BQ LCQMC PAWSX; do
-  run "interact-ce-$task" interact.py "$task" "${INTERACTION[@]}"
-  run "interact-cosent-$task" interact_cosent.py "$task" "${INTERACTION[@]}"
-done
-# CoSENT at larger global batches over the same epoch (so fewer, larger steps), reached with
-# micro-batches of 32 pairs, at mean pooling (where training helps: at [CLS] fewer steps would
-# look better only because they move the model less); the 32-pair runs are the pooling runs.
-for task in STS-B BQ; do
-  for size in 128 512; do
-    run "cosent-last-avg-batch$size-$task" cosent.py "$task" --pooling last-avg --batch-size "$size" \
-      --micro-batch-size 32 "${FEATURE[@]}"
-  done
-done
+  echo $(( (total + 30) / 60 ))
+}
 
-# Total of the runs' own wall times, so re-running only the report keeps the true figure.
-total=0
-for f in "$OUT"/*.seconds; do total=$(( total + $(cat "$f") )); done
-minutes=$(( (total + 30) / 60 ))
-"$PY" scripts/report.py "$OUT"/*/ --output-dir "$DOCS" --preface "## Small-scale reproduction (random initialisation, partial data)
+paper() {
+  # Trained on NLI (one pass over 8000 seeded pairs), validated and tested on the five tasks.
+  for script in cosent_nli sbert_nli; do
+    run "$script" "$script.py" NLI --max-train-pairs 8000 --steps-per-epoch 125 --eval-every 25
+  done
+  # The paper's Table I: a contrastive loss that pushes negatives only down to ε, on ATEC, next
+  # to CoSENT, at mean pooling as in the journal paper (at [CLS] nothing learns on ATEC here).
+  for epsilon in -1 0 0.9; do
+    run "contrastive-eps$epsilon-last-avg-ATEC" cosent.py ATEC --loss contrastive --epsilon "$epsilon" \
+      --pooling last-avg "${FEATURE[@]}"
+  done
+  run "cosent-last-avg-ATEC" cosent.py ATEC --pooling last-avg "${FEATURE[@]}"
+  # The paper's pooling comparison (CoSENT's [CLS] runs below are the fourth row).
+  for task in STS-B BQ; do
+    for pooling in last-avg max first-last-avg; do
+      run "cosent-$pooling-$task" cosent.py "$task" --pooling "$pooling" "${FEATURE[@]}"
+    done
+  done
+  # Convergence at mean pooling too (the paper's pooling; at [CLS] valid Spearman peaks at once
+  # at this scale): MSE and Sentence-BERT next to CoSENT's last-avg runs above.
+  for task in STS-B BQ; do
+    run "mse-last-avg-$task" cosent.py "$task" --loss mse --pooling last-avg "${FEATURE[@]}"
+    run "sbert-last-avg-$task" sbert.py "$task" --pooling last-avg "${FEATURE[@]}"
+  done
+  for task in ATEC BQ LCQMC PAWSX STS-B; do
+    run "cosent-$task" cosent.py "$task" "${FEATURE[@]}"
+    run "sbert-$task" sbert.py "$task" "${FEATURE[@]}"
+    run "mse-$task" cosent.py "$task" --loss mse "${FEATURE[@]}"
+  done
+  for task in ATEC BQ LCQMC PAWSX; do
+    run "interact-ce-$task" interact.py "$task" "${INTERACTION[@]}"
+    run "interact-cosent-$task" interact_cosent.py "$task" "${INTERACTION[@]}"
+  done
+  # CoSENT at larger global batches over the same epoch (so fewer, larger steps), reached with
+  # micro-batches of 32 pairs, at mean pooling (where training helps: at [CLS] fewer steps would
+  # look better only because they move the model less); the 32-pair runs are the pooling runs.
+  for task in STS-B BQ; do
+    for size in 128 512; do
+      run "cosent-last-avg-batch$size-$task" cosent.py "$task" --pooling last-avg --batch-size "$size" \
+        --micro-batch-size 32 "${FEATURE[@]}"
+    done
+  done
+
+  # The paper's runs are every run but the retrieval study's; the minutes are the total of their
+  # own wall times, so re-running only the report keeps the true figure.
+  local runs=() seconds=() dir
+  for dir in "$OUT"/*/; do [[ $(basename "$dir") == retrieval-* ]] || runs+=("$dir"); done
+  for dir in "$OUT"/*.seconds; do [[ $(basename "$dir") == retrieval-* ]] || seconds+=("$dir"); done
+  local minutes
+  minutes=$(minutes_of "${seconds[@]}")
+  "$PY" scripts/report.py "${runs[@]}" --output-dir "$DOCS" --preface "## Small-scale reproduction (random initialisation, partial data)
 
 **These numbers come from a randomly initialised small BERT (4 layers, hidden 312, 12 heads,
 intermediate 1248; no pretrained weights exist on the machines that made them), trained for
@@ -108,4 +129,57 @@ paper's; at [CLS] no loss improves on ATEC here), next to CoSENT at mean pooling
 runs change only \`--pooling\`; the batch-size runs use mean pooling and change only
 \`--batch-size\` (with \`--micro-batch-size 32\`), so a larger batch takes fewer steps at
 the same learning rate: 125 steps at 32 pairs, 32 at 128 and 8 at 512."
-echo "done in ${minutes} minutes; report in $DOCS"
+  echo "paper's runs: ${minutes} minutes; report in $DOCS/results.md"
+}
+
+
+retrieval() {
+  # The retrieval study: every objective gets the same 125 steps (the CoSENT runs' one pass over
+  # 4000 pairs at 32, NLI 8000 at 64): MNRL trains on the positive pairs alone, so one epoch of
+  # it would be fewer steps. Mean pooling for all, no in-epoch validation (cheap).
+  local budget=(--pooling last-avg --steps-per-epoch 125) task
+  for task in ATEC BQ LCQMC STS-B NLI; do
+    local script=cosent.py pairs=(--max-train-pairs 4000)
+    if [[ $task == NLI ]]; then script=cosent_nli.py pairs=(--max-train-pairs 8000); fi
+    run "retrieval-cosent-$task" "$script" "$task" "${budget[@]}" "${pairs[@]}"
+    run "retrieval-mnrl-$task" "$script" "$task" --loss mnrl --no-hard-negatives-from-labels \
+      "${budget[@]}" "${pairs[@]}"
+    run "retrieval-mnrl-hard-$task" "$script" "$task" --loss mnrl --hard-negatives-from-labels \
+      "${budget[@]}" "${pairs[@]}"
+    run "retrieval-angle-$task" "$script" "$task" --loss angle "${budget[@]}" "${pairs[@]}"
+    run "retrieval-cosent-ibn-$task" "$script" "$task" --loss cosent-ibn "${budget[@]}" "${pairs[@]}"
+  done
+  local minutes
+  minutes=$(minutes_of "$OUT"/retrieval-*.seconds)
+  "$PY" scripts/report.py "$OUT"/retrieval-*/ --output-dir "$DOCS" --preface "## Retrieval study (random initialisation, partial data)
+
+**The same randomly initialised small BERT, partial data and seeded test subsets of at most
+2000 pairs as [the small reproduction](results.md): not comparable with published numbers.**
+Each loss is trained on ATEC, BQ, LCQMC† and STS-B and tested on that task, and trained on NLI
+and tested on all five: CoSENT; MNRL, in-batch negatives over the positive pairs alone (each
+anchor picks its positive among every positive of the batch); MNRL with hard negatives from
+the labels (\`--hard-negatives-from-labels\`: the texts an anchor's pairs label as no match,
+on NLI its contradictions as in supervised SimCSE; an anchor without one gets a random text);
+AnglE; and the mix of CoSENT, in-batch negatives and angle (\`--loss cosent-ibn\`) at AnglE's
+weights (cosine 0, in-batch 20, angle 1).
+
+Made by \`scripts/reproduce_small.sh\` (its study alone: \`scripts/reproduce_small.sh retrieval\`) on a
+2-core CPU in ${minutes} minutes of runs: every run takes the same 125 steps
+(\`--steps-per-epoch 125\`) of 32 pairs or examples (NLI 64), from at most 4000 train pairs
+(NLI 8000), at mean pooling (\`last-avg\`, where training
+helps at this scale; see results.md), Adam 1e-4, λ (\`--scale\`) 20, seed 42, and is tested at
+the end. Same steps, not the same epochs: MNRL trains on the positive pairs only, about a
+quarter of ATEC's pairs, half of BQ's, LCQMC's and STS-B's and a third of NLI's, so its 125
+steps go over its examples two to four times where CoSENT goes over its pairs once; an MNRL
+example with a hard negative holds three texts, not two. The in-batch losses keep examples
+that share a text out of one batch (where it would be a false negative). Retrieval is what
+\`cosent-tf evaluate --retrieval\` computes on the test subset: for each distinct first text
+with a positive pair (STS-B: a score above 2.5), every distinct second text ranked by exact
+cosine; Recall@1 and @10, MRR@10, nDCG@10. Which loss led on each metric is computed from the
+tables and said under them."
+  echo "retrieval study's runs: ${minutes} minutes; report in $DOCS/retrieval.md"
+}
+
+for study in "${STUDIES[@]}"; do
+  "$study"
+done

@@ -281,7 +281,9 @@ def _retrieval_label(run: Run, with_pooling: bool) -> str:
         notes.append("symmetric")
     defaults = get_loss(config["kind"], config["loss"]).mix_weights
     if defaults is not None:
-        weights = tuple(config.get(key, default) for key, default in zip(_MIX_WEIGHT_KEYS, defaults))
+        weights = tuple(
+            default if config.get(key) is None else config[key] for key, default in zip(_MIX_WEIGHT_KEYS, defaults)
+        )
         if weights != defaults:
             notes.append("weights " + "/".join(f"{weight:g}" for weight in weights))
     if with_pooling:

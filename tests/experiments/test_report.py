@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from cosent_tf.experiments.report import (
 )
 from cosent_tf.experiments.runs import KIND_STUDIES, STUDIES, load_runs
 from cosent_tf.models.kinds import KINDS
+from tests.helpers import ROOT
 
 
 def fake_run(
@@ -418,3 +421,110 @@ def test_a_retrieval_metric_out_of_range_names_the_file_and_field(tmp_path):
         ConfigError, match=r"metrics\.json: tasks\['BQ'\]\['test'\]\['retrieval'\]\['recall@1'\] is 1\.5"
     ):
         retrieval_tables(load_runs(runs))
+
+
+# Stands in for the Python that scripts/reproduce_small.sh runs: a training script's call writes
+# the run folder the engine would (settings from its options, made-up metrics) and records its
+# options; scripts/report.py runs for real.
+FAKE_PYTHON = """#!{python}
+import json, os, sys
+import numpy as np
+
+script, args = sys.argv[1], sys.argv[2:]
+if script.endswith("report.py"):
+    os.execv(sys.executable, [sys.executable, script, *args])
+
+def option(name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+name = os.path.basename(script)[: -len(".py")]
+task = "NLI" if name.endswith("_nli") else args[0]
+interaction = name.startswith("interact")
+losses = {{"sbert": "sbert", "sbert_nli": "sbert", "interact": "ce"}}
+config = {{
+    "task": task,
+    "kind": "interaction" if interaction else "feature",
+    "loss": option("--loss", losses.get(name, "cosent")),
+    "architecture": "bert",
+    "pooling": option("--pooling", "cls"),
+    "batch_size": int(option("--batch-size", 64 if task == "NLI" else 32)),
+    "micro_batch_size": None if option("--micro-batch-size") is None else int(option("--micro-batch-size")),
+    "epsilon": float(option("--epsilon", 0.5)),
+    "eval_every": int(option("--eval-every", 0)),
+    "arguments": args,
+}}
+if "--hard-negatives-from-labels" in args or "--no-hard-negatives-from-labels" in args:
+    config["hard_negatives_from_labels"] = "--hard-negatives-from-labels" in args
+out = option("--output-dir")
+value = (sum(map(ord, out)) % 90 + 5) / 100  # made up, and differing between runs
+tested = ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"] if task == "NLI" else [task]
+retrieval = {{"recall@1": value / 4, "recall@10": value / 2, "mrr@10": value / 3, "ndcg@10": value / 3}}
+tasks = {{t: {{"test": {{"spearman": value, "retrieval": retrieval}}}} for t in tested}}
+os.makedirs(out)
+with open(os.path.join(out, "config.json"), "w") as f:
+    json.dump(config, f)
+with open(os.path.join(out, "valid_metrics.csv"), "w") as f:
+    f.write("epoch,step,end_of_epoch,spearman\\n1,10,False,0.1\\n1,20,True," + str(value) + "\\n")
+scores = {{f"{{t}}.scores": np.linspace(-1, 1, 20) for t in tested}}
+np.savez(os.path.join(out, "test_scores.npz"), **scores, **{{f"{{t}}.labels": np.arange(20) % 2 for t in tested}})
+with open(os.path.join(out, "metrics.json"), "w") as f:
+    json.dump({{"comparable": "--train-from-valid" not in args, "tasks": tasks}}, f)
+print(json.dumps({{"test": {{"spearman": value}}}}))
+"""
+
+
+def reproduce_small(tmp_path, *arguments):
+    """Run scripts/reproduce_small.sh with the fake Python; (its output, {run: its options})."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake)}
+    done = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "reproduce_small.sh"), *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = {}
+    for name in os.listdir(tmp_path / "runs"):
+        if os.path.isdir(tmp_path / "runs" / name):
+            with open(tmp_path / "runs" / name / "config.json") as f:
+                runs[name] = json.load(f)["arguments"]
+    return done.stdout, runs
+
+
+STUDY_NAMES = [name for _, _, name in STUDY]
+
+
+@pytest.mark.slow
+def test_reproduce_small_runs_the_study_with_one_budget_and_reports_it_apart(tmp_path):
+    out, docs = tmp_path / "runs", tmp_path / "docs"
+    printed, runs = reproduce_small(tmp_path, "data", str(out), str(docs))
+    tasks = ("ATEC", "BQ", "LCQMC", "STS-B", "NLI")
+    losses = ("cosent", "mnrl", "mnrl-hard", "angle", "cosent-ibn")
+    study = {name: arguments for name, arguments in runs.items() if name.startswith("retrieval-")}
+    assert set(study) == {f"retrieval-{loss}-{task}" for loss in losses for task in tasks}
+    for name, arguments in study.items():
+        steps = arguments[arguments.index("--steps-per-epoch") + 1]
+        pooling = arguments[arguments.index("--pooling") + 1]
+        pairs = arguments[arguments.index("--max-train-pairs") + 1]
+        assert (steps, pooling, pairs) == ("125", "last-avg", "8000" if name.endswith("NLI") else "4000"), name
+        assert "--eval-every" not in arguments and ("--train-from-valid" in arguments) == name.endswith("LCQMC")
+    # the paper's runs make results.md, the study's retrieval.md, each with its own preface
+    results, retrieval = (docs / "results.md").read_text(), (docs / "retrieval.md").read_text()
+    assert results.startswith("## Small-scale reproduction") and retrieval.startswith("## Retrieval study")
+    for name in ("MNRL", "AnglE", "IBN"):
+        assert name not in results
+    for group in ("feature models trained on each task (mean pooling)", "feature models trained on NLI (mean pooling)"):
+        rows = section_rows(retrieval.split(group)[1], "#### MRR@10\n", "| BERT")
+        assert [row.split(" | ")[0][2:] for row in rows] == STUDY_NAMES
+    assert (docs / "retrieval.png").read_bytes()[:4] == b"\x89PNG"
+    assert "paper's runs:" in printed and "retrieval study's runs:" in printed
+    # the study alone: its finished runs are skipped, its report made again, results.md left
+    (docs / "results.md").write_text("kept")
+    (docs / "retrieval.md").unlink()
+    again, _ = reproduce_small(tmp_path, "retrieval", "data", str(out), str(docs))
+    assert again.count("skip ") == len(study) and "paper's runs:" not in again
+    assert (docs / "retrieval.md").read_text() == retrieval and (docs / "results.md").read_text() == "kept"
