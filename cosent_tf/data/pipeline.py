@@ -439,6 +439,8 @@ class _BatchStream:
         replicas: int,
         keys: Optional[Sequence[frozenset[int]]] = None,
     ) -> None:
+        if keys is not None and len(keys) != len(lengths):
+            raise ValueError(f"{len(keys)} text keys for {len(lengths)} examples")
         self.lengths, self.batch_size = lengths, batch_size
         self.order: dict[str, Any] = {
             "shuffle": shuffle,
@@ -527,7 +529,7 @@ def pair_dataset(
         The dataset, of known cardinality without ``repeat``.
 
     Raises:
-        ValueError: the three columns differ in length.
+        ValueError: the three columns differ in length, or ``keys`` is not one per pair.
 
     Example:
         >>> dataset = pair_dataset([[101, 872, 102]], [[101, 102]], [1.0], batch_size=1)
@@ -591,8 +593,9 @@ def group_dataset(
         The dataset, of known cardinality without ``repeat``.
 
     Raises:
-        ValueError: the columns differ in length, ``group_size`` is below 2, or an example
-            has fewer than ``group_size - 2`` negatives (the message names its index).
+        ValueError: the columns differ in length, ``group_size`` is below 2, an example has
+            fewer than ``group_size - 2`` negatives (the message names its index), or ``keys``
+            is not one per example.
 
     Example:
         >>> dataset = group_dataset([[101, 7, 102]], [[101, 8, 102]], [[[101, 9, 9, 102]]], group_size=3, batch_size=1)

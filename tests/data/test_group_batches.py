@@ -264,3 +264,5 @@ def test_group_input_is_checked():
         group_dataset(anchors, positives, negatives, group_size=1)
     with pytest.raises(ValueError, match="needs 1 negatives per example"):
         group_dataset(anchors, positives, None, group_size=3)
+    with pytest.raises(ValueError, match="2 text keys for 5 examples"):
+        group_dataset(anchors, positives, negatives, group_size=3, keys=text_keys(["a", "b"]))

@@ -1,3 +1,6 @@
+import hashlib
+import itertools
+
 import numpy as np
 import pytest
 
@@ -9,6 +12,7 @@ from cosent_tf.data.pipeline import (
     pad_batch,
     pair_segment_ids,
     restore_order,
+    text_keys,
 )
 
 
@@ -219,3 +223,71 @@ def test_interaction_batches_carry_pair_segments_only_when_asked():
     assert not plain[0][1].numpy().any()
     np.testing.assert_array_equal(paired[0][1].numpy(), pair_segment_ids(paired[0][0], 102).numpy())
     assert paired[0][1].numpy().sum() == 2 + 3
+
+
+# Digests of batch_indices' batches as 0.5.0 cut them, before keeping duplicates apart was
+# added: without keys the batches must stay exactly these (runs resumed across the upgrade
+# continue the same shuffle). Key: (seed, epoch, shuffle, group_by_length, batch_size, replicas).
+BATCHES_OF_0_5_0 = {
+    (0, 0, True, True, 32, 1): "ed16d38a4cecb450",
+    (0, 0, True, True, 8, 4): "02e60bb1abcf49b0",
+    (0, 0, True, False, 32, 1): "3cf04488a22cfdfc",
+    (0, 0, True, False, 8, 4): "5f913b12bdf7ffdb",
+    (0, 0, False, True, 32, 1): "90bd753bb5d8464e",
+    (0, 0, False, True, 8, 4): "dabbaf89c7d57965",
+    (0, 0, False, False, 32, 1): "02b0220692243211",
+    (0, 0, False, False, 8, 4): "38f086824b03d7e9",
+    (0, 3, True, True, 32, 1): "33c40e5b7982121d",
+    (0, 3, True, True, 8, 4): "c3cdbaa2161a0127",
+    (0, 3, True, False, 32, 1): "7a52bb2d903aff3c",
+    (0, 3, True, False, 8, 4): "3e51d86660520333",
+    (5, 0, True, True, 32, 1): "cc516490ec81da91",
+    (5, 0, True, True, 8, 4): "d21c8f526ae7c119",
+    (5, 0, True, False, 32, 1): "59a13031f14db2f2",
+    (5, 0, True, False, 8, 4): "87b6f23024e542d5",
+    (5, 3, True, True, 32, 1): "e3834da71ea48b76",
+    (5, 3, True, True, 8, 4): "3ba3da7b6ce7253c",
+    (5, 3, True, False, 32, 1): "a671470352e55eee",
+    (5, 3, True, False, 8, 4): "e385a0246b1dd2af",
+}
+
+
+def batches_digest(batches):
+    digest = hashlib.sha256()
+    for batch in batches:
+        digest.update(np.asarray(batch, np.int64).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()[:16]
+
+
+def test_batches_without_keys_are_those_of_0_5_0():
+    lengths = np.random.default_rng(7).integers(2, 60, 1003).tolist()
+    for (seed, epoch, shuffle, group, size, replicas), expected in BATCHES_OF_0_5_0.items():
+        batches = batch_indices(lengths, size, epoch, shuffle, group, seed=seed, replicas=replicas)
+        assert batches_digest(batches) == expected, (seed, epoch, shuffle, group, size, replicas)
+
+
+def test_keys_without_shared_texts_leave_the_batches_as_cut():
+    lengths = np.random.default_rng(3).integers(2, 60, 301)
+    keys = text_keys([f"a{k}" for k in range(301)], [f"b{k}" for k in range(301)])
+    for shuffle, group, replicas in itertools.product((True, False), (True, False), (1, 4)):
+        options = dict(shuffle=shuffle, group_by_length=group, seed=2, replicas=replicas)
+        plain = batch_indices(lengths, 8, 1, **options)
+        assert batches_digest(batch_indices(lengths, 8, 1, keys=keys, **options)) == batches_digest(plain)
+
+
+def test_pair_batches_keep_pairs_sharing_a_text_apart():
+    ids_a, ids_b, labels = make_pairs(96)
+    texts_a = [f"q{k % 12}" for k in range(96)]  # each first sentence in eight pairs
+    keys = text_keys(texts_a, [f"d{k}" for k in range(96)])
+
+    def batches(keys):
+        dataset = pair_dataset(ids_a, ids_b, labels, batch_size=8, seed=5, keys=keys)
+        return [[int(k) for k in y[::2]] for _, y in dataset.as_numpy_iterator()]
+
+    apart, plain = batches(keys), batches(None)
+    assert sorted(k for b in apart for k in b) == list(range(96))
+    assert all(len({texts_a[k] for k in b}) == len(b) for b in apart)
+    assert any(len({texts_a[k] for k in b}) < len(b) for b in plain)
+    with pytest.raises(ValueError, match="5 text keys for 96 examples"):
+        pair_dataset(ids_a, ids_b, labels, batch_size=8, keys=keys[:5])
