@@ -149,3 +149,22 @@ def make_tiny_setup(tmp_path):
         "--lr",
         "1e-3",
     ]
+
+
+def free_port():
+    """A TCP port of localhost that nothing listens on now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def localhost_workers(count):
+    """The environments of ``count`` workers of a localhost cluster, each with its TF_CONFIG
+    (MultiWorkerMirroredStrategy reads it); worker 0 is the chief."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(count)]}
+    return [
+        {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        for index in range(count)
+    ]

@@ -3,7 +3,7 @@ import pytest
 
 from cosent_tf import build_encoder, build_interaction_model
 from cosent_tf.backend import keras, tf
-from cosent_tf.losses import AnglELoss, CoSENTIBNLoss, MultipleNegativesRankingLoss, get_loss
+from cosent_tf.losses import get_loss
 from cosent_tf.training.gradient_cache import GradientCacheModel
 from tests.harness import run_keras_object_test
 from tests.helpers import write_config
@@ -98,26 +98,27 @@ def assert_dropout_masks_repeat(model, loss, inputs, labels, rows_per_example):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
 
 
-SYMMETRIC = ("query_to_doc", "doc_to_query")
 GROUPS = 8  # in micro-batches of 3: 3 + 3 + 2 examples
-# The in-batch losses, each on its rows: groups of an anchor, a positive and hard negatives for
-# MultipleNegativesRankingLoss (group_size), interleaved labelled pairs for the other two.
+# The in-batch losses as the loss table builds them (its name, the build options), each on its
+# rows: groups of an anchor, a positive and group_size - 2 hard negatives for mnrl, interleaved
+# labelled pairs for the other two.
 IN_BATCH_LOSSES = {
-    "mnrl": lambda: MultipleNegativesRankingLoss(scale=20.0),
-    "mnrl-hard-negative": lambda: MultipleNegativesRankingLoss(scale=20.0, group_size=3),
-    "mnrl-two-hard-negatives-symmetric": lambda: MultipleNegativesRankingLoss(group_size=4, directions=SYMMETRIC),
-    "cosent-ibn": lambda: CoSENTIBNLoss(cosine_w=1.0, ibn_w=20.0, angle_w=1.0),
-    "angle": lambda: AnglELoss(scale=20.0),
+    "mnrl": ("mnrl", {}),
+    "mnrl-hard-negative": ("mnrl", {"group_size": 3}),
+    "mnrl-two-hard-negatives-symmetric": ("mnrl", {"group_size": 4, "symmetric": True}),
+    "cosent-ibn": ("cosent-ibn", {"weights": (1.0, 20.0, 1.0)}),
+    "angle": ("angle", {}),
 }
 
 
-def in_batch_setup(tmp_path, loss_name, dropout):
+def in_batch_setup(tmp_path, case, dropout):
     """(a tiny BERT encoder, the loss, GROUPS examples of inputs, their labels, rows per example)."""
-    loss = IN_BATCH_LOSSES[loss_name]()
-    rows_per_example = getattr(loss, "group_size", 2)
+    loss_name, options = IN_BATCH_LOSSES[case]
+    loss = get_loss("feature", loss_name).build(scale=20.0, epsilon=0.5, max_label=1.0, positive_above=0.5, **options)
+    rows_per_example = options.get("group_size", 2)
     model = build_encoder(tiny_config(tmp_path, dropout), pooling="last-avg")
     inputs = token_ids(np.random.default_rng(4), GROUPS * rows_per_example)
-    if isinstance(loss, MultipleNegativesRankingLoss):
+    if loss_name == "mnrl":
         labels = np.zeros(GROUPS * rows_per_example, np.float32)  # unread: a group's order is its labels
     else:  # graded labels, half of the pairs positive (above positive_above=0.5) for the in-batch part
         labels = np.repeat(np.array([1, 0, 0.75, 1, 0.25, 0, 1, 0.5], np.float32), 2)
