@@ -145,18 +145,6 @@ class GroupData:
         counts = np.array([len(negatives) for negatives in self.negatives], dtype=np.int64)
         fewest = int(counts.min()) if counts.size else 0
         if requested is None:
-            if counts.size and fewest < int(counts.max()):
-                logger.warning(
-                    "%s: examples have %d to %d hard negatives: each takes %d, the fewest any has (%d of %d "
-                    "examples have %d); to take more, give those examples more and pass --group-size",
-                    self.source,
-                    fewest,
-                    int(counts.max()),
-                    fewest,
-                    int(np.sum(counts == fewest)),
-                    len(counts),
-                    fewest,
-                )
             return 2 + fewest
         if requested < 2:
             raise DataError(
@@ -179,6 +167,35 @@ class GroupData:
             "would count twice in the softmax)",
             line=None if self.lines is None else self.lines[first],
         )
+
+    def negatives_note(self, group_size: int) -> Optional[str]:
+        """What a run should say when some examples have more negatives than ``group_size`` takes
+        (those draw theirs afresh every epoch), or None when every example has just that many.
+
+        Args:
+            group_size: the run's group size (:meth:`group_size`).
+
+        Returns:
+            The note, or None.
+
+        Example:
+            >>> note = GroupData(["a", "b"], ["c", "d"], [["e"], ["f", "g"]], source="q.jsonl").negatives_note(3)
+            >>> note[:60]
+            'q.jsonl: examples have 1 to 2 hard negatives and each takes '
+        """
+        counts = np.array([len(negatives) for negatives in self.negatives], dtype=np.int64)
+        taken, fewest, most = (
+            group_size - 2,
+            int(counts.min()) if counts.size else 0,
+            int(counts.max()) if counts.size else 0,
+        )
+        if most <= taken:
+            return None
+        said = f"{self.source}: examples have {fewest} to {most} hard negatives and each takes {taken}"
+        if fewest == taken:
+            said += f" ({int(np.sum(counts == fewest))} of {len(counts)} examples have {fewest})"
+        said += ", drawn afresh every epoch from its own"
+        return said + ("; to take more, give the others more and pass --group-size" if fewest == taken else "")
 
     def labelled_pairs(self, seed: int) -> PairData:
         """Binary pairs to validate or test on: (anchor, positive, 1), and (anchor, negative, 0)

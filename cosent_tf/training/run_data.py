@@ -126,6 +126,9 @@ def load_run_data(cfg: RunConfig) -> RunData:
         data.train.check_in_batch()
         data.group_size = data.train.group_size(cfg.group_size)
         data.notes += data.train.notes
+        drawn = data.train.negatives_note(data.group_size)
+        if drawn:
+            data.notes.append(drawn)
     elif data.task.data == FILES:
         if not cfg.allow_single_label:
             _require_two_labels(

@@ -254,12 +254,19 @@ def test_a_csv_whose_header_is_a_row_is_named():
 # -- group sizes ---------------------------------------------------------------------------------
 
 
-def test_the_group_size_defaults_to_the_fewest_negatives_of_any_example(caplog):
+def test_the_group_size_defaults_to_the_fewest_negatives_of_any_example():
     data = GroupData(["a", "b", "c"], ["p", "q", "r"], [["n", "m"], ["o"], ["x", "y", "z"]], "a.tsv", [1, 2, 3])
-    with caplog.at_level(logging.WARNING):
-        assert data.group_size() == 3
-    assert "examples have 1 to 3 hard negatives" in caplog.text
+    assert data.group_size() == 3
     assert data.group_size(2) == 2 and data.group_size(3) == 3  # more negatives than taken: drawn each epoch
+
+
+def test_the_note_says_when_examples_draw_their_negatives_and_how_to_take_more():
+    data = GroupData(["a", "b", "c"], ["p", "q", "r"], [["n", "m"], ["o"], ["x", "y", "z"]], "a.tsv", [1, 2, 3])
+    note = data.negatives_note(data.group_size())
+    assert note.startswith("a.tsv: examples have 1 to 3 hard negatives and each takes 1 (1 of 3 examples have 1)")
+    assert note.endswith("give the others more and pass --group-size")
+    assert "pass --group-size" not in data.negatives_note(2)  # fewer asked for than every example has
+    assert GroupData(["a", "b"], ["p", "q"], [["n"], ["m"]]).negatives_note(3) is None
 
 
 def test_a_group_size_some_example_cannot_fill_names_the_first_line_and_what_to_do():
