@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import pytest
 from cosent_tf.backend import tf
 from cosent_tf.errors import ConfigError
 from cosent_tf.training.distribute import get_strategy, is_chief
-from tests.helpers import ROOT, run_until
+from tests.helpers import ROOT, localhost_workers, run_until
 
 
 def two_cpus():
@@ -149,29 +148,19 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
     assert "--batch-size 7 pairs cannot be shared equally by the 2 replicas of --strategy mirrored" in odd.stderr
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def start_workers(command, own_options=((), ())):
     """``command`` as the two workers of a localhost cluster (TF_CONFIG); worker 0 is the chief.
     ``own_options``: what each worker adds to the command."""
-    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
-    workers = []
-    for index in range(2):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        workers.append(
-            subprocess.Popen(
-                command + ["--strategy", "multi-worker", *own_options[index]],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+    return [
+        subprocess.Popen(
+            command + ["--strategy", "multi-worker", *options],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    return workers
+        for env, options in zip(localhost_workers(2), own_options)
+    ]
 
 
 def finish(workers):
