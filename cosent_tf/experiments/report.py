@@ -352,7 +352,7 @@ def _leaders(tables_rows: dict[str, dict[str, dict[str, tuple[float, bool]]]], t
         means = {row: float(np.mean([values[t][0] for t in shared])) for row, values in rows.items()} if shared else {}
         finite = {row: mean for row, mean in means.items() if math.isfinite(mean)}
         if not finite:
-            lines.append(f"- {title}: no loss has it on every task")
+            lines.append(f"- {title}: no task has it recorded for every loss")
             continue
         best = max(round(100 * mean, 2) for mean in finite.values())
         leaders = [row for row, mean in finite.items() if round(100 * mean, 2) == best]

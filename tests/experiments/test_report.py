@@ -346,6 +346,24 @@ def test_retrieval_tables_name_the_loss_that_leads_from_the_runs_not_the_order(t
     assert "BERT + MNRL led on both test Spearman and MRR@10." in leaders
 
 
+def test_a_metric_a_run_lacks_is_a_dash_and_ties_are_said(tmp_path):
+    runs = [
+        fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.5}),  # recorded before retrieval metrics
+        fake_run(tmp_path / "mnrl", "BQ", "feature", "mnrl", {"BQ": 0.5}, retrieval={"BQ": {"mrr@10": 0.3}}),
+        fake_run(tmp_path / "angle", "BQ", "feature", "angle", {"BQ": 0.2}, retrieval={"BQ": {"mrr@10": 0.3}}),
+    ]
+    text = retrieval_tables(load_runs(runs))
+    assert section_rows(text, "#### MRR@10\n", "| BERT") == [
+        "| BERT + CoSENT | – | –* |",
+        "| BERT + MNRL | 30.00 | 30.00 |",
+        "| BERT + AnglE | 30.00 | 30.00 |",
+    ]
+    leaders = text.split("Which loss led on average:")[1]
+    assert "- test Spearman: BERT + CoSENT and BERT + MNRL (tied), 50.00 on average over BQ" in leaders
+    assert "- MRR@10: no task has it recorded for every loss" in leaders
+    assert "led on both" not in leaders and "led on test Spearman but" not in leaders
+
+
 def test_runs_trained_on_nli_get_tables_of_their_own(tmp_path):
     runs = []
     for number, (loss, extra, _) in enumerate(STUDY[:2]):
