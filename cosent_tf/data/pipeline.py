@@ -103,7 +103,7 @@ def text_keys(*columns: Sequence[Union[str, Sequence[str]]]) -> list[frozenset[i
 # Bounds on the work of keep_duplicates_apart, so that it stays linear in the examples when
 # many of them share one text: how many waiting examples one batch looks at, how many other
 # batches a swap is sought in, and the swap candidates tried in all per example.
-_WAITING_LOOKS_PER_BATCH = 256
+_WAITING_LOOKS_PER_BATCH = 64
 _SWAP_BATCHES = 64
 _SWAP_TRIES_PER_EXAMPLE = 4
 # Looks at a returning example a three-batch cycle may take in all, per example placed.
