@@ -1,9 +1,12 @@
-"""tf.data input pipelines: interleaved pair batches, concatenated-pair batches, sentences.
+"""tf.data input pipelines: interleaved pair batches, groups of an anchor, its positive and
+hard negatives, concatenated-pair batches, sentences.
 
 Token ids are produced once up front; each batch is padded only to its own longest
 sequence. Batch order is a seeded shuffle that changes every epoch; with
 ``group_by_length`` the examples of a pool of batches are sorted by length before being
-cut into batches (and the batches shuffled again), so little padding is computed.
+cut into batches (and the batches shuffled again), so little padding is computed. For an
+in-batch negatives loss, examples that share a text can be kept in different batches
+(:func:`keep_duplicates_apart`).
 """
 
 from __future__ import annotations
@@ -101,8 +104,9 @@ def text_keys(*columns: Sequence[Union[str, Sequence[str]]]) -> list[frozenset[i
 
 
 # Bounds on the work of keep_duplicates_apart, so that it stays linear in the examples when
-# many of them share one text: how many waiting examples one batch looks at, how many other
-# batches a swap is sought in, and the swap candidates tried in all per example.
+# many of them share one text: how many waiting examples one batch looks at, how many nearby
+# batches are searched for ones without a clashing example's texts, and how many of those
+# (and of third batches per candidate) an exchange is tried with.
 _WAITING_LOOKS_PER_BATCH = 64
 _SWAP_BATCHES = 64
 _SWAP_TRIES_PER_EXAMPLE = 4
@@ -132,11 +136,11 @@ def keep_duplicates_apart(
     that shares a text with one before it in its batch swaps places with an example of a
     nearby batch (nearest first, so that batches cut from length-sorted examples stay of
     similar length) where both then fit, or, where no such pair is found, goes round a cycle
-    of three batches. Where clashes remain, the examples are also walked
-    in batch order (one whose texts the batch being filled holds waits and goes first into
-    the next batch it fits; what still waits at the end fills the last slots as it is), the
-    swaps are tried again, and the arrangement leaving fewer clashes is kept. The batch sizes
-    are kept and every example is placed exactly once; without clashes the batches come back
+    of three batches. Where clashes remain, the examples are also walked in batch order (one
+    whose texts the batch being filled holds waits and goes first into the next batch it
+    fits; what still waits at the end fills the last slots as it is), the exchanges are
+    tried again, and the arrangement leaving fewer clashes is kept. The batch sizes are kept
+    and every example is placed exactly once; without clashes the batches come back
     unchanged. The work is bounded per example and per batch, so that many examples sharing
     one text cost a few looks each (see ``benchmarks/DUPLICATE_SAMPLER.md``); the result is
     deterministic.
