@@ -96,6 +96,29 @@ def test_every_example_is_placed_once_and_the_counts_are_right(case):
     assert [b.tolist() for b in again] == [b.tolist() for b in placed]
 
 
+def test_a_clash_no_exchange_of_two_can_solve_goes_round_three_batches():
+    # Batch 1 holds "t" twice. Only batch 2 lacks "t", and its one example holds "u", which
+    # batch 1 holds too: it must go on to batch 0, which sends a free example to batch 1.
+    texts = [{"t", "r"}, {"s"}, {"w"}, {"t", "a"}, {"t", "a2"}, {"u", "p"}, {"u", "q"}]
+    keys = [frozenset(t) for t in texts]
+    cut = [np.array([0, 1, 2]), np.array([3, 4, 5]), np.array([6])]
+    placed, moved, left = keep_duplicates_apart(cut, keys)
+    assert left == 0 and moved == 3
+    assert all(clashing(b.tolist(), keys) == 0 for b in placed)
+    assert_a_rearrangement(cut, placed, len(keys))
+
+
+def test_where_no_exchange_takes_a_clash_out_the_examples_are_walked_again():
+    # Example 1 clashes with example 0 on "x", and the other batch holds its "y": no batch
+    # takes it. Walked, example 1 waits for the second batch, where example 3 then clashes
+    # on "y" and can be exchanged for example 2.
+    keys = [frozenset(t) for t in ({"x"}, {"x", "y"}, {"z"}, {"y"})]
+    cut = [np.array([0, 1]), np.array([2, 3])]
+    placed, moved, left = keep_duplicates_apart(cut, keys)
+    assert left == 0 and moved == 2
+    assert all(clashing(b.tolist(), keys) == 0 for b in placed)
+
+
 def test_text_keys_match_exact_texts_across_columns():
     keys = text_keys(["北京", "上海", "北京 "], ["天津", "北京", "广州"], [["上海", "深圳"], [], ["天津"]])
     assert [len(k) for k in keys] == [4, 2, 3]
