@@ -11,6 +11,8 @@ examples), and on BQ's train pairs from the shared data if present. It writes
     .venv/bin/python benchmarks/duplicate_sampler.py [--examples 100000] [--batch-size 32] [--repeats 3]
 """
 
+from __future__ import annotations
+
 import argparse
 import datetime
 import os

@@ -1,5 +1,7 @@
 """Batches for in-batch negatives: keeping examples that share a text apart, and group batches."""
 
+from __future__ import annotations
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -227,6 +229,22 @@ def test_group_rows_are_anchor_positive_and_negatives(group):
         np.testing.assert_array_equal(token_ids[0][: len(anchors[k])], anchors[k])
         np.testing.assert_array_equal(token_ids[3][: len(negatives[k][1])], negatives[k][1])
         assert not token_ids[3][len(negatives[k][1]) :].any()
+
+
+def test_groups_are_grouped_by_their_longest_text():
+    # Anchors and positives of one length, negatives of lengths from 1 to 99: grouping must
+    # look at the negatives to save padding.
+    count = 640
+    lengths = np.random.default_rng(4).integers(1, 100, count)
+    anchors = [[10000 + k] * 5 for k in range(count)]
+    positives = [[20000 + k] * 5 for k in range(count)]
+    negatives = [[[100000 + 10 * k] * int(lengths[k])] for k in range(count)]
+
+    def padded(group):
+        dataset = group_dataset(anchors, positives, negatives, 3, batch_size=16, group_by_length=group, seed=1)
+        return sum(token_ids.size for (token_ids, _), _ in dataset.as_numpy_iterator())
+
+    assert padded(True) < 0.7 * padded(False)
 
 
 def test_extra_negatives_are_drawn_anew_each_epoch_and_again_on_resume():
