@@ -57,10 +57,11 @@ from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import Matcher
 from cosent_tf.training.run_data import load_run_data
 
-root, kind, loss_name, micro_batch_size = sys.argv[1:5]
+root, kind, loss_name, micro_batch_size, options = sys.argv[1:6]
 cfg = RunConfig(
     task="BQ", kind=kind, loss=loss_name, data_dir=f"{root}/data", config=f"{root}/config.json",
     vocab=f"{root}/vocab.txt", batch_size=8, pooling="last-avg" if kind == "feature" else None,
+    **json.loads(options),
 ).resolved()
 data = load_run_data(cfg)
 
@@ -73,10 +74,11 @@ def one_step(strategy, cfg):
         # A random BERT's [CLS] vectors are nearly equal for every text (cosines 1 - 1e-7), where
         # float32 rounding decides the gradient: spread the weights as a trained model's are.
         matcher.model.set_weights([w * 20 if w.ndim == 2 else w for w in matcher.model.get_weights()])
-        model, loss, labels = matcher.training_model(data.train.labels)
+        model, loss, labels = matcher.training_model(data.train)
         model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
     before = [w.copy() for w in model.get_weights()]
-    batches = matcher.dataset(matcher.prepare(data.train), labels, 0, strategy.num_replicas_in_sync)
+    keys = matcher.duplicate_keys(data.train)
+    batches = matcher.dataset(matcher.prepare(data.train), labels, 0, strategy.num_replicas_in_sync, keys)
     history = model.fit(batches, steps_per_epoch=1, epochs=1, verbose=0)
     moved = [(b - a).tolist() for b, a in zip(before, model.get_weights())]
     return {"replicas": strategy.num_replicas_in_sync, "loss": history.history["loss"][0], "gradients": moved}
@@ -84,6 +86,7 @@ def one_step(strategy, cfg):
 
 mirrored_cfg = dataclasses.replace(cfg, micro_batch_size=int(micro_batch_size) or None)
 print(json.dumps({
+    "group_size": data.group_size,
     "one_device": one_step(get_strategy("default"), cfg),
     "mirrored": one_step(get_strategy("mirrored"), mirrored_cfg),
 }))
@@ -92,20 +95,26 @@ print(json.dumps({
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "kind, loss, micro_batch_size",
+    "kind, loss, micro_batch_size, options",
     [
-        ("feature", "cosent", 0),
-        ("feature", "sbert", 0),
-        ("interaction", "cosent", 0),
-        ("interaction", "ce", 0),
-        ("feature", "cosent", 3),  # each replica's 4 pairs in micro-batches of 3 and 1
-        ("interaction", "cosent", 1),
+        ("feature", "cosent", 0, {}),
+        ("feature", "sbert", 0, {}),
+        ("interaction", "cosent", 0, {}),
+        ("interaction", "ce", 0, {}),
+        ("feature", "cosent", 3, {}),  # each replica's 4 pairs in micro-batches of 3 and 1
+        ("interaction", "cosent", 1, {}),
+        # mnrl: BQ's positive pairs, 8 a batch; with hard negatives from labels, groups of 3 rows
+        ("feature", "mnrl", 0, {}),
+        ("feature", "mnrl", 3, {}),
+        ("feature", "mnrl", 3, {"hard_negatives_from_labels": True, "symmetric": True}),
+        ("feature", "cosent-ibn", 0, {}),
+        ("feature", "angle", 0, {}),
     ],
 )
-def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, micro_batch_size, tiny_setup):  # noqa: F811
+def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, micro_batch_size, options, tiny_setup):  # noqa: F811
     tmp_path, _ = tiny_setup
     done = subprocess.run(
-        [sys.executable, "-c", ENGINE_STEP, str(tmp_path), kind, loss, str(micro_batch_size)],
+        [sys.executable, "-c", ENGINE_STEP, str(tmp_path), kind, loss, str(micro_batch_size), json.dumps(options)],
         env=two_cpus(),
         capture_output=True,
         text=True,
@@ -115,6 +124,8 @@ def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, mic
     steps = json.loads(done.stdout.strip().splitlines()[-1])
     one_device, mirrored = steps["one_device"], steps["mirrored"]
     assert (one_device["replicas"], mirrored["replicas"]) == (1, 2)
+    # groups of anchor and positive, and one hard negative (a labelled or a drawn one) when asked for
+    assert steps["group_size"] == (None if loss != "mnrl" else 3 if options else 2)
     assert mirrored["loss"] == pytest.approx(one_device["loss"], rel=1e-5)
     scale = max(np.abs(g).max() for g in one_device["gradients"])
     for expected, actual in zip(one_device["gradients"], mirrored["gradients"]):
