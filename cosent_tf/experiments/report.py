@@ -357,8 +357,11 @@ def _leaders(tables_rows: dict[str, dict[str, dict[str, tuple[float, bool]]]], t
         best = max(round(100 * mean, 2) for mean in finite.values())
         leaders = [row for row, mean in finite.items() if round(100 * mean, 2) == best]
         leader_of[title] = leaders
-        tied = " (tied)" if len(leaders) > 1 else ""
-        lines.append(f"- {title}: {' and '.join(leaders)}{tied}, {best:.2f} on average over {', '.join(shared)}")
+        if len(leaders) == 1:
+            named = leaders[0]
+        else:
+            named = "every loss, tied" if len(leaders) == len(rows) else f"{' and '.join(leaders)} (tied)"
+        lines.append(f"- {title}: {named}, {best:.2f} on average over {', '.join(shared)}")
     text = "Which loss led on average:\n\n" + "\n".join(lines)
     spearman, retrieval = leader_of.get("test Spearman"), leader_of.get(RETRIEVAL_METRICS[_HEADLINE_METRIC])
     if spearman and retrieval:
@@ -415,7 +418,11 @@ def retrieval_tables(runs: list[Run]) -> Optional[str]:
         sections.append(f"### Retrieval study: {heading} ({setting}), test metrics × 100")
         sections += [f"#### {title}\n\n" + _table(rows[title], tasks) for title in metrics]
         sections.append(_leaders(rows, tasks))
-    notes = "† trained on a seeded part of valid (no train split available).  \n* Avg over the tasks present only."
+    notes = (
+        "† the run records itself as not comparable with published numbers (its metrics.json notes say why; "
+        "LCQMC: trained on a seeded part of valid, no train split being available).  \n"
+        "* Avg over the tasks present only."
+    )
     return "\n\n".join(sections) + "\n\n" + notes + "\n"
 
 

@@ -364,6 +364,16 @@ def test_a_metric_a_run_lacks_is_a_dash_and_ties_are_said(tmp_path):
     assert "led on both" not in leaders and "led on test Spearman but" not in leaders
 
 
+def test_a_tie_of_every_loss_is_said_so(tmp_path):
+    runs = [
+        fake_run(tmp_path / loss, "BQ", "feature", loss, {"BQ": 0.4}, retrieval={"BQ": {"recall@10": 1.0}})
+        for loss in ("cosent", "mnrl", "angle")
+    ]
+    leaders = retrieval_tables(load_runs(runs)).split("Which loss led on average:")[1]
+    assert "- test Spearman: every loss, tied, 40.00 on average over BQ" in leaders
+    assert "- Recall@10: every loss, tied, 100.00 on average over BQ" in leaders
+
+
 def test_runs_trained_on_nli_get_tables_of_their_own(tmp_path):
     runs = []
     for number, (loss, extra, _) in enumerate(STUDY[:2]):
