@@ -209,6 +209,9 @@ def _load_files(cfg, loss: LossEntry):
                 "has no labels to take hard negatives from (its rows are an anchor, its positive and any "
                 "negatives): leave out --hard-negatives-from-labels, or give labelled pairs",
             )
+        # The whole file first: a file no in-batch loss can learn from is said as such, not as a
+        # hold-out without a dissimilar pair (load_run_data checks the trained part again).
+        train.check_in_batch()
         task = Task.for_labels(cfg.task, "binary")
         unit = "examples"
         logger.info("%s: %d examples of an anchor, its positive and its negatives", cfg.train_file, len(train))

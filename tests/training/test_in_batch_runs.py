@@ -1,0 +1,390 @@
+"""The in-batch losses (mnrl, angle, cosent-ibn) end to end: from the command line and the scripts
+to a model folder and its exports, what their options reach, resuming, and the input they refuse."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosent_tf import SentenceEncoder
+from cosent_tf.backend import tf
+from cosent_tf.cli import main
+from cosent_tf.data.pipeline import duplicates_moved, text_keys
+from cosent_tf.experiments.scripts import train_main
+from cosent_tf.training.engine import Matcher
+from cosent_tf.training.gradient_cache import GradientCacheModel
+from tests.helpers import CHARACTERS, make_tiny_setup, run_until
+from tests.huggingface.test_parity import reference
+from tests.training.run_helpers import read_csv
+
+RETRIEVAL_METRICS = ("recall@1", "recall@10", "mrr@10", "ndcg@10")
+
+
+def tiny_text(rng):
+    return "".join(rng.choice(list(CHARACTERS), 6))
+
+
+def related(rng, text, kept=4):
+    """A text that starts as ``text`` does: the tiny data's notion of a match."""
+    return text[:kept] + "".join(rng.choice(list(CHARACTERS), len(text) - kept))
+
+
+def write_queries(path, rng, count, negatives, positives=lambda index: 1):
+    """FlagEmbedding's JSONL (query, pos, neg): query ``i`` gets ``positives(i)`` positives and
+    ``negatives(i)`` negatives; returns the records."""
+    records = []
+    for index in range(count):
+        query = tiny_text(rng)
+        records.append(
+            {
+                "query": query,
+                "pos": [related(rng, query, kept=4 - k % 2) for k in range(positives(index))],
+                "neg": [tiny_text(rng) for _ in range(negatives(index))],
+            }
+        )
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return records
+
+
+def file_options(options):
+    """make_tiny_setup's options without --data-dir, which `cosent-tf train` (own files) does not take."""
+    return [o for i, o in enumerate(options) if "--data-dir" not in options[max(i - 1, 0) : i + 1]]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(tiny set-up folder, its script options, its `cosent-tf train` options, queries.jsonl's records):
+    40 queries of 1 to 3 negatives, the first with two positives (41 examples)."""
+    tmp_path, options = make_tiny_setup(tmp_path_factory.mktemp("in-batch"))
+    records = write_queries(
+        tmp_path / "queries.jsonl", np.random.default_rng(3), 40, lambda i: 1 + i % 3, lambda i: 2 if i == 0 else 1
+    )
+    return tmp_path, options, file_options(options), records
+
+
+class Spy:
+    """What the engine hands Keras, recorded around Matcher.training_model and Matcher.dataset: the
+    training data, the model and loss fitted, and a fresh first-epoch dataset made as the run's is."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        training_model, dataset = Matcher.training_model, Matcher.dataset
+
+        def spied_training_model(matcher, train):
+            model, loss, labels = training_model(matcher, train)
+            self.calls.append({"train": train, "model": model, "loss": loss})
+            return model, loss, labels
+
+        def spied_dataset(matcher, prepared, labels, start_step, replicas=1, keys=None):
+            self.calls[-1].update(
+                prepared=prepared,
+                keys=keys,
+                first_epoch=dataset(matcher, prepared, labels, 0, replicas, keys),
+            )
+            return dataset(matcher, prepared, labels, start_step, replicas, keys)
+
+        monkeypatch.setattr(Matcher, "training_model", spied_training_model)
+        monkeypatch.setattr(Matcher, "dataset", spied_dataset)
+
+    @property
+    def last(self):
+        return self.calls[-1]
+
+
+def train(setup, name, *arguments, train_file="queries.jsonl"):
+    """`cosent-tf train` in this process on the set-up's file into a fresh folder; its metrics."""
+    tmp_path, _, options, _ = setup
+    out = tmp_path / name
+    main(
+        [
+            "train",
+            "--train",
+            str(tmp_path / train_file),
+            *options,
+            "--epochs",
+            "1",
+            *arguments,
+            "--output-dir",
+            str(out),
+        ]
+    )
+    return json.loads((out / "metrics.json").read_text())
+
+
+def held_out(metrics):
+    """The examples held out as valid, as the run's note says."""
+    return int(re.search(r"\((\d+) examples\) is held out as valid", " ".join(metrics["notes"])).group(1))
+
+
+def batches_of_first_epoch(spied, batch_size, group_size):
+    """Per batch of the first epoch, its examples' texts as token id tuples (one tuple of rows each)."""
+    batches = []
+    steps = -(-len(spied["keys"] or spied["train"]) // batch_size)
+    for (token_ids, _), _ in spied["first_epoch"].take(steps):
+        rows = [tuple(int(t) for t in row if t) for row in token_ids.numpy()]
+        batches.append([rows[k : k + group_size] for k in range(0, len(rows), group_size)])
+    return batches
+
+
+def shares_a_text(batch):
+    seen = set()
+    for example in batch:
+        if seen & set(example):
+            return True
+        seen |= set(example)
+    return False
+
+
+# ------------------------------------------------------------------ end to end
+
+
+@pytest.mark.slow
+def test_mnrl_trains_on_flagembedding_queries_and_exports_what_the_encoder_gives(setup):
+    tmp_path, _, _, records = setup
+    metrics = train(setup, "flag", "--loss", "mnrl", "--valid-fraction", "0.2")
+    assert metrics["loss"] == "mnrl"
+    # examples of 1 to 3 negatives: each takes the fewest, 1, so anchor, positive, negative
+    assert metrics["group_size"] == 3
+    examples = sum(len(r["pos"]) for r in records)
+    assert examples == 41 and metrics["train_pairs"] == examples - held_out(metrics) > 0
+    assert set(RETRIEVAL_METRICS) <= set(metrics["test"]["retrieval"])
+    assert metrics["duplicates_moved"] >= 0  # in-batch: the sampler reports
+
+    model_dir = str(tmp_path / "flag" / "model")
+    encoder = SentenceEncoder.load(model_dir)
+    texts = [r["query"] for r in records[:5]] + [r["pos"][0] for r in records[:5]] + ["我们是中国人", ""]
+    expected = encoder.encode(texts)
+    assert expected.shape == (len(texts), 16)
+
+    assert main(["export", model_dir, str(tmp_path / "savedmodel")]) == 0
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
+
+    served = tf.saved_model.load(str(tmp_path / "savedmodel")).signatures["serving_default"]
+    np.testing.assert_allclose(served(sentences=tf.constant(texts))["embeddings"].numpy(), expected, atol=1e-5, rtol=0)
+
+    assert main(["export", "--format", "hf", model_dir, str(tmp_path / "hf")]) == 0
+    (tmp_path / "texts.json").write_text(json.dumps({"sentences": texts, "pairs": []}, ensure_ascii=False))
+    reference("predict", tmp_path / "st.npz", tmp_path / "texts.json", "--st", tmp_path / "hf")
+    np.testing.assert_allclose(np.load(tmp_path / "st.npz")["st"], expected, atol=1e-5, rtol=0)
+
+
+def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch):
+    # Seed 42, lr 5e-3: the tiny random model starts with every cosine near 1 (the loss near
+    # log of the 16 candidates) and has found the positives by the fifth epoch.
+    spy = Spy(monkeypatch)
+    train(setup, "learning", "--loss", "mnrl", "--lr", "5e-3", "--epochs", "5")
+    losses = spy.last["model"].history.history["loss"]
+    assert len(losses) == 5 and np.all(np.isfinite(losses))
+    assert losses[-1] < 0.8 * losses[0]
+    assert losses[-1] < np.log(8 * 2)  # below a uniform choice among the batch's 16 candidates
+
+
+@pytest.mark.parametrize(
+    "arguments, task, group_size",
+    [
+        (["BQ", "--loss", "mnrl"], None, 2),
+        (["BQ", "--loss", "mnrl", "--hard-negatives-from-labels"], None, 3),
+        (["BQ", "--loss", "angle"], None, None),
+        (["BQ", "--loss", "cosent-ibn"], None, None),
+        (["--loss", "mnrl", "--steps-per-epoch", "3"], "NLI", 3),  # (premise, entailment, contradiction)
+    ],
+    ids=["mnrl", "mnrl-hard-negatives", "angle", "cosent-ibn", "nli-mnrl"],
+)
+def test_the_scripts_train_the_in_batch_losses(arguments, task, group_size, setup):
+    tmp_path, options, _, _ = setup
+    name = "-".join(a.strip("-") for a in arguments if not a.isdigit())
+    out = tmp_path / "scripts" / name
+    metrics = train_main([*arguments, *options, "--epochs", "1", "--output-dir", str(out)], "feature", "cosent", task)
+    assert metrics["loss"] == arguments[arguments.index("--loss") + 1]
+    assert metrics.get("group_size") == group_size
+    assert np.isfinite(metrics["test"]["spearman"])
+    for evaluated in metrics["tasks"].values():  # NLI: tested on the five tasks
+        assert set(RETRIEVAL_METRICS) <= set(evaluated["test"]["retrieval"])
+    in_batch = arguments[arguments.index("--loss") + 1] != "angle"
+    assert ("duplicates_moved" in metrics) == in_batch
+    assert SentenceEncoder.load(str(out / "model")).encode(["我们"]).shape == (1, 16)
+    if task == "NLI":
+        assert set(metrics["tasks"]) == {"ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"}
+
+
+# ------------------------------------------------------------------ options reach the model
+
+
+def test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model(setup, monkeypatch):
+    spy = Spy(monkeypatch)
+    metrics = train(setup, "plain", "--loss", "mnrl")
+    plain = spy.last
+    assert plain["loss"].directions == ("query_to_doc",) and plain["loss"].group_size == metrics["group_size"] == 3
+    assert not isinstance(plain["model"], GradientCacheModel)
+
+    metrics = train(setup, "options", "--loss", "mnrl", "--symmetric", "--group-size", "2", "--micro-batch-size", "4")
+    spied = spy.last
+    assert spied["loss"].directions == ("query_to_doc", "doc_to_query")
+    assert spied["loss"].group_size == metrics["group_size"] == 2
+    (token_ids, _), _ = next(iter(spied["first_epoch"]))
+    assert token_ids.shape[0] == 8 * 2  # 8 examples of anchor and positive
+    assert isinstance(spied["model"], GradientCacheModel)
+    assert (spied["model"].rows_per_pair, spied["model"].micro_batch_pairs) == (2, 4)
+
+    train(setup, "cached-groups", "--loss", "mnrl", "--micro-batch-size", "4")
+    assert spy.last["model"].rows_per_pair == 3  # the group size the file gives
+
+
+def test_the_mix_weights_reach_the_loss(setup, monkeypatch):
+    spy = Spy(monkeypatch)
+    _, options, _, _ = setup
+    tmp_path = setup[0]
+    common = ["BQ", "--loss", "cosent-ibn", *options, "--epochs", "1"]
+    train_main([*common, "--output-dir", str(tmp_path / "mix-default")])
+    default = spy.last["loss"]
+    assert (default.cosine_w, default.ibn_w, default.angle_w) == (0.0, 20.0, 1.0)
+    weights = ["--cosine-weight", "1.5", "--ibn-weight", "4", "--angle-weight", "0.25", "--symmetric"]
+    train_main([*common, *weights, "--output-dir", str(tmp_path / "mix-weighted")])
+    weighted = spy.last["loss"]
+    assert (weighted.cosine_w, weighted.ibn_w, weighted.angle_w) == (1.5, 4.0, 0.25)
+    assert weighted.directions == ("query_to_doc", "doc_to_query")
+
+
+def test_batches_keep_duplicate_texts_apart_unless_allowed(setup, monkeypatch):
+    tmp_path = setup[0]
+    # 12 queries of 3 positives each: 36 examples, three of each anchor, 8 a batch
+    write_queries(tmp_path / "repeated.jsonl", np.random.default_rng(8), 12, lambda i: 0, lambda i: 3)
+    spy = Spy(monkeypatch)
+    kept = train(setup, "apart", "--loss", "mnrl", "--valid-fraction", "0.25", train_file="repeated.jsonl")
+    spied = spy.last
+    train_data = spied["train"]
+    keys = text_keys(train_data.anchors, train_data.positives, train_data.negatives)
+    moved, left = duplicates_moved(spied["prepared"].lengths(), 8, keys, group_by_length=True, seed=42)
+    assert (kept["duplicates_moved"], kept["duplicates_left"]) == (moved, left)
+    assert moved > 0 and left == 0
+    assert not any(shares_a_text(batch) for batch in batches_of_first_epoch(spied, 8, 2))
+
+    allowed = train(
+        setup,
+        "together",
+        "--loss",
+        "mnrl",
+        "--valid-fraction",
+        "0.25",
+        "--allow-duplicates-in-batch",
+        train_file="repeated.jsonl",
+    )
+    assert "duplicates_moved" not in allowed and "duplicates_left" not in allowed
+    assert spy.last["keys"] is None
+    assert any(shares_a_text(batch) for batch in batches_of_first_epoch(spy.last, 8, 2))
+
+
+# ------------------------------------------------------------------ resume
+
+
+@pytest.mark.slow
+def test_an_mnrl_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
+    tmp_path, options = make_tiny_setup(tmp_path)
+    # 2 to 4 negatives each and --group-size 3: every epoch draws one of them afresh, which a
+    # resumed run must draw as the uninterrupted one did; 86 examples trained, 11 steps an epoch
+    write_queries(tmp_path / "queries.jsonl", np.random.default_rng(11), 96, lambda i: 2 + i % 3)
+    cli = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
+    command = [cli, "train", "--train", str(tmp_path / "queries.jsonl"), *file_options(options)]
+    command += ["--loss", "mnrl", "--group-size", "3", "--epochs", "2", "--eval-every", "3", "--backup-every", "3"]
+    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "killed"  # by the time step 6 is validated, step 3's state is on disk
+    code, _ = run_until(command + ["--output-dir", str(out)], "step 6 valid", signal.SIGKILL)
+    assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
+    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert 3 <= int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) < 11
+    expected, again = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
+    assert [(r["epoch"], r["step"]) for r in again] == [(r["epoch"], r["step"]) for r in expected]
+    assert [float(r["spearman"]) for r in again] == pytest.approx([float(r["spearman"]) for r in expected], abs=1e-6)
+    whole_metrics = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["group_size"] == whole_metrics["group_size"] == 3
+    assert metrics["test"]["spearman"] == pytest.approx(whole_metrics["test"]["spearman"], abs=1e-6)
+    assert not (out / "backup").exists()
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def write_text(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def bad_inputs(tmp_path, rng):
+    """(name, `cosent-tf train` arguments, what the error must say), the files written under tmp_path."""
+    rows = [f"{tiny_text(rng)}\t{tiny_text(rng)}\t{tiny_text(rng)}\t{tiny_text(rng)}" for _ in range(20)]
+    rows_tsv = write_text(tmp_path / "rows.tsv", rows)
+    few_negatives = write_text(
+        tmp_path / "few.tsv", ["\t".join(tiny_text(rng) for _ in range(3 + i % 2)) for i in range(20)]
+    )
+    same_anchor = write_text(tmp_path / "same.tsv", [f"我们是\t{tiny_text(rng)}" for _ in range(20)])
+    no_match = write_text(tmp_path / "no-match.tsv", [f"{tiny_text(rng)}\t{tiny_text(rng)}\t0" for _ in range(20)])
+    labelled = write_text(
+        tmp_path / "labelled.tsv", [f"{tiny_text(rng)}\t{tiny_text(rng)}\t{i % 2}" for i in range(20)]
+    )
+    queries = str(tmp_path / "queries.jsonl")
+    write_queries(tmp_path / "queries.jsonl", rng, 20, lambda i: 1)
+    return [
+        (
+            "interaction",
+            ["--train", labelled, "--kind", "interaction", "--loss", "mnrl"],
+            r"--loss mnrl trains feature models \(sentence encoders\) only: in-batch negatives .*--kind feature",
+        ),
+        (
+            "rows-to-a-pair-loss",
+            ["--train", rows_tsv, "--loss", "cosent"],
+            rf"{re.escape(rows_tsv)}: .*every line has 4 tab-separated fields.*train it with --loss mnrl",
+        ),
+        (
+            "group-size-beyond-the-negatives",
+            ["--train", few_negatives, "--loss", "mnrl", "--group-size", "5"],
+            rf"{re.escape(few_negatives)}, line 1: group size 5 .* pass --group-size 3 or less",
+        ),
+        (
+            "one-example-a-batch",
+            ["--train", queries, "--loss", "mnrl", "--batch-size", "1"],
+            r"--batch-size 1: the mnrl loss takes the other examples of a batch .*pass --batch-size 2 or more",
+        ),
+        (
+            "one-anchor",
+            ["--train", same_anchor, "--loss", "mnrl"],
+            rf"{re.escape(same_anchor)}: every anchor is the same text \('我们是'\).*--loss cosent",
+        ),
+        (
+            "no-positive-pair",
+            ["--train", no_match, "--loss", "mnrl"],
+            rf"{re.escape(no_match)}: .*no pair is labelled as a match.*give pairs labelled as matches",
+        ),
+        (
+            "hard-negatives-without-labels",
+            ["--train", queries, "--loss", "mnrl", "--hard-negatives-from-labels"],
+            rf"{re.escape(queries)}: has no labels to take hard negatives from.*leave out --hard-negatives-from-labels",
+        ),
+        (
+            "group-size-for-a-pair-loss",
+            ["--train", labelled, "--loss", "cosent", "--group-size", "3"],
+            r"--group-size: not an option of --loss cosent, which would ignore it",
+        ),
+    ]
+
+
+def test_bad_in_batch_input_is_refused_naming_the_file_and_what_to_do(setup, capsys):
+    tmp_path, _, options, _ = setup
+    (tmp_path / "bad").mkdir()
+    cases = bad_inputs(tmp_path / "bad", np.random.default_rng(2))
+    for name, arguments, said in cases:
+        out = tmp_path / "bad" / f"run-{name}"
+        with pytest.raises(SystemExit) as stopped:
+            main(["train", *options, *arguments, "--output-dir", str(out)])
+        message = str(stopped.value.code)
+        assert message.startswith("error: "), (name, message)
+        assert re.search(said, message), (name, message)
+        assert not out.exists(), name  # nothing written
+    capsys.readouterr()
