@@ -93,7 +93,7 @@ def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Run]:
 
 def _checked_config(config: dict[str, Any], path: str) -> dict[str, Any] | None:
     """The fields of config.json the report reads, checked; None for a run on its own files."""
-    if json_field(config, "train_file", str, path) is not None:
+    if json_field(config, "train_file", (str, type(None)), path) is not None:
         return None
     for key in ("task", "kind", "loss"):
         if json_field(config, key, str, path) is None:
