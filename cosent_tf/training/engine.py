@@ -128,6 +128,12 @@ class Matcher:
             )
         self.model = build_from_spec(self.spec, self.source)
         self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
+        # A group loss's texts per example as the run's data resolved them (RunData.group_size),
+        # whose resolving said how it was chosen; None: resolved from the examples when needed.
+        self.group_size: Optional[int] = None
+
+    def _group_size(self, groups: GroupData) -> int:
+        return self.group_size if self.group_size is not None else groups.group_size(self.cfg.group_size)
 
     def prepare(self, pairs: PairData | GroupData):
         """Token ids of the pairs: (ids_a, ids_b) for an encoder, concatenated pairs otherwise; of
@@ -141,7 +147,7 @@ class Matcher:
                 self.tokenizer.encode_all(pairs.anchors, f"{pairs.source}, anchors"),
                 self.tokenizer.encode_all(pairs.positives, f"{pairs.source}, positives"),
                 [negatives[end - len(texts) : end] for end, texts in zip(ends, pairs.negatives)],
-                pairs.group_size(self.cfg.group_size),
+                self._group_size(pairs),
             )
         if self.kind.concatenated_pairs:
             return self.tokenizer.encode_pairs(pairs.texts_a, pairs.texts_b, f"{pairs.source}, pairs")
@@ -166,7 +172,7 @@ class Matcher:
         """(the Keras model to fit, its loss, the labels it is fitted on: None for groups, whose
         layout says which text is whose positive)."""
         cfg, task = self.cfg, self.task
-        group_size = train.group_size(cfg.group_size) if isinstance(train, GroupData) else None
+        group_size = self._group_size(train) if isinstance(train, GroupData) else None
         weights = (cfg.cosine_weight, cfg.ibn_weight, cfg.angle_weight)
         loss = self.loss.build(
             scale=cfg.scale,
@@ -306,12 +312,15 @@ def _train(cfg, overwrite, strategy, source):
         train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
         for note in notes:
             logger.warning("NOTE: %s", note)
+        for note in data.data_notes:
+            logger.info("%s", note)
         sizes = ", ".join(f"{t} {len(v)}/{len(s)}" for t, (v, s) in evaluation.items())
         unit = get_loss(cfg.kind, cfg.loss).unit
         logger.info("%s: %d train %s; valid/test pairs: %s", cfg.task, len(train_pairs), unit, sizes)
 
         with strategy.scope():
             matcher = Matcher(cfg, data.task, source)
+        matcher.group_size = data.group_size
         train_inputs = matcher.prepare(train_pairs)
         prepared = {t: (matcher.prepare(v), matcher.prepare(s)) for t, (v, s) in evaluation.items()}
         keys = matcher.duplicate_keys(train_pairs)
@@ -349,6 +358,7 @@ def _train(cfg, overwrite, strategy, source):
             "comparable": not notes and data.task.data != FILES,
             "random_weights": random_weights,
             "notes": notes,
+            **({"data_notes": data.data_notes} if data.data_notes else {}),
             "valid": mean_over_tasks({t: m["valid"] for t, m in per_task.items()}),
             "test": mean_over_tasks({t: m["test"] for t, m in per_task.items()}),
             "tasks": per_task,

@@ -35,8 +35,10 @@ class RunData:
     """What a run trains and tests on: train pairs (or, for a loss that trains on groups, the
     examples of an anchor, its positive and its hard negatives), (valid, test) pairs per evaluated
     task and the :class:`~cosent_tf.data.tasks.Task` of each, the task train's labels belong to,
-    notes for the user (recorded in metrics.json), the data files read, and the texts per example
-    of a group loss (:meth:`~cosent_tf.data.groups.GroupData.group_size`)."""
+    notes for the user (recorded in metrics.json; each makes the results not comparable with
+    published ones), the data files read, the texts per example of a group loss
+    (:meth:`~cosent_tf.data.groups.GroupData.group_size`), and what the group reader made of the
+    data (``data_notes``, said and recorded too)."""
 
     train: Union[PairData, GroupData]
     evaluation: dict
@@ -45,6 +47,7 @@ class RunData:
     notes: list
     files: list = dataclasses.field(default_factory=list)  # every data file read
     group_size: Optional[int] = None
+    data_notes: list = dataclasses.field(default_factory=list)  # how groups were made; no caveat
 
 
 def check_inputs(cfg: RunConfig, source: Optional[ModelSource] = None) -> None:
@@ -125,10 +128,11 @@ def load_run_data(cfg: RunConfig) -> RunData:
             data.train = groups_from_pairs(data.train, data.task, bool(cfg.hard_negatives_from_labels), cfg.seed)
         data.train.check_in_batch()
         data.group_size = data.train.group_size(cfg.group_size)
-        data.notes += data.train.notes
+        # What the reader made of the data: said and recorded, but no caveat on the results.
+        data.data_notes += data.train.notes
         drawn = data.train.negatives_note(data.group_size)
         if drawn:
-            data.notes.append(drawn)
+            data.data_notes.append(drawn)
     elif data.task.data == FILES:
         if not cfg.allow_single_label:
             _require_two_labels(
