@@ -228,6 +228,26 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
 
 
 @pytest.mark.slow
+def test_two_workers_train_mnrl_with_hard_negatives_as_one_process(worker_command):
+    """In-batch negatives over the global batch (issue 36): each worker's anchors pick their positive
+    among both workers' candidates, so two workers end as one process does."""
+    tmp_path, command = worker_command
+    # BQ's 24 positive pairs, each anchor with a drawn negative (the tiny data label none): 3 steps an epoch
+    command = command + ["--loss", "mnrl", "--hard-negatives-from-labels", "--epochs", "4"]
+    single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr[-3000:]
+    (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
+    assert (
+        "2 replicas (--strategy multi-worker), 4 examples each a step; the mnrl loss takes the global batch"
+        in chief_log
+    )
+    assert "3 texts an example (anchor, positive, 1 hard negative); 8 examples a batch" in chief_log
+    assert "sit each pass out" not in chief_log
+    two = same_result(tmp_path / "single", tmp_path / "two", 1e-6)
+    assert (two["replicas"], two["steps"]) == (2, 12)
+
+
+@pytest.mark.slow
 def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result_on_the_cluster_or_alone(worker_command):
     tmp_path, command = worker_command
     finish(start_workers(command + ["--output-dir", str(tmp_path / "whole")]))
