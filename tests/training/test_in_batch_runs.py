@@ -173,11 +173,14 @@ def test_mnrl_trains_on_flagembedding_queries_and_exports_what_the_encoder_gives
     np.testing.assert_allclose(np.load(tmp_path / "st.npz")["st"], expected, atol=1e-5, rtol=0)
 
 
-def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch):
+def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     # Seed 42, lr 5e-3: the tiny random model starts with every cosine near 1 (the loss near
     # log of the 16 candidates) and has found the positives by the fifth epoch.
     spy = Spy(monkeypatch)
+    capfd.readouterr()
     train(setup, "learning", "--loss", "mnrl", "--lr", "5e-3", "--epochs", "5")
+    # the group size the examples allow is said once, not by each step that needs it
+    assert capfd.readouterr().err.count("examples have 1 to 3 hard negatives") == 1
     losses = spy.last["model"].history.history["loss"]
     assert len(losses) == 5 and np.all(np.isfinite(losses))
     assert losses[-1] < 0.8 * losses[0]
