@@ -23,6 +23,12 @@ _HOMES = {
     "plot_cosine_density": ".plots",
     "plot_batch_sizes": ".plots",
     "write_report": ".report",
+    "RETRIEVAL_LOSSES": ".report",
+    "RETRIEVAL_METRICS": ".report",
+    "retrieval_study_runs": ".report",
+    "retrieval_tables": ".report",
+    "run_retrieval": ".report",
+    "plot_retrieval": ".report",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)
