@@ -192,11 +192,16 @@ def _hold_out(pairs, fraction, seed, option, taken):
         other = "validated on" if taken == "trained on" else "trained on"
         raise DataError(
             pairs.source,
-            f"{len(pairs)} pair{'s' * (len(pairs) != 1)}: {option} {fraction:g} leaves {cut} to be {taken} and "
+            f"{len(pairs)} {_unit(pairs, len(pairs))}: {option} {fraction:g} leaves {cut} to be {taken} and "
             f"{len(pairs) - cut} to be {other}, and a run needs both; use a larger file, another {option}"
             + (", or pass --valid FILE" if option == "--valid-fraction" else ""),
         )
     return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
+
+
+def _unit(data: Union[PairData, GroupData], count: int) -> str:
+    unit = "example" if isinstance(data, GroupData) else "pair"
+    return unit + "s" * (count != 1)
 
 
 def _load_files(cfg, loss: LossEntry):
