@@ -468,7 +468,9 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ba
             logger.info("%s", left_out)
     if cfg.micro_batch_size:
         logger.info(
-            "the gradient of each batch is computed %d pairs at a time (--micro-batch-size)", cfg.micro_batch_size
+            "the gradient of each batch is computed %d %s at a time (--micro-batch-size)",
+            cfg.micro_batch_size,
+            matcher.loss.unit,
         )
     with strategy.scope():
         model, loss, labels = matcher.training_model(train_pairs)

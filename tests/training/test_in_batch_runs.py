@@ -218,24 +218,23 @@ def test_the_scripts_train_the_in_batch_losses(arguments, task, group_size, setu
 # ------------------------------------------------------------------ options reach the model
 
 
-def test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model(setup, monkeypatch):
+def test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model(setup, monkeypatch, capfd):
     spy = Spy(monkeypatch)
-    metrics = train(setup, "plain", "--loss", "mnrl")
-    plain = spy.last
-    assert plain["loss"].directions == ("query_to_doc",) and plain["loss"].group_size == metrics["group_size"] == 3
-    assert not isinstance(plain["model"], GradientCacheModel)
+    capfd.readouterr()
+    metrics = train(setup, "cached", "--loss", "mnrl", "--micro-batch-size", "4")
+    cached = spy.last
+    assert cached["loss"].directions == ("query_to_doc",) and cached["loss"].group_size == metrics["group_size"] == 3
+    assert isinstance(cached["model"], GradientCacheModel)
+    assert (cached["model"].rows_per_pair, cached["model"].micro_batch_pairs) == (3, 4)  # a micro-batch: 4 groups
+    assert "the gradient of each batch is computed 4 examples at a time" in capfd.readouterr().err
 
-    metrics = train(setup, "options", "--loss", "mnrl", "--symmetric", "--group-size", "2", "--micro-batch-size", "4")
+    metrics = train(setup, "options", "--loss", "mnrl", "--symmetric", "--group-size", "2")
     spied = spy.last
     assert spied["loss"].directions == ("query_to_doc", "doc_to_query")
     assert spied["loss"].group_size == metrics["group_size"] == 2
     (token_ids, _), _ = next(iter(spied["first_epoch"]))
     assert token_ids.shape[0] == 8 * 2  # 8 examples of anchor and positive
-    assert isinstance(spied["model"], GradientCacheModel)
-    assert (spied["model"].rows_per_pair, spied["model"].micro_batch_pairs) == (2, 4)
-
-    train(setup, "cached-groups", "--loss", "mnrl", "--micro-batch-size", "4")
-    assert spy.last["model"].rows_per_pair == 3  # the group size the file gives
+    assert not isinstance(spied["model"], GradientCacheModel)
 
 
 def test_the_mix_weights_reach_the_loss(setup, monkeypatch):
