@@ -307,6 +307,63 @@ def run_cases(tmp_path):
     )
 
 
+def in_batch_cases(tmp_path):
+    from cosent_tf.data.groups import groups_from_pairs, read_group_file
+    from cosent_tf.data.tasks import TASKS
+    from cosent_tf.losses import get_loss
+    from cosent_tf.training.run_data import load_run_data
+
+    rows = write(tmp_path / "rows.tsv", "花呗\t花呗如何还款\t借呗额度\n借呗\t借呗开通\t余额宝\n")
+    yield (
+        "PATH, line N: label ... is not a number or an NLI word (contradiction/neutral/entailment); this looks like "
+        "(anchor, positive, negative ...) rows for in-batch negatives: train it with --loss mnrl, or give pairs "
+        "with a label",
+        lambda: read_pair_file(rows),
+    )
+    yield (
+        "PATH, line N: group size 4 takes 2 hard negative(s) per example, but this line's example has 1 (N of N "
+        "examples have fewer): pass --group-size 3 or less, or give those lines more negatives (a row is not "
+        "padded by repeating a negative, which would count twice in the softmax)",
+        lambda: read_group_file(rows).group_size(4),
+    )
+    same = write(tmp_path / "same.tsv", "花呗\t花呗如何还款\t借呗额度\n花呗\t花呗还款\t余额宝\n")
+    yield (
+        "PATH: every anchor is the same text ('花呗'): its in-batch negatives, the other examples' positives, would "
+        "all be its own positives; give examples of different anchors, or train a pair loss (--loss cosent)",
+        lambda: read_group_file(same).check_in_batch(),
+    )
+    unmatched = write(tmp_path / "unmatched.tsv", "花呗\t借呗\t0\n余额\t转账\t0\n")
+    yield (
+        "PATH: no pair is labelled as a match (label above 0.5): in-batch negatives train on the positive pairs; "
+        "give pairs labelled as matches, or train a pair loss (--loss cosent)",
+        lambda: groups_from_pairs(read_pair_file(unmatched), TASKS["BQ"], False, 0),
+    )
+    own = dict(vocab=made_vocab(), loss="mnrl", output_dir=str(tmp_path / "run"))
+    yield (
+        "PATH: has no labels to take hard negatives from (its rows are an anchor, its positive and any negatives): "
+        "leave out --hard-negatives-from-labels, or give labelled pairs",
+        lambda: load_run_data(RunConfig(train_file=str(rows), hard_negatives_from_labels=True, **own).resolved()),
+    )
+    yield (
+        "--loss mnrl trains feature models (sentence encoders) only: in-batch negatives compare each anchor's "
+        "sentence vector with the vectors of the other texts of its batch, and an interaction model scores a pair "
+        "at once, without a vector per text; train a feature model (--kind feature), or an interaction model with "
+        "one of ce, cosent",
+        lambda: RunConfig(kind="interaction", loss="mnrl").resolved(),
+    )
+    yield (
+        "--batch-size 1: the mnrl loss takes the other examples of a batch as each anchor's negatives, so a batch "
+        "of fewer than 2 examples gives a loss of 0 at every step and the model never changes; pass --batch-size 2 "
+        "or more",
+        lambda: get_loss("feature", "mnrl").check_batch(1),
+    )
+    yield (
+        "--group-size: not an option of --loss cosent, which would ignore it; --group-size and "
+        "--hard-negatives-from-labels are for --loss mnrl, ...",
+        lambda: RunConfig(loss="cosent", group_size=3).resolved(),
+    )
+
+
 def output_cases(tmp_path):
     texts = write(tmp_path / "texts.txt", "你好\n")
     earlier = write(tmp_path / "vectors.npy", "an earlier output")
@@ -318,6 +375,7 @@ def output_cases(tmp_path):
 
 CASES = {
     "outputs": output_cases,
+    "in-batch": in_batch_cases,
     "data": data_cases,
     "run": run_cases,
     "own files": own_file_cases,
