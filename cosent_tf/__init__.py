@@ -12,7 +12,7 @@ from . import environment  # noqa: F401  (sets up Keras 2 before anything import
 from .api import lazy_names
 from .compat import install_moved_modules
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 install_moved_modules()
 
