@@ -173,6 +173,51 @@ def test_mnrl_trains_on_flagembedding_queries_and_exports_what_the_encoder_gives
     np.testing.assert_allclose(np.load(tmp_path / "st.npz")["st"], expected, atol=1e-5, rtol=0)
 
 
+def test_the_layouts_of_examples_train_the_same_run(setup):
+    """FlagEmbedding's JSONL, sentence-transformers' JSONL, CSV rows and TSV rows of the same examples
+    are the same run; pairs without labels are examples without negatives."""
+    tmp_path = setup[0]
+    rng = np.random.default_rng(21)
+    examples = []
+    for _ in range(30):
+        anchor = tiny_text(rng)
+        examples.append((anchor, related(rng, anchor), tiny_text(rng), tiny_text(rng)))
+    folder = tmp_path / "layouts"
+    folder.mkdir()
+    (folder / "flag.jsonl").write_text(
+        "".join(
+            json.dumps({"query": a, "pos": [p], "neg": [n1, n2]}, ensure_ascii=False) + "\n"
+            for a, p, n1, n2 in examples
+        ),
+        encoding="utf-8",
+    )
+    (folder / "st.jsonl").write_text(
+        "".join(
+            json.dumps({"anchor": a, "positive": p, "negative_1": n1, "negative_2": n2}, ensure_ascii=False) + "\n"
+            for a, p, n1, n2 in examples
+        ),
+        encoding="utf-8",
+    )
+    (folder / "rows.csv").write_text(
+        "anchor,positive,negative_1,negative_2\n" + "".join(",".join(e) + "\n" for e in examples), encoding="utf-8"
+    )
+    (folder / "rows.tsv").write_text("".join("\t".join(e) + "\n" for e in examples), encoding="utf-8")
+    (folder / "pairs.tsv").write_text("".join(f"{a}\t{p}\n" for a, p, _, _ in examples), encoding="utf-8")
+    runs = {
+        name: train(setup, f"layout-{name}", "--loss", "mnrl", train_file=f"layouts/{name}")
+        for name in ("flag.jsonl", "st.jsonl", "rows.csv", "rows.tsv", "pairs.tsv")
+    }
+    reference_run = runs["flag.jsonl"]
+    assert reference_run["group_size"] == 4 and reference_run["train_pairs"] == 30 - held_out(reference_run)
+    for name in ("st.jsonl", "rows.csv", "rows.tsv"):
+        assert runs[name]["group_size"] == 4 and runs[name]["train_pairs"] == reference_run["train_pairs"]
+        assert runs[name]["test"]["spearman"] == pytest.approx(reference_run["test"]["spearman"], abs=1e-6), name
+        assert runs[name]["test"]["retrieval"] == pytest.approx(reference_run["test"]["retrieval"], abs=1e-6), name
+    pairs = runs["pairs.tsv"]
+    assert pairs["group_size"] == 2 and pairs["train_pairs"] == reference_run["train_pairs"]
+    assert np.isfinite(pairs["test"]["spearman"])  # held-out positive pairs validated against drawn negatives
+
+
 def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     # Seed 42, lr 5e-3: the tiny random model starts with every cosine near 1 (the loss near
     # log of the 16 candidates) and has found the positives by the fifth epoch.
