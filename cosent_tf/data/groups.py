@@ -26,8 +26,16 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from ..errors import DataError
-from .files import PairFileFormat, csv_rows, jsonl_objects, read_pair_file, require_fields
-from .pairs import LineProblems, PairData, PathLike, decoded_lines, looks_like_label, without_newline
+from .files import TSV_LAYOUT, PairFileFormat, csv_rows, jsonl_objects, read_pair_file, require_fields
+from .pairs import (
+    LineProblems,
+    PairData,
+    PathLike,
+    decoded_lines,
+    looks_like_label,
+    sampled_rows,
+    without_newline,
+)
 from .tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -36,7 +44,6 @@ logger = logging.getLogger(__name__)
 Example = tuple[str, str, list[str]]
 
 ROW_LAYOUT = "anchor<TAB>positive<TAB>negative_1 ... negative_k"
-PAIR_LAYOUT = "text_a<TAB>text_b<TAB>label"
 UNLABELLED_LAYOUT = "text_a<TAB>text_b"
 
 _PAIR_FORMAT = PairFileFormat()
@@ -112,10 +119,8 @@ class GroupData:
             >>> len(GroupData(list("abcd"), list("efgh"), [[]] * 4).sample(2, seed=0))
             2
         """
-        if count is None or count >= len(self):
-            return self
-        rng = np.random.default_rng(seed)
-        return self.subset(np.sort(rng.choice(len(self), size=count, replace=False)))
+        kept = sampled_rows(len(self), count, seed)
+        return self if kept is None else self.subset(kept)
 
     def group_size(self, requested: Optional[int] = None) -> int:
         """The rows each example takes in a batch: its anchor, its positive and ``size - 2`` hard
@@ -350,8 +355,8 @@ def groups_from_pairs(pairs: PairData, task: Task, hard_negatives: bool, seed: i
     ]
     without = [i for i, own in enumerate(negatives) if not own]
     notes.append(
-        f"{len(anchors) - len(without)} of {len(anchors)} anchors have labelled negatives (pairs labelled "
-        f"{_negative_labels(task)}): their hard negatives"
+        f"{len(anchors) - len(without)} of {len(anchors)} anchors have labelled negatives, the texts their pairs "
+        f"label {_negative_labels(task)}, which become their hard negatives"
     )
     if without:
         rng = np.random.default_rng(seed)
@@ -634,21 +639,21 @@ def _read_tsv(path: str, file_format: PairFileFormat, strict: bool) -> Union[Gro
     first_line, fields = head[0]
     count = len(fields)
     if count == 1:
-        raise DataError(path, f"no tab: expected {ROW_LAYOUT}, {UNLABELLED_LAYOUT} or {PAIR_LAYOUT}", line=first_line)
+        raise DataError(path, f"no tab: expected {ROW_LAYOUT}, {UNLABELLED_LAYOUT} or {TSV_LAYOUT}", line=first_line)
     if count == 3 and looks_like_label(fields[2]):
         return read_pair_file(path, file_format, strict)
     if count == 3 and looks_like_label(fields[0]):
         raise DataError(
             path,
             f"the first field {fields[0]!r} is a label and the last {fields[2]!r} is not: is this file label-first? "
-            f"cosent-tf reads {PAIR_LAYOUT}, or rows {ROW_LAYOUT}, in that order",
+            f"cosent-tf reads {TSV_LAYOUT}, or rows {ROW_LAYOUT}, in that order",
             line=first_line,
         )
     if count > 3 and looks_like_label(fields[-1]):
         raise DataError(
             path,
             f"the last of {count} fields, {fields[-1]!r}, reads as a label, which rows of {ROW_LAYOUT} do not have: "
-            f"is there an extra column (an id?) in a pair file? cosent-tf reads {PAIR_LAYOUT}",
+            f"is there an extra column (an id?) in a pair file? cosent-tf reads {TSV_LAYOUT}",
             line=first_line,
         )
     examples = _Examples(path, problems)

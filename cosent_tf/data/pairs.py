@@ -91,10 +91,8 @@ class PairData:
             >>> len(data.sample(2, seed=0))
             2
         """
-        if count is None or count >= len(self):
-            return self
-        rng = np.random.default_rng(seed)
-        return self.subset(np.sort(rng.choice(len(self), size=count, replace=False)))
+        kept = sampled_rows(len(self), count, seed)
+        return self if kept is None else self.subset(kept)
 
     @staticmethod
     def concat(parts: Sequence[PairData]) -> PairData:
@@ -127,6 +125,14 @@ class PairData:
         if self.label_words:
             return "nli"
         return "binary" if set(np.unique(self.labels)) <= {0.0, 1.0} else "graded"
+
+
+def sampled_rows(total: int, count: Optional[int], seed: int) -> Optional[np.ndarray]:
+    """The rows of a seeded random subset of ``count`` of ``total`` rows, in file order; None when
+    every row is kept (``count`` None or at least ``total``). Pairs and groups sample alike."""
+    if count is None or count >= total:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(total, size=count, replace=False))
 
 
 # A longer line is not text (a binary file, /dev/zero): refused before it fills memory.

@@ -492,6 +492,34 @@ _IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 _LABELS = tf.TensorSpec(shape=(None,), dtype=tf.float32)
 
 
+def pair_lengths(ids_a: Sequence[Sequence[int]], ids_b: Sequence[Sequence[int]]) -> list[int]:
+    """Each pair's longer text in tokens: what :func:`pair_dataset` groups its batches by.
+
+    Example:
+        >>> pair_lengths([[1, 2, 3]], [[4]])
+        [3]
+    """
+    return [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
+
+
+def group_lengths(
+    anchor_ids: Sequence[Sequence[int]],
+    positive_ids: Sequence[Sequence[int]],
+    negative_ids: Sequence[Sequence[Sequence[int]]],
+) -> list[int]:
+    """Each example's longest text in tokens, its negatives' included: what :func:`group_dataset`
+    groups its batches by.
+
+    Example:
+        >>> group_lengths([[1, 2]], [[3]], [[[4, 5, 6]]])
+        [3]
+    """
+    return [
+        max(len(anchor), len(positive), *(len(n) for n in negatives))
+        for anchor, positive, negatives in zip(anchor_ids, positive_ids, negative_ids)
+    ]
+
+
 def pair_dataset(
     ids_a: list,
     ids_b: list,
@@ -544,8 +572,9 @@ def pair_dataset(
     if not len(ids_a) == len(ids_b) == len(labels):
         raise ValueError(f"pair columns differ in length: {len(ids_a)}, {len(ids_b)}, {len(labels)}")
     labels = np.asarray(labels, dtype=np.float32)
-    lengths = [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
-    stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas, keys)
+    stream = _BatchStream(
+        pair_lengths(ids_a, ids_b), batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas, keys
+    )
 
     def make_batches() -> Iterator[Any]:
         for index in stream():
@@ -621,10 +650,7 @@ def group_dataset(
             raise ValueError(
                 f"example {index} has {len(negatives)} negatives, fewer than the {hard} of group_size {group_size}"
             )
-    lengths = [
-        max(len(anchor), len(positive), *(len(n) for n in negatives))
-        for anchor, positive, negatives in zip(anchor_ids, positive_ids, negative_ids)
-    ]
+    lengths = group_lengths(anchor_ids, positive_ids, negative_ids)
     stream = _BatchStream(lengths, batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas, keys)
     all_negatives = negative_ids
 

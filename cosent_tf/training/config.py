@@ -333,7 +333,8 @@ class RunConfig:
         None,
         ENGINE,
         "compute each batch's gradient PAIRS pairs at a time (gradient cache): the exact gradient of the "
-        "whole --batch-size batch in the memory of PAIRS pairs, for about one more forward pass",
+        f"whole --batch-size batch in the memory of PAIRS pairs, for about one more forward pass "
+        f"({_for_losses(group_losses())}: examples, each its anchor, positive and hard negatives)",
         metavar="PAIRS",
     )
     output_dir: Optional[str] = _option(None, ENGINE, "a new or empty folder, or this run's own folder to resume it")

@@ -35,8 +35,10 @@ from ..data.pipeline import (
     batches_per_epoch,
     duplicates_moved,
     group_dataset,
+    group_lengths,
     interaction_dataset,
     pair_dataset,
+    pair_lengths,
     text_keys,
 )
 from ..data.tasks import CNSD, FILES, Task
@@ -83,10 +85,6 @@ class GroupInputs:
     positives: list
     negatives: list
     group_size: int
-
-    def lengths(self) -> list:
-        """Each example's longest text in tokens, as its batches are grouped by."""
-        return [max(len(a), len(p), *map(len, n)) for a, p, n in zip(self.anchors, self.positives, self.negatives)]
 
 
 class Matcher:
@@ -420,9 +418,9 @@ def _in_batch_report(cfg, matcher, train_inputs, keys, replicas) -> dict:
         )
     if keys is not None:
         lengths = (
-            train_inputs.lengths()
+            group_lengths(train_inputs.anchors, train_inputs.positives, train_inputs.negatives)
             if isinstance(train_inputs, GroupInputs)
-            else [max(len(a), len(b)) for a, b in zip(*train_inputs)]
+            else pair_lengths(*train_inputs)
         )
         moved, left = duplicates_moved(
             lengths,
