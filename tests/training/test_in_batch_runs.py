@@ -306,7 +306,9 @@ def test_batches_keep_duplicate_texts_apart_unless_allowed(setup, monkeypatch):
     spied = spy.last
     train_data = spied["train"]
     keys = text_keys(train_data.anchors, train_data.positives, train_data.negatives)
-    moved, left = duplicates_moved(spied["prepared"].lengths(), 8, keys, group_by_length=True, seed=42)
+    prepared = spied["prepared"]  # batches are grouped by each example's longest text in tokens
+    lengths = [max(map(len, (a, p, *n))) for a, p, n in zip(prepared.anchors, prepared.positives, prepared.negatives)]
+    moved, left = duplicates_moved(lengths, 8, keys, group_by_length=True, seed=42)
     assert (kept["duplicates_moved"], kept["duplicates_left"]) == (moved, left)
     assert moved > 0 and left == 0
     assert not any(shares_a_text(batch) for batch in batches_of_first_epoch(spied, 8, 2))
