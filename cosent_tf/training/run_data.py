@@ -221,7 +221,6 @@ def _load_files(cfg, loss: LossEntry):
         # The whole file first: a file no in-batch loss can learn from is said as such, not as a
         # hold-out without a dissimilar pair (load_run_data checks the trained part again).
         train.check_in_batch()
-        task = Task.for_labels(cfg.task, "binary")
         unit = "examples"
         logger.info("%s: %d examples of an anchor, its positive and its negatives", cfg.train_file, len(train))
     else:
@@ -250,6 +249,12 @@ def _load_files(cfg, loss: LossEntry):
     if isinstance(train, PairData):
         for other in (valid, test):
             _require_same_kind(train, other)
+    else:
+        # Examples carry no labels: the pairs they are validated on say what a label means, so a
+        # graded or NLI valid file is not scored as binary pairs, and the test pairs must agree.
+        _require_same_kind(valid, test, "the valid pairs")
+        low, high = float(valid.labels.min()), float(valid.labels.max())
+        task = Task.for_labels(cfg.task, valid.label_kind, low, high)
     files = [path for path in (cfg.train_file, cfg.valid_file, cfg.test_file) if path]
     return RunData(train, {cfg.task: (valid, test)}, {cfg.task: task}, task, notes, files)
 
@@ -260,12 +265,12 @@ def _as_pairs(data: Union[PairData, GroupData], seed: int) -> PairData:
     return data.labelled_pairs(seed) if isinstance(data, GroupData) else data
 
 
-def _require_same_kind(train, other):
+def _require_same_kind(train, other, role="the train file"):
     kinds = (train.label_kind, other.label_kind)
     if train.label_words != other.label_words or (kinds[0] == "binary" and kinds[1] != "binary"):
         raise DataError(
             other.source,
-            f"its labels are {kinds[1]} but those of the train file {train.source} are "
+            f"its labels are {kinds[1]} but those of {role} {train.source} are "
             f"{kinds[0]}: the files must label pairs the same way",
         )
 

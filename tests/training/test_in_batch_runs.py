@@ -218,6 +218,27 @@ def test_the_layouts_of_examples_train_the_same_run(setup):
     assert np.isfinite(pairs["test"]["spearman"])  # held-out positive pairs validated against drawn negatives
 
 
+def test_groups_are_validated_on_what_the_valid_files_labels_mean(setup):
+    """Examples have no labels of their own: a graded valid file makes the run's task graded (no
+    binary accuracy, matches above the middle of its range), and a test file must label as it does."""
+    tmp_path, _, _, records = setup
+    rng = np.random.default_rng(31)
+    graded = []
+    for index in range(30):
+        first = tiny_text(rng)
+        graded.append((first, related(rng, first, kept=index % 6), index % 6))
+    (tmp_path / "graded.tsv").write_text("".join(f"{a}\t{b}\t{score}\n" for a, b, score in graded), encoding="utf-8")
+    metrics = train(setup, "graded-valid", "--loss", "mnrl", "--valid", str(tmp_path / "graded.tsv"))
+    assert "accuracy" not in metrics["test"] and "threshold" not in metrics["test"]
+    assert metrics["test"]["retrieval"]["queries"] == sum(score > 2.5 for _, _, score in graded)
+
+    with pytest.raises(
+        SystemExit, match=r"graded\.tsv: its labels are graded but those of the valid pairs .* are binary"
+    ):
+        train(setup, "binary-valid-graded-test", "--loss", "mnrl", "--test", str(tmp_path / "graded.tsv"))
+    assert not (tmp_path / "binary-valid-graded-test").exists()
+
+
 def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     # Seed 42, lr 5e-3: the tiny random model starts with every cosine near 1 (the loss near
     # log of the 16 candidates) and has found the positives by the fifth epoch.
