@@ -258,12 +258,13 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
     cfg, source = cfg.resolve()  # the model source, opened once for the whole run
     assert cfg.batch_size is not None, "resolved() sets it"
     strategy = get_strategy(cfg.strategy, cfg.worker_timeout)
+    loss = get_loss(cfg.kind, cfg.loss)
     if cfg.batch_size % strategy.num_replicas_in_sync:
         raise ConfigError(
-            f"--batch-size {cfg.batch_size} pairs cannot be shared equally by the {strategy.num_replicas_in_sync} "
-            f"replicas of --strategy {cfg.strategy}: make it a multiple of that"
+            f"--batch-size {cfg.batch_size} {loss.unit} cannot be shared equally by the "
+            f"{strategy.num_replicas_in_sync} replicas of --strategy {cfg.strategy}: make it a multiple of that"
         )
-    get_loss(cfg.kind, cfg.loss).check_batch(cfg.batch_size, strategy.num_replicas_in_sync, cfg.global_batch_loss)
+    loss.check_batch(cfg.batch_size, strategy.num_replicas_in_sync, cfg.global_batch_loss)
     with random_seed(cfg.seed), dtype_policy(policy_name(cfg.precision)):
         return _train(cfg, overwrite, strategy, source)
 

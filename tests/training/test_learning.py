@@ -115,7 +115,7 @@ def test_a_run_trains_first_on_the_first_batch_of_its_stream(tiny_setup):
     data = load_run_data(cfg)
     with random_seed(cfg.seed):
         matcher = training.Matcher(cfg, data.task)
-        model, loss, labels = matcher.training_model(data.train.labels)
+        model, loss, labels = matcher.training_model(data.train)
         model.compile(optimizer=build_optimizer(cfg.lr, 1), loss=loss)
     first_batch = matcher.dataset(matcher.prepare(data.train), labels, 0).take(1)
     model.fit(first_batch, epochs=1, verbose=0)

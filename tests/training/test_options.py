@@ -29,9 +29,9 @@ def spy(monkeypatch):
     seen = {}
     original = training.Matcher.training_model
 
-    def training_model(self, labels):
-        seen["model"], seen["loss"], seen["labels"] = result = original(self, labels)
-        seen["raw_labels"] = np.asarray(labels)
+    def training_model(self, train):
+        seen["model"], seen["loss"], seen["labels"] = result = original(self, train)
+        seen["raw_labels"] = np.asarray(train.labels)
         return result
 
     def dataset_spy(name, function):

@@ -373,6 +373,9 @@ def test_each_ranking_loss_refuses_batches_it_cannot_rank():
     assert {key for key, entry in LOSSES.items() if entry.min_pairs > 1} == {
         ("feature", "cosent"),
         ("interaction", "cosent"),
+        ("feature", "mnrl"),  # in-batch negatives: the other examples of the batch
+        ("feature", "angle"),
+        ("feature", "cosent-ibn"),
     }
     for kind in ("feature", "interaction"):
         cosent = get_loss(kind, "cosent")
