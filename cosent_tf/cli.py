@@ -212,7 +212,7 @@ def _file_format(args: argparse.Namespace) -> PairFileFormat:
 
 
 def _evaluate(args):
-    from .data.files import read_pair_file
+    from .data.groups import GroupData, read_group_file
     from .data.retrieval import read_retrieval_files
     from .evaluation import evaluate_pairs, retrieval_by
     from .inference.matchers import load_matcher
@@ -234,7 +234,14 @@ def _evaluate(args):
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )
     # Bad input files are said before the model's load.
-    pairs = read_pair_file(args.file, _file_format(args), args.strict) if args.file else None
+    pairs = read_group_file(args.file, _file_format(args), args.strict) if args.file else None
+    if isinstance(pairs, GroupData):  # scored as training scores them: each text against its anchor
+        print(
+            f"{pairs.notes[0] if pairs.notes else args.file}; scored as labelled pairs: (anchor, positive) 1 and (anchor, negative) 0, and an "
+            "example without negatives (anchor, another example's positive) 0",
+            file=sys.stderr,
+        )
+        pairs = pairs.labelled_pairs(seed=0)
     retrieval_data = read_retrieval_files(*beir) if any(beir) else None
     matcher = load_matcher(args.model_dir, args.precision)
     metrics, lines = {"model_dir": args.model_dir}, None
@@ -319,7 +326,12 @@ def argument_parser() -> argparse.ArgumentParser:
         "--retrieval adds Recall@1/5/10, MRR@10 and nDCG@10 for a feature model.",
     )
     sub.add_argument("model_dir")
-    sub.add_argument("file", nargs="?", help="pair file (TSV, CSV or JSONL, as for train)")
+    sub.add_argument(
+        "file",
+        nargs="?",
+        help="pair file (TSV, CSV or JSONL, as for train); a file of queries with positives and negatives (as "
+        "--loss mnrl trains on) is scored as labelled pairs, each text against its query",
+    )
     sub.add_argument(
         "--threshold", type=finite_number, help="for accuracy (default: the model folder's tuned one)", metavar="SCORE"
     )

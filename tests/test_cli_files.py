@@ -158,3 +158,25 @@ def test_evaluate_output_is_a_metrics_file_or_a_prefix(output, written, model_di
     metrics = json.loads((tmp_path / "eval.json").read_text())
     assert metrics == json.loads(capsys.readouterr().out)
     assert len((tmp_path / "eval.tsv").read_text(encoding="utf-8").splitlines()) == len(PAIRS)
+
+
+def test_evaluate_scores_a_file_of_queries_as_training_validates_it(model_dir, tmp_path, capsys):
+    """A FlagEmbedding file (query, pos, neg) is scored as labelled pairs, each text against its query,
+    with retrieval over the positives, as a training run scores its held-out examples."""
+    rows = [
+        {"query": "今天天气怎么样", "pos": ["天气如何"], "neg": ["我想换手机", "手机多少钱"]},
+        {"query": "我想换手机", "pos": ["换个手机"], "neg": ["下雨了吗"]},
+    ]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    main(["evaluate", str(model_dir), str(queries), "--retrieval", "--output", str(tmp_path / "eval.json")])
+    captured = capsys.readouterr()
+    assert "read as FlagEmbedding's JSON lines" in captured.err and "scored as labelled pairs" in captured.err
+    metrics = json.loads((tmp_path / "eval.json").read_text(encoding="utf-8"))
+    assert (metrics["pairs"], metrics["labels"]) == (5, "binary")  # 2 positives and 3 negatives
+    assert metrics["retrieval"]["queries"] == 2
+    scored = [line.split("\t") for line in (tmp_path / "eval.tsv").read_text(encoding="utf-8").splitlines()]
+    encoder = SentenceEncoder.load(model_dir)
+    for query, text, label, score, *_ in scored:  # then the prediction at the tuned threshold
+        assert label == ("1" if text in ("天气如何", "换个手机") else "0")
+        assert float(score) == pytest.approx(float(encoder.similarity([query], [text])[0]), abs=1e-5)
