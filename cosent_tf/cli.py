@@ -236,9 +236,10 @@ def _evaluate(args):
     # Bad input files are said before the model's load.
     pairs = read_group_file(args.file, _file_format(args), args.strict) if args.file else None
     if isinstance(pairs, GroupData):  # scored as training scores them: each text against its anchor
+        read_as = pairs.notes[0] if pairs.notes else args.file
         print(
-            f"{pairs.notes[0] if pairs.notes else args.file}; scored as labelled pairs: (anchor, positive) 1 and (anchor, negative) 0, and an "
-            "example without negatives (anchor, another example's positive) 0",
+            f"{read_as}; scored as labelled pairs: (anchor, positive) 1 and (anchor, negative) 0, and an example "
+            "without negatives (anchor, another example's positive) 0",
             file=sys.stderr,
         )
         pairs = pairs.labelled_pairs(seed=0)
