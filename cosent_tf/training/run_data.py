@@ -183,25 +183,28 @@ def _load_benchmark(cfg):
     return RunData(train, evaluation, {t: get_task(t) for t in evaluation}, task, notes, files)
 
 
-def _hold_out(pairs, fraction, seed, option, taken):
-    """(a seeded ``fraction`` of ``pairs``, the rest), each in file order; a DataError naming the
-    file if either part would be empty. ``option`` sets the fraction; ``taken``: what the fraction is."""
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    cut = int(round(len(pairs) * fraction))
-    if not 0 < cut < len(pairs):
+def _hold_out(data, fraction, seed, option, taken):
+    """(a seeded ``fraction`` of ``data``, the rest), each in file order; a DataError naming the
+    file if either part would be empty. ``option`` sets the fraction; ``taken``: what the fraction is.
+
+    Examples read from a file are held out by whole lines: the examples of one line (a query with
+    several positives) on one side, so that no query is validated on what it was trained on."""
+    lines = data.lines if isinstance(data, GroupData) else None
+    units = np.asarray(lines) if lines is not None else np.arange(len(data))
+    distinct = np.unique(units)
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    cut = int(round(len(distinct) * fraction))
+    if not 0 < cut < len(distinct):
+        what = "lines of examples" if lines is not None else "examples" if isinstance(data, GroupData) else "pairs"
         other = "validated on" if taken == "trained on" else "trained on"
         raise DataError(
-            pairs.source,
-            f"{len(pairs)} {_unit(pairs, len(pairs))}: {option} {fraction:g} leaves {cut} to be {taken} and "
-            f"{len(pairs) - cut} to be {other}, and a run needs both; use a larger file, another {option}"
+            data.source,
+            f"{len(distinct)} {what}: {option} {fraction:g} leaves {cut} to be {taken} and "
+            f"{len(distinct) - cut} to be {other}, and a run needs both; use a larger file, another {option}"
             + (", or pass --valid FILE" if option == "--valid-fraction" else ""),
         )
-    return pairs.subset(np.sort(order[:cut])), pairs.subset(np.sort(order[cut:]))
-
-
-def _unit(data: Union[PairData, GroupData], count: int) -> str:
-    unit = "example" if isinstance(data, GroupData) else "pair"
-    return unit + "s" * (count != 1)
+    held = np.isin(units, distinct[order[:cut]])
+    return data.subset(np.flatnonzero(held)), data.subset(np.flatnonzero(~held))
 
 
 def _load_files(cfg, loss: LossEntry):

@@ -458,3 +458,21 @@ def test_bad_in_batch_input_is_refused_naming_the_file_and_what_to_do(setup, cap
         assert re.search(said, message), (name, message)
         assert not out.exists(), name  # nothing written
     capsys.readouterr()
+
+
+def test_a_query_with_several_positives_is_held_out_whole(setup, tmp_path):
+    """--valid-fraction holds out whole lines: a query is never trained on and validated on too."""
+    from cosent_tf.training.config import RunConfig
+    from cosent_tf.training.run_data import load_run_data
+
+    root = setup[0]
+    queries = tmp_path / "q.jsonl"
+    write_queries(queries, np.random.default_rng(5), 40, lambda i: 1, positives=lambda i: 1 + i % 3)
+    config = RunConfig(
+        task="q", train_file=str(queries), loss="mnrl", vocab=str(root / "vocab.txt"), valid_fraction=0.3
+    )
+    data = load_run_data(config.resolved())
+    valid, _ = data.evaluation["q"]
+    assert set(data.train.anchors).isdisjoint(valid.texts_a)
+    assert len(set(valid.texts_a)) == 12  # 30% of the 40 lines, each with all its positives
+    assert len(data.train) + sum(valid.labels == 1) == sum(1 + i % 3 for i in range(40))
