@@ -16,7 +16,8 @@ from ..io import atomic_path
 from .runs import KIND_STUDIES, Run, batch_size_of, run_history, run_test_scores, tested_tasks, trained_tasks
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, which draws files without a display."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +26,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(figure: Any, path: str) -> None:
+def save_png(figure: Any, path: str) -> None:
+    """Write ``figure`` to ``path`` as a PNG, whole or not at all (a temporary file renamed)."""
     with atomic_path(path) as tmp:
         figure.savefig(tmp, format="png", dpi=110)
 
@@ -38,7 +40,7 @@ def plot_convergence(runs: list[Run], path: str) -> bool:
     Example:
         >>> plot_convergence(load_runs(["runs/bq-cosent", "runs/bq-sbert"]), "convergence.png")
     """
-    plt = _pyplot()
+    plt = pyplot()
     tasks = trained_tasks(runs)
     if not tasks:
         return False
@@ -54,7 +56,7 @@ def plot_convergence(runs: list[Run], path: str) -> bool:
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
     plt.close(figure)
     return True
 
@@ -71,7 +73,7 @@ def plot_cosine_density(runs: list[Run], path: str) -> bool:
     """
     if not runs:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     methods = list(dict.fromkeys(r["method"] for r in runs))
     tasks = trained_tasks(runs)
     figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
@@ -90,7 +92,7 @@ def plot_cosine_density(runs: list[Run], path: str) -> bool:
     for axis in axes[-1]:
         axis.set_xlabel("test cosine")
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
     plt.close(figure)
     return True
 
@@ -104,7 +106,7 @@ def plot_batch_sizes(runs: list[Run], path: str) -> bool:
     """
     if not runs:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(5, 3.6))
     for task in tested_tasks(runs):
         points = sorted(
@@ -118,6 +120,6 @@ def plot_batch_sizes(runs: list[Run], path: str) -> bool:
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()
-    _save(figure, path)
+    save_png(figure, path)
     plt.close(figure)
     return True
