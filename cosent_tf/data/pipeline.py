@@ -11,6 +11,7 @@ in-batch negatives loss, examples that share a text can be kept in different bat
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from itertools import islice
@@ -112,6 +113,8 @@ _SWAP_BATCHES = 64
 _SWAP_TRIES_PER_EXAMPLE = 4
 # Looks at a returning example a three-batch cycle may take in all, per example placed.
 _CYCLE_LOOKS_PER_EXAMPLE = 64
+# Batches (fullest first) a shared example is offered to when spreading examples afresh.
+_SPREAD_LOOKS_PER_EXAMPLE = 64
 
 
 def _conflicting(batch: Sequence[int], keys: Sequence[frozenset[int]]) -> int:
@@ -139,7 +142,11 @@ def keep_duplicates_apart(
     of three batches. Where clashes remain, the examples are also walked in batch order (one
     whose texts the batch being filled holds waits and goes first into the next batch it
     fits; what still waits at the end fills the last slots as it is), the exchanges are
-    tried again, and the arrangement leaving fewer clashes is kept. The batch sizes are kept
+    tried again, and the arrangement leaving fewer clashes is kept; where clashes still remain,
+    the examples are also spread afresh, those sharing the most used texts first, each into
+    the batch with the most free slots that lacks its texts (which finds a split whenever one
+    exists if each example shares at most one text), and that is kept if it leaves fewer.
+    The batch sizes are kept
     and every example is placed exactly once; without clashes the batches come back
     unchanged. The work is bounded per example and per batch, so that many examples sharing
     one text cost a few looks each (see ``benchmarks/DUPLICATE_SAMPLER.md``); the result is
@@ -173,9 +180,65 @@ def keep_duplicates_apart(
         walked_left = sum(_conflicting(batch, keys) for batch in walked)
         if walked_left < left:
             placed, left = walked, walked_left
+    if left:
+        spread = _spread_apart(cut, keys)
+        spread_left = sum(_conflicting(batch, keys) for batch in spread)
+        if spread_left < left:
+            placed, left = spread, spread_left
     home = {example: number for number, batch in enumerate(cut) for example in batch}
     moved = sum(home[example] != number for number, batch in enumerate(placed) for example in batch)
     return [np.asarray(batch, dtype=np.int64) for batch in placed], moved, left
+
+
+def _spread_apart(cut: list[list[int]], keys: Sequence[frozenset[int]]) -> list[list[int]]:
+    """Place the examples that share a text first, the most shared text's first, each into the
+    batch with the most free slots that holds none of its texts (the greedy that finds a split
+    whenever one exists when each example shares at most one text: Gale and Ryser's
+    construction), then the others, each into its own batch where room is left, else anywhere.
+    It may move many examples, so it is kept only where the nearer arrangements leave clashes."""
+    uses = Counter(text for key in keys for text in key)
+    pressure = {example: max((uses[text] for text in keys[example]), default=1) for batch in cut for example in batch}
+    home = {example: number for number, batch in enumerate(cut) for example in batch}
+    shared = sorted(
+        (example for example in pressure if pressure[example] > 1),
+        key=lambda example: (-pressure[example], min(keys[example], key=lambda text: -uses[text]), home[example]),
+    )
+    placed: list[list[int]] = [[] for _ in cut]
+    texts: list[set[int]] = [set() for _ in cut]
+    free = [(-len(batch), number) for number, batch in enumerate(cut)]  # (minus free slots, batch)
+    heapq.heapify(free)
+    for example in shared:
+        looked: list[tuple[int, int]] = []
+        chosen = None
+        while free and len(looked) < _SPREAD_LOOKS_PER_EXAMPLE:
+            entry = heapq.heappop(free)
+            looked.append(entry)
+            if keys[example].isdisjoint(texts[entry[1]]):
+                chosen = entry
+                break
+        chosen = chosen or (looked[0] if looked else None)
+        assert chosen is not None, "more examples than slots"
+        looked.remove(chosen)
+        number = chosen[1]
+        placed[number].append(example)
+        texts[number] |= keys[example]
+        if chosen[0] + 1 < 0:
+            looked.append((chosen[0] + 1, number))
+        for entry in looked:
+            heapq.heappush(free, entry)
+    room = {number: len(batch) - len(placed[number]) for number, batch in enumerate(cut)}
+    unplaced = []
+    for example in (example for batch in cut for example in batch if pressure[example] == 1):
+        if room[home[example]]:
+            placed[home[example]].append(example)
+            room[home[example]] -= 1
+        else:
+            unplaced.append(example)
+    for number in range(len(cut)):
+        while room[number]:
+            placed[number].append(unplaced.pop())
+            room[number] -= 1
+    return placed
 
 
 def _walk_apart(cut: list[list[int]], keys: Sequence[frozenset[int]]) -> list[list[int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import example as hypothesis_example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +34,38 @@ def assert_a_rearrangement(cut, placed, count):
     assert len(np.concatenate(placed)) == len(set(np.concatenate(placed).tolist()))
 
 
+# Found by hypothesis: the nearby exchanges and the walk each left a clash; spreading the examples
+# by their texts' use finds the split (texts 0 and 1 are each shared by one example of 7 batches).
+SPLIT_ONLY_SPREADING_FINDS = (
+    [np.array(batch) for batch in [[11, 8, 18], [17, 2, 14], [10, 7, 12], [5, 13, 0], [6, 15, 16], [4, 1, 9], [3]]],
+    [
+        frozenset(key)
+        for key in [
+            [0, 1000],
+            [1, 1001],
+            [1002],
+            [1, 1003],
+            [0, 1004],
+            [1005],
+            [0, 1006],
+            [1, 1007],
+            [1008],
+            [0, 1009],
+            [1, 1010],
+            [1011],
+            [0, 1012],
+            [1, 1013],
+            [1014],
+            [0, 1015],
+            [1, 1016],
+            [1017],
+            [0, 1018],
+        ]
+    ],
+    False,
+)
+
+
 @st.composite
 def splittable(draw):
     """Examples, their batches as cut, and texts that a duplicate-free split of those batch
@@ -59,6 +92,7 @@ def splittable(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(splittable())
+@hypothesis_example(case=SPLIT_ONLY_SPREADING_FINDS)
 def test_examples_sharing_a_text_go_to_different_batches_where_a_split_exists(case):
     cut, keys, several = case
     placed, moved, left = keep_duplicates_apart(cut, keys)
@@ -66,7 +100,7 @@ def test_examples_sharing_a_text_go_to_different_batches_where_a_split_exists(ca
     assert left == sum(clashing(b.tolist(), keys) for b in placed)
     home = {int(e): n for n, b in enumerate(cut) for e in b}
     assert moved == sum(home[int(e)] != n for n, b in enumerate(placed) for e in b)
-    if not several:  # with several shared texts per example the greedy search may miss a split
+    if not several:  # one shared text each: the spread finds a split (with several it may miss one)
         assert left == 0
 
 
