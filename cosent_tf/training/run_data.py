@@ -195,7 +195,8 @@ def _hold_out(data, fraction, seed, option, taken):
     order = np.random.default_rng(seed).permutation(len(distinct))
     cut = int(round(len(distinct) * fraction))
     if not 0 < cut < len(distinct):
-        what = "lines of examples" if lines is not None else "examples" if isinstance(data, GroupData) else "pairs"
+        what = "line" if lines is not None else "example" if isinstance(data, GroupData) else "pair"
+        what += "s" * (len(distinct) != 1) + " of examples" * (lines is not None)
         other = "validated on" if taken == "trained on" else "trained on"
         raise DataError(
             data.source,
