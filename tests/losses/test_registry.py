@@ -73,7 +73,8 @@ def test_an_interaction_model_asking_for_a_vector_loss_is_told_why_not():
 def test_a_batch_of_one_example_gives_in_batch_negatives_nothing():
     with pytest.raises(
         ConfigError,
-        match="the mnrl loss takes the other examples of a batch as each anchor's negatives, so a batch of fewer than 2 examples",
+        match="the mnrl loss takes the other examples of a batch as each anchor's negatives, so a batch of fewer "
+        "than 2 examples",
     ):
         get_loss("feature", "mnrl").check_batch(1)
     with pytest.raises(ConfigError, match="gives each of the 2 replicas 1 example, and the mnrl loss"):
