@@ -7,29 +7,11 @@ display and importing the report does not import matplotlib.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..data.tasks import get_task
-from ..io import atomic_path
+from ..plotting import new_figure, save_png
 from .runs import KIND_STUDIES, Run, batch_size_of, run_history, run_test_scores, tested_tasks, trained_tasks
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend, which draws files without a display."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_png(figure: Any, path: str) -> None:
-    """Write ``figure`` to ``path`` as a PNG, whole or not at all (a temporary file renamed)."""
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=110)
 
 
 def plot_convergence(runs: list[Run], path: str) -> bool:
@@ -40,11 +22,10 @@ def plot_convergence(runs: list[Run], path: str) -> bool:
     Example:
         >>> plot_convergence(load_runs(["runs/bq-cosent", "runs/bq-sbert"]), "convergence.png")
     """
-    plt = pyplot()
     tasks = trained_tasks(runs)
     if not tasks:
         return False
-    figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
+    figure, axes = new_figure(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
     for axis, task in zip(axes[0], tasks):
         for run in (r for r in runs if r["config"]["task"] == task):
             history = run_history(run)
@@ -57,7 +38,6 @@ def plot_convergence(runs: list[Run], path: str) -> bool:
         axis.legend(fontsize=7)
     figure.tight_layout()
     save_png(figure, path)
-    plt.close(figure)
     return True
 
 
@@ -73,10 +53,9 @@ def plot_cosine_density(runs: list[Run], path: str) -> bool:
     """
     if not runs:
         return False
-    plt = pyplot()
     methods = list(dict.fromkeys(r["method"] for r in runs))
     tasks = trained_tasks(runs)
-    figure, axes = plt.subplots(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
+    figure, axes = new_figure(len(methods), len(tasks), figsize=(3.4 * len(tasks), 2.6 * len(methods)), squeeze=False)
     for run in runs:
         axis = axes[methods.index(run["method"])][tasks.index(run["config"]["task"])]
         task = run["config"]["task"]
@@ -93,7 +72,6 @@ def plot_cosine_density(runs: list[Run], path: str) -> bool:
         axis.set_xlabel("test cosine")
     figure.tight_layout()
     save_png(figure, path)
-    plt.close(figure)
     return True
 
 
@@ -106,8 +84,7 @@ def plot_batch_sizes(runs: list[Run], path: str) -> bool:
     """
     if not runs:
         return False
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(5, 3.6))
+    figure, axis = new_figure(figsize=(5, 3.6))
     for task in tested_tasks(runs):
         points = sorted(
             (batch_size_of(r["config"]), r["metrics"]["tasks"][task]["test"]["spearman"])
@@ -121,5 +98,4 @@ def plot_batch_sizes(runs: list[Run], path: str) -> bool:
     axis.legend()
     figure.tight_layout()
     save_png(figure, path)
-    plt.close(figure)
     return True

@@ -42,8 +42,9 @@ from ..io import atomic_path, json_field, read_json, write_text
 from ..layers import POOLING_MODES
 from ..losses import get_loss
 from ..models.kinds import FEATURE
+from ..plotting import new_figure, save_png
 from ..training.run_folder import METRICS
-from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density, pyplot, save_png
+from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density
 from .runs import (
     Run,
     batch_size_runs,
@@ -462,8 +463,7 @@ def plot_retrieval(runs: list[Run], path: str) -> bool:
         else:
             shared = [t for t in tasks if all(t in values for rows in scores for values in rows.values())]
             panels.append((f"trained on NLI: mean over {len(shared)} tasks", scores, shared))
-    plt = pyplot()
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 1.0, 3.6), squeeze=False)
+    figure, axes = new_figure(1, len(panels), figsize=(3.6 * len(panels) + 1.0, 3.6), squeeze=False)
     width = 0.8 / len(labels)
     for axis, (title, scores, columns) in zip(axes[0], panels):
         for number, label in enumerate(labels):
@@ -477,7 +477,6 @@ def plot_retrieval(runs: list[Run], path: str) -> bool:
     figure.legend(handles, names, loc="lower center", ncol=min(len(labels), 3), fontsize=7)
     figure.tight_layout(rect=(0, 0.08 * math.ceil(len(labels) / 3), 1, 1))
     save_png(figure, path)
-    plt.close(figure)
     return True
 
 

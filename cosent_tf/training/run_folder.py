@@ -27,8 +27,9 @@ from typing import Optional
 
 from ..errors import ConfigError, DataError
 from ..inference.model_dir import MODEL_FOLDER, SPEC_FILE
-from ..io import FolderKind, atomic_path, is_inside, json_field, read_json, write_json
+from ..io import FolderKind, is_inside, json_field, read_json, write_json
 from ..models.checkpoints import RUN_MARKER, RUN_MODEL_FOLDER, TF_GLOB_CHARACTERS
+from ..plotting import new_figure, save_png
 
 # RUN_MARKER is written first into a new run's folder; it records the fingerprints of the run's
 # inputs (named in cosent_tf.models.checkpoints, which tells a run folder from a checkpoint).
@@ -289,12 +290,7 @@ def plot_valid_curve(history: list, path: str, title: str) -> None:
         >>> rows = [{"step": 10, "spearman": 0.5, "end_of_epoch": True}]
         >>> plot_valid_curve(rows, "runs/bq/valid_curve.png", "feature cosent on BQ")
     """
-    import matplotlib  # here: only a finished run draws, and matplotlib is slow to import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 4))
+    figure, axes = new_figure(figsize=(6, 4))
     axes.plot([row["step"] for row in history], [row["spearman"] for row in history], marker=".")
     ends = [row for row in history if row["end_of_epoch"]]
     axes.scatter([r["step"] for r in ends], [r["spearman"] for r in ends], color="C3", zorder=3, label="epoch end")
@@ -302,6 +298,4 @@ def plot_valid_curve(history: list, path: str, title: str) -> None:
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=110)
-    plt.close(figure)
+    save_png(figure, path)
