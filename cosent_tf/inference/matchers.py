@@ -17,7 +17,7 @@ import numpy as np
 
 from ..backend import keras
 from ..errors import ConfigError
-from ..models.kinds import FEATURE, INTERACTION
+from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, VectorIndex
@@ -72,17 +72,24 @@ class _Matcher:
         self.model, self.tokenizer, self.spec, self.path = model, tokenizer, spec, path
 
     @classmethod
-    def load(cls, path: str, precision: str = "float32") -> Self:
+    def load(cls, path: str, precision: str = "float32", option: str | None = None) -> Self:
         """Load a model folder; ``precision='bf16'`` computes in bfloat16, with the weights
         stored in bfloat16 (see :func:`cosent_tf.inference.model_dir.load_model_dir`).
+
+        ``option``: the command-line option or argument that named ``path`` (``--rescore``), so
+        that a folder of the other kind is refused in the terms of that option.
 
         Raises:
             ConfigError: ``path`` is not a readable model folder, or holds the other kind of model.
         """
+        kind = read_spec(path).kind  # the kind is said before the weights load
+        if kind != cls.KIND:
+            if option is not None:
+                raise ConfigError(
+                    f"{option} {path}: {get_kind(kind).described}, but {option} needs {get_kind(cls.KIND).described}"
+                )
+            raise ConfigError(f"{path}: holds a model of kind {kind!r}; load it with {MATCHERS[kind].__name__}")
         spec, model, tokenizer = load_model_dir(path, precision)
-        if spec.kind != cls.KIND:
-            other = MATCHERS[spec.kind]
-            raise ConfigError(f"{path}: holds a model of kind {spec.kind!r}; load it with {other.__name__}")
         return cls(model, tokenizer, spec, os.path.abspath(path))
 
     @property

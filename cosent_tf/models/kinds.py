@@ -44,6 +44,7 @@ class ModelKind:
         sentence_vectors: whether it gives sentence vectors (and so retrieval and search).
         spec_field: the :class:`~cosent_tf.models.spec.ModelSpec` field that says how it scores
             (``pooling`` or ``head``), and ``spec_choices`` the values that field may take.
+        described: what the kind is, in words, for a message that refuses the other kind.
 
     Example:
         >>> get_kind("interaction").rows_per_pair
@@ -59,6 +60,7 @@ class ModelKind:
     sentence_vectors: bool
     spec_field: str
     spec_choices: tuple[str, ...]
+    described: str
 
     @property
     def concatenated_pairs(self) -> bool:
@@ -97,6 +99,7 @@ FEATURE = ModelKind(
     sentence_vectors=True,
     spec_field="pooling",
     spec_choices=tuple(POOLING_MODES),
+    described="a feature model (a bi-encoder: a vector per text, compared by cosine)",
 )
 INTERACTION = ModelKind(
     "interaction",
@@ -108,6 +111,7 @@ INTERACTION = ModelKind(
     sentence_vectors=False,
     spec_field="head",
     spec_choices=tuple(INTERACTION_HEADS),
+    described="an interaction model (a cross-encoder: it scores the two texts of a pair together)",
 )
 KINDS = {kind.name: kind for kind in (FEATURE, INTERACTION)}
 
