@@ -1,7 +1,8 @@
 """Metrics as the original experiments report them: Spearman (and Pearson) of scores against
 labels, and accuracy at the threshold that is best on valid; and retrieval metrics
-(Recall@k, MRR@10, nDCG@10), since a high Spearman can hide a poor retriever. Scores and
-nearest neighbours come from :mod:`cosent_tf.inference` (:func:`cosent_tf.inference.cosine_scores`,
+(Recall@k, MRR@10, nDCG@10), since a high Spearman can hide a poor retriever, of cosine search
+and of cosine search reranked by an interaction model. Scores and nearest neighbours come from
+:mod:`cosent_tf.inference` (:func:`cosent_tf.inference.cosine_scores`,
 :func:`cosent_tf.inference.interaction_scores`, the matchers' ``similarity`` and ``encode``)."""
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from scipy import stats
 from . import inference
 from .data.tasks import Task
 from .errors import lookup
+from .inference.index import Hit
+from .inference.rerank import RERANK_TOP
+from .inference.rerank import rerank as rerank_hits
 from .models.kinds import FEATURE, INTERACTION
 
 # Anything np.asarray reads as a vector: a list, a tuple, an array.
@@ -144,28 +148,42 @@ def pair_retrieval_sets(
     return list(relevant), list(corpus_index), list(relevant.values())
 
 
-def retrieval_metrics(
-    query_vectors: ArrayLike,
-    corpus_vectors: ArrayLike,
-    relevant: Sequence[set[int]],
-    recall_at: Sequence[int] = RECALL_AT,
+def ranking_metrics(
+    ranked: ArrayLike, relevant: Sequence[set[int]], corpus_size: int, recall_at: Sequence[int] = RECALL_AT
 ) -> dict[str, Any]:
-    """Recall@k, MRR@10 and nDCG@10 (binary relevance) of exact cosine search, means over queries.
+    """Recall@k, MRR@10 and nDCG@10 (binary relevance) of given rankings, means over queries.
 
-    ``query_vectors`` and ``corpus_vectors`` are unit rows; ``relevant[i]`` is the set of
-    corpus indices relevant to query i (not empty). Recall@k is the share of a query's
-    relevant texts in its top k; MRR@10 is 1/rank of the first relevant text in the top 10
-    (0 if none); nDCG@10 is DCG = sum of 1/log2(rank + 1) over relevant texts in the top 10,
-    divided by the DCG of a perfect ranking.
+    Recall@k is the share of a query's relevant texts in its top k; MRR@10 is 1/rank of the first
+    relevant text in the top 10 (0 if none); nDCG@10 is DCG = sum of 1/log2(rank + 1) over relevant
+    texts in the top 10, divided by the DCG of a perfect ranking.
+
+    Args:
+        ranked: (queries, depth) corpus indices, each row a query's ranking, best first; a depth
+            of ``max(recall_at)`` and 10 suffices (less only when the corpus is smaller).
+        relevant: ``relevant[i]`` is the set of corpus indices relevant to query i (not empty).
+        corpus_size: the number of corpus texts, reported as ``"corpus"``.
+        recall_at: the cutoffs k of Recall@k.
+
+    Returns:
+        ``{"recall@1": ..., "recall@5": ..., "recall@10": ..., "mrr@10": ..., "ndcg@10": ...,
+        "queries": ..., "corpus": ...}``.
+
+    Raises:
+        ValueError: ``ranked`` is not a matrix with one row per set of ``relevant``.
+
+    Example:
+        >>> ranking_metrics(np.array([[2, 0, 1]]), [{0}], corpus_size=3)["mrr@10"]
+        0.5
     """
-    depth = max(*recall_at, RANK_CUTOFF)
-    _, ranked = inference.top_k_cosine(np.asarray(query_vectors, np.float32), corpus_vectors, depth)
-    discounts = 1.0 / np.log2(np.arange(2, depth + 2))
+    ranked = np.asarray(ranked)
+    if ranked.ndim != 2 or len(ranked) != len(relevant):
+        raise ValueError(f"rankings of shape {ranked.shape} do not give one row per query ({len(relevant)} queries)")
+    discounts = 1.0 / np.log2(np.arange(2, RANK_CUTOFF + 2))
     recall: dict[int, list[float]] = {k: [] for k in recall_at}
     reciprocal_ranks: list[float] = []
     ndcgs: list[float] = []
     for row, wanted in zip(ranked, relevant):
-        hits = np.array([index in wanted for index in row])
+        hits = np.array([index in wanted for index in row], dtype=bool)
         for k in recall_at:
             recall[k].append(hits[:k].sum() / len(wanted))
         first = np.flatnonzero(hits[:RANK_CUTOFF])
@@ -178,10 +196,30 @@ def retrieval_metrics(
             f"mrr@{RANK_CUTOFF}": float(np.mean(reciprocal_ranks)),
             f"ndcg@{RANK_CUTOFF}": float(np.mean(ndcgs)),
             "queries": len(relevant),
-            "corpus": len(corpus_vectors),
+            "corpus": int(corpus_size),
         }
     )
     return metrics
+
+
+def retrieval_metrics(
+    query_vectors: ArrayLike,
+    corpus_vectors: ArrayLike,
+    relevant: Sequence[set[int]],
+    recall_at: Sequence[int] = RECALL_AT,
+) -> dict[str, Any]:
+    """:func:`ranking_metrics` of exact cosine search: Recall@k, MRR@10 and nDCG@10, means over queries.
+
+    ``query_vectors`` and ``corpus_vectors`` are unit rows; ``relevant[i]`` is the set of
+    corpus indices relevant to query i (not empty).
+    """
+    _, ranked = inference.top_k_cosine(np.asarray(query_vectors, np.float32), corpus_vectors, _depth(recall_at))
+    return ranking_metrics(ranked, relevant, len(corpus_vectors), recall_at)
+
+
+def _depth(recall_at: Sequence[int]) -> int:
+    """How deep a ranking the metrics read."""
+    return max(*recall_at, RANK_CUTOFF)
 
 
 def retrieval_by(
@@ -194,6 +232,106 @@ def retrieval_by(
     return retrieval_metrics(encode(queries), encode(corpus), relevant)
 
 
+def retrieval_with_rerank(
+    encode: Callable[[Sequence[str]], np.ndarray],
+    scorer: Any,
+    queries: Sequence[str],
+    corpus: Sequence[str],
+    relevant: Sequence[set[int]],
+    rerank_top: int = RERANK_TOP,
+    recall_at: Sequence[int] = RECALL_AT,
+    batch_size: int = 64,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The retrieval metrics of cosine search, and of the same search with its top ``rerank_top``
+    re-ordered by an interaction model: ``(plain, reranked)``, from one encoding and one search.
+
+    See :func:`reranked_retrieval_metrics` for what the reranked metrics are.
+
+    Args:
+        encode: unit vectors of a list of texts (a ``SentenceEncoder.encode``).
+        scorer: a :class:`~cosent_tf.inference.matchers.PairScorer`, or anything whose
+            ``similarity(texts_a, texts_b, batch_size, show_progress)`` scores aligned pairs.
+        queries: the query texts.
+        corpus: the corpus texts.
+        relevant: ``relevant[i]`` is the set of corpus indices relevant to query i (not empty).
+        rerank_top: the cosine hits per query that the scorer re-orders.
+        recall_at: the cutoffs k of Recall@k.
+        batch_size: pairs per call of the scorer's model.
+
+    Returns:
+        ``(plain, reranked)``: two :func:`ranking_metrics` dicts; ``reranked`` also holds
+        ``"rerank_top"`` and ``"reranker"`` (the scorer's model folder, None for one held in memory).
+
+    Raises:
+        ValueError: ``rerank_top`` is below 1.
+
+    Example:
+        >>> plain, reranked = retrieval_with_rerank(encoder.encode, scorer, queries, corpus, relevant, 50)
+    """
+    if rerank_top < 1:
+        raise ValueError(f"rerank_top must be at least 1, got {rerank_top}")
+    depth = _depth(recall_at)
+    cosines, ranked = inference.top_k_cosine(
+        np.asarray(encode(queries), np.float32), encode(corpus), max(depth, rerank_top)
+    )
+    plain = ranking_metrics(ranked[:, :depth], relevant, len(corpus), recall_at)
+    kept = min(rerank_top, ranked.shape[1])
+    first_stage = [
+        [Hit(int(i), float(s), corpus[i]) for s, i in zip(row_cosines[:kept], row_indices[:kept])]
+        for row_cosines, row_indices in zip(cosines, ranked)
+    ]
+    reordered = rerank_hits(scorer, queries, first_stage, batch_size=batch_size)
+    head = np.asarray([[hit.index for hit in row] for row in reordered], dtype=np.int64).reshape(len(queries), kept)
+    reranked = ranking_metrics(
+        np.concatenate([head, ranked[:, kept:]], axis=1)[:, :depth], relevant, len(corpus), recall_at
+    )
+    reranked.update(rerank_top=int(rerank_top), reranker=getattr(scorer, "path", None))
+    return plain, reranked
+
+
+def reranked_retrieval_metrics(
+    encode: Callable[[Sequence[str]], np.ndarray],
+    scorer: Any,
+    queries: Sequence[str],
+    corpus: Sequence[str],
+    relevant: Sequence[set[int]],
+    rerank_top: int = RERANK_TOP,
+    recall_at: Sequence[int] = RECALL_AT,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Retrieval metrics of retrieve-then-rerank: cosine search, then the top ``rerank_top`` hits of
+    each query re-ordered by an interaction model's score of (query, hit text).
+
+    The ranking measured is the reranked top ``rerank_top`` followed by the cosine order below it.
+    Since reranking only permutes the top ``rerank_top``, the set of a query's first k texts is the
+    cosine search's for every k >= ``rerank_top``: Recall@k for those k cannot change, and only
+    the metrics that look inside the top ``rerank_top`` (Recall@k below it, MRR@10, nDCG@10) can.
+    With ``rerank_top`` 1 nothing moves, and the metrics are the cosine search's.
+
+    Args:
+        encode: unit vectors of a list of texts (a ``SentenceEncoder.encode``).
+        scorer: a :class:`~cosent_tf.inference.matchers.PairScorer`, or anything whose
+            ``similarity(texts_a, texts_b, batch_size, show_progress)`` scores aligned pairs.
+        queries: the query texts.
+        corpus: the corpus texts.
+        relevant: ``relevant[i]`` is the set of corpus indices relevant to query i (not empty).
+        rerank_top: the cosine hits per query that the scorer re-orders.
+        recall_at: the cutoffs k of Recall@k.
+        batch_size: pairs per call of the scorer's model.
+
+    Returns:
+        The :func:`ranking_metrics` of the reranked order, with ``"rerank_top"`` and ``"reranker"``
+        (the scorer's model folder, None for one held in memory).
+
+    Raises:
+        ValueError: ``rerank_top`` is below 1.
+
+    Example:
+        >>> reranked_retrieval_metrics(encoder.encode, scorer, queries, corpus, relevant, rerank_top=20)["mrr@10"]
+    """
+    return retrieval_with_rerank(encode, scorer, queries, corpus, relevant, rerank_top, recall_at, batch_size)[1]
+
+
 def pair_retrieval(encode: Callable[[Sequence[str]], np.ndarray], pairs: Any, task: Task) -> Optional[dict[str, Any]]:
     """Retrieval metrics over labelled pairs (:func:`pair_retrieval_sets`, positives as ``task``
     says), with vectors from ``encode``; None when no pair is positive."""
@@ -202,15 +340,29 @@ def pair_retrieval(encode: Callable[[Sequence[str]], np.ndarray], pairs: Any, ta
 
 
 def evaluate_pairs(
-    matcher: Any, pairs: Any, threshold: Optional[float] = None, retrieval: bool = False, batch_size: int = 64
+    matcher: Any,
+    pairs: Any,
+    threshold: Optional[float] = None,
+    retrieval: bool = False,
+    batch_size: int = 64,
+    rerank: Any = None,
+    rerank_top: int = RERANK_TOP,
 ) -> tuple[dict[str, Any], np.ndarray, Optional[np.ndarray]]:
     """Score labelled pairs with a loaded :class:`~cosent_tf.inference.matchers.SentenceEncoder` or
     :class:`~cosent_tf.inference.matchers.PairScorer`: ``(metrics, scores, predictions)``.
 
     Metrics are Spearman and Pearson; for 0/1 labels also accuracy at ``threshold`` (default:
     the model's tuned one; predictions are None without one); with ``retrieval`` (a
-    sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``.
+    sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``; with
+    ``rerank`` too (a PairScorer), those of the same search with each query's top ``rerank_top``
+    re-ordered by it (:func:`reranked_retrieval_metrics`) under ``retrieval_reranked``, from the
+    same encoding of queries and corpus.
+
+    Raises:
+        ValueError: ``rerank`` without ``retrieval``, or ``retrieval`` on pairs with no positive one.
     """
+    if rerank is not None and not retrieval:
+        raise ValueError("rerank re-orders retrieval results: pass retrieval=True with it")
     scores = matcher.similarity(pairs.texts_a, pairs.texts_b, batch_size)
     metrics: dict[str, Any] = {
         "pairs": len(pairs),
@@ -224,9 +376,19 @@ def evaluate_pairs(
         metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
     if retrieval:
         task = Task.for_labels("pairs", pairs.label_kind, pairs.labels.min(), pairs.labels.max())
-        metrics["retrieval"] = pair_retrieval(lambda texts: matcher.encode(texts, batch_size), pairs, task)
-        if metrics["retrieval"] is None:
+        queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
+        if not queries:
             raise ValueError(f"{pairs.source}: no positive pair, so nothing to retrieve")
+
+        def encode(texts: Sequence[str]) -> np.ndarray:
+            return matcher.encode(texts, batch_size)
+
+        if rerank is None:
+            metrics["retrieval"] = retrieval_by(encode, queries, corpus, relevant)
+        else:
+            metrics["retrieval"], metrics["retrieval_reranked"] = retrieval_with_rerank(
+                encode, rerank, queries, corpus, relevant, rerank_top, batch_size=batch_size
+            )
     return metrics, scores, predictions
 
 

@@ -1,5 +1,5 @@
 """Trained models in use: the model folder (model_dir), batched inference (runtime), encoders and
-scorers (matchers), and the vector index (index)."""
+scorers (matchers), the vector index (index), and reranking a search's hits (rerank)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ _HOMES = {
     "load_matcher": ".matchers",
     "VectorIndex": ".index",
     "top_k_cosine": ".index",
+    # The function rerank is not named here: the package's attribute rerank is its module.
+    "RERANK_TOP": ".rerank",
+    "RerankedHit": ".rerank",
     "SPEC_FILE": ".model_dir",
     "FORMAT": ".model_dir",
     "FORMAT_VERSION": ".model_dir",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any, Self
+from typing import Any, Self, overload
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from ..models.spec import ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, VectorIndex
 from .model_dir import load_model_dir
+from .rerank import RERANK_TOP, RerankedHit
+from .rerank import rerank as rerank_hits
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
 # Auto progress bars appear from this many texts on.
@@ -72,6 +74,40 @@ class _Matcher:
         self.model, self.tokenizer, self.spec, self.path = model, tokenizer, spec, path
 
     @classmethod
+    def check_folder(cls, path: str | os.PathLike[str], option: str | None = None) -> ModelSpec:
+        """The description of the model folder ``path``, which must hold this class's kind of model.
+
+        Reads only the description, no weights: a command checks every folder it was given this way
+        before it loads any model, so that a wrong folder is said at once.
+
+        Args:
+            path: a model folder.
+            option: the command-line option or argument that named ``path`` (``--rescore``), so
+                that a folder of the other kind is refused in the terms of that option.
+
+        Returns:
+            The folder's :class:`~cosent_tf.models.spec.ModelSpec`.
+
+        Raises:
+            ConfigError: ``path`` is not a readable model folder, or holds the other kind of model.
+
+        Example:
+            >>> PairScorer.check_folder("runs/bq-interaction/model", option="--rerank").kind
+            'interaction'
+        """
+        spec = read_spec(path)
+        if spec.kind != cls.KIND:
+            if option is not None:
+                raise ConfigError(
+                    f"{option} {path}: {get_kind(spec.kind).described}, but {option} needs "
+                    f"{get_kind(cls.KIND).described}"
+                )
+            raise ConfigError(
+                f"{path}: holds a model of kind {spec.kind!r}; load it with {MATCHERS[spec.kind].__name__}"
+            )
+        return spec
+
+    @classmethod
     def load(cls, path: str, precision: str = "float32", option: str | None = None) -> Self:
         """Load a model folder; ``precision='bf16'`` computes in bfloat16, with the weights
         stored in bfloat16 (see :func:`cosent_tf.inference.model_dir.load_model_dir`).
@@ -82,13 +118,7 @@ class _Matcher:
         Raises:
             ConfigError: ``path`` is not a readable model folder, or holds the other kind of model.
         """
-        kind = read_spec(path).kind  # the kind is said before the weights load
-        if kind != cls.KIND:
-            if option is not None:
-                raise ConfigError(
-                    f"{option} {path}: {get_kind(kind).described}, but {option} needs {get_kind(cls.KIND).described}"
-                )
-            raise ConfigError(f"{path}: holds a model of kind {kind!r}; load it with {MATCHERS[kind].__name__}")
+        cls.check_folder(path, option)  # the kind is said before the weights load
         spec, model, tokenizer = load_model_dir(path, precision)
         return cls(model, tokenizer, spec, os.path.abspath(path))
 
@@ -184,6 +214,7 @@ class SentenceEncoder(_Matcher):
         corpus = check_texts(corpus, "corpus")
         return VectorIndex(self.encode(corpus, batch_size, True, show_progress), corpus, model_dir=self.path)
 
+    @overload
     def search(
         self,
         queries: Iterable[str],
@@ -191,24 +222,101 @@ class SentenceEncoder(_Matcher):
         top_k: int = 10,
         batch_size: int = 64,
         show_progress: bool | None = None,
-    ) -> list[list[Hit]]:
-        """The ``top_k`` most similar corpus texts of each query, by exact cosine.
+        rerank: None = None,
+        rerank_top: None = None,
+    ) -> list[list[Hit]]: ...
 
-        ``corpus_or_index`` is a list of texts (encoded now) or a :class:`VectorIndex`.
-        Returns one list of :class:`Hit` (index, score, text) per query, best first;
-        ties go to the lower corpus index.
+    @overload
+    def search(
+        self,
+        queries: Iterable[str],
+        corpus_or_index: Iterable[str] | VectorIndex,
+        top_k: int = 10,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        *,
+        rerank: PairScorer,
+        rerank_top: int | None = None,
+    ) -> list[list[RerankedHit]]: ...
+
+    @overload
+    def search(
+        self,
+        queries: Iterable[str],
+        corpus_or_index: Iterable[str] | VectorIndex,
+        top_k: int = 10,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        rerank: PairScorer | None = None,
+        rerank_top: int | None = None,
+    ) -> list[list[Hit]] | list[list[RerankedHit]]: ...
+
+    def search(
+        self,
+        queries: Iterable[str],
+        corpus_or_index: Iterable[str] | VectorIndex,
+        top_k: int = 10,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        rerank: PairScorer | None = None,
+        rerank_top: int | None = None,
+    ) -> list[list[Hit]] | list[list[RerankedHit]]:
+        """The ``top_k`` most similar corpus texts of each query, by exact cosine, or reranked by an
+        interaction model.
+
+        With ``rerank``, the first ``max(top_k, rerank_top)`` texts by cosine are all re-scored by
+        the interaction model (:func:`~cosent_tf.inference.rerank.rerank`), and the best ``top_k`` of
+        them by its score come back: a text cosine ranked below ``top_k`` can rise into them.
+
+        Args:
+            queries: the query texts.
+            corpus_or_index: a list of texts (encoded now) or a :class:`VectorIndex`.
+            top_k: hits per query (fewer when the corpus is smaller).
+            batch_size: texts (or pairs) per model call.
+            show_progress: a progress bar; None shows one from :data:`PROGRESS_FROM` texts on.
+            rerank: a :class:`PairScorer` that re-orders the cosine hits; None keeps the cosine order.
+            rerank_top: how many cosine hits per query it re-scores, at least ``top_k``
+                (default :data:`~cosent_tf.inference.rerank.RERANK_TOP`, or ``top_k`` when larger).
+
+        Returns:
+            One list per query, best first: :class:`Hit` (index, score, text), ties to the lower
+            corpus index; with ``rerank``, :class:`~cosent_tf.inference.rerank.RerankedHit` (the
+            interaction score, and the cosine and rank the first stage gave), ties to the better
+            cosine rank.
+
+        Raises:
+            TypeError: ``rerank`` is not a PairScorer.
+            ValueError: ``top_k`` is below 1, ``rerank_top`` is below ``top_k``, or ``rerank_top``
+                is given without ``rerank``.
+
+        Example:
+            >>> hits = encoder.search(["花呗怎么还款"], index, top_k=5)
+            >>> reranked = encoder.search(["花呗怎么还款"], index, top_k=5, rerank=scorer, rerank_top=50)
         """
+        if rerank is None and rerank_top is not None:
+            raise ValueError("rerank_top is how many hits the interaction model re-scores: pass rerank=a PairScorer")
+        if rerank is not None and not isinstance(rerank, PairScorer):
+            raise TypeError(f"rerank must be a PairScorer (an interaction model), not a {type(rerank).__name__}")
+        if rerank_top is not None and rerank_top < top_k:
+            raise ValueError(
+                f"rerank_top={rerank_top} is below top_k={top_k}: the hits past {rerank_top} would have no "
+                "interaction score; rerank at least top_k"
+            )
+        depth = top_k if rerank is None else max(top_k, RERANK_TOP if rerank_top is None else rerank_top)
         index = (
             corpus_or_index
             if isinstance(corpus_or_index, VectorIndex)
             else self.build_index(corpus_or_index, batch_size, show_progress)
         )
-        queries = self.encode(queries, batch_size, True, show_progress)
-        scores, indices = index.search(queries, top_k)
-        return [
+        queries = check_texts(queries, "queries")
+        scores, indices = index.search(self.encode(queries, batch_size, True, show_progress), depth)
+        hits = [
             [Hit(int(i), float(s), index.texts[i]) for s, i in zip(row_scores, row_indices)]
             for row_scores, row_indices in zip(scores, indices)
         ]
+        if rerank is None:
+            return hits
+        return rerank_hits(rerank, queries, hits, top_k, batch_size, show_progress)
 
 
 class PairScorer(_Matcher):
@@ -245,6 +353,45 @@ class PairScorer(_Matcher):
         )
 
     score = similarity
+
+    def rank(
+        self,
+        query: str,
+        documents: Iterable[str],
+        top_k: int | None = None,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+    ) -> list[Hit]:
+        """``documents`` ordered by the model's score of (query, document), best first.
+
+        Ties go to the lower position in ``documents`` (as sentence-transformers' ``CrossEncoder.rank``).
+
+        Args:
+            query: the text every document is scored against.
+            documents: the texts to rank.
+            top_k: how many to return; all when None.
+            batch_size: pairs per model call.
+            show_progress: a progress bar; None shows one from :data:`PROGRESS_FROM` documents on.
+
+        Returns:
+            :class:`Hit` (index: the document's position in ``documents``, score, text) per document.
+
+        Raises:
+            TypeError: ``query`` is not a str, or ``documents`` not a sequence of strings.
+            ValueError: ``top_k`` is below 1.
+
+        Example:
+            >>> scorer.rank("花呗怎么还款", ["借呗额度", "花呗如何还钱"], top_k=1)
+            [Hit(index=1, score=..., text='花呗如何还钱')]
+        """
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, not a {type(query).__name__}")
+        documents = check_texts(documents, "documents")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be at least 1 (or None for every document), got {top_k}")
+        scores = self.similarity([query] * len(documents), documents, batch_size, show_progress)
+        order = np.argsort(-scores, kind="stable")[:top_k]
+        return [Hit(int(i), float(scores[i]), documents[i]) for i in order]
 
 
 MATCHERS: dict[str, type[SentenceEncoder] | type[PairScorer]] = {
