@@ -58,6 +58,11 @@ _HOMES = {
     "PairScorer": ".inference.matchers",
     "VectorIndex": ".inference.index",
     "Hit": ".inference.index",
+    "RerankedHit": ".inference.rerank",
+    "rerank": ".inference.rerank",
+    # hard negatives mined from one's own files
+    "mine_hard_negatives": ".mining",
+    "MinedNegatives": ".mining",
     # errors
     "CosentError": ".errors",
     "DataError": ".errors",

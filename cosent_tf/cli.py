@@ -41,6 +41,7 @@ from .experiments.scripts import (  # noqa: F401 (the training scripts' entry po
     training_parser,
 )
 from .experiments.scripts import run_training as _run_training
+from .inference.rerank import RERANK_TOP
 from .io import (
     atomic_path,
     check_folder_apart,
@@ -163,17 +164,32 @@ def _search_build(args):
 
 def _search_query(args):
     from .inference.index import VectorIndex
-    from .inference.matchers import SentenceEncoder
+    from .inference.matchers import PairScorer, SentenceEncoder
 
-    inputs = [args.index_dir, args.queries, args.model_dir]
+    _check_rerank_top(args)
+    if args.rerank_top is not None and args.rerank_top < args.top_k:
+        raise ConfigError(
+            f"--rerank-top {args.rerank_top} is below --top-k {args.top_k}: the hits past {args.rerank_top} "
+            "would have no interaction score; rerank at least --top-k"
+        )
+    inputs = [args.index_dir, args.queries, args.model_dir, args.rerank]
     check_output_file(args.output, inputs, output_kinds(), args.overwrite)
     said = summary_stream(args.output)
     index = VectorIndex.load(args.index_dir)
     model_dir = index.model_path(args.model_dir)
     check_output_file(args.output, [model_dir], output_kinds(), args.overwrite)  # the model the index names
+    if args.rerank is not None:  # a wrong folder is said before any weights load
+        PairScorer.check_folder(args.rerank, "--rerank")
     queries = read_lines(args.queries, args.strict)  # a bad file is said before the model's load
     encoder = SentenceEncoder.load(model_dir, args.precision)
-    hits = encoder.search(queries, index, args.top_k, args.batch_size)
+    if args.rerank is None:
+        hits = encoder.search(queries, index, args.top_k, args.batch_size)
+        how = "by cosine"
+    else:
+        scorer = PairScorer.load(args.rerank, args.precision, option="--rerank")
+        rerank_top = max(args.top_k, RERANK_TOP if args.rerank_top is None else args.rerank_top)
+        hits = encoder.search(queries, index, args.top_k, args.batch_size, rerank=scorer, rerank_top=rerank_top)
+        how = f"reranked by {args.rerank} from the top {rerank_top} by cosine"
     write_text(
         args.output,
         "".join(
@@ -181,7 +197,98 @@ def _search_query(args):
             for query, row in zip(queries, hits)
         ),
     )
-    print(f"{args.output}: top {args.top_k} of {len(index)} for {len(queries)} queries", file=said)
+    print(f"{args.output}: top {args.top_k} of {len(index)} for {len(queries)} queries, {how}", file=said)
+
+
+def _check_rerank_top(args: argparse.Namespace) -> None:
+    if args.rerank_top is not None and args.rerank is None:
+        raise ConfigError(
+            "--rerank-top is how many cosine hits --rerank re-scores: pass --rerank INTERACTION_DIR with it"
+        )
+
+
+def rank_range(text: str) -> tuple[int, int]:
+    """An argparse type: ``LO-HI``, a window of 1-based ranks, both included (``mine --range``).
+
+    Args:
+        text: the option's value as typed.
+
+    Returns:
+        ``(lo, hi)``.
+
+    Raises:
+        argparse.ArgumentTypeError: not two whole numbers joined by ``-``, a rank below 1, or HI below LO.
+
+    Example:
+        >>> rank_range("10-50")
+        (10, 50)
+    """
+    lo_text, dash, hi_text = text.partition("-")
+    lo_text, hi_text = lo_text.strip(), hi_text.strip()
+    if not (dash and lo_text.isascii() and lo_text.isdigit() and hi_text.isascii() and hi_text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected LO-HI, two whole numbers such as 10-50, got {text!r}")
+    lo, hi = int(lo_text), int(hi_text)
+    if lo < 1 or hi < lo:
+        raise argparse.ArgumentTypeError(f"ranks start at 1 and HI may not be below LO, got {text}")
+    return lo, hi
+
+
+def _mine(args: argparse.Namespace) -> None:
+    from .data.groups import read_group_file
+    from .inference.index import VectorIndex
+    from .inference.matchers import PairScorer, SentenceEncoder
+    from .mining import (
+        check_index_model,
+        check_output_name,
+        default_corpus,
+        mine_hard_negatives,
+        rank_window,
+        summary_paths,
+    )
+
+    if args.rescore_margin is not None and args.rescore is None:
+        raise ConfigError("--rescore-margin is the margin of --rescore's guard: pass --rescore INTERACTION_DIR with it")
+    check_output_name(args.output, args.output_format)
+    inputs = [args.data, args.model, args.corpus, args.rescore]
+    for path in (args.output, *summary_paths(args.output)):
+        check_output_file(path, inputs, output_kinds(), args.overwrite)
+    said = summary_stream(args.output)
+    # Bad input files, and a window the corpus cannot fill, are said before any model loads.
+    data = read_group_file(args.data, _file_format(args), args.strict)
+    corpus: Optional[VectorIndex | list[str]] = None
+    if args.corpus is not None:
+        corpus = VectorIndex.load(args.corpus) if os.path.isdir(args.corpus) else read_lines(args.corpus, args.strict)
+    named = args.corpus or f"the corpus of {args.data}'s distinct second texts"
+    try:
+        rank_window(args.range, len(corpus) if corpus is not None else len(default_corpus(data)))
+    except ConfigError as error:
+        raise ConfigError(f"--range {args.range[0]}-{args.range[1]}: {named}: {error}") from None
+    SentenceEncoder.check_folder(args.model, option="--model")
+    if args.rescore is not None:
+        PairScorer.check_folder(args.rescore, option="--rescore")
+    if isinstance(corpus, VectorIndex):
+        check_index_model(corpus, os.path.abspath(args.model))
+    encoder = SentenceEncoder.load(args.model, args.precision, option="--model")
+    rescorer = None if args.rescore is None else PairScorer.load(args.rescore, args.precision, option="--rescore")
+    mined = mine_hard_negatives(
+        encoder,
+        data,
+        corpus,
+        rank_range=args.range,
+        margin=args.margin,
+        num_negatives=args.num_negatives,
+        sampling=args.sampling,
+        seed=args.seed,
+        rescorer=rescorer,
+        rescore_margin=args.rescore_margin or 0.0,
+        batch_size=args.batch_size,
+    )
+    if args.corpus is not None:
+        mined.settings["corpus"] = os.path.abspath(args.corpus)
+    print(mined.summary_table(), file=sys.stderr)
+    output, json_path, png_path = mined.write(args.output, args.output_format, args.overwrite)
+    what = "examples (query, pos, neg)" if args.output_format == "tuples" else "examples as labelled pairs"
+    print(f"{output}: {len(mined)} {what}; the summary in {json_path} and {png_path}", file=said)
 
 
 def _export(args):
@@ -214,8 +321,8 @@ def _file_format(args: argparse.Namespace) -> PairFileFormat:
 def _evaluate(args):
     from .data.groups import GroupData, read_group_file
     from .data.retrieval import read_retrieval_files
-    from .evaluation import evaluate_pairs, retrieval_by
-    from .inference.matchers import load_matcher
+    from .evaluation import evaluate_pairs, retrieval_by, retrieval_with_rerank
+    from .inference.matchers import PairScorer, load_matcher
     from .models.kinds import get_kind
     from .models.spec import read_spec
 
@@ -224,7 +331,14 @@ def _evaluate(args):
         raise CosentError("--queries, --corpus and --qrels go together: pass all three")
     if not args.file and not any(beir):
         raise CosentError("nothing to evaluate: pass a pair FILE, or --queries, --corpus and --qrels")
-    inputs = [args.model_dir, args.file, *beir]
+    _check_rerank_top(args)
+    if args.rerank is not None and not (args.retrieval or any(beir)):
+        raise ConfigError(
+            "--rerank re-orders retrieval results: pass --retrieval (with a pair FILE), or --queries, "
+            "--corpus and --qrels"
+        )
+    rerank_top = RERANK_TOP if args.rerank_top is None else args.rerank_top
+    inputs = [args.model_dir, args.file, *beir, args.rerank]
     outputs = evaluation_outputs(args.output) if args.output else ()
     for path in outputs[: 2 if args.file else 1]:  # the .tsv holds the pair file's scores
         check_output_file(path, inputs, output_kinds(), args.overwrite)
@@ -233,6 +347,8 @@ def _evaluate(args):
         raise CosentError(
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )
+    if args.rerank is not None:  # a wrong folder is said before any weights load
+        PairScorer.check_folder(args.rerank, "--rerank")
     # Bad input files are said before the model's load.
     pairs = read_group_file(args.file, _file_format(args), args.strict) if args.file else None
     if isinstance(pairs, GroupData):  # scored as training scores them: each text against its anchor
@@ -245,10 +361,17 @@ def _evaluate(args):
         pairs = pairs.labelled_pairs(seed=0)
     retrieval_data = read_retrieval_files(*beir) if any(beir) else None
     matcher = load_matcher(args.model_dir, args.precision)
+    scorer = None if args.rerank is None else PairScorer.load(args.rerank, args.precision, option="--rerank")
     metrics, lines = {"model_dir": args.model_dir}, None
     if pairs is not None:
         pair_metrics, scores, predictions = evaluate_pairs(
-            matcher, pairs, args.threshold, args.retrieval, args.batch_size
+            matcher,
+            pairs,
+            args.threshold,
+            args.retrieval,
+            args.batch_size,
+            scorer if args.retrieval else None,
+            rerank_top,
         )
         metrics.update(file=args.file, **pair_metrics)
         if pairs.label_kind == "binary" and predictions is None:
@@ -259,7 +382,16 @@ def _evaluate(args):
         lines = ["\t".join(row) for row in zip(*columns)]
     if retrieval_data is not None:
         queries, corpus, relevant = retrieval_data
-        metrics["beir"] = retrieval_by(lambda texts: matcher.encode(texts, args.batch_size), queries, corpus, relevant)
+
+        def encode(texts):
+            return matcher.encode(texts, args.batch_size)
+
+        if scorer is None:
+            metrics["beir"] = retrieval_by(encode, queries, corpus, relevant)
+        else:
+            metrics["beir"], metrics["beir_reranked"] = retrieval_with_rerank(
+                encode, scorer, queries, corpus, relevant, rerank_top, batch_size=args.batch_size
+            )
     print(json_text(metrics, indent=2, ensure_ascii=False))
     if outputs:
         write_json(outputs[0], metrics)
@@ -311,6 +443,19 @@ def argument_parser() -> argparse.ArgumentParser:
     def overwrite_option(sub, replaced="OUTPUT if it exists"):
         sub.add_argument("--overwrite", action="store_true", help=f"replace {replaced} (refused without this)")
 
+    def rerank_options(sub, reported):
+        sub.add_argument(
+            "--rerank",
+            metavar="INTERACTION_DIR",
+            help=f"an interaction model folder that re-orders each query's top cosine hits by its score: {reported}",
+        )
+        sub.add_argument(
+            "--rerank-top",
+            type=number_in_range(int, 1),
+            metavar="K",
+            help=f"how many cosine hits per query --rerank re-scores (default: {RERANK_TOP})",
+        )
+
     sub = command(
         "train",
         _train,
@@ -324,7 +469,8 @@ def argument_parser() -> argparse.ArgumentParser:
         "evaluate",
         _evaluate,
         "Spearman, Pearson and (binary labels) accuracy at the model's tuned threshold on a pair file; "
-        "--retrieval adds Recall@1/5/10, MRR@10 and nDCG@10 for a feature model.",
+        "--retrieval adds Recall@1/5/10, MRR@10 and nDCG@10 for a feature model, and --rerank those of the "
+        "same search with each query's top hits re-ordered by an interaction model.",
     )
     sub.add_argument("model_dir")
     sub.add_argument(
@@ -344,6 +490,7 @@ def argument_parser() -> argparse.ArgumentParser:
     sub.add_argument("--queries", help="BEIR/MTEB-layout queries.jsonl (with --corpus and --qrels)")
     sub.add_argument("--corpus", help="BEIR/MTEB-layout corpus.jsonl")
     sub.add_argument("--qrels", help="BEIR/MTEB-layout qrels TSV (query-id, corpus-id, score)")
+    rerank_options(sub, "that order's metrics come as retrieval_reranked (beir_reranked with --queries)")
     sub.add_argument(
         "--output",
         metavar="PREFIX|NAME.json",
@@ -403,15 +550,99 @@ def argument_parser() -> argparse.ArgumentParser:
     sub = command(
         "query",
         _search_query,
-        "Find the top-k corpus texts of each query line by exact cosine; writes JSON lines.",
+        "Find the top-k corpus texts of each query line by exact cosine, or (--rerank) by an interaction "
+        "model's score of the top --rerank-top by cosine; writes JSON lines.",
         actions,
     )
     sub.add_argument("index_dir")
     sub.add_argument("queries", help="UTF-8 text file, one query a line")
-    sub.add_argument("output", help=".jsonl file: one {query, hits: [{index, score, text}]} per query")
+    sub.add_argument(
+        "output",
+        help=".jsonl file: one {query, hits: [{index, score, text}]} per query; with --rerank each hit also "
+        "carries cosine and cosine_rank, and score is the interaction model's",
+    )
     sub.add_argument("--model-dir", help="model folder (default: the one that built the index)")
     sub.add_argument("--top-k", type=number_in_range(int, 1), default=10)
+    rerank_options(sub, "the best --top-k of them by that score are written")
     overwrite_option(sub)
+    inference_options(sub)
+
+    sub = command(
+        "mine",
+        _mine,
+        "Mine hard negatives for the (anchor, positive) examples of a file: the corpus texts that a feature "
+        "model ranks LO to HI for each anchor, less those likely to be its matches (the anchor itself, texts "
+        "the file labels as its matches either way round, duplicates of the positive, and with --margin or "
+        "--rescore texts scored too close to the positive). Writes the JSON lines (query, pos, neg) that "
+        "train --loss mnrl reads, or labelled pairs, with OUTPUT's summary beside it (NAME.summary.json and "
+        "the scores' histograms NAME.scores.png); the summary is also printed.",
+    )
+    sub.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE",
+        help="the examples: rows or JSON lines of anchor, positive (and negatives), pairs without labels "
+        "(positive pairs), or labelled pairs (those labelled as matches), as train --loss mnrl reads them",
+    )
+    sub.add_argument(
+        "--model", required=True, metavar="MODEL_DIR", help="the feature model folder that ranks the corpus"
+    )
+    sub.add_argument(
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="a .jsonl file for tuples; for pairs .tsv, .csv or .jsonl (the readers tell the format by it)",
+    )
+    sub.add_argument(
+        "--corpus",
+        metavar="FILE|INDEX_DIR",
+        help="the texts to mine from: a text file, one text a line, or an index folder of MODEL_DIR's (search "
+        "build); default: every distinct second text of --data",
+    )
+    sub.add_argument(
+        "--range",
+        type=rank_range,
+        default=(10, 50),
+        metavar="LO-HI",
+        help="the candidates' ranks among all corpus texts by cosine with the anchor, both included (default: "
+        "10-50); cut to a smaller corpus",
+    )
+    sub.add_argument(
+        "--margin",
+        type=finite_number,
+        metavar="M",
+        help="drop a candidate whose cosine with the anchor is above the positive's minus M (default: no such "
+        "guard; a negative M is written --margin=-0.05)",
+    )
+    sub.add_argument("--num-negatives", type=number_in_range(int, 1), default=3, metavar="K", help="default: 3")
+    sub.add_argument(
+        "--sampling",
+        choices=["top", "random"],
+        default="top",
+        help="top: the K best-ranked candidates left; random: K drawn among them, seeded (default: top)",
+    )
+    sub.add_argument("--seed", type=number_in_range(int, 0), default=42, help="of --sampling random (default: 42)")
+    sub.add_argument(
+        "--rescore",
+        metavar="INTERACTION_DIR",
+        help="an interaction model folder: drop a candidate it scores at or above the positive's score minus "
+        "--rescore-margin",
+    )
+    sub.add_argument(
+        "--rescore-margin",
+        type=finite_number,
+        metavar="M",
+        help="the margin of --rescore's guard (default: 0; a negative M is written --rescore-margin=-0.5)",
+    )
+    sub.add_argument(
+        "--output-format",
+        choices=["tuples", "pairs"],
+        default="tuples",
+        help="tuples: {query, pos, neg} JSON lines for --loss mnrl; pairs: (anchor, positive, 1) and "
+        "(anchor, negative, 0) for a pair loss such as cosent (default: tuples)",
+    )
+    overwrite_option(sub, "OUTPUT and its summary files if they exist")
+    add_run_options(sub, FILE_FORMAT)
     inference_options(sub)
 
     sub = command(

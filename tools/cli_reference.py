@@ -41,12 +41,12 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict:
 
 
 def reference() -> str:
-    """The page's text: every cosent-tf command's help, then each training script's and the report's."""
+    """The page's text: every cosent-tf command's help, then each script's (training, report, subset)."""
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH  # argparse wraps at the terminal's width
     try:
         from cosent_tf.cli import argument_parser
-        from cosent_tf.experiments.scripts import report_parser, training_parser
+        from cosent_tf.experiments.scripts import report_parser, subset_parser, training_parser
 
         sections = [
             "# Command-line reference",
@@ -88,6 +88,7 @@ def reference() -> str:
             choices = ", ".join(name if name != loss else f"**{name}**" for name in loss_names(kind))
             sections.append(f"| scripts/{script} | {kind} | {choices} | {task or 'first argument'} |")
         block("scripts/report.py", _help(report_parser(), "python scripts/report.py"))
+        block("scripts/subset.py", _help(subset_parser(), "python scripts/subset.py"))
         return "\n".join(sections) + "\n"
     finally:
         if previous is None:
