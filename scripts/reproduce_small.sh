@@ -5,18 +5,22 @@
 # most 2000 pairs, Adam 1e-4 (random init needs more than the original's 2e-5). LCQMC and
 # PAWSX have no train split here, so they train on a seeded half of valid and validate on
 # the other half. Feature models are validated every 10 steps, for the convergence table.
-# Then the retrieval study (issue 36): CoSENT, MNRL (in-batch negatives only, and with hard
+# Then the retrieval study (issues 36, 37): CoSENT, MNRL (in-batch negatives only, and with hard
 # negatives from the labels), AnglE and the CoSENT + in-batch + angle mix on ATEC, BQ, LCQMC,
-# STS-B and NLI, each with the same 125 steps, tested on Spearman and on retrieval.
+# STS-B and NLI, each with the same 125 steps, tested on Spearman and on retrieval; MNRL on
+# negatives mined by the in-batch MNRL run (ATEC, BQ, STS-B), and the CoSENT and MNRL runs'
+# rankings reranked by an interaction CoSENT model of the task.
 #
 #   scripts/reproduce_small.sh [DATA_DIR] [OUT_DIR] [DOCS_DIR]            # all: results.md, then retrieval.md
 #   scripts/reproduce_small.sh retrieval [DATA_DIR] [OUT_DIR] [DOCS_DIR]  # the retrieval study alone (~30 min)
 #
 # Defaults: DATA_DIR ../shared/data, OUT_DIR runs/small, DOCS_DIR docs/small-random (a data
-# folder called "retrieval" is given as ./retrieval). The study's runs are OUT_DIR/retrieval-*
-# and its report DOCS_DIR/retrieval.md and retrieval.png; results.md is made from the other runs.
-# A run that already has metrics.json is skipped, so re-running after an interruption
-# finishes the rest (an interrupted run itself resumes from its last epoch).
+# folder called "retrieval" is given as ./retrieval). The study's runs are OUT_DIR/retrieval-*,
+# its rerankers OUT_DIR/rerank-*, the seeded subsets it mines and evaluates on OUT_DIR/subsets,
+# the mined negatives OUT_DIR/mined and the reranked evaluations OUT_DIR/reranked; its report is
+# DOCS_DIR/retrieval.md and retrieval.png; results.md is made from the other runs. A run that
+# already has metrics.json, and a step whose output is there, is skipped, so re-running after an
+# interruption finishes the rest (an interrupted run itself resumes from its last epoch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STUDIES=(paper retrieval)
@@ -25,24 +29,38 @@ DATA=${1:-../shared/data}
 OUT=${2:-runs/small}
 DOCS=${3:-docs/small-random}
 PY=${PYTHON:-.venv/bin/python}
-COMMON=(--data-dir "$DATA" --lr 1e-4 --epochs 1 --max-eval-pairs 2000)
-FEATURE=(--max-train-pairs 4000 --eval-every 10)
-INTERACTION=(--max-train-pairs 4000 --eval-every 40)  # an interaction model's validation costs more
+TRAIN_PAIRS=4000 EVAL_PAIRS=2000  # each run's seeded subsets (seed 42, the runs' default)
+COMMON=(--data-dir "$DATA" --lr 1e-4 --epochs 1 --max-eval-pairs "$EVAL_PAIRS")
+FEATURE=(--max-train-pairs "$TRAIN_PAIRS" --eval-every 10)
+INTERACTION=(--max-train-pairs "$TRAIN_PAIRS" --eval-every 40)  # an interaction model's validation costs more
+CLI=("$PY" -m cosent_tf.cli)  # cosent-tf, run by the same Python
 mkdir -p "$OUT"
 started=$(date +%s)
 
-run() {  # run NAME SCRIPT TASK [options...]
+step() {  # step NAME OUTPUT COMMAND...: COMMAND unless OUTPUT is there; its log NAME.log, its time NAME.seconds
+  local name=$1 output=$2; shift 2
+  if [[ -e $output ]]; then echo "skip $name (finished)"; return; fi
+  local t0=$(date +%s)
+  echo "[$(( (t0 - started) / 60 )) min] $name ..."
+  "$@" > "$OUT/$name.log" 2>&1 || { echo "FAILED: $name (see $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
+  echo $(( $(date +%s) - t0 )) > "$OUT/$name.seconds.tmp" && mv "$OUT/$name.seconds.tmp" "$OUT/$name.seconds"
+  echo "    $(tail -1 "$OUT/$name.log" | cut -c1-160)  ($(cat "$OUT/$name.seconds") s)"
+}
+
+run() {  # run NAME SCRIPT TASK [options...]: a training script's run in OUT/NAME
   local name=$1 script=$2 task=$3; shift 3
   local extra=() positional=("$task")
   if [[ $task == LCQMC || $task == PAWSX ]]; then extra=(--train-from-valid 0.5); fi
   if [[ $task == NLI ]]; then positional=(); fi  # the NLI scripts take no task
-  if [[ -f $OUT/$name/metrics.json ]]; then echo "skip $name (finished)"; return; fi
-  local t0=$(date +%s)
-  echo "[$(( (t0 - started) / 60 )) min] $name ..."
-  "$PY" "scripts/$script" "${positional[@]}" "${COMMON[@]}" "${extra[@]}" "$@" --output-dir "$OUT/$name" \
-    > "$OUT/$name.log" 2>&1 || { echo "FAILED: $name (see $OUT/$name.log)"; tail -5 "$OUT/$name.log"; exit 1; }
-  echo $(( $(date +%s) - t0 )) > "$OUT/$name.seconds.tmp" && mv "$OUT/$name.seconds.tmp" "$OUT/$name.seconds"
-  echo "    $(tail -1 "$OUT/$name.log" | cut -c1-160)  ($(cat "$OUT/$name.seconds") s)"
+  step "$name" "$OUT/$name/metrics.json" \
+    "$PY" "scripts/$script" "${positional[@]}" "${COMMON[@]}" "${extra[@]}" "$@" --output-dir "$OUT/$name"
+}
+
+of_retrieval_study() {  # of_retrieval_study NAME: whether OUT/NAME (a run, a step's log or time) is the study's
+  case $1 in
+    retrieval-* | rerank-* | subset-* | mine-* | evaluate-* | subsets | mined | reranked) return 0 ;;
+    *) return 1 ;;
+  esac
 }
 
 minutes_of() {  # minutes_of FILE...: the total of these runs' own wall times (NAME.seconds), rounded
@@ -99,8 +117,8 @@ paper() {
   # The paper's runs are every run but the retrieval study's; the minutes are the total of their
   # own wall times, so re-running only the report keeps the true figure.
   local runs=() seconds=() dir
-  for dir in "$OUT"/*/; do [[ $(basename "$dir") == retrieval-* ]] || runs+=("$dir"); done
-  for dir in "$OUT"/*.seconds; do [[ $(basename "$dir") == retrieval-* ]] || seconds+=("$dir"); done
+  for dir in "$OUT"/*/; do of_retrieval_study "$(basename "$dir")" || runs+=("$dir"); done
+  for dir in "$OUT"/*.seconds; do of_retrieval_study "$(basename "$dir")" || seconds+=("$dir"); done
   local minutes
   minutes=$(minutes_of "${seconds[@]}")
   "$PY" scripts/report.py "${runs[@]}" --output-dir "$DOCS" --preface "## Small-scale reproduction (random initialisation, partial data)
@@ -139,7 +157,7 @@ retrieval() {
   # it would be fewer steps. Mean pooling for all, no in-epoch validation (cheap).
   local budget=(--pooling last-avg --steps-per-epoch 125) task
   for task in ATEC BQ LCQMC STS-B NLI; do
-    local script=cosent.py pairs=(--max-train-pairs 4000)
+    local script=cosent.py pairs=(--max-train-pairs "$TRAIN_PAIRS")
     if [[ $task == NLI ]]; then script=cosent_nli.py pairs=(--max-train-pairs 8000); fi
     run "retrieval-cosent-$task" "$script" "$task" "${budget[@]}" "${pairs[@]}"
     run "retrieval-mnrl-$task" "$script" "$task" --loss mnrl --no-hard-negatives-from-labels \
@@ -149,9 +167,51 @@ retrieval() {
     run "retrieval-angle-$task" "$script" "$task" --loss angle "${budget[@]}" "${pairs[@]}"
     run "retrieval-cosent-ibn-$task" "$script" "$task" --loss cosent-ibn "${budget[@]}" "${pairs[@]}"
   done
+  # An interaction CoSENT reranker per task: five epochs of the train pairs (after one, these
+  # models from random weights barely rank), the best on valid kept, no in-epoch validation.
+  # Its name is not retrieval-*: it is no row of the tables.
+  for task in ATEC BQ LCQMC STS-B; do
+    run "rerank-interact-cosent-$task" interact_cosent.py "$task" --max-train-pairs "$TRAIN_PAIRS" --epochs 5
+  done
+  # The pairs the runs saw, as files, so that mine and evaluate see exactly them: a run's seeded
+  # train pairs (LCQMC has no train split: its runs train on half of valid) and test pairs.
+  local subsets=$OUT/subsets senteval=$DATA/senteval_cn
+  [[ -d $senteval ]] || senteval=$DATA  # DATA may be the senteval_cn folder itself
+  mkdir -p "$subsets" "$OUT/mined" "$OUT/reranked"
+  for task in ATEC BQ STS-B; do
+    step "subset-$task-train" "$subsets/$task.train.tsv" "$PY" scripts/subset.py "$task" train \
+      --count "$TRAIN_PAIRS" --data-dir "$DATA" --output "$subsets/$task.train.tsv"
+  done
+  for task in ATEC BQ LCQMC STS-B; do
+    step "subset-$task-test" "$subsets/$task.test.tsv" "$PY" scripts/subset.py "$task" test \
+      --count "$EVAL_PAIRS" --data-dir "$DATA" --output "$subsets/$task.test.tsv"
+  done
+  # Negatives mined by the MNRL run of in-batch negatives, guarded by the reranker against false
+  # negatives; MNRL trained on them with the study's budget, tested on the task's test file as
+  # sampled by every run (so on the same subset; the report checks its queries and corpus).
+  for task in ATEC BQ STS-B; do
+    step "mine-$task" "$OUT/mined/$task.jsonl" "${CLI[@]}" mine --data "$subsets/$task.train.tsv" \
+      --model "$OUT/retrieval-mnrl-$task/model" --rescore "$OUT/rerank-interact-cosent-$task/model" \
+      --num-negatives 1 --range 10-50 --output "$OUT/mined/$task.jsonl"
+    step "retrieval-mnrl-mined-$task" "$OUT/retrieval-mnrl-mined-$task/metrics.json" "${CLI[@]}" train \
+      --train "$OUT/mined/$task.jsonl" --valid "$senteval/$task/$task.valid.data" \
+      --test "$senteval/$task/$task.test.data" --name "$task" --loss mnrl "${budget[@]}" --lr 1e-4 --epochs 1 \
+      --max-eval-pairs "$EVAL_PAIRS" --output-dir "$OUT/retrieval-mnrl-mined-$task"
+  done
+  # Retrieve, then rerank: each query's top 20 of a first stage reordered by the task's reranker.
+  local first
+  for task in ATEC BQ LCQMC STS-B; do
+    for first in retrieval-cosent retrieval-mnrl-hard; do
+      step "evaluate-$first-$task" "$OUT/reranked/$first-$task.json" "${CLI[@]}" evaluate \
+        "$OUT/$first-$task/model" "$subsets/$task.test.tsv" --retrieval \
+        --rerank "$OUT/rerank-interact-cosent-$task/model" --rerank-top 20 --output "$OUT/reranked/$first-$task.json"
+    done
+  done
   local minutes
-  minutes=$(minutes_of "$OUT"/retrieval-*.seconds)
-  "$PY" scripts/report.py "$OUT"/retrieval-*/ --output-dir "$DOCS" --preface "## Retrieval study (random initialisation, partial data)
+  minutes=$(minutes_of "$OUT"/retrieval-*.seconds "$OUT"/rerank-*.seconds "$OUT"/subset-*.seconds \
+    "$OUT"/mine-*.seconds "$OUT"/evaluate-*.seconds)
+  "$PY" scripts/report.py "$OUT"/retrieval-*/ --evaluations "$OUT"/reranked/*.json --output-dir "$DOCS" \
+    --preface "## Retrieval study (random initialisation, partial data)
 
 **The same randomly initialised small BERT, partial data and seeded test subsets of at most
 2000 pairs as [the small reproduction](results.md): not comparable with published numbers.**
@@ -163,9 +223,28 @@ on NLI its contradictions as in supervised SimCSE; an anchor without one gets a 
 AnglE; and the mix of CoSENT, in-batch negatives and angle (\`--loss cosent-ibn\`) at AnglE's
 weights (cosine 0, in-batch 20, angle 1).
 
+Two more kinds of rows (issue 37). **MNRL (mined negatives)**, on ATEC, BQ and STS-B:
+\`cosent-tf mine\` takes the 4000 seeded train pairs the other runs train on and, for each
+anchor, ranks every distinct second text of them with the MNRL run of in-batch negatives,
+then draws one negative from ranks 10 to 50 (\`--range 10-50 --num-negatives 1\`), never a
+text a labelled pair marks as the anchor's positive nor a duplicate of its positive, and none
+that the task's reranker (below, \`--rescore\`) scores within its default margin of the
+positive (a likely false negative); MNRL then trains on those (anchor, positive, negative)
+triples for the same 125 steps, valid and test sampled as every run samples them, so it is
+tested on the same subset (the report checks its retrieval's queries and corpus against the
+other runs'). LCQMC has no train split here (its runs train on half of valid), so it has no
+mined run. **→ reranked by interaction CoSENT (top 20)**: an interaction CoSENT model per task
+(\`rerank-interact-cosent-TASK\`), trained five epochs on at most 4000 pairs (LCQMC: half of
+valid), the best epoch on valid kept, reorders each query's top 20 of the CoSENT run and of the
+MNRL run with hard negatives from labels (\`cosent-tf evaluate --retrieval --rerank\`), on
+the test subset those runs were tested on, written to a file; the report checks that each
+evaluation's first-stage metrics are the run's own. The reranker is as small, randomly
+initialised and briefly trained as every model here: its rows say what such a model does when
+it reranks, not what a pretrained cross-encoder would.
+
 Made by \`scripts/reproduce_small.sh\` (its study alone: \`scripts/reproduce_small.sh retrieval\`) on a
-2-core CPU in ${minutes} minutes of runs: every run takes the same 125 steps
-(\`--steps-per-epoch 125\`) of 32 pairs or examples (NLI 64), from at most 4000 train pairs
+2-core CPU in ${minutes} minutes (runs, rerankers, mining and evaluations): every run takes the
+same 125 steps (\`--steps-per-epoch 125\`) of 32 pairs or examples (NLI 64), from at most 4000 train pairs
 (NLI 8000), at mean pooling (\`last-avg\`, where training
 helps at this scale; see results.md), Adam 1e-4, λ (\`--scale\`) 20, seed 42, and is tested at
 the end. Same steps, not the same epochs: MNRL trains on the positive pairs only, about a
@@ -175,8 +254,9 @@ example with a hard negative holds three texts, not two. The in-batch losses kee
 that share a text out of one batch (where it would be a false negative). Retrieval is what
 \`cosent-tf evaluate --retrieval\` computes on the test subset: for each distinct first text
 with a positive pair (STS-B: a score above 2.5), every distinct second text ranked by exact
-cosine; Recall@1 and @10, MRR@10, nDCG@10. Which loss led on each metric is computed from the
-tables and said under them."
+cosine; Recall@1 and @10, MRR@10, nDCG@10. Which loss led on each metric, how mined negatives
+compare with MNRL's other negatives and what reranking changed are computed from the tables and
+said under them."
   echo "retrieval study's runs: ${minutes} minutes; report in $DOCS/retrieval.md"
 }
 

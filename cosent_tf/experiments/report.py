@@ -30,7 +30,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -43,7 +43,7 @@ from ..layers import POOLING_MODES
 from ..losses import get_loss
 from ..models.kinds import FEATURE
 from ..plotting import new_figure, save_png
-from ..training.run_folder import METRICS
+from ..training.run_folder import METRICS, RUN_CONFIG
 from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density
 from .runs import (
     Run,
@@ -58,13 +58,22 @@ from .runs import (
     trained_tasks,
 )
 
+# A table's cells: {row: {column: (value, marks)}}, the marks written after the value.
+Cells = dict[str, dict[str, tuple[float, str]]]
+NOT_COMPARABLE = "†"  # the run records itself as not comparable with published numbers
+OTHER_SUBSET = "‡"  # measured on another test subset than the rows it stands among
 
-def _cell(value: float | np.floating | None, comparable: bool = True) -> str:
-    return "–" if value is None else f"{100 * value:.2f}" + ("" if comparable else "†")
+
+def _cell(value: float | np.floating | None, marks: str = "") -> str:
+    return "–" if value is None else f"{100 * value:.2f}" + marks
 
 
-def _table(rows: dict[str, dict[str, tuple[float, bool]]], columns: Sequence[str], average: bool = True) -> str:
-    """rows: {method: {column: (value, comparable)}}; an Avg column over the present values."""
+def _marks(run: Run) -> str:
+    return "" if run["metrics"].get("comparable", True) else NOT_COMPARABLE
+
+
+def _table(rows: Cells, columns: Sequence[str], average: bool = True) -> str:
+    """rows: {method: {column: (value, marks)}}; an Avg column over the present values."""
     header = ["method", *columns] + (["Avg"] if average else [])
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for method, values in rows.items():
@@ -79,14 +88,13 @@ def _table(rows: dict[str, dict[str, tuple[float, bool]]], columns: Sequence[str
 
 def _test_results(
     runs: list[Run], row_name: Callable[[Run], str] = lambda run: run["method"], metric: str = "spearman"
-) -> dict[str, dict[str, tuple[float, bool]]]:
-    """{row: {task: (test metric, comparable)}} over ``runs``."""
-    rows: dict[str, dict[str, tuple[float, bool]]] = {}
+) -> Cells:
+    """{row: {task: (test metric, marks)}} over ``runs``."""
+    rows: Cells = {}
     for run in runs:
-        comparable = run["metrics"].get("comparable", True)
         for task, result in run["metrics"]["tasks"].items():
             if metric in result["test"]:
-                rows.setdefault(row_name(run), {})[task] = (result["test"][metric], comparable)
+                rows.setdefault(row_name(run), {})[task] = (result["test"][metric], _marks(run))
     return rows
 
 
@@ -203,12 +211,26 @@ RETRIEVAL_METRICS = {
     "recall@10": "Recall@10",
     f"ndcg@{RANK_CUTOFF}": f"nDCG@{RANK_CUTOFF}",
 }
+# How large a retrieval test was (keys beside the metrics): two results of one test subset agree on them.
+RETRIEVAL_COUNTS = ("queries", "corpus")
+# The metrics whose change by reranking is said under the tables.
+RERANK_METRICS = (f"mrr@{RANK_CUTOFF}", "recall@1", f"ndcg@{RANK_CUTOFF}")
 _HEADLINE_METRIC = f"mrr@{RANK_CUTOFF}"  # shown next to test Spearman, in the first table and the plot
 _MIX_WEIGHT_KEYS = ("cosine_weight", "ibn_weight", "angle_weight")
+# The key of an evaluation's reranked retrieval metrics (cosent-tf evaluate --retrieval --rerank --output).
+RERANKED = "retrieval_reranked"
+
+# An evaluation with reranking as the report holds it (see load_evaluations).
+Evaluation = dict[str, Any]
 
 
 def _is_retrieval_objective(run: Run) -> bool:
     return run["config"]["kind"] == FEATURE.name and run["config"]["loss"] in RETRIEVAL_LOSSES
+
+
+def _is_mined(run: Run) -> bool:
+    """The run trained on a file of mined negatives (its mining summary is beside its train file)."""
+    return run.get("mining") is not None
 
 
 def _settings_apart(run: Run, others: list[Run]) -> int:
@@ -222,16 +244,19 @@ def _settings_apart(run: Run, others: list[Run]) -> int:
 
 def retrieval_study_runs(runs: list[Run]) -> list[Run]:
     """The runs of the retrieval study among ``runs``: every feature run of a retrieval objective
-    (:data:`RETRIEVAL_LOSSES`) and, for each task and pooling they were trained at, the CoSENT
-    run at that task and pooling whose other settings differ least from theirs (so that a study
-    reported next to the paper's runs compares CoSENT trained as the study trained it).
+    (:data:`RETRIEVAL_LOSSES`), runs on mined negatives included, and, for each task and pooling
+    they were trained at, the CoSENT run at that task and pooling whose other settings differ
+    least from theirs (so that a study reported next to the paper's runs compares CoSENT trained
+    as the study trained it; a run on mined negatives, which trains on a file of its own, has no
+    say in that unless it is the setting's only one).
 
     Args:
         runs: runs from :func:`~cosent_tf.experiments.runs.load_runs`.
 
     Returns:
-        The study's runs, CoSENT first, then the objectives in :data:`RETRIEVAL_LOSSES` order;
-        empty when no run trained a retrieval objective.
+        The study's runs, CoSENT first, then the objectives in :data:`RETRIEVAL_LOSSES` order
+        (MNRL: in-batch negatives only, negatives from labels, mined negatives); empty when no
+        run trained a retrieval objective.
 
     Raises:
         ConfigError: two CoSENT runs are equally near one setting of the study, so the report
@@ -244,7 +269,8 @@ def retrieval_study_runs(runs: list[Run]) -> list[Run]:
     objectives = [run for run in runs if _is_retrieval_objective(run)]
     compared: list[Run] = []
     for task, pooling in dict.fromkeys((r["config"]["task"], pooling_of(r["config"])) for r in objectives):
-        setting = [r for r in objectives if (r["config"]["task"], pooling_of(r["config"])) == (task, pooling)]
+        in_setting = [r for r in objectives if (r["config"]["task"], pooling_of(r["config"])) == (task, pooling)]
+        setting = [r for r in in_setting if not _is_mined(r)] or in_setting
         candidates = [
             r
             for r in runs
@@ -266,6 +292,7 @@ def retrieval_study_runs(runs: list[Run]) -> list[Run]:
         compared + objectives,
         key=lambda r: (
             order.index(r["config"]["loss"]),
+            _is_mined(r),
             bool(r["config"].get("hard_negatives_from_labels")),
             bool(r["config"].get("symmetric")),
         ),
@@ -276,7 +303,9 @@ def _retrieval_label(run: Run, with_pooling: bool) -> str:
     """A study run's row name: its method, and what tells it from a run of the same loss."""
     config = run["config"]
     notes = []
-    if config.get("hard_negatives_from_labels"):
+    if _is_mined(run):
+        notes.append("mined negatives")
+    elif config.get("hard_negatives_from_labels"):
         notes.append("hard negatives from labels")
     if config.get("symmetric"):
         notes.append("symmetric")
@@ -290,6 +319,32 @@ def _retrieval_label(run: Run, with_pooling: bool) -> str:
     if with_pooling:
         notes.append(f"{POOLING_MODES[pooling_of(config)]} pooling")
     return run["method"] + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _retrieval_block(
+    block: dict[str, Any], path: str, where: str, required: bool = False
+) -> tuple[dict[str, float], dict[str, int]]:
+    """The metrics of :data:`RETRIEVAL_METRICS` (numbers from 0 to 1) and the counts of
+    :data:`RETRIEVAL_COUNTS` in a retrieval result ``block`` of the JSON file ``path``;
+    ``required``: a missing metric is an error, not left out."""
+    values: dict[str, float] = {}
+    for key in RETRIEVAL_METRICS:
+        value = json_field(block, key, (int, float), path, what=f"{where}[{key!r}]")
+        if value is None:
+            if required:
+                raise ConfigError(f"{path}: {where}[{key!r}] is missing")
+            continue
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{path}: {where}[{key!r}] is {value}, outside 0 to 1")
+        values[key] = float(value)
+    counts: dict[str, int] = {}
+    for key in RETRIEVAL_COUNTS:
+        count = json_field(block, key, int, path, what=f"{where}[{key!r}]")
+        if count is not None:
+            if count < 1:
+                raise ConfigError(f"{path}: {where}[{key!r}] is {count}; a retrieval test has at least one")
+            counts[key] = count
+    return values, counts
 
 
 def run_retrieval(run: Run) -> dict[str, dict[str, float]]:
@@ -315,36 +370,228 @@ def run_retrieval(run: Run) -> dict[str, dict[str, float]]:
     path = os.path.join(run["dir"], METRICS)
     recorded = read_json(path, "a training run's metrics")["tasks"]
     results: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict[str, int]] = {}
     for task in run["metrics"]["tasks"]:
         where = f"tasks[{task!r}]['test']['retrieval']"
         retrieval = json_field(recorded[task]["test"], "retrieval", dict, path, what=where) or {}
-        values = {}
-        for key in RETRIEVAL_METRICS:
-            value = json_field(retrieval, key, (int, float), path, what=f"{where}[{key!r}]")
-            if value is None:
-                continue
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{path}: {where}[{key!r}] is {value}, outside 0 to 1")
-            values[key] = float(value)
-        results[task] = values
-    run["retrieval"] = results
+        results[task], counts[task] = _retrieval_block(retrieval, path, where)
+    run["retrieval"], run["retrieval_counts"] = results, counts
     return results
 
 
-def _study_rows(runs: list[Run], metric: str, with_pooling: bool) -> dict[str, dict[str, tuple[float, bool]]]:
-    """{row: {task: (value, comparable)}} of test Spearman (``metric`` "spearman") or a retrieval metric."""
-    rows: dict[str, dict[str, tuple[float, bool]]] = {}
+def _run_retrieval_counts(run: Run) -> dict[str, dict[str, int]]:
+    """{task: {"queries": n, "corpus": n}} of the run's test retrieval, as far as recorded."""
+    run_retrieval(run)
+    return run["retrieval_counts"]
+
+
+def _reranker_name(model_dir: str) -> str:
+    """The reranker's name in a row: its run's kind and loss ("interaction CoSENT") when its folder
+    is a training run's model, else its path."""
+    config_path = os.path.join(os.path.dirname(os.path.normpath(model_dir)), RUN_CONFIG)
+    if not os.path.isfile(config_path):
+        return model_dir
+    config = read_json(config_path, "a training run's config")
+    kind, loss = config.get("kind"), config.get("loss")
+    if not (isinstance(kind, str) and isinstance(loss, str)):
+        return model_dir
+    try:
+        return f"{kind} {get_loss(kind, loss).title}"
+    except ConfigError:
+        return model_dir
+
+
+def load_evaluations(paths: Iterable[str | os.PathLike[str]], runs: list[Run]) -> list[Evaluation]:
+    """The retrieval evaluations with reranking among ``paths`` (the JSON that ``cosent-tf evaluate
+    MODEL FILE --retrieval --rerank DIR --output X.json`` writes), each read, checked and placed:
+    its run is the folder around its ``model_dir``, and its task that run's.
+
+    Args:
+        paths: the evaluations' JSON files.
+        runs: the report's runs (:func:`~cosent_tf.experiments.runs.load_runs`); each
+            evaluation's run must be among them.
+
+    Returns:
+        One dict per file: ``path``, ``run``, ``task``, ``retrieval`` and ``reranked``
+        (``{metric: value}`` of the first stage's ranking and of the reranked one, on the same
+        pairs), ``retrieval_counts`` and ``reranked_counts`` (queries and corpus),
+        ``rerank_top``, ``reranker`` (the interaction model's folder) and ``reranker_name``.
+
+    Raises:
+        ConfigError: a file that is no such evaluation (no reranked metrics, a metric missing or
+            outside 0 to 1), one whose run is not among ``runs`` or was not trained on a task it
+            was tested on, or two of one run reranked alike; the message names the file.
+
+    Example:
+        >>> runs = load_runs(["runs/retrieval-cosent-BQ"])
+        >>> load_evaluations(["runs/reranked/retrieval-cosent-BQ.json"], runs)[0]["reranked"]["mrr@10"]
+        0.35
+    """
+    by_folder = {os.path.realpath(run["dir"]): run for run in runs}
+    evaluations: list[Evaluation] = []
+    alike: dict[tuple[str, str, int], str] = {}
+    for path in (os.fspath(given) for given in paths):
+        record = read_json(path, "an evaluation (cosent-tf evaluate --output)")
+        model_dir = json_field(record, "model_dir", str, path)
+        plain = json_field(record, "retrieval", dict, path)
+        reranked = json_field(record, RERANKED, dict, path)
+        if model_dir is None or plain is None or reranked is None:
+            fields = (("model_dir", model_dir), ("retrieval", plain), (RERANKED, reranked))
+            missing = next(key for key, value in fields if value is None)
+            raise ConfigError(
+                f"{path}: {missing!r} is missing: not an evaluation of a model's retrieval with reranking "
+                "(cosent-tf evaluate MODEL FILE --retrieval --rerank DIR --output FILE.json)"
+            )
+        top = json_field(reranked, "rerank_top", int, path, what=f"{RERANKED}['rerank_top']")
+        reranker = json_field(reranked, "reranker", str, path, what=f"{RERANKED}['reranker']")
+        if top is None or top < 1 or reranker is None:
+            raise ConfigError(
+                f"{path}: {RERANKED} must say how many candidates were reranked ('rerank_top', at least 1) "
+                "and by which model ('reranker')"
+            )
+        run_dir = os.path.dirname(os.path.normpath(model_dir))
+        run = by_folder.get(os.path.realpath(run_dir))
+        if run is None:
+            raise ConfigError(
+                f"{path}: evaluates {model_dir}, the model of {run_dir}, which is not among the report's runs; "
+                "give that run's folder too"
+            )
+        task = run["config"]["task"]
+        if task not in MATCHING_TASKS:
+            raise ConfigError(
+                f"{path}: evaluates a model trained on {task}, which tests on several tasks; a reranked row is "
+                f"placed by the one task its run trained and was tested on ({', '.join(MATCHING_TASKS)})"
+            )
+        key = (os.path.realpath(run_dir), os.path.realpath(reranker), top)
+        if key in alike:
+            raise ConfigError(
+                f"{alike[key]} and {path}: two evaluations of {run_dir} reranked alike (the top {top} by "
+                f"{reranker}); give the report one of them"
+            )
+        alike[key] = path
+        values, counts = _retrieval_block(plain, path, "'retrieval'", required=True)
+        reranked_values, reranked_counts = _retrieval_block(reranked, path, repr(RERANKED), required=True)
+        evaluations.append(
+            {
+                "path": path,
+                "run": run,
+                "task": task,
+                "retrieval": values,
+                "retrieval_counts": counts,
+                "reranked": reranked_values,
+                "reranked_counts": reranked_counts,
+                "rerank_top": top,
+                "reranker": reranker,
+                "reranker_name": _reranker_name(reranker),
+            }
+        )
+    return evaluations
+
+
+def _count_differences(counts: dict[str, int], others: dict[str, int]) -> list[str]:
+    """The counts (:data:`RETRIEVAL_COUNTS`) recorded by both on which two retrieval results differ."""
+    return [
+        f"{key} {counts[key]} against {others[key]}"
+        for key in RETRIEVAL_COUNTS
+        if key in counts and key in others and counts[key] != others[key]
+    ]
+
+
+def _subset_differences(evaluation: Evaluation) -> list[str]:
+    """How an evaluation's first-stage retrieval differs from its run's own test retrieval; empty
+    when they agree, so that the evaluation tested on the run's test subset.
+
+    The evaluation encodes the texts in other batches than the run's test did, so float rounding
+    may swap two near-tied candidates of a query: each metric, a mean over queries, may move by
+    one query's share (1 / queries) and still be the same subset's. The counts must be equal.
+    """
+    task, run = evaluation["task"], evaluation["run"]
+    values, counts = evaluation["retrieval"], evaluation["retrieval_counts"]
+    recorded, recorded_counts = run_retrieval(run).get(task, {}), _run_retrieval_counts(run).get(task, {})
+    shared = [key for key in RETRIEVAL_METRICS if key in recorded] + [
+        k for k in RETRIEVAL_COUNTS if k in recorded_counts
+    ]
+    if not shared:
+        return ["the run records no test retrieval to compare with"]
+    differences = _count_differences(counts, recorded_counts)
+    queries = counts.get("queries") or recorded_counts.get("queries")
+    allowed = 1.0 / queries if queries else 0.0
+    differences += [
+        f"{title} {100 * values[key]:.2f} against {100 * recorded[key]:.2f}"
+        for key, title in RETRIEVAL_METRICS.items()
+        if key in recorded and abs(values[key] - recorded[key]) > allowed + 1e-9
+    ]
+    return differences
+
+
+def _mined_subset_warnings(grouped: list[Run]) -> tuple[list[str], set[tuple[str, str]]]:
+    """Runs on mined negatives whose test retrieval counts are not those of the other study runs on
+    the task (so they were tested on another subset): the warnings, and the (run folder, task)
+    of each cell to mark."""
+    warnings, marked = [], set()
+    for run in filter(_is_mined, grouped):
+        task = run["config"]["task"]
+        counts = _run_retrieval_counts(run).get(task, {})
+        for other in grouped:
+            other_counts = _run_retrieval_counts(other).get(task, {})
+            if _is_mined(other) or other["config"]["task"] != task or not other_counts:
+                continue
+            differences = _count_differences(counts, other_counts)
+            if not counts:
+                why = "records no queries and corpus of its test retrieval, so its test subset cannot be checked"
+            elif differences:
+                why = f"was tested on another subset than {other['dir']} ({'; '.join(differences)})"
+            else:
+                continue
+            warnings.append(f"{run['dir']} (mined negatives) on {task}: {why}")
+            marked.add((run["dir"], task))
+            break
+    return warnings, marked
+
+
+def _study_rows(runs: list[Run], metric: str, with_pooling: bool, marked: Collection[tuple[str, str]] = ()) -> Cells:
+    """{row: {task: (value, marks)}} of test Spearman (``metric`` "spearman") or a retrieval metric;
+    ``marked``: the (run folder, task) cells measured on another test subset."""
+    rows: Cells = {}
     for run in runs:
         row = rows.setdefault(_retrieval_label(run, with_pooling), {})
-        comparable = run["metrics"].get("comparable", True)
         for task, result in run["metrics"]["tasks"].items():
             value = result["test"]["spearman"] if metric == "spearman" else run_retrieval(run)[task].get(metric)
             if value is not None:
-                row[task] = (value, comparable)
+                row[task] = (value, _marks(run) + (OTHER_SUBSET if (run["dir"], task) in marked else ""))
     return rows
 
 
-def _leaders(tables_rows: dict[str, dict[str, dict[str, tuple[float, bool]]]], tasks: Sequence[str]) -> str:
+def _reranked_label(evaluation: Evaluation, with_pooling: bool) -> str:
+    first_stage = _retrieval_label(evaluation["run"], with_pooling)
+    return f"{first_stage} → reranked by {evaluation['reranker_name']} (top {evaluation['rerank_top']})"
+
+
+def _reranked_rows(evaluations: list[Evaluation], metric: str, with_pooling: bool, marked: set[str]) -> Cells:
+    """{row: {task: (value, marks)}} of a reranked retrieval metric; ``marked``: the paths of the
+    evaluations not made on their run's test subset."""
+    rows: Cells = {}
+    for evaluation in evaluations:
+        marks = _marks(evaluation["run"]) + (OTHER_SUBSET if evaluation["path"] in marked else "")
+        row = rows.setdefault(_reranked_label(evaluation, with_pooling), {})
+        row[evaluation["task"]] = (evaluation["reranked"][metric], marks)
+    return rows
+
+
+def _named_together(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _means(rows: Cells, tasks: Sequence[str]) -> dict[str, float]:
+    """100 × each row's mean over ``tasks``, rounded as the tables show it, for the rows that have them all."""
+    return {
+        row: round(100 * float(np.mean([values[t][0] for t in tasks])), 2)
+        for row, values in rows.items()
+        if tasks and all(t in values for t in tasks)
+    }
+
+
+def _leaders(tables_rows: dict[str, Cells], tasks: Sequence[str]) -> str:
     """A sentence per metric on which row led on average, over the tasks every row has."""
     lines = []
     leader_of = {}
@@ -377,6 +624,110 @@ def _leaders(tables_rows: dict[str, dict[str, dict[str, tuple[float, bool]]]], t
     return text
 
 
+def _mnrl_label(runs: list[Run], pooling: str, from_labels: bool, with_pooling: bool) -> Optional[str]:
+    """The row of the MNRL run at ``pooling`` with in-batch negatives only or with hard negatives
+    from the labels (not symmetric, not on mined negatives), if there is one."""
+    for run in runs:
+        config = run["config"]
+        if (
+            config["loss"] == "mnrl"
+            and not _is_mined(run)
+            and bool(config.get("hard_negatives_from_labels")) == from_labels
+            and not config.get("symmetric")
+            and pooling_of(config) == pooling
+        ):
+            return _retrieval_label(run, with_pooling)
+    return None
+
+
+def _mined_comparison(
+    grouped: list[Run], tables_rows: dict[str, Cells], tasks: Sequence[str], with_pooling: bool
+) -> list[str]:
+    """For each row of MNRL on mined negatives: per metric, its average against MNRL with
+    in-batch negatives only and with hard negatives from the labels, over the tasks the three
+    share, whether it beat each, and the loss that led on those tasks; then a count of the
+    metrics on which it beat each."""
+    sections = []
+    for mined in dict.fromkeys(_retrieval_label(r, with_pooling) for r in grouped if _is_mined(r)):
+        pooling = pooling_of(next(r for r in grouped if _retrieval_label(r, with_pooling) == mined)["config"])
+        rivals = [
+            (what, label)
+            for what, label in (
+                ("in-batch negatives only", _mnrl_label(grouped, pooling, False, with_pooling)),
+                ("hard negatives from labels", _mnrl_label(grouped, pooling, True, with_pooling)),
+            )
+            if label is not None
+        ]
+        if not rivals:
+            sections.append(f"{mined}: no MNRL run on other negatives at the same pooling to compare it with.")
+            continue
+        lines, beaten, measured = [], {what: 0 for what, _ in rivals}, 0
+        compared = [mined, *(label for _, label in rivals)]
+        for title, rows in tables_rows.items():
+            shared = [t for t in tasks if all(t in rows[row] for row in compared)]
+            means = _means({row: rows[row] for row in compared}, shared)
+            if not means:
+                lines.append(f"- {title}: no task has it recorded for all of them")
+                continue
+            measured += 1
+            against = []
+            for what, label in rivals:
+                change = round(means[mined] - means[label], 2)
+                beaten[what] += change > 0
+                verdict = "beat" if change > 0 else "fell behind" if change < 0 else "tied with"
+                against.append(f"{verdict} {what} ({means[label]:.2f}, {change:+.2f})")
+            everyone = _means(rows, shared)
+            best = max(everyone.values())
+            leaders = [row for row, mean in everyone.items() if mean == best]
+            lines.append(
+                f"- {title}: {means[mined]:.2f} on average over {', '.join(shared)}: {'; '.join(against)}; "
+                f"the best of every loss on these tasks: {_named_together(leaders)}, {best:.2f}"
+            )
+        tally = " and ".join(f"{what} on {count} of {measured} metrics" for what, count in beaten.items())
+        sections.append(
+            f"MNRL with mined negatives ({mined}) against MNRL with other negatives:\n\n"
+            + "\n".join(lines)
+            + f"\n\nMined negatives beat {tally}."
+        )
+    return sections
+
+
+def _rerank_effects(evaluations: list[Evaluation], with_pooling: bool) -> Optional[str]:
+    """For each first stage and reranker: the average change by reranking of :data:`RERANK_METRICS`
+    over the tasks it was reranked on (each evaluation's reranked ranking against its own first
+    stage's, on the same pairs), and where it helped."""
+    if not evaluations:
+        return None
+    stages: dict[str, list[Evaluation]] = {}
+    for evaluation in evaluations:
+        stages.setdefault(_reranked_label(evaluation, with_pooling), []).append(evaluation)
+    lines = []
+    for evaluated in stages.values():
+        first = evaluated[0]
+        tasks = [t for t in MATCHING_TASKS if any(e["task"] == t for e in evaluated)]
+        changes = {
+            RETRIEVAL_METRICS[key]: round(
+                100 * float(np.mean([e["reranked"][key] - e["retrieval"][key] for e in evaluated])), 2
+            )
+            for key in RERANK_METRICS
+        }
+        helped = [title for title, change in changes.items() if change > 0]
+        hurt = [title for title, change in changes.items() if change < 0]
+        same = [title for title, change in changes.items() if change == 0]
+        verdicts = [f"helped on {_named_together(helped)}"] if helped else ["helped on none of them"]
+        verdicts += [f"hurt {_named_together(hurt)}"] if hurt else []
+        verdicts += [f"left {_named_together(same)} unchanged"] if same else []
+        shown = ", ".join(f"{title} {change:+.2f}" for title, change in changes.items())
+        lines.append(
+            f"- {_retrieval_label(first['run'], with_pooling)}, its top {first['rerank_top']} reranked by "
+            f"{first['reranker_name']}: {shown} on average over {', '.join(tasks)}: reranking {', '.join(verdicts)}"
+        )
+    return (
+        "Did reranking help? The average change × 100 of each first stage's ranking once reranked (each "
+        "evaluation against its own first stage, on the same pairs):\n\n" + "\n".join(lines)
+    )
+
+
 def _study_groups(study: list[Run]) -> list[tuple[str, list[Run], list[str]]]:
     """(heading, runs, tasks as columns): the study's runs trained on each task, and those trained on NLI."""
     per_task = [r for r in study if r["config"]["task"] in MATCHING_TASKS]
@@ -389,45 +740,108 @@ def _study_groups(study: list[Run]) -> list[tuple[str, list[Run], list[str]]]:
     return groups
 
 
-def retrieval_tables(runs: list[Run]) -> Optional[str]:
+def retrieval_tables(runs: list[Run], evaluations: Sequence[Evaluation] = ()) -> Optional[str]:
     """The markdown of the retrieval study among ``runs`` (:func:`retrieval_study_runs`): for the
     runs trained on each task and for those trained on NLI, test Spearman × 100 and MRR@10 × 100,
     then Recall@1, Recall@10 and nDCG@10 × 100, a row per loss and a column per task with
     their average; and which loss led on each metric on average, said in a sentence.
 
+    A run on mined negatives is a row of its own ("MNRL (mined negatives)"), compared under the
+    tables with MNRL on in-batch negatives only and on hard negatives from the labels; each
+    first stage reranked in ``evaluations`` is a row of the retrieval tables (not of Spearman's,
+    which reranking leaves as it is), and how much reranking changed its MRR@10, Recall@1 and
+    nDCG@10 is said under them. A result that cannot be the other rows' test subset is marked ‡
+    and said in bold: an evaluation whose first-stage metrics are not its run's own test
+    retrieval, and a run on mined negatives whose test retrieval had other queries or corpus
+    than the other runs on its task.
+
     Args:
         runs: runs from :func:`~cosent_tf.experiments.runs.load_runs`.
+        evaluations: from :func:`load_evaluations` (over the same runs).
 
     Returns:
         The tables, or None when no run trained a retrieval objective.
 
     Raises:
-        ConfigError: as :func:`retrieval_study_runs` and :func:`run_retrieval` say.
+        ConfigError: as :func:`retrieval_study_runs` and :func:`run_retrieval` say, and an
+            evaluation whose run is not one of the study's runs.
 
     Example:
         >>> print(retrieval_tables(load_runs(["runs/retrieval-cosent-BQ", "runs/retrieval-mnrl-BQ"])))
     """
     study = retrieval_study_runs(runs)
+    for evaluation in evaluations:
+        if all(evaluation["run"] is not run for run in study):
+            raise ConfigError(
+                f"{evaluation['path']}: evaluates a model of {evaluation['run']['dir']}, which is not one of the "
+                "retrieval study's runs (a retrieval objective, or the CoSENT run trained most like them)"
+            )
     if not study:
         return None
     poolings = list(dict.fromkeys(pooling_of(r["config"]) for r in study))
+    with_pooling = len(poolings) > 1
     setting = ", ".join(f"{POOLING_MODES[p]} pooling" for p in poolings)
+    order = {id(run): number for number, run in enumerate(study)}
     sections = []
     for heading, grouped, tasks in _study_groups(study):
+        reranked = sorted(
+            (e for e in evaluations if any(e["run"] is run for run in grouped)), key=lambda e: order[id(e["run"])]
+        )
+        warnings, marked = _mined_subset_warnings(grouped)
+        other_subset = set()
+        for evaluation in reranked:
+            differences = _subset_differences(evaluation)
+            if differences:
+                other_subset.add(evaluation["path"])
+                warnings.append(
+                    f"{evaluation['path']}: its first stage's retrieval on {evaluation['task']} is not "
+                    f"{evaluation['run']['dir']}'s own test retrieval ({'; '.join(differences)}), so it did not test "
+                    "on the run's test subset and its reranked row does not compare with the rows above"
+                )
         metrics = {"test Spearman": "spearman", **{title: key for key, title in RETRIEVAL_METRICS.items()}}
-        rows = {title: _study_rows(grouped, key, len(poolings) > 1) for title, key in metrics.items()}
+        rows = {title: _study_rows(grouped, key, with_pooling, marked) for title, key in metrics.items()}
+        mined = {_retrieval_label(r, with_pooling) for r in grouped if _is_mined(r)}
+        by_labels = {title: {row: v for row, v in cells.items() if row not in mined} for title, cells in rows.items()}
+        shown = {
+            title: rows[title]
+            if key == "spearman"
+            else {**rows[title], **_reranked_rows(reranked, key, with_pooling, other_subset)}
+            for title, key in metrics.items()
+        }
         sections.append(f"### Retrieval study: {heading} ({setting}), test metrics × 100")
-        sections += [f"#### {title}\n\n" + _table(rows[title], tasks) for title in metrics]
-        sections.append(_leaders(rows, tasks))
-    notes = (
-        "† the run records itself as not comparable with published numbers (its metrics.json notes say why; "
-        "LCQMC: trained on a seeded part of valid, no train split being available).  \n"
-        "* Avg over the tasks present only."
-    )
-    return "\n\n".join(sections) + "\n\n" + notes + "\n"
+        sections += [f"#### {title}\n\n" + _table(shown[title], tasks) for title in metrics]
+        if warnings:
+            sections.append(
+                f"**{OTHER_SUBSET} Not the test subset of the other rows:**\n\n" + "\n".join(f"- {w}" for w in warnings)
+            )
+        sections.append(_leaders(by_labels, tasks))
+        sections += _mined_comparison(grouped, rows, tasks, with_pooling)
+        effects = _rerank_effects(reranked, with_pooling)
+        if effects:
+            sections.append(effects)
+    sections.append(_retrieval_notes(study, evaluations))
+    return "\n\n".join(sections) + "\n"
 
 
-def _mean_over(values: dict[str, tuple[float, bool]], columns: list[str]) -> float:
+def _retrieval_notes(study: list[Run], evaluations: Sequence[Evaluation]) -> str:
+    """The notes under the study's tables, on the marks and rows present."""
+    lcqmc = "LCQMC: trained on a seeded part of valid, no train split being available"
+    mined = "; MNRL on mined negatives: trained on a file of its own, which the engine never calls comparable"
+    notes = [
+        f"{NOT_COMPARABLE} the run records itself as not comparable with published numbers (its metrics.json "
+        f"notes say why; {lcqmc}{mined if any(map(_is_mined, study)) else ''})."
+    ]
+    if evaluations:
+        notes.append(
+            "→ reranked: the first stage ranks the whole corpus for each query, and the interaction model "
+            "reorders its top K by the score it gives each (query, candidate) pair (`cosent-tf evaluate "
+            "--retrieval --rerank`); the pair scores, and so test Spearman, are the first stage's own."
+        )
+    notes.append("* Avg over the tasks present only.")
+    return "  \n".join(notes)
+
+
+def _mean_over(values: dict[str, tuple[float, str]], columns: list[str]) -> float:
     """100 × the mean of ``values`` over ``columns``; NaN (no bar) unless every column has one."""
     if not columns or any(column not in values for column in columns):
         return math.nan
@@ -455,7 +869,7 @@ def plot_retrieval(runs: list[Run], path: str) -> bool:
     with_pooling = len({pooling_of(r["config"]) for r in study}) > 1
     labels = list(dict.fromkeys(_retrieval_label(r, with_pooling) for r in study))
     # (title, [Spearman rows, MRR@10 rows], the tasks a bar averages)
-    panels: list[tuple[str, list[dict[str, dict[str, tuple[float, bool]]]], list[str]]] = []
+    panels: list[tuple[str, list[Cells], list[str]]] = []
     for _, grouped, tasks in _study_groups(study):
         scores = [_study_rows(grouped, metric, with_pooling) for metric in ("spearman", _HEADLINE_METRIC)]
         if grouped[0]["config"]["task"] in MATCHING_TASKS:
@@ -553,12 +967,18 @@ def tables(runs: list[Run]) -> str:
     return "\n\n".join(sections) + "\n\n" + notes + "\n"
 
 
-def write_report(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, preface: str = "") -> list[str]:
+def write_report(
+    run_dirs: Iterable[str | os.PathLike[str]],
+    output_dir: str,
+    preface: str = "",
+    evaluations: Iterable[str | os.PathLike[str]] = (),
+) -> list[str]:
     """Write results.md and the plots: convergence.png (valid Spearman against steps, the
     paper's Figure 3), cosine_density.png (test cosines of positive and negative pairs, its
     Figure 5) and, with a Table I sweep, epsilon_density.png (the same for each ε and CoSENT),
     with CoSENT runs at several batch sizes, batch_size.png; with runs of the retrieval
-    objectives, retrieval.md and retrieval.png (:func:`retrieval_tables`, :func:`plot_retrieval`).
+    objectives, retrieval.md and retrieval.png (:func:`retrieval_tables`, :func:`plot_retrieval`),
+    its retrieval tables with a reranked row for each first stage ``evaluations`` reranked.
     results.md and its plots are written only when runs outside the retrieval study are among
     the inputs, so that a report of the study's runs alone leaves a results.md beside it as it is.
 
@@ -569,13 +989,16 @@ def write_report(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, pr
         run_dirs: run folders; unfinished runs are left out with a warning.
         output_dir: the folder to write the report into (made if missing).
         preface: markdown put before the tables of each markdown file written.
+        evaluations: JSON files of ``cosent-tf evaluate --retrieval --rerank --output``, each of
+            a model of a retrieval study's run among ``run_dirs`` (:func:`load_evaluations`).
 
     Returns:
         The written paths.
 
     Raises:
-        ConfigError: ``output_dir`` is a file, no finished run is among ``run_dirs``, or a run
-            is damaged (as :func:`load_runs` says).
+        ConfigError: ``output_dir`` is a file, no finished run is among ``run_dirs``, a run
+            is damaged (as :func:`load_runs` says), or an evaluation is (as
+            :func:`load_evaluations` and :func:`retrieval_tables` say).
 
     Example:
         >>> write_report(["runs/bq-cosent", "runs/bq-sbert"], "report")
@@ -588,6 +1011,7 @@ def write_report(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, pr
         raise ConfigError(
             "no finished runs (folders with metrics.json and config.json) among: " + ", ".join(map(str, run_dirs))
         )
+    reranked = load_evaluations(evaluations, runs)
     study = retrieval_study_runs(runs)
     outside_study = [run for run in runs if all(run is not studied for studied in study)]
     paper = [run for run in runs if not _is_retrieval_objective(run)]
@@ -609,7 +1033,7 @@ def write_report(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, pr
             for name, plot, plotted in plots:
                 if plot(plotted, os.path.join(scratch, name)):
                     made.append(name)
-        retrieval = retrieval_tables(runs)
+        retrieval = retrieval_tables(runs, reranked)
         if retrieval is not None:
             write_text(os.path.join(scratch, "retrieval.md"), before + retrieval)
             made.append("retrieval.md")

@@ -26,7 +26,9 @@ from ..training.run_folder import METRICS, RUN_CONFIG, TEST_SCORES, VALID_METRIC
 
 logger = logging.getLogger(__name__)
 
-# A run as the report holds it: {"dir", "metrics", "config", "method"} and, once read, "history".
+# A run as the report holds it: {"dir", "metrics", "config", "method", "mining"} and, once read,
+# "history". "mining" is the mining summary beside the run's train file (a run on mined
+# negatives, see mining_summary), or None for a run on a benchmark task's own files.
 Run = dict[str, Any]
 
 # The test metrics the tables and plots read, and the range each must lie in (or be NaN, which
@@ -41,17 +43,18 @@ KIND_STUDIES: dict[str, Optional[str]] = {FEATURE.name: None, INTERACTION.name: 
 def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Run]:
     """The finished runs among ``run_dirs``, each read and checked whole.
 
-    A folder of an unfinished run (config.json without metrics.json), or of no run at all, is
-    left out with a warning naming it. A damaged finished run stops the report: a ConfigError
-    or DataError names the folder's file and what is wrong with it, rather than a table that
-    quietly lacks or misreads the run.
+    A folder of an unfinished run (config.json without metrics.json), of no run at all, or of a
+    run on the user's own files is left out with a warning naming it; a run on a file of mined
+    negatives (a mining summary beside it, :func:`mining_summary`) is kept, placed by its name.
+    A damaged finished run stops the report: a ConfigError or DataError names the folder's file
+    and what is wrong with it, rather than a table that quietly lacks or misreads the run.
 
     Args:
         run_dirs: run folders, as training writes them.
 
     Returns:
-        One dict per finished run: ``dir``, ``config`` and ``metrics`` (checked) and ``method``
-        (:func:`method_name`).
+        One dict per finished run: ``dir``, ``config`` and ``metrics`` (checked), ``method``
+        (:func:`method_name`) and ``mining`` (the mining summary's path, or None).
 
     Raises:
         ConfigError: a folder that is not there, or a finished run's config or metrics damaged.
@@ -80,26 +83,66 @@ def load_runs(run_dirs: Iterable[str | os.PathLike[str]]) -> list[Run]:
                 f"{config_path}: missing beside {metrics_path}: the run's settings are lost, so the report cannot "
                 "place it; restore config.json or leave this folder out"
             )
-        config = _checked_config(read_json(config_path, "a training run's config"), config_path)
-        if config is None:
-            logger.warning("%s: trained on its own files (train_file), not a benchmark task; left out", folder)
+        config = read_json(config_path, "a training run's config")
+        train_file = json_field(config, "train_file", (str, type(None)), config_path)
+        mining = None if train_file is None else mining_summary(train_file)
+        if train_file is not None and mining is None:
+            logger.warning(
+                "%s: trained on its own file %s, which is neither a benchmark task nor mined negatives (no mining "
+                "summary beside it); left out",
+                folder,
+                train_file,
+            )
             continue
+        config = _checked_config(config, config_path, mined=mining is not None)
         metrics = _checked_metrics(read_json(metrics_path, "a training run's metrics"), metrics_path)
         if config["task"] in MATCHING_TASKS and config["task"] not in metrics["tasks"]:
             raise ConfigError(f"{metrics_path}: no test metrics of the run's own task {config['task']} (in 'tasks')")
-        runs.append({"dir": folder, "metrics": metrics, "config": config, "method": method_name(config)})
+        runs.append(
+            {"dir": folder, "metrics": metrics, "config": config, "method": method_name(config), "mining": mining}
+        )
     return runs
 
 
-def _checked_config(config: dict[str, Any], path: str) -> dict[str, Any] | None:
-    """The fields of config.json the report reads, checked; None for a run on its own files."""
-    if json_field(config, "train_file", (str, type(None)), path) is not None:
+def mining_summary(train_file: str) -> str | None:
+    """The mining summary beside a run's train file, which tells a run on mined negatives from one
+    on any other file of the user's (the report knows the run by this provenance, not its name).
+
+    Args:
+        train_file: the run's ``train_file``, as its config records it (a relative path is read
+            from the current folder, where the study's script runs everything).
+
+    Returns:
+        The summary's path, or None when there is none or it is no mining summary (its
+        ``format`` is not :data:`cosent_tf.mining.SUMMARY_FORMAT`).
+
+    Raises:
+        ConfigError: the summary is there but cannot be read as JSON (the message names it).
+
+    Example:
+        >>> mining_summary("runs/small/mined/BQ.jsonl")  # doctest: +SKIP
+        'runs/small/mined/BQ.summary.json'
+    """
+    from ..mining import SUMMARY_FORMAT, summary_paths
+
+    path = summary_paths(train_file)[0]
+    if not os.path.isfile(path):
         return None
+    summary = read_json(path, "a mining summary")
+    return path if summary.get("format") == SUMMARY_FORMAT else None
+
+
+def _checked_config(config: dict[str, Any], path: str, mined: bool = False) -> dict[str, Any]:
+    """The fields of config.json the report reads, checked. ``mined``: a run on mined negatives,
+    whose ``task`` is the name it was given (``cosent-tf train --name``)."""
     for key in ("task", "kind", "loss"):
         if json_field(config, key, str, path) is None:
             raise ConfigError(f"{path}: {key!r} is missing; the report needs the run's task, kind and loss")
     if config["task"] not in TASKS:
-        raise ConfigError(f"{path}: 'task' {config['task']!r} is not one of the benchmark tasks ({', '.join(TASKS)})")
+        named = " (a run on mined negatives is placed by its name: train it with --name TASK)" if mined else ""
+        raise ConfigError(
+            f"{path}: 'task' {config['task']!r} is not one of the benchmark tasks ({', '.join(TASKS)}){named}"
+        )
     if config["kind"] not in KINDS:
         raise ConfigError(f"{path}: 'kind' {config['kind']!r} is not one of {', '.join(KINDS)}")
     try:

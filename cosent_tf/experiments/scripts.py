@@ -1,5 +1,6 @@
 """The entry points of the paper's scripts: the per-dataset training scripts (``scripts/*.py``,
-over :func:`train_main`) and the report over finished runs (:func:`report_main`).
+over :func:`train_main`), the report over finished runs (:func:`report_main`) and the seeded
+subsets of a task that the runs read, written as files for other commands (:func:`subset_main`).
 
 A training script's options are RunConfig's own (:func:`cosent_tf.training.config.add_run_options`):
 the task's data and the engine's, with the script's kind and loss fixed. ``cosent-tf train``
@@ -16,10 +17,20 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+import numpy as np
+
 from ..console import VERBOSE_HELP, console_logging, errors_reported, tensorflow_start_up_shown
 from ..errors import ConfigError, TrainingInterrupted
-from ..io import check_can_write_in, check_not_in_tool_folder, is_inside, json_text
-from ..training.config import ENGINE, TASK_DATA, RunConfig, add_run_options, run_config
+from ..io import (
+    PathLike,
+    check_can_write_in,
+    check_not_in_tool_folder,
+    check_output_file,
+    is_inside,
+    json_text,
+    write_text,
+)
+from ..training.config import ENGINE, TASK_DATA, RunConfig, add_run_options, number_in_range, run_config
 
 
 def output_kinds() -> tuple:
@@ -184,7 +195,7 @@ def report_main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser.parse_args(argv)
     with errors_reported(args.verbose):
         _check_report_folder(args.output_dir, args.runs)
-        for path in write_report(args.runs, args.output_dir, args.preface):
+        for path in write_report(args.runs, args.output_dir, args.preface, args.evaluations):
             print(path)
 
 
@@ -192,7 +203,105 @@ def report_parser() -> argparse.ArgumentParser:
     """The options of ``scripts/report.py`` (:func:`report_main`)."""
     parser = argparse.ArgumentParser(description="Tables and plots comparing finished runs.")
     parser.add_argument("runs", nargs="+", help="run folders (each with metrics.json)")
+    parser.add_argument(
+        "--evaluations",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="files of `cosent-tf evaluate MODEL FILE --retrieval --rerank DIR --output FILE.json`, each of the "
+        "model of a retrieval study's run given: its reranked metrics become rows of the retrieval tables",
+    )
     parser.add_argument("--output-dir", default="docs/results")
     parser.add_argument("--preface", default="", help="text placed above the tables")
     parser.add_argument("--verbose", action="store_true", help="show the traceback of an error")
     return parser
+
+
+def _label_text(label: float) -> str:
+    # The shortest decimal that reads back as the same float32 label ("1", "3.8").
+    return str(np.format_float_positional(np.float32(label), trim="-"))
+
+
+def write_task_subset(
+    data_dir: PathLike, task: str, split: str, count: int, seed: int, output: PathLike, overwrite: bool = False
+) -> tuple[int, int]:
+    """Write the pairs of a task's split that a run with ``--max-train-pairs`` (train) or
+    ``--max-eval-pairs`` (valid, test) ``count`` and ``--seed`` ``seed`` reads, as the TSV file
+    ``output`` (``text_a<TAB>text_b<TAB>label``, in file order), so that another command (``cosent-tf
+    mine``, ``cosent-tf evaluate``) sees exactly the pairs the runs saw.
+
+    Args:
+        data_dir: the shared data root or its senteval_cn folder.
+        task: one of the matching tasks.
+        split: ``train``, ``valid`` or ``test``.
+        count: how many pairs the run samples; a split of at most ``count`` pairs is written whole.
+        seed: the run's seed.
+        output: the file to write (atomically).
+        overwrite: replace ``output`` if it exists (refused otherwise).
+
+    Returns:
+        (pairs written, pairs in the split).
+
+    Raises:
+        ConfigError: ``output`` exists (without ``overwrite``), is the split's file or lies in a
+            folder this tool writes.
+        DataError: the split's file is missing or damaged, as :func:`~cosent_tf.data.benchmarks.load_task` says.
+        ValueError: the task has no senteval files, or the split is unknown.
+
+    Example:
+        >>> write_task_subset("../shared/data", "BQ", "test", 2000, 42, "runs/subsets/BQ.test.tsv")  # doctest: +SKIP
+        (2000, 10000)
+    """
+    from ..data.benchmarks import load_task, senteval_dir, task_file
+
+    folder = senteval_dir(data_dir)
+    check_output_file(output, [task_file(folder, task, split)], output_kinds(), overwrite)
+    pairs = load_task(folder, task, split)
+    subset = pairs.sample(count, seed)
+    write_text(
+        output,
+        "".join(
+            f"{a}\t{b}\t{_label_text(label)}\n" for a, b, label in zip(subset.texts_a, subset.texts_b, subset.labels)
+        ),
+    )
+    return len(subset), len(pairs)
+
+
+def subset_parser() -> argparse.ArgumentParser:
+    """The options of ``scripts/subset.py`` (:func:`subset_main`)."""
+    from ..data.benchmarks import SPLITS
+    from ..data.tasks import MATCHING_TASKS
+
+    parser = argparse.ArgumentParser(
+        description="Write the seeded subset of a task's split that a run with --max-train-pairs or "
+        "--max-eval-pairs COUNT and --seed SEED reads, as a TSV file of text_a<TAB>text_b<TAB>label."
+    )
+    parser.add_argument("task", choices=MATCHING_TASKS)
+    parser.add_argument("split", choices=SPLITS)
+    parser.add_argument("--count", type=number_in_range(int, 1), required=True, help="the run's pairs of the split")
+    parser.add_argument("--seed", type=int, default=RunConfig.seed, help="the run's seed (default: %(default)s)")
+    parser.add_argument("--data-dir", default=RunConfig.data_dir, help="shared data root or a senteval_cn folder")
+    parser.add_argument("--output", required=True, metavar="FILE.tsv")
+    parser.add_argument("--overwrite", action="store_true", help="replace FILE.tsv if it exists (refused without)")
+    parser.add_argument("--verbose", action="store_true", help="show the traceback of an error")
+    return parser
+
+
+def subset_main(argv: Optional[Sequence[str]] = None) -> None:
+    """``scripts/subset.py``: a task's seeded subset as a file (:func:`write_task_subset`).
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Raises:
+        SystemExit: on bad input, with one ``error: ...`` line.
+
+    Example:
+        >>> subset_main(["BQ", "test", "--count", "2000", "--output", "runs/subsets/BQ.test.tsv"])  # doctest: +SKIP
+    """
+    args = subset_parser().parse_args(argv)
+    with errors_reported(args.verbose):
+        written, total = write_task_subset(
+            args.data_dir, args.task, args.split, args.count, args.seed, args.output, args.overwrite
+        )
+        print(f"{args.output}: {written} of the {total} {args.task} {args.split} pairs (seed {args.seed})")

@@ -452,9 +452,11 @@ def test_a_retrieval_metric_out_of_range_names_the_file_and_field(tmp_path):
         retrieval_tables(load_runs(runs))
 
 
-# Stands in for the Python that scripts/reproduce_small.sh runs: a training script's call writes
-# the run folder the engine would (settings from its options, made-up metrics) and records its
-# options; scripts/report.py runs for real.
+# Stands in for the Python that scripts/reproduce_small.sh runs: a training script's call, or
+# cosent-tf train's, writes the run folder the engine would (settings from its options, made-up
+# metrics) and records its options; cosent-tf mine writes its output and summary, cosent-tf
+# evaluate its JSON (the first stage's metrics the run's own), scripts/subset.py its file, each
+# with the options; scripts/report.py runs for real.
 FAKE_PYTHON = """#!{python}
 import json, os, sys
 import numpy as np
@@ -466,9 +468,37 @@ if script.endswith("report.py"):
 def option(name, default=None):
     return args[args.index(name) + 1] if name in args else default
 
-name = os.path.basename(script)[: -len(".py")]
-task = "NLI" if name.endswith("_nli") else args[0]
-interaction = name.startswith("interact")
+def write_json(path, record):
+    with open(path, "w") as f:
+        json.dump(record, f)
+
+command = args[1] if script == "-m" and args[0] == "cosent_tf.cli" else None
+if script.endswith("subset.py"):
+    with open(option("--output"), "w") as f:
+        f.write("\\t".join(args) + "\\n")
+    sys.exit(0)
+if command == "mine":
+    with open(option("--output"), "w") as f:
+        f.write(json.dumps({{"query": "q", "pos": "p", "neg": ["n"]}}) + "\\n")
+    summary = os.path.splitext(option("--output"))[0] + ".summary.json"
+    write_json(summary, {{"format": "cosent-tf-mining", "arguments": args}})
+    sys.exit(0)
+if command == "evaluate":
+    model_dir = args[2]
+    with open(os.path.join(os.path.dirname(model_dir), "metrics.json")) as f:
+        (plain,) = [result["test"]["retrieval"] for result in json.load(f)["tasks"].values()]
+    reranked = {{key: value if key in ("queries", "corpus") else 1.1 * value for key, value in plain.items()}}
+    reranked.update(rerank_top=int(option("--rerank-top")), reranker=option("--rerank"))
+    record = {{"model_dir": model_dir, "file": args[3], "retrieval": plain, "retrieval_reranked": reranked}}
+    write_json(option("--output"), {{**record, "arguments": args}})
+    sys.exit(0)
+
+if command == "train":
+    name, task, interaction = "train", option("--name"), False
+else:
+    name = os.path.basename(script)[: -len(".py")]
+    task = "NLI" if name.endswith("_nli") else args[0]
+    interaction = name.startswith("interact")
 losses = {{"sbert": "sbert", "sbert_nli": "sbert", "interact": "ce"}}
 config = {{
     "task": task,
@@ -480,6 +510,7 @@ config = {{
     "micro_batch_size": None if option("--micro-batch-size") is None else int(option("--micro-batch-size")),
     "epsilon": float(option("--epsilon", 0.5)),
     "eval_every": int(option("--eval-every", 0)),
+    "train_file": option("--train"),
     "arguments": args,
 }}
 if "--hard-negatives-from-labels" in args or "--no-hard-negatives-from-labels" in args:
@@ -488,6 +519,7 @@ out = option("--output-dir")
 value = (sum(map(ord, out)) % 90 + 5) / 100  # made up, and differing between runs
 tested = ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"] if task == "NLI" else [task]
 retrieval = {{"recall@1": value / 4, "recall@10": value / 2, "mrr@10": value / 3, "ndcg@10": value / 3}}
+retrieval.update(queries=30, corpus=60)
 tasks = {{t: {{"test": {{"spearman": value, "retrieval": retrieval}}}} for t in tested}}
 os.makedirs(out)
 with open(os.path.join(out, "config.json"), "w") as f:
@@ -497,7 +529,7 @@ with open(os.path.join(out, "valid_metrics.csv"), "w") as f:
 scores = {{f"{{t}}.scores": np.linspace(-1, 1, 20) for t in tested}}
 np.savez(os.path.join(out, "test_scores.npz"), **scores, **{{f"{{t}}.labels": np.arange(20) % 2 for t in tested}})
 with open(os.path.join(out, "metrics.json"), "w") as f:
-    json.dump({{"comparable": "--train-from-valid" not in args, "tasks": tasks}}, f)
+    json.dump({{"comparable": "--train-from-valid" not in args and command is None, "tasks": tasks}}, f)
 print(json.dumps({{"test": {{"spearman": value}}}}))
 """
 
@@ -518,7 +550,7 @@ def reproduce_small(tmp_path, *arguments):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = {}
     for name in os.listdir(tmp_path / "runs"):
-        if os.path.isdir(tmp_path / "runs" / name):
+        if os.path.isfile(tmp_path / "runs" / name / "config.json"):  # not subsets/, mined/, reranked/
             with open(tmp_path / "runs" / name / "config.json") as f:
                 runs[name] = json.load(f)["arguments"]
     return done.stdout, runs
@@ -527,33 +559,94 @@ def reproduce_small(tmp_path, *arguments):
 STUDY_NAMES = [name for _, _, name in STUDY]
 
 
+def recorded(path):
+    """The options a fake step recorded in its output (a JSON file's "arguments", else the file's line)."""
+    with open(path) as f:
+        text = f.read()
+    return json.loads(text)["arguments"] if path.endswith(".json") else text.rstrip("\n").split("\t")
+
+
+def option_of(arguments, name):
+    return arguments[arguments.index(name) + 1]
+
+
 @pytest.mark.slow
 def test_reproduce_small_runs_the_study_with_one_budget_and_reports_it_apart(tmp_path):
     out, docs = tmp_path / "runs", tmp_path / "docs"
     printed, runs = reproduce_small(tmp_path, "data", str(out), str(docs))
     tasks = ("ATEC", "BQ", "LCQMC", "STS-B", "NLI")
     losses = ("cosent", "mnrl", "mnrl-hard", "angle", "cosent-ibn")
+    mined_tasks, reranked_tasks = ("ATEC", "BQ", "STS-B"), ("ATEC", "BQ", "LCQMC", "STS-B")
     study = {name: arguments for name, arguments in runs.items() if name.startswith("retrieval-")}
-    assert set(study) == {f"retrieval-{loss}-{task}" for loss in losses for task in tasks}
+    mined = {f"retrieval-mnrl-mined-{task}" for task in mined_tasks}
+    assert set(study) == {f"retrieval-{loss}-{task}" for loss in losses for task in tasks} | mined
     for name, arguments in study.items():
         steps = arguments[arguments.index("--steps-per-epoch") + 1]
         pooling = arguments[arguments.index("--pooling") + 1]
-        pairs = arguments[arguments.index("--max-train-pairs") + 1]
+        pairs = option_of(arguments, "--max-train-pairs") if name not in mined else "4000"
         assert (steps, pooling, pairs) == ("125", "last-avg", "8000" if name.endswith("NLI") else "4000"), name
         assert "--eval-every" not in arguments and ("--train-from-valid" in arguments) == name.endswith("LCQMC")
+    # the rerankers: interaction CoSENT, one epoch of the train pairs, rows of no table
+    rerankers = {name: arguments for name, arguments in runs.items() if name.startswith("rerank-")}
+    assert set(rerankers) == {f"rerank-interact-cosent-{task}" for task in reranked_tasks}
+    for name, arguments in rerankers.items():
+        assert option_of(arguments, "--max-train-pairs") == "4000" and "--eval-every" not in arguments
+        assert ("--train-from-valid" in arguments) == name.endswith("LCQMC")
+    # the seeded subsets the runs read, as files: LCQMC has no train split, so no train subset
+    for task in reranked_tasks:
+        for split, count in (("train", "4000"), ("test", "2000")):
+            path = out / "subsets" / f"{task}.{split}.tsv"
+            assert path.exists() == (split == "test" or task in mined_tasks), path
+            if path.exists():
+                arguments = recorded(str(path))
+                assert arguments[:2] == [task, split] and option_of(arguments, "--count") == count
+    # mined by the in-batch MNRL run, guarded by the task's reranker; trained on by cosent-tf train
+    for task in mined_tasks:
+        mine = recorded(str(out / "mined" / f"{task}.summary.json"))
+        assert mine[1] == "mine" and option_of(mine, "--data") == str(out / "subsets" / f"{task}.train.tsv")
+        assert option_of(mine, "--model") == str(out / f"retrieval-mnrl-{task}" / "model")
+        assert option_of(mine, "--rescore") == str(out / f"rerank-interact-cosent-{task}" / "model")
+        assert (option_of(mine, "--num-negatives"), option_of(mine, "--range")) == ("1", "10-50")
+        train = study[f"retrieval-mnrl-mined-{task}"]
+        assert option_of(train, "--train") == str(out / "mined" / f"{task}.jsonl")
+        assert option_of(train, "--test") == os.path.join("data", task, f"{task}.test.data")
+        assert [option_of(train, name) for name in ("--name", "--loss", "--max-eval-pairs")] == [task, "mnrl", "2000"]
+    # each task's CoSENT and MNRL (hard negatives) runs reranked on the test subset
+    evaluations = sorted(os.listdir(out / "reranked"))
+    firsts = ("retrieval-cosent", "retrieval-mnrl-hard")
+    assert evaluations == sorted(f"{first}-{task}.json" for first in firsts for task in reranked_tasks)
+    for first in firsts:
+        for task in reranked_tasks:
+            arguments = recorded(str(out / "reranked" / f"{first}-{task}.json"))
+            model, pairs = str(out / f"{first}-{task}" / "model"), str(out / "subsets" / f"{task}.test.tsv")
+            assert arguments[1:4] == ["evaluate", model, pairs] and "--retrieval" in arguments
+            assert option_of(arguments, "--rerank") == str(out / f"rerank-interact-cosent-{task}" / "model")
+            assert option_of(arguments, "--rerank-top") == "20"
     # the paper's runs make results.md, the study's retrieval.md, each with its own preface
     results, retrieval = (docs / "results.md").read_text(), (docs / "retrieval.md").read_text()
     assert results.startswith("## Small-scale reproduction") and retrieval.startswith("## Retrieval study")
     for name in ("MNRL", "AnglE", "IBN"):
         assert name not in results
-    for group in ("feature models trained on each task (mean pooling)", "feature models trained on NLI (mean pooling)"):
-        rows = section_rows(retrieval.split(group)[1], "#### MRR@10\n", "| BERT")
-        assert [row.split(" | ")[0][2:] for row in rows] == STUDY_NAMES
+    per_task, nli = (f"feature models trained on {what} (mean pooling)" for what in ("each task", "NLI"))
+    rows = section_rows(retrieval.split(per_task)[1], "#### MRR@10\n", "| BERT")
+    reranked = [f"{name} → reranked by interaction CoSENT (top 20)" for name in (STUDY_NAMES[0], STUDY_NAMES[2])]
+    assert [row.split(" | ")[0][2:] for row in rows] == [
+        *STUDY_NAMES[:3],
+        "BERT + MNRL (mined negatives)",
+        *STUDY_NAMES[3:],
+        *reranked,
+    ]
+    assert "| BERT + MNRL (mined negatives) | " in rows[3] and rows[3].split(" | ")[3] == "–"  # no LCQMC
+    rows = section_rows(retrieval.split(nli)[1], "#### MRR@10\n", "| BERT")
+    assert [row.split(" | ")[0][2:] for row in rows] == STUDY_NAMES
+    assert "MNRL with mined negatives (BERT + MNRL (mined negatives))" in retrieval
+    assert "Did reranking help?" in retrieval and "‡" not in retrieval  # the fake evaluations are the runs' own
     assert (docs / "retrieval.png").read_bytes()[:4] == b"\x89PNG"
     assert "paper's runs:" in printed and "retrieval study's runs:" in printed
-    # the study alone: its finished runs are skipped, its report made again, results.md left
+    # the study alone: its finished runs and steps are skipped, its report made again, results.md left
     (docs / "results.md").write_text("kept")
     (docs / "retrieval.md").unlink()
     again, _ = reproduce_small(tmp_path, "retrieval", "data", str(out), str(docs))
-    assert again.count("skip ") == len(study) and "paper's runs:" not in again
+    steps = len(study) + len(rerankers) + 7 + len(mined_tasks) + len(evaluations)  # 7 subsets
+    assert again.count("skip ") == steps and "paper's runs:" not in again
     assert (docs / "retrieval.md").read_text() == retrieval and (docs / "results.md").read_text() == "kept"
