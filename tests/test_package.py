@@ -45,7 +45,8 @@ def test_names_of_the_modules_that_became_packages_still_import_from_them(packag
     "module",
     ["losses.cosent", "losses.mse", "losses.contrastive", "losses.interaction_cosent", "losses.softmax"]
     + ["losses.mnrl", "losses.angle", "losses.cosent_ibn"]
-    + ["layers", "optimizers", "callbacks", "errors", "data.pipeline", "data.groups", "training.gradient_cache"],
+    + ["layers", "optimizers", "callbacks", "errors", "data.pipeline", "data.groups", "training.gradient_cache"]
+    + ["mining"],
 )
 def test_docstring_examples_run(module):
     import doctest

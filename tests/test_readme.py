@@ -373,7 +373,63 @@ def output_cases(tmp_path):
     )
 
 
+def mining_cases(tmp_path):
+    from cosent_tf.inference.matchers import SentenceEncoder
+    from cosent_tf.mining import rank_window
+
+    yield (
+        "the corpus has 5 texts, fewer than the rank window's start 10: give a larger corpus, or a window that "
+        "starts at 5 or lower",
+        lambda: rank_window((10, 50), 5),
+    )
+    config = write_config(tmp_path / "config.json")
+    make_model_dir(tmp_path / "cross", config, kind="interaction")
+    make_model_dir(tmp_path / "encoder", config)
+    yield (
+        "--model PATH: an interaction model (a cross-encoder: it scores the two texts of a pair together), but "
+        "--model needs a feature model (a bi-encoder: a vector per text, compared by cosine)",
+        lambda: SentenceEncoder.check_folder(tmp_path / "cross", option="--model"),
+    )
+    unmatched = write(tmp_path / "unmatched.tsv", "花呗\t借呗\t0\n余额\t转账\t0\n")
+    yield (
+        "PATH: no pair is labelled as a match (label above 0.5): mining needs each anchor's positive; give pairs "
+        "labelled as matches",
+        lambda: cosent_tf(
+            [
+                "mine",
+                "--data",
+                str(unmatched),
+                "--model",
+                str(tmp_path / "encoder"),
+                "--range",
+                "1-2",
+                "--output",
+                "m.jsonl",
+            ]
+        ),
+    )
+    yield (
+        "--rerank-top 5 is below --top-k 10: the hits past 5 would have no interaction score; rerank at least --top-k",
+        lambda: cosent_tf(
+            [
+                "search",
+                "query",
+                "index",
+                "queries.txt",
+                "hits.jsonl",
+                "--rerank",
+                "cross",
+                "--rerank-top",
+                "5",
+                "--top-k",
+                "10",
+            ]
+        ),
+    )
+
+
 CASES = {
+    "mining": mining_cases,
     "outputs": output_cases,
     "in-batch": in_batch_cases,
     "data": data_cases,
