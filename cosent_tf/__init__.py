@@ -58,8 +58,8 @@ _HOMES = {
     "PairScorer": ".inference.matchers",
     "VectorIndex": ".inference.index",
     "Hit": ".inference.index",
-    "RerankedHit": ".inference.rerank",
-    "rerank": ".inference.rerank",
+    "RerankedHit": ".inference.index",
+    "rerank": ".inference.matchers",
     # hard negatives mined from one's own files
     "mine_hard_negatives": ".mining",
     "MinedNegatives": ".mining",

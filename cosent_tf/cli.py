@@ -41,7 +41,7 @@ from .experiments.scripts import (  # noqa: F401 (the training scripts' entry po
     training_parser,
 )
 from .experiments.scripts import run_training as _run_training
-from .inference.rerank import RERANK_TOP
+from .inference.index import RERANK_TOP
 from .io import (
     atomic_path,
     check_folder_apart,

@@ -17,9 +17,8 @@ from scipy import stats
 from . import inference
 from .data.tasks import Task
 from .errors import lookup
-from .inference.index import Hit
-from .inference.rerank import RERANK_TOP
-from .inference.rerank import rerank as rerank_hits
+from .inference.index import RERANK_TOP, Hit
+from .inference.matchers import rerank as rerank_hits
 from .models.kinds import FEATURE, INTERACTION
 
 # Anything np.asarray reads as a vector: a list, a tuple, an array.

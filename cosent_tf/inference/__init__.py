@@ -23,8 +23,9 @@ _HOMES = {
     "VectorIndex": ".index",
     "top_k_cosine": ".index",
     # The function rerank is not named here: the package's attribute rerank is its module.
-    "RERANK_TOP": ".rerank",
-    "RerankedHit": ".rerank",
+    "RERANK_TOP": ".index",
+    "RerankedHit": ".index",
+    "rerank": ".matchers",
     "SPEC_FILE": ".model_dir",
     "FORMAT": ".model_dir",
     "FORMAT_VERSION": ".model_dir",

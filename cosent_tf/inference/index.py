@@ -39,6 +39,34 @@ class Hit(NamedTuple):
     text: str
 
 
+# First-stage hits re-scored per query when the caller does not say how many: enough that a
+# relevant text the encoder ranked a little low can still rise to the top, few enough that the
+# interaction model's cost (one call per pair) stays small.
+RERANK_TOP = 20
+
+
+class RerankedHit(NamedTuple):
+    """One hit after reranking: the interaction model's score, and where the first stage had it.
+
+    Attributes:
+        index: the text's position in the corpus (or the index's texts).
+        score: the interaction model's score of the (query, text) pair; higher is more similar.
+        text: the corpus text itself.
+        cosine: the first stage's score (the cosine of the query's and the text's vectors).
+        cosine_rank: the text's 1-based rank in the first stage's order.
+
+    Example:
+        >>> hit = encoder.search(["花呗怎么还款"], corpus, top_k=1, rerank=scorer)[0][0]
+        >>> hit.score, hit.cosine_rank  # the interaction score; 3 if cosine had it third
+    """
+
+    index: int  # type: ignore[assignment]  # as Hit's: the field's name hides tuple.index
+    score: float
+    text: str
+    cosine: float
+    cosine_rank: int
+
+
 class VectorIndex:
     """Unit-length vectors with their texts, searched by exact cosine in bounded memory.
 

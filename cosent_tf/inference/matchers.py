@@ -1,4 +1,5 @@
-"""Using a trained matcher: sentence vectors, pair scores, and exact cosine search.
+"""Using a trained matcher: sentence vectors, pair scores, exact cosine search, and search reranked by
+an interaction model (:func:`rerank`).
 
 ``SentenceEncoder`` wraps a feature model (a model folder's ``kind: feature``) and
 ``PairScorer`` an interaction model. Texts are tokenised exactly as in training
@@ -10,7 +11,7 @@ of similar length (:mod:`.runtime`); results come back in input order. Search ru
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Self, overload
 
 import numpy as np
@@ -20,10 +21,8 @@ from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
-from .index import Hit, VectorIndex
+from .index import RERANK_TOP, Hit, RerankedHit, VectorIndex
 from .model_dir import load_model_dir
-from .rerank import RERANK_TOP, RerankedHit
-from .rerank import rerank as rerank_hits
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
 # Auto progress bars appear from this many texts on.
@@ -265,7 +264,7 @@ class SentenceEncoder(_Matcher):
         interaction model.
 
         With ``rerank``, the first ``max(top_k, rerank_top)`` texts by cosine are all re-scored by
-        the interaction model (:func:`~cosent_tf.inference.rerank.rerank`), and the best ``top_k`` of
+        the interaction model (:func:`rerank`), and the best ``top_k`` of
         them by its score come back: a text cosine ranked below ``top_k`` can rise into them.
 
         Args:
@@ -276,11 +275,11 @@ class SentenceEncoder(_Matcher):
             show_progress: a progress bar; None shows one from :data:`PROGRESS_FROM` texts on.
             rerank: a :class:`PairScorer` that re-orders the cosine hits; None keeps the cosine order.
             rerank_top: how many cosine hits per query it re-scores, at least ``top_k``
-                (default :data:`~cosent_tf.inference.rerank.RERANK_TOP`, or ``top_k`` when larger).
+                (default :data:`~cosent_tf.inference.index.RERANK_TOP`, or ``top_k`` when larger).
 
         Returns:
             One list per query, best first: :class:`Hit` (index, score, text), ties to the lower
-            corpus index; with ``rerank``, :class:`~cosent_tf.inference.rerank.RerankedHit` (the
+            corpus index; with ``rerank``, :class:`~cosent_tf.inference.index.RerankedHit` (the
             interaction score, and the cosine and rank the first stage gave), ties to the better
             cosine rank.
 
@@ -316,7 +315,7 @@ class SentenceEncoder(_Matcher):
         ]
         if rerank is None:
             return hits
-        return rerank_hits(rerank, queries, hits, top_k, batch_size, show_progress)
+        return _rerank_hits(rerank, queries, hits, top_k, batch_size, show_progress)
 
 
 class PairScorer(_Matcher):
@@ -392,6 +391,74 @@ class PairScorer(_Matcher):
         scores = self.similarity([query] * len(documents), documents, batch_size, show_progress)
         order = np.argsort(-scores, kind="stable")[:top_k]
         return [Hit(int(i), float(scores[i]), documents[i]) for i in order]
+
+
+def rerank(
+    scorer: PairScorer,
+    queries: Iterable[str],
+    hits: Sequence[Sequence[Hit]],
+    top_k: int | None = None,
+    batch_size: int = 64,
+    show_progress: bool | None = None,
+) -> list[list[RerankedHit]]:
+    """Re-order each query's first-stage hits by an interaction model's score of (query, hit text).
+
+    Every pair of every query is scored in one batched ``scorer.similarity`` call, so pairs of
+    similar length share batches across queries. Each query's hits are sorted by that score, best
+    first; ties keep the first stage's order (a stable sort), so a tie goes to the better cosine.
+
+    Args:
+        scorer: a :class:`~cosent_tf.inference.matchers.PairScorer` (or anything whose
+            ``similarity(texts_a, texts_b, batch_size, show_progress)`` scores aligned pairs).
+        queries: the queries, one per list of hits.
+        hits: each query's hits as the first stage ranked them, best first (any number per query;
+            a ``SentenceEncoder.search`` result); a hit's place in its list is its ``cosine_rank``.
+        top_k: hits kept per query after reranking; all of them when None.
+        batch_size: pairs per model call.
+        show_progress: a progress bar; None shows one from ``PROGRESS_FROM`` pairs on.
+
+    Returns:
+        One list of :class:`RerankedHit` per query, best first by the interaction score.
+
+    Raises:
+        TypeError: ``queries`` is not a sequence of strings.
+        ValueError: ``hits`` does not hold one list per query, ``top_k`` is below 1, or the
+            interaction model gave a score that is not finite (the model is broken).
+
+    Example:
+        >>> first = encoder.search(queries, index, top_k=50)
+        >>> best = rerank(scorer, queries, first, top_k=10)
+    """
+    queries = check_texts(queries, "queries")
+    if len(hits) != len(queries):
+        raise ValueError(f"{len(queries)} queries but {len(hits)} lists of hits; give one list per query")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1 (or None for every hit), got {top_k}")
+    pair_queries = [query for query, row in zip(queries, hits) for _ in row]
+    pair_texts = [hit.text for row in hits for hit in row]
+    scores = np.asarray(scorer.similarity(pair_queries, pair_texts, batch_size, show_progress), dtype=np.float32)
+    if not np.isfinite(scores).all():
+        bad = int(np.argmin(np.isfinite(scores)))
+        raise ValueError(
+            f"the interaction model scored the pair ({pair_queries[bad]!r:.40}, {pair_texts[bad]!r:.40}) "
+            f"{scores[bad]}: its weights are broken"
+        )
+    reranked, start = [], 0
+    for row in hits:
+        row_scores = scores[start : start + len(row)]
+        start += len(row)
+        order = np.argsort(-row_scores, kind="stable")[:top_k]
+        reranked.append(
+            [
+                RerankedHit(int(row[i].index), float(row_scores[i]), row[i].text, float(row[i].score), int(i) + 1)
+                for i in order
+            ]
+        )
+    return reranked
+
+
+# search() has a parameter called rerank, which hides the function there.
+_rerank_hits = rerank
 
 
 MATCHERS: dict[str, type[SentenceEncoder] | type[PairScorer]] = {

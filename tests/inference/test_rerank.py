@@ -14,7 +14,7 @@ from cosent_tf.evaluation import (
     retrieval_metrics,
     retrieval_with_rerank,
 )
-from cosent_tf.inference.rerank import RERANK_TOP
+from cosent_tf.inference.index import RERANK_TOP
 from tests.helpers import CHARACTERS, make_model_dir
 
 QUERIES = ["今天天气怎么样", "我想换手机", "ＱＱ号码是多少？"]
