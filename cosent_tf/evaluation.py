@@ -244,7 +244,11 @@ def retrieval_with_rerank(
     """The retrieval metrics of cosine search, and of the same search with its top ``rerank_top``
     re-ordered by an interaction model: ``(plain, reranked)``, from one encoding and one search.
 
-    See :func:`reranked_retrieval_metrics` for what the reranked metrics are.
+    The ranking measured is the reranked top ``rerank_top`` followed by the cosine order below it.
+    Since reranking only permutes the top ``rerank_top``, the set of a query's first k texts is the
+    cosine search's for every k >= ``rerank_top``: Recall@k for those k cannot change, and only
+    the metrics that look inside the top ``rerank_top`` (Recall@k below it, MRR@10, nDCG@10) can.
+    With ``rerank_top`` 1 nothing moves, and the metrics are the cosine search's.
 
     Args:
         encode: unit vectors of a list of texts (a ``SentenceEncoder.encode``).
@@ -288,49 +292,6 @@ def retrieval_with_rerank(
     return plain, reranked
 
 
-def reranked_retrieval_metrics(
-    encode: Callable[[Sequence[str]], np.ndarray],
-    scorer: Any,
-    queries: Sequence[str],
-    corpus: Sequence[str],
-    relevant: Sequence[set[int]],
-    rerank_top: int = RERANK_TOP,
-    recall_at: Sequence[int] = RECALL_AT,
-    batch_size: int = 64,
-) -> dict[str, Any]:
-    """Retrieval metrics of retrieve-then-rerank: cosine search, then the top ``rerank_top`` hits of
-    each query re-ordered by an interaction model's score of (query, hit text).
-
-    The ranking measured is the reranked top ``rerank_top`` followed by the cosine order below it.
-    Since reranking only permutes the top ``rerank_top``, the set of a query's first k texts is the
-    cosine search's for every k >= ``rerank_top``: Recall@k for those k cannot change, and only
-    the metrics that look inside the top ``rerank_top`` (Recall@k below it, MRR@10, nDCG@10) can.
-    With ``rerank_top`` 1 nothing moves, and the metrics are the cosine search's.
-
-    Args:
-        encode: unit vectors of a list of texts (a ``SentenceEncoder.encode``).
-        scorer: a :class:`~cosent_tf.inference.matchers.PairScorer`, or anything whose
-            ``similarity(texts_a, texts_b, batch_size, show_progress)`` scores aligned pairs.
-        queries: the query texts.
-        corpus: the corpus texts.
-        relevant: ``relevant[i]`` is the set of corpus indices relevant to query i (not empty).
-        rerank_top: the cosine hits per query that the scorer re-orders.
-        recall_at: the cutoffs k of Recall@k.
-        batch_size: pairs per call of the scorer's model.
-
-    Returns:
-        The :func:`ranking_metrics` of the reranked order, with ``"rerank_top"`` and ``"reranker"``
-        (the scorer's model folder, None for one held in memory).
-
-    Raises:
-        ValueError: ``rerank_top`` is below 1.
-
-    Example:
-        >>> reranked_retrieval_metrics(encoder.encode, scorer, queries, corpus, relevant, rerank_top=20)["mrr@10"]
-    """
-    return retrieval_with_rerank(encode, scorer, queries, corpus, relevant, rerank_top, recall_at, batch_size)[1]
-
-
 def pair_retrieval(encode: Callable[[Sequence[str]], np.ndarray], pairs: Any, task: Task) -> Optional[dict[str, Any]]:
     """Retrieval metrics over labelled pairs (:func:`pair_retrieval_sets`, positives as ``task``
     says), with vectors from ``encode``; None when no pair is positive."""
@@ -354,7 +315,7 @@ def evaluate_pairs(
     the model's tuned one; predictions are None without one); with ``retrieval`` (a
     sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``; with
     ``rerank`` too (a PairScorer), those of the same search with each query's top ``rerank_top``
-    re-ordered by it (:func:`reranked_retrieval_metrics`) under ``retrieval_reranked``, from the
+    re-ordered by it (:func:`retrieval_with_rerank`) under ``retrieval_reranked``, from the
     same encoding of queries and corpus.
 
     Raises:

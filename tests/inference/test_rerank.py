@@ -10,7 +10,6 @@ from cosent_tf import Hit, PairData, PairScorer, RerankedHit, SentenceEncoder, r
 from cosent_tf.evaluation import (
     evaluate_pairs,
     ranking_metrics,
-    reranked_retrieval_metrics,
     retrieval_metrics,
     retrieval_with_rerank,
 )
@@ -235,7 +234,7 @@ def test_reranking_the_hand_ranked_case_with_an_oracle_moves_the_relevant_texts_
     def encode(texts):
         return np.array([vectors[text] for text in texts])
 
-    got = reranked_retrieval_metrics(encode, Oracle(queries, corpus, RELEVANT), queries, corpus, RELEVANT, 5)
+    got = retrieval_with_rerank(encode, Oracle(queries, corpus, RELEVANT), queries, corpus, RELEVANT, 5)[1]
     # Top 5: query 0's relevant text (rank 2) rises to 1; query 1's second one (rank 6) stays out of reach.
     assert got == pytest.approx(
         {
@@ -287,10 +286,10 @@ def test_an_oracle_reranker_puts_a_relevant_text_first_whenever_one_is_in_its_re
             else:
                 assert got[f"recall@{k}"] >= plain[f"recall@{k}"] - 1e-12
         assert got["rerank_top"] == rerank_top
-    single = reranked_retrieval_metrics(encode, Oracle(queries, corpus, relevant), queries, corpus, relevant, 1)
+    single = retrieval_with_rerank(encode, Oracle(queries, corpus, relevant), queries, corpus, relevant, 1)[1]
     assert {k: v for k, v in single.items() if k not in ("rerank_top", "reranker")} == pytest.approx(plain)
     with pytest.raises(ValueError, match="rerank_top must be at least 1"):
-        reranked_retrieval_metrics(encode, Oracle(queries, corpus, relevant), queries, corpus, relevant, 0)
+        retrieval_with_rerank(encode, Oracle(queries, corpus, relevant), queries, corpus, relevant, 0)[1]
 
 
 def test_evaluate_pairs_reports_both_rankings_from_one_encoding(encoder, scorer):
@@ -312,14 +311,14 @@ def test_evaluate_pairs_reports_both_rankings_from_one_encoding(encoder, scorer)
     assert len([texts for texts in calls if texts == ["今天天气", "我想换手机", "号码"]]) == 1
     plain, _, _ = evaluate_pairs(encoder, pairs, retrieval=True)
     assert metrics["retrieval"] == pytest.approx(plain["retrieval"])
-    expected = reranked_retrieval_metrics(
+    expected = retrieval_with_rerank(
         encode,
         scorer,
         ["今天天气", "我想换手机", "号码"],
         ["明天下雨", "天气好", "换个手机", "ＱＱ号码"],
         [{0}, {2}, {3}],
         rerank_top=2,
-    )
+    )[1]
     assert metrics["retrieval_reranked"] == pytest.approx(expected)
     assert metrics["retrieval_reranked"]["reranker"] == scorer.path and metrics["retrieval_reranked"]["rerank_top"] == 2
     with pytest.raises(ValueError, match="rerank re-orders retrieval results: pass retrieval=True"):
