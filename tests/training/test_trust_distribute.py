@@ -532,7 +532,8 @@ def test_runs_left_out_are_named_and_a_missing_folder_or_a_file_for_output_is_re
     assert caplog.messages == [
         f"{tmp_path / 'running'}: a run not finished (no metrics.json); left out of the report",
         f"{tmp_path / 'notes'}: not a training run; left out of the report",
-        f"{own}: trained on its own files (train_file), not a benchmark task; left out",
+        f"{own}: trained on its own file pairs.tsv, which is neither a benchmark task nor mined negatives (no mining "
+        "summary beside it); left out",
     ]
     with pytest.raises(ConfigError, match=f"^{tmp_path / 'gone'}: no such run folder; give the folders of finished"):
         write_report(runs + [str(tmp_path / "gone")], str(tmp_path / "out2"))
