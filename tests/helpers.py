@@ -90,6 +90,19 @@ def make_model_dir(
 CHARACTERS = "我你他她们是的不了在有人这中大为上个国和地到以说时要就出会可也"
 
 
+def distinct_texts(seed, count, avoid=(), shortest=3, longest=8):
+    """``count`` distinct texts of ``shortest`` to ``longest`` characters of CHARACTERS, none in
+    ``avoid``: CJK only, so that two different texts are never duplicates after normalisation."""
+    rng = np.random.default_rng(seed)
+    texts, taken = [], set(avoid)
+    while len(texts) < count:
+        text = "".join(rng.choice(list(CHARACTERS), int(rng.integers(shortest, longest + 1))))
+        if text not in taken:
+            taken.add(text)
+            texts.append(text)
+    return texts
+
+
 def tiny_pairs(rng, count, scores):
     """Pairs whose label is how many characters the two sentences share (learnable)."""
     rows = []

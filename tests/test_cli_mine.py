@@ -14,7 +14,7 @@ from cosent_tf.cli import main, rank_range
 from cosent_tf.data.files import read_lines, read_pair_file
 from cosent_tf.data.groups import read_group_file
 from cosent_tf.mining import GUARDS, SUMMARY_FORMAT, mine_hard_negatives, summary_paths
-from tests.helpers import CHARACTERS, make_model_dir, write_config
+from tests.helpers import distinct_texts, make_model_dir, write_config
 from tests.test_mining import margin_between
 
 
@@ -28,20 +28,10 @@ def models(tmp_path_factory):
     return root
 
 
-def texts(seed, count):
-    rng = np.random.default_rng(seed)
-    made = []
-    while len(made) < count:
-        text = "".join(rng.choice(list(CHARACTERS), int(rng.integers(3, 9))))
-        if text not in made:
-            made.append(text)
-    return made
-
-
 @pytest.fixture
 def inputs(tmp_path):
     """Pairs without labels (positive pairs) and a corpus holding some of their texts."""
-    pool = texts(0, 44)
+    pool = distinct_texts(0, 44)
     anchors, positives, others = pool[:6], pool[6:12], pool[12:]
     data = tmp_path / "train.tsv"
     data.write_text("".join(f"{a}\t{p}\n" for a, p in zip(anchors, positives)), encoding="utf-8")
@@ -90,7 +80,7 @@ def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(models, input
 
 
 def test_mine_writes_pairs_rescored_by_an_interaction_model(models, tmp_path, capsys):
-    pool = texts(1, 30)
+    pool = distinct_texts(1, 30)
     data = tmp_path / "labelled.csv"
     rows = [(pool[i], pool[i + 1], i % 3 != 2) for i in range(0, 24, 2)]
     data.write_text("q1,q2,same\n" + "".join(f"{a},{b},{int(label)}\n" for a, b, label in rows), encoding="utf-8")
@@ -188,7 +178,7 @@ def test_bad_input_is_said_before_any_model_loads_and_nothing_is_written(argumen
     (tmp_path / "small.txt").write_text("甲乙\n丙丁\n戊己\n", encoding="utf-8")
     (tmp_path / "empty-line.txt").write_text("甲乙\n\n丙丁\n", encoding="utf-8")
     if "{tmp}/index" in arguments:
-        SentenceEncoder.load(str(models / "other")).build_index(texts(2, 8)).save(str(tmp_path / "index"))
+        SentenceEncoder.load(str(models / "other")).build_index(distinct_texts(2, 8)).save(str(tmp_path / "index"))
     before = sorted(os.listdir(tmp_path))
     arguments = [a.format(tmp=tmp_path, models=models) for a in arguments]
     if "--data" not in arguments:

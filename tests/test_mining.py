@@ -24,7 +24,7 @@ from cosent_tf.mining import (
     score_statistics,
     summary_paths,
 )
-from tests.helpers import CHARACTERS, make_model_dir, write_config
+from tests.helpers import distinct_texts, make_model_dir, write_config
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +45,6 @@ def encoder(model_folders):
 @pytest.fixture
 def scorer(model_folders):
     return PairScorer.load(str(model_folders / "scorer"))
-
-
-def distinct_texts(seed, count, avoid=()):
-    """``count`` distinct texts of 3 to 8 characters of CHARACTERS, none in ``avoid``: CJK only, so
-    that two different texts are never duplicates after normalisation either."""
-    rng = np.random.default_rng(seed)
-    texts, taken = [], set(avoid)
-    while len(texts) < count:
-        text = "".join(rng.choice(list(CHARACTERS), int(rng.integers(3, 9))))
-        if text not in taken:
-            taken.add(text)
-            texts.append(text)
-    return texts
 
 
 def reference_normal(text):

@@ -14,19 +14,9 @@ from cosent_tf.evaluation import (
     retrieval_with_rerank,
 )
 from cosent_tf.inference.index import RERANK_TOP
-from tests.helpers import CHARACTERS, make_model_dir
+from tests.helpers import distinct_texts, make_model_dir
 
 QUERIES = ["今天天气怎么样", "我想换手机", "ＱＱ号码是多少？"]
-
-
-def random_texts(count, seed=0):
-    rng = np.random.default_rng(seed)
-    texts = []
-    while len(texts) < count:
-        text = "".join(rng.choice(list(CHARACTERS), int(rng.integers(2, 9))))
-        if text not in texts:
-            texts.append(text)
-    return texts
 
 
 @pytest.fixture
@@ -66,7 +56,7 @@ def fake_pair_scorer(table):
 
 
 def test_rerank_orders_each_querys_hits_as_scoring_each_pair_alone_would(encoder, scorer):
-    corpus = random_texts(12)
+    corpus = distinct_texts(0, 12, shortest=2)
     hits = encoder.search(QUERIES, corpus, top_k=6)
     hits[2] = hits[2][:3]  # a first stage may give any number of hits per query
     got = rerank(scorer, QUERIES, hits, batch_size=4)
@@ -117,7 +107,7 @@ def test_rerank_refuses_misaligned_hits_a_bad_top_k_and_a_broken_model():
 
 
 def test_rank_orders_documents_by_the_models_score(scorer):
-    documents = random_texts(7, seed=3)
+    documents = distinct_texts(3, 7, shortest=2)
     got = scorer.rank("我想换手机", documents, batch_size=3)
     alone = np.array([scorer.similarity(["我想换手机"], [text], batch_size=1)[0] for text in documents])
     order = np.argsort(-alone, kind="stable")
@@ -146,7 +136,7 @@ def test_rank_breaks_ties_to_the_lower_position_and_checks_its_arguments():
 
 
 def test_search_with_rerank_reaches_below_top_k_and_reranks_all_it_retrieved(encoder):
-    corpus = random_texts(30, seed=1)
+    corpus = distinct_texts(1, 30, shortest=2)
     plain = encoder.search(QUERIES, corpus, top_k=8)
     # The scorer likes only each query's fifth cosine hit: reranking must bring it up from rank 5.
     liked = {(query, row[4].text): 1.0 for query, row in zip(QUERIES, plain)}
