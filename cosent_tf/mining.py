@@ -676,12 +676,18 @@ def mine_hard_negatives(
         miner = _Miner(encoder, rescorer, examples, index, lo, hi, margin, rescore_margin, batch_size, show_progress)
         distinct = list(dict.fromkeys(examples.anchors))
         for start in range(0, len(distinct), anchor_block):
-            miner.mine_block(distinct[start : start + anchor_block])
-        return miner.result(int(num_negatives), sampling, int(seed), settings, examples.notes + ([cut] if cut else []))
+            miner.mine_block(distinct[start : start + anchor_block], int(num_negatives), sampling, int(seed))
+        return miner.result(int(num_negatives), settings, examples.notes + ([cut] if cut else []))
 
 
 class _Miner:
-    """The candidates of each example, block by block of anchors, and the negatives chosen from them."""
+    """The candidates of each example, block by block of anchors, and the negatives chosen from them.
+
+    A block's candidates are dropped once its negatives are chosen, so that what is held between
+    blocks is the chosen negatives alone, not every example's window of candidates."""
+
+    # A chosen or surviving candidate: (corpus index, rank, cosine, interaction score or NaN).
+    Candidate = tuple[int, int, float, float]
 
     def __init__(
         self,
@@ -705,12 +711,12 @@ class _Miner:
         count = len(examples.anchors)
         self.positive_cosines = np.zeros(count, dtype=np.float32)
         self.positive_scores = np.full(count, np.nan, dtype=np.float32)
-        # Per example: the survivors as (corpus index, rank, cosine, interaction score or NaN).
-        self.survivors: list[list[tuple[int, int, float, float]]] = [[] for _ in range(count)]
+        # Per example: its chosen negatives, or None when too few candidates survived the guards.
+        self.chosen: list[Optional[list[_Miner.Candidate]]] = [None] * count
         self.removed = dict.fromkeys(GUARDS, 0)
         self.empty = self.repeated = 0
 
-    def mine_block(self, anchors: list[str]) -> None:
+    def mine_block(self, anchors: list[str], wanted: int, sampling: str, seed: int) -> None:
         anchor_vectors = self.encoder.encode(anchors, self.batch_size, True, self.show_progress)
         cosines, indices = self.index.search(anchor_vectors, self.hi)
         cosines, indices = cosines[:, self.lo - 1 :], indices[:, self.lo - 1 :]
@@ -719,17 +725,33 @@ class _Miner:
         positive_vectors = self.encoder.encode(positives, self.batch_size, True, self.show_progress)
         positive_row = {text: row for row, text in enumerate(positives)}
         keys = {int(i): normalized_text(self.index.texts[i]) for i in np.unique(indices)}
+        survivors: dict[int, list[_Miner.Candidate]] = {}
         for row, anchor in enumerate(anchors):
             for number in self.examples_of[anchor]:
                 positive = self.examples.positives[number]
                 self.positive_cosines[number] = anchor_vectors[row] @ positive_vectors[positive_row[positive]]
-                self.survivors[number] = self._guarded(number, anchor, cosines[row], indices[row], keys)
+                survivors[number] = self._guarded(number, anchor, cosines[row], indices[row], keys)
         if self.rescorer is not None:
-            self._rescore(anchors, numbers)
+            self._rescore(survivors)
+        for number, kept in survivors.items():
+            self.chosen[number] = self._choose(number, kept, wanted, sampling, seed)
+
+    @staticmethod
+    def _choose(
+        number: int, survivors: list[_Miner.Candidate], wanted: int, sampling: str, seed: int
+    ) -> Optional[list[_Miner.Candidate]]:
+        """The negatives of example ``number``: the best-ranked survivors, or a draw among them by the
+        example's own seed (so the choice does not depend on the blocks); None when too few survived."""
+        if len(survivors) < wanted:
+            return None
+        if sampling == "top":
+            return survivors[:wanted]
+        drawn = np.random.default_rng([seed, number]).choice(len(survivors), size=wanted, replace=False)
+        return [survivors[i] for i in sorted(drawn.tolist())]
 
     def _guarded(
         self, number: int, anchor: str, cosines: np.ndarray, indices: np.ndarray, keys: dict[int, str]
-    ) -> list[tuple[int, int, float, float]]:
+    ) -> list[_Miner.Candidate]:
         """The candidates of one example that pass the guards before the rescore."""
         anchor_key = normalized_text(anchor)
         positive_key = normalized_text(self.examples.positives[number])
@@ -759,57 +781,50 @@ class _Miner:
                 kept.append((index, self.lo + position, cosine, math.nan))
         return kept
 
-    def _rescore(self, anchors: list[str], numbers: list[int]) -> None:
+    def _rescore(self, survivors: dict[int, list[_Miner.Candidate]]) -> None:
         """Score every distinct (anchor, text) pair of the block once, in one batched call, and drop
         the candidates that score within the margin of their positive."""
         assert self.rescorer is not None
         texts = self.index.texts
         pairs = dict.fromkeys(
-            [(self.examples.anchors[number], self.examples.positives[number]) for number in numbers]
+            [(self.examples.anchors[number], self.examples.positives[number]) for number in survivors]
             + [
                 (self.examples.anchors[number], texts[index])
-                for number in numbers
-                for index, _, _, _ in self.survivors[number]
+                for number, kept in survivors.items()
+                for index, _, _, _ in kept
             ]
         )
         scored = self.rescorer.similarity(
             [a for a, _ in pairs], [b for _, b in pairs], self.batch_size, self.show_progress
         )
         score_of = dict(zip(pairs, scored.tolist()))
-        for number in numbers:
+        for number, candidates in survivors.items():
             anchor = self.examples.anchors[number]
             positive_score = score_of[anchor, self.examples.positives[number]]
             self.positive_scores[number] = positive_score
             kept = []
-            for index, rank, cosine, _ in self.survivors[number]:
+            for index, rank, cosine, _ in candidates:
                 score = score_of[anchor, texts[index]]
                 if score >= positive_score - self.rescore_margin:
                     self.removed["rescore"] += 1
                 else:
                     kept.append((index, rank, cosine, score))
-            self.survivors[number] = kept
+            survivors[number] = kept
 
-    def result(
-        self, wanted: int, sampling: str, seed: int, settings: dict[str, Any], notes: list[str]
-    ) -> MinedNegatives:
+    def result(self, wanted: int, settings: dict[str, Any], notes: list[str]) -> MinedNegatives:
         examples: list[tuple[str, str, list[str]]] = []
         kept_numbers, chosen = [], []
         short_anchors: set[str] = set()
-        for number, survivors in enumerate(self.survivors):
+        for number, picked in enumerate(self.chosen):
             anchor, positive = self.examples.anchors[number], self.examples.positives[number]
-            if len(survivors) < wanted:
+            if picked is None:
                 short_anchors.add(anchor)
                 continue
-            if sampling == "top":
-                picked = survivors[:wanted]
-            else:
-                drawn = np.random.default_rng([seed, number]).choice(len(survivors), size=wanted, replace=False)
-                picked = [survivors[i] for i in sorted(drawn.tolist())]
             examples.append((anchor, positive, [self.index.texts[index] for index, _, _, _ in picked]))
             kept_numbers.append(number)
             chosen.append(picked)
         rescored = self.rescorer is not None
-        read = len(self.survivors)
+        read = len(self.chosen)
         counts = {
             "examples_read": read,
             "anchors": len(self.examples_of),
