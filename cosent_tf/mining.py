@@ -201,20 +201,15 @@ def default_corpus(data: Union[GroupData, PairData]) -> list[str]:
 
 def check_index_model(index: VectorIndex, model_dir: Optional[str]) -> None:
     """Refuse an index built by another model than ``model_dir`` (when both are known and the
-    index's model is still there): its vectors cannot be compared with that model's.
+    index's model is still there), in the terms of mining (:meth:`VectorIndex.check_model`).
 
     Raises:
         ConfigError: naming the index, its model and ``model_dir``.
     """
-    recorded = index.model_dir
-    if model_dir is None or not recorded or not os.path.isdir(recorded):
-        return
-    if os.path.realpath(recorded) != os.path.realpath(model_dir):
-        raise ConfigError(
-            f"{index.directory or 'the corpus index'}: the index was built with the model {recorded}, not "
-            f"{model_dir}; its vectors cannot be compared with another model's: mine with that model, give the "
-            "corpus as texts, or build an index with this model (cosent-tf search build)"
-        )
+    index.check_model(
+        model_dir,
+        "mine with that model, give the corpus as texts, or build an index with this model (cosent-tf search build)",
+    )
 
 
 def score_statistics(values: Any) -> dict[str, Optional[float]]:

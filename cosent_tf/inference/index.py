@@ -129,12 +129,7 @@ class VectorIndex:
         where = self.directory or "this index"
         recorded = self.model_dir
         if model_dir is not None:
-            if recorded and os.path.isdir(recorded) and os.path.realpath(model_dir) != os.path.realpath(recorded):
-                raise ConfigError(
-                    f"{where}: the index was built with the model {recorded}, not {model_dir}; its vectors "
-                    "cannot be compared with another model's: query it without --model-dir, or build an "
-                    "index with this model"
-                )
+            self.check_model(model_dir, "query it without --model-dir, or build an index with this model")
             return model_dir
         if not recorded:
             raise ConfigError(f"{where}: the index does not record its model; pass --model-dir MODEL_DIR")
@@ -144,6 +139,27 @@ class VectorIndex:
                 "with the model folder that built the index"
             )
         return recorded
+
+    def check_model(self, model_dir: str | None, remedy: str) -> None:
+        """Refuse ``model_dir`` when the index records another model that is still there: another
+        model's vectors cannot be compared with the index's. An unknown model on either side (None,
+        or a recorded folder moved or removed) is taken on the caller's word.
+
+        Args:
+            model_dir: the model the caller would compare with the index's vectors.
+            remedy: what to do instead, the end of the message.
+
+        Raises:
+            ConfigError: naming the index, its model, ``model_dir`` and the remedy.
+        """
+        recorded = self.model_dir
+        if model_dir is None or not recorded or not os.path.isdir(recorded):
+            return
+        if os.path.realpath(model_dir) != os.path.realpath(recorded):
+            raise ConfigError(
+                f"{self.directory or 'this index'}: the index was built with the model {recorded}, not {model_dir}; "
+                f"its vectors cannot be compared with another model's: {remedy}"
+            )
 
     def save(self, directory: str, overwrite: bool = False, inputs: Iterable[str] = ()) -> None:
         """Write the index folder; an existing one must be empty, or an index and ``overwrite`` true."""
