@@ -41,7 +41,7 @@ from .experiments.scripts import (  # noqa: F401 (the training scripts' entry po
     training_parser,
 )
 from .experiments.scripts import run_training as _run_training
-from .inference.index import RERANK_TOP
+from .inference.index import RERANK_TOP, rerank_depth
 from .io import (
     atomic_path,
     check_folder_apart,
@@ -187,7 +187,7 @@ def _search_query(args):
         how = "by cosine"
     else:
         scorer = PairScorer.load(args.rerank, args.precision, option="--rerank")
-        rerank_top = max(args.top_k, RERANK_TOP if args.rerank_top is None else args.rerank_top)
+        rerank_top = rerank_depth(args.top_k, args.rerank_top)
         hits = encoder.search(queries, index, args.top_k, args.batch_size, rerank=scorer, rerank_top=rerank_top)
         how = f"reranked by {args.rerank} from the top {rerank_top} by cosine"
     write_text(

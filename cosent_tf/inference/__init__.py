@@ -24,6 +24,7 @@ _HOMES = {
     "top_k_cosine": ".index",
     # The function rerank is not named here: the package's attribute rerank is its module.
     "RERANK_TOP": ".index",
+    "rerank_depth": ".index",
     "RerankedHit": ".index",
     "rerank": ".matchers",
     "SPEC_FILE": ".model_dir",

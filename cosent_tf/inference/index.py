@@ -45,6 +45,17 @@ class Hit(NamedTuple):
 RERANK_TOP = 20
 
 
+def rerank_depth(top_k: int, rerank_top: int | None = None) -> int:
+    """How many cosine hits per query a reranked search re-scores: ``rerank_top``
+    (:data:`RERANK_TOP` when None), and never fewer than the ``top_k`` it returns.
+
+    Example:
+        >>> rerank_depth(5), rerank_depth(50), rerank_depth(5, 10)
+        (20, 50, 10)
+    """
+    return max(top_k, RERANK_TOP if rerank_top is None else rerank_top)
+
+
 class RerankedHit(NamedTuple):
     """One hit after reranking: the interaction model's score, and where the first stage had it.
 

@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
-from .index import RERANK_TOP, Hit, RerankedHit, VectorIndex
+from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
@@ -301,7 +301,7 @@ class SentenceEncoder(_Matcher):
                 f"rerank_top={rerank_top} is below top_k={top_k}: the hits past {rerank_top} would have no "
                 "interaction score; rerank at least top_k"
             )
-        depth = top_k if rerank is None else max(top_k, RERANK_TOP if rerank_top is None else rerank_top)
+        depth = top_k if rerank is None else rerank_depth(top_k, rerank_top)
         index = (
             corpus_or_index
             if isinstance(corpus_or_index, VectorIndex)
