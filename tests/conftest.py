@@ -7,7 +7,7 @@ import pytest
 import cosent_tf  # noqa: F401  (sets up Keras 2 before TensorFlow is imported anywhere)
 from cosent_tf.backend import keras
 
-from .helpers import SHARED_DATA, make_tiny_setup, write_config
+from .helpers import SHARED_DATA, make_model_dir, make_tiny_setup, write_config
 
 
 def pytest_configure(config):
@@ -39,3 +39,16 @@ def _fresh_keras_state():
 @pytest.fixture
 def tiny_setup(tmp_path):
     return make_tiny_setup(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def mining_models(tmp_path_factory):
+    """Model folders of the mining and rerank tests: ``encoder`` and ``other``, two feature models,
+    and ``scorer``, an interaction model; small and random."""
+    root = tmp_path_factory.mktemp("mining-models")
+    config = write_config(root / "config.json")
+    # Mean pooling: a random model's [CLS] vectors are all nearly the same, which would rank nothing.
+    make_model_dir(root / "encoder", config, pooling="last-avg", maxlen=16)
+    make_model_dir(root / "scorer", config, kind="interaction", maxlen=32)
+    make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
+    return root

@@ -14,18 +14,8 @@ from cosent_tf.cli import main, rank_range
 from cosent_tf.data.files import read_lines, read_pair_file
 from cosent_tf.data.groups import read_group_file
 from cosent_tf.mining import GUARDS, SUMMARY_FORMAT, mine_hard_negatives, summary_paths
-from tests.helpers import distinct_texts, make_model_dir, write_config
+from tests.helpers import distinct_texts
 from tests.test_mining import margin_between
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mine-models")
-    config = write_config(root / "config.json")
-    make_model_dir(root / "encoder", config, pooling="last-avg", maxlen=16)
-    make_model_dir(root / "scorer", config, kind="interaction", maxlen=32)
-    make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
-    return root
 
 
 @pytest.fixture
@@ -44,12 +34,23 @@ def outputs(output):
     return [output, *summary_paths(output)]
 
 
-def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(models, inputs, tmp_path, capsys):
+def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(mining_models, inputs, tmp_path, capsys):
     data, corpus = inputs
     output = str(tmp_path / "out" / "mined.jsonl")
     arguments = ["--range", "1-40", "--num-negatives", "2", "--sampling", "random", "--seed", "3"]
     main(
-        ["mine", "--data", data, "--model", str(models / "encoder"), "--output", output, "--corpus", corpus, *arguments]
+        [
+            "mine",
+            "--data",
+            data,
+            "--model",
+            str(mining_models / "encoder"),
+            "--output",
+            output,
+            "--corpus",
+            corpus,
+            *arguments,
+        ]
     )
     captured = capsys.readouterr()
     assert f"{output}: 6 examples (query, pos, neg); the summary in {summary_paths(output)[0]}" in captured.out
@@ -58,7 +59,7 @@ def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(models, input
     written.check_in_batch()
     assert written.group_size() == 4
     expected = mine_hard_negatives(
-        SentenceEncoder.load(str(models / "encoder")),
+        SentenceEncoder.load(str(mining_models / "encoder")),
         read_group_file(data),
         read_lines(corpus),
         rank_range=(1, 40),
@@ -70,7 +71,7 @@ def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(models, input
     with open(summary_paths(output)[0], encoding="utf-8") as file:
         summary = json.load(file)
     assert summary["format"] == SUMMARY_FORMAT and summary["settings"]["corpus"] == os.path.abspath(corpus)
-    assert summary["settings"]["model"] == os.path.abspath(models / "encoder")
+    assert summary["settings"]["model"] == os.path.abspath(mining_models / "encoder")
     assert summary["removed"] == expected.removed and set(summary["removed"]) == set(GUARDS)
     # The whole corpus is ranked (the window is cut to its 37 texts): two anchors meet themselves, three
     # their positives.
@@ -79,14 +80,14 @@ def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(models, input
     assert os.path.getsize(summary_paths(output)[1]) > 0
 
 
-def test_mine_writes_pairs_rescored_by_an_interaction_model(models, tmp_path, capsys):
+def test_mine_writes_pairs_rescored_by_an_interaction_model(mining_models, tmp_path, capsys):
     pool = distinct_texts(1, 30)
     data = tmp_path / "labelled.csv"
     rows = [(pool[i], pool[i + 1], i % 3 != 2) for i in range(0, 24, 2)]
     data.write_text("q1,q2,same\n" + "".join(f"{a},{b},{int(label)}\n" for a, b, label in rows), encoding="utf-8")
     # The margin: about half of the candidates score within it of their positive. The corpus is every
     # second text; only each anchor's own positive is guarded before the rescore.
-    scorer = PairScorer.load(str(models / "scorer"))
+    scorer = PairScorer.load(str(mining_models / "scorer"))
     corpus = [b for _, b, _ in rows]
     matches = [(a, b) for a, b, label in rows if label]
     gaps = np.concatenate(
@@ -98,8 +99,8 @@ def test_mine_writes_pairs_rescored_by_an_interaction_model(models, tmp_path, ca
     margin = margin_between(gaps)
     output = str(tmp_path / "mined.tsv")
     main(
-        ["mine", "--data", str(data), "--model", str(models / "encoder"), "--output", output, "--output-format"]
-        + ["pairs", "--range", "1-12", "--num-negatives", "2", "--rescore", str(models / "scorer")]
+        ["mine", "--data", str(data), "--model", str(mining_models / "encoder"), "--output", output, "--output-format"]
+        + ["pairs", "--range", "1-12", "--num-negatives", "2", "--rescore", str(mining_models / "scorer")]
         + [f"--rescore-margin={margin!r}", "--text-a-field", "q1", "--text-b-field", "q2", "--label-field", "same"]
     )
     assert "examples as labelled pairs" in capsys.readouterr().out
@@ -128,10 +129,12 @@ def test_the_range_option_reads_lo_hi():
             rank_range(text)
 
 
-def test_a_bad_range_is_an_error_of_the_option(models, inputs, tmp_path, capsys):
+def test_a_bad_range_is_an_error_of_the_option(mining_models, inputs, tmp_path, capsys):
     data, corpus = inputs
     with pytest.raises(SystemExit) as stopped:
-        main(["mine", "--data", data, "--model", str(models / "encoder"), "--output", "x.jsonl", "--range", "9-2"])
+        main(
+            ["mine", "--data", data, "--model", str(mining_models / "encoder"), "--output", "x.jsonl", "--range", "9-2"]
+        )
     assert stopped.value.code == 2
     assert "argument --range: ranks start at 1 and HI may not be below LO, got 9-2" in capsys.readouterr().err
 
@@ -173,14 +176,18 @@ def test_a_bad_range_is_an_error_of_the_option(models, inputs, tmp_path, capsys)
         ),
     ],
 )
-def test_bad_input_is_said_before_any_model_loads_and_nothing_is_written(arguments, message, models, inputs, tmp_path):
+def test_bad_input_is_said_before_any_model_loads_and_nothing_is_written(
+    arguments, message, mining_models, inputs, tmp_path
+):
     data, _ = inputs
     (tmp_path / "small.txt").write_text("甲乙\n丙丁\n戊己\n", encoding="utf-8")
     (tmp_path / "empty-line.txt").write_text("甲乙\n\n丙丁\n", encoding="utf-8")
     if "{tmp}/index" in arguments:
-        SentenceEncoder.load(str(models / "other")).build_index(distinct_texts(2, 8)).save(str(tmp_path / "index"))
+        SentenceEncoder.load(str(mining_models / "other")).build_index(distinct_texts(2, 8)).save(
+            str(tmp_path / "index")
+        )
     before = sorted(os.listdir(tmp_path))
-    arguments = [a.format(tmp=tmp_path, models=models) for a in arguments]
+    arguments = [a.format(tmp=tmp_path, models=mining_models) for a in arguments]
     if "--data" not in arguments:
         arguments += ["--data", data]
     if "--output" not in arguments:
@@ -191,10 +198,20 @@ def test_bad_input_is_said_before_any_model_loads_and_nothing_is_written(argumen
     assert sorted(os.listdir(tmp_path)) == before
 
 
-def test_an_existing_output_is_refused_and_a_failed_run_writes_nothing(models, inputs, tmp_path, monkeypatch):
+def test_an_existing_output_is_refused_and_a_failed_run_writes_nothing(mining_models, inputs, tmp_path, monkeypatch):
     data, corpus = inputs
     output = str(tmp_path / "mined.jsonl")
-    command = ["mine", "--data", data, "--model", str(models / "encoder"), "--corpus", corpus, "--output", output]
+    command = [
+        "mine",
+        "--data",
+        data,
+        "--model",
+        str(mining_models / "encoder"),
+        "--corpus",
+        corpus,
+        "--output",
+        output,
+    ]
     command += ["--range", "1-20"]
     with open(summary_paths(output)[0], "w", encoding="utf-8") as file:
         file.write("mine\n")
@@ -207,19 +224,29 @@ def test_an_existing_output_is_refused_and_a_failed_run_writes_nothing(models, i
 
     monkeypatch.setattr(PairScorer, "similarity", broken)
     with pytest.raises(RuntimeError, match="the rescorer broke"):
-        main([*command, "--overwrite", "--rescore", str(models / "scorer")])
+        main([*command, "--overwrite", "--rescore", str(mining_models / "scorer")])
     assert not os.path.exists(output) and not os.path.exists(summary_paths(output)[1])
     with open(summary_paths(output)[0], encoding="utf-8") as file:
         assert file.read() == "mine\n"
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
 
 
-def test_empty_texts_are_reported_as_the_readers_do_and_never_mined(models, inputs, tmp_path, capsys):
+def test_empty_texts_are_reported_as_the_readers_do_and_never_mined(mining_models, inputs, tmp_path, capsys):
     data, corpus = inputs
     with open(corpus, "a", encoding="utf-8") as file:
         file.write("\n  \n")
     output = str(tmp_path / "mined.jsonl")
-    command = ["mine", "--data", data, "--model", str(models / "encoder"), "--corpus", corpus, "--output", output]
+    command = [
+        "mine",
+        "--data",
+        data,
+        "--model",
+        str(mining_models / "encoder"),
+        "--corpus",
+        corpus,
+        "--output",
+        output,
+    ]
     main([*command, "--range", "1-50"])
     err = capsys.readouterr().err
     assert "corpus.txt: 2 line(s) empty, kept as empty texts" in err

@@ -24,27 +24,17 @@ from cosent_tf.mining import (
     score_statistics,
     summary_paths,
 )
-from tests.helpers import distinct_texts, make_model_dir, write_config
-
-
-@pytest.fixture(scope="module")
-def model_folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mining-models")
-    config = write_config(root / "config.json")
-    # Mean pooling: a random model's [CLS] vectors are all nearly the same, which would rank nothing.
-    make_model_dir(root / "encoder", config, pooling="last-avg", maxlen=16)
-    make_model_dir(root / "scorer", config, kind="interaction", maxlen=32)
-    return root
+from tests.helpers import distinct_texts, make_model_dir
 
 
 @pytest.fixture
-def encoder(model_folders):
-    return SentenceEncoder.load(str(model_folders / "encoder"))
+def encoder(mining_models):
+    return SentenceEncoder.load(str(mining_models / "encoder"))
 
 
 @pytest.fixture
-def scorer(model_folders):
-    return PairScorer.load(str(model_folders / "scorer"))
+def scorer(mining_models):
+    return PairScorer.load(str(mining_models / "scorer"))
 
 
 def reference_normal(text):
