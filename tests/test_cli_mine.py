@@ -18,6 +18,22 @@ from tests.helpers import distinct_texts
 from tests.test_mining import margin_between
 
 
+def mine_command(models, data, corpus, output, *options):
+    """``cosent-tf mine`` of ``data`` over ``corpus`` with the tests' encoder, into ``output``."""
+    return [
+        "mine",
+        "--data",
+        data,
+        "--model",
+        str(models / "encoder"),
+        "--corpus",
+        corpus,
+        "--output",
+        output,
+        *options,
+    ]
+
+
 @pytest.fixture
 def inputs(tmp_path):
     """Pairs without labels (positive pairs) and a corpus holding some of their texts."""
@@ -38,20 +54,7 @@ def test_mine_writes_the_tuples_train_reads_and_prints_its_summary(mining_models
     data, corpus = inputs
     output = str(tmp_path / "out" / "mined.jsonl")
     arguments = ["--range", "1-40", "--num-negatives", "2", "--sampling", "random", "--seed", "3"]
-    main(
-        [
-            "mine",
-            "--data",
-            data,
-            "--model",
-            str(mining_models / "encoder"),
-            "--output",
-            output,
-            "--corpus",
-            corpus,
-            *arguments,
-        ]
-    )
+    main(mine_command(mining_models, data, corpus, output, *arguments))
     captured = capsys.readouterr()
     assert f"{output}: 6 examples (query, pos, neg); the summary in {summary_paths(output)[0]}" in captured.out
     assert "mined 6 of 6 examples" in captured.err and "candidates removed by each guard" in captured.err
@@ -201,18 +204,7 @@ def test_bad_input_is_said_before_any_model_loads_and_nothing_is_written(
 def test_an_existing_output_is_refused_and_a_failed_run_writes_nothing(mining_models, inputs, tmp_path, monkeypatch):
     data, corpus = inputs
     output = str(tmp_path / "mined.jsonl")
-    command = [
-        "mine",
-        "--data",
-        data,
-        "--model",
-        str(mining_models / "encoder"),
-        "--corpus",
-        corpus,
-        "--output",
-        output,
-    ]
-    command += ["--range", "1-20"]
+    command = mine_command(mining_models, data, corpus, output, "--range", "1-20")
     with open(summary_paths(output)[0], "w", encoding="utf-8") as file:
         file.write("mine\n")
     with pytest.raises(SystemExit, match=r"mined.summary.json: exists; nothing was written: pass --overwrite"):
@@ -236,18 +228,7 @@ def test_empty_texts_are_reported_as_the_readers_do_and_never_mined(mining_model
     with open(corpus, "a", encoding="utf-8") as file:
         file.write("\n  \n")
     output = str(tmp_path / "mined.jsonl")
-    command = [
-        "mine",
-        "--data",
-        data,
-        "--model",
-        str(mining_models / "encoder"),
-        "--corpus",
-        corpus,
-        "--output",
-        output,
-    ]
-    main([*command, "--range", "1-50"])
+    main(mine_command(mining_models, data, corpus, output, "--range", "1-50"))
     err = capsys.readouterr().err
     assert "corpus.txt: 2 line(s) empty, kept as empty texts" in err
     written = read_group_file(output, strict=True)  # strict: an empty negative would be an error
