@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats
 
 from . import inference
+from .calibration import accuracy_at, best_threshold
 from .data.tasks import Task
 from .errors import lookup
 from .inference.index import RERANK_TOP, Hit
@@ -33,40 +34,6 @@ def spearman(scores: ArrayLike, labels: ArrayLike) -> float:
 def pearson(scores: ArrayLike, labels: ArrayLike) -> float:
     """Pearson's correlation of ``scores`` with ``labels``."""
     return float(stats.pearsonr(scores, labels)[0])
-
-
-def best_threshold(scores: ArrayLike, labels: ArrayLike) -> tuple[float, float]:
-    """The threshold on ``scores`` that maximises accuracy against 0/1 ``labels``.
-
-    Exhaustive: every midpoint between consecutive distinct scores is tried (the original
-    searched with Powell's method, which can stop in a local optimum). Predicts 1 for
-    ``score > threshold``. Returns ``(threshold, accuracy)``.
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    positive = np.asarray(labels) > 0.5
-    order = np.argsort(scores, kind="stable")
-    sorted_scores, sorted_positive = scores[order], positive[order]
-    # Correct predictions when the first k sorted items are called negative:
-    # negatives among them plus positives after them.
-    negatives_below = np.concatenate([[0], np.cumsum(~sorted_positive)])
-    positives_above = positive.sum() - np.concatenate([[0], np.cumsum(sorted_positive)])
-    correct = negatives_below + positives_above
-    # A cut is only possible between distinct scores (and at both ends).
-    valid = np.concatenate([[True], sorted_scores[1:] > sorted_scores[:-1], [True]])
-    correct = np.where(valid, correct, -1)
-    k = int(np.argmax(correct))
-    if k == 0:
-        threshold = sorted_scores[0] - 1.0
-    elif k == len(scores):
-        threshold = sorted_scores[-1]
-    else:
-        threshold = (sorted_scores[k - 1] + sorted_scores[k]) / 2.0
-    return float(threshold), float(correct[k] / len(scores))
-
-
-def accuracy_at(scores: ArrayLike, labels: ArrayLike, threshold: float) -> float:
-    """The share of pairs whose prediction ``score > threshold`` matches the 0/1 label."""
-    return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
 
 
 def _cosines_of_pairs(model: Any, inputs: Any, batch_size: int, sep_id: Optional[int]) -> np.ndarray:
