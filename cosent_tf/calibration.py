@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import math
 import os
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -334,7 +335,7 @@ class MatchDecision:
         held_out_log_loss: each calibration method's held-out log-loss, which chose ``calibration``.
         expected_label: for graded labels, the map from score to the expected label.
         weights: the fingerprint of the model whose scores were fitted (:func:`weights_fingerprint`).
-        score: what the maps read: ``cosine`` or ``interaction score``.
+        score: what the maps read: the model kind's ``scored_by``, ``cosine`` or ``head``.
         note: why a part is missing, when one is.
     """
 
@@ -504,7 +505,7 @@ def fit_decision(
             ``cut`` the binary decision on ``label > cut`` too.
         cut: for graded labels, the label above which a pair is a match.
         rule: the rule whose threshold decides by default (:data:`RULES`).
-        score: what the scores are (``cosine`` or ``interaction score``).
+        score: what the scores are: the model kind's ``scored_by`` (``cosine`` or ``head``).
         weights: the fingerprint of the model (:func:`weights_fingerprint`).
         require_calibration: too few pairs for a calibration map is an error; otherwise the
             decision has thresholds but no map, and ``note`` says why.
@@ -674,3 +675,38 @@ def decision_or_threshold(
         thresholds={"accuracy": float(threshold)},
         note="this model folder predates calibration; fit one: cosent-tf calibrate MODEL_DIR LABELLED_FILE",
     )
+
+
+# --- the reliability diagram ---------------------------------------------------------------------
+
+
+def plot_reliability(
+    path: str, curves: Mapping[str, tuple[ArrayLike, ArrayLike]], title: str, bins: int = ECE_BINS
+) -> None:
+    """Write the reliability diagram of each of ``curves`` (name -> (probabilities, 0/1 labels)) to
+    the PNG ``path``: per bin of the probability, the share of pairs that match against their mean
+    probability (a calibrated model lies on the diagonal), with each curve's ECE in the legend, and
+    below it how many pairs each bin holds."""
+    from .plotting import new_figure, save_png
+
+    figure, (top, bottom) = new_figure(2, 1, figsize=(5.5, 6.5))
+    top.plot([0, 1], [0, 1], color="0.6", linestyle=":", label="calibrated")
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    width = 1.0 / bins / max(len(curves), 1)
+    for i, (name, (probabilities, labels)) in enumerate(curves.items()):
+        figures = reliability_bins(probabilities, labels, bins)
+        used = figures["pairs"] > 0
+        ece = expected_calibration_error(probabilities, labels, bins)
+        top.plot(
+            figures["mean_probability"][used],
+            figures["share_matching"][used],
+            marker="o",
+            label=f"{name} (ECE {ece:.3f})",
+        )
+        bottom.bar(edges[:-1] + i * width, figures["pairs"], width=width, align="edge", label=name)
+    top.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean probability in the bin", ylabel="share of pairs that match")
+    top.set_title(title, fontsize=10)
+    top.legend(fontsize=8, loc="upper left")
+    bottom.set(xlim=(0, 1), xlabel="probability", ylabel="pairs")
+    figure.tight_layout()
+    save_png(figure, path)
