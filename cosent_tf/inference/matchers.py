@@ -10,6 +10,7 @@ of similar length (:mod:`.runtime`); results come back in input order. Search ru
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Self, overload
@@ -17,9 +18,10 @@ from typing import Any, Self, overload
 import numpy as np
 
 from ..backend import keras
+from ..calibration import MatchDecision, decision_or_threshold, fit_decision, read_decision, write_decision
 from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
-from ..models.spec import ModelSpec, read_spec
+from ..models.spec import SPEC_FILE, ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir
@@ -56,10 +58,34 @@ def _show(show_progress: bool | None, count: int) -> bool:
     return count >= PROGRESS_FROM if show_progress is None else bool(show_progress)
 
 
+@dataclasses.dataclass(frozen=True)
+class Decisions:
+    """A matcher's decision on aligned pairs (:meth:`_Matcher.decide`).
+
+    Attributes:
+        scores: each pair's score (float32): a cosine, or an interaction model's score.
+        probabilities: each pair's probability of a match (float64), from the decision's calibration
+            map; None when the decision has none.
+        matches: whether each pair is a match: its score above ``threshold``.
+        threshold: the threshold of ``rule``.
+        rule: what the threshold was chosen to maximise on the data it was fitted on
+            (:data:`cosent_tf.calibration.RULES`).
+    """
+
+    scores: np.ndarray
+    probabilities: np.ndarray | None
+    matches: np.ndarray
+    threshold: float
+    rule: str
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+
 class _Matcher:
     """What both matchers share: a model with its tokenizer and description, loading from a model
-    folder, the tuned threshold and ``predict``. Each subclass names its model kind and scores
-    pairs with ``similarity``."""
+    folder, the match decision shipped with it (``predict``, ``predict_proba``, ``decide``,
+    ``calibrate``). Each subclass names its model kind and scores pairs with ``similarity``."""
 
     KIND: str
 
@@ -69,8 +95,10 @@ class _Matcher:
         tokenizer: SentenceTokenizer,
         spec: ModelSpec | None = None,
         path: str | None = None,
+        decision: MatchDecision | None = None,
     ) -> None:
         self.model, self.tokenizer, self.spec, self.path = model, tokenizer, spec, path
+        self.decision = decision
 
     @classmethod
     def check_folder(cls, path: str | os.PathLike[str], option: str | None = None) -> ModelSpec:
@@ -117,15 +145,154 @@ class _Matcher:
         Raises:
             ConfigError: ``path`` is not a readable model folder, or holds the other kind of model.
         """
-        cls.check_folder(path, option)  # the kind is said before the weights load
+        described = cls.check_folder(path, option)  # the kind is said before the weights load
+        decision = decision_or_threshold(read_decision(path), described.threshold, os.path.join(path, SPEC_FILE))
         spec, model, tokenizer = load_model_dir(path, precision)
-        return cls(model, tokenizer, spec, os.path.abspath(path))
+        return cls(model, tokenizer, spec, os.path.abspath(path), decision)
 
     @property
     def threshold(self) -> float | None:
-        """The score above which a pair counts as similar, tuned on the training task's valid
-        split; None when that task had no binary labels or the model came without a folder."""
-        return None if self.spec is None else self.spec.threshold
+        """The score above which a pair counts as similar: the decision's accuracy threshold (fitted
+        on the training task's valid split, or by ``calibrate``); None without a binary decision."""
+        if self.decision is None or not self.decision.binary:
+            return None
+        return self.decision.threshold("accuracy")
+
+    def _decision(self) -> MatchDecision:
+        if self.decision is None:
+            raise ConfigError(
+                f"{self.path or 'this model'}: no match decision (no decision.json: its training task had no "
+                "labels to fit one on, or the model was not loaded from a folder); fit one on labelled pairs: "
+                "cosent-tf calibrate MODEL_DIR LABELLED_FILE, or calibrate(...) in Python"
+            )
+        return self.decision
+
+    def predict_proba(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+    ) -> np.ndarray:
+        """Each aligned pair's probability of a match (float64), by the decision's calibration map.
+
+        Raises:
+            ConfigError: the model has no decision, or its decision no calibration map (too few pairs,
+                or graded labels without a cut), saying how to fit one.
+
+        Example:
+            >>> SentenceEncoder.load("runs/bq-cosent/model").predict_proba(["花呗如何还钱"], ["花呗怎么还款"])
+            array([0.83...])
+        """
+        decision = self._decision()
+        decision.probability(0.0)  # a decision without a map says so before the pairs are scored
+        return decision.probability(self.similarity(texts_a, texts_b, batch_size, show_progress))
+
+    def decide(
+        self,
+        texts_a: Iterable[str],
+        texts_b: Iterable[str],
+        rule: str | None = None,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+    ) -> Decisions:
+        """Match or no match for each aligned pair, with its score and (when the decision has a
+        calibration map) its probability.
+
+        Args:
+            texts_a: the pairs' first texts.
+            texts_b: the pairs' second texts, aligned with ``texts_a``.
+            rule: whose threshold decides (:data:`cosent_tf.calibration.RULES`); the decision's own
+                by default.
+            batch_size: pairs scored at once.
+            show_progress: a progress bar (None: from :data:`PROGRESS_FROM` texts on).
+
+        Raises:
+            ConfigError: no decision, or one fitted on graded labels without a cut.
+
+        Example:
+            >>> decided = SentenceEncoder.load("runs/bq-cosent/model").decide(["花呗如何还钱"], ["花呗怎么还款"])
+            >>> decided.matches, decided.probabilities
+            (array([ True]), array([0.83...]))
+        """
+        decision = self._decision()
+        threshold = decision.threshold(rule)
+        scores = self.similarity(texts_a, texts_b, batch_size, show_progress)
+        probabilities = None if decision.calibration is None else decision.probability(scores)
+        return Decisions(scores, probabilities, scores > threshold, threshold, rule or decision.rule)
+
+    def predict_label(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+    ) -> np.ndarray:
+        """Each aligned pair's expected label on the graded scale the decision was fitted on
+        (STS-B's 0 to 5: "similarity 3.7 of 5"), float64.
+
+        Raises:
+            ConfigError: no decision, or one fitted on binary labels.
+        """
+        decision = self._decision()
+        decision.expected_labels(0.0)
+        return decision.expected_labels(self.similarity(texts_a, texts_b, batch_size, show_progress))
+
+    def calibrate(
+        self,
+        texts_a: Iterable[str],
+        texts_b: Iterable[str],
+        labels: Iterable[float],
+        source: str,
+        graded: bool | None = None,
+        cut: float | None = None,
+        rule: str = "accuracy",
+        save: bool = False,
+        batch_size: int = 64,
+    ) -> MatchDecision:
+        """Fit the match decision on this model's scores of labelled pairs, and use it from now on.
+
+        Args:
+            texts_a: the pairs' first texts.
+            texts_b: the pairs' second texts, aligned with ``texts_a``.
+            labels: the pairs' labels: 0/1, or graded.
+            source: what the pairs came from (a file), recorded in the decision.
+            graded: whether the labels are graded; None: graded unless every label is 0 or 1.
+            cut: for graded labels, the label above which a pair is a match (else the decision has
+                only the expected-label map).
+            rule: whose threshold decides by default (:data:`cosent_tf.calibration.RULES`).
+            save: write the decision into the model folder this matcher was loaded from, as
+                ``decision.json`` (replacing the one there).
+            batch_size: pairs scored at once.
+
+        Returns:
+            The decision, also set as ``self.decision``.
+
+        Raises:
+            ConfigError: what :func:`cosent_tf.calibration.fit_decision` refuses (one class, too few
+                pairs, a cut on 0/1 labels); ``save`` for a matcher not loaded from a cosent-tf
+                model folder.
+
+        Example:
+            >>> scorer = PairScorer.load("runs/bq-interaction/model")
+            >>> scorer.calibrate(pairs.texts_a, pairs.texts_b, pairs.labels, "my-domain.tsv", save=True)
+        """
+        values = np.asarray(list(labels), dtype=np.float64)
+        if save:
+            self._check_writable_folder()
+        if graded is None:
+            graded = not bool(np.all(np.isin(values, (0.0, 1.0))))
+        scores = self.similarity(texts_a, texts_b, batch_size)
+        decision = fit_decision(
+            scores, values, source, graded=graded, cut=cut, rule=rule, score=get_kind(self.KIND).scored_by
+        )
+        if save:
+            assert self.path is not None
+            write_decision(self.path, decision)
+            decision = read_decision(self.path) or decision  # as the folder now holds it, fingerprint and all
+        self.decision = decision
+        return decision
+
+    def _check_writable_folder(self) -> None:
+        if self.path is None:
+            raise ConfigError("this model was not loaded from a folder, so there is no folder to save its decision in")
+        if not os.path.isfile(os.path.join(self.path, SPEC_FILE)):
+            raise ConfigError(
+                f"{self.path}: not a cosent-tf model folder (no {SPEC_FILE}), and cosent-tf writes nothing into "
+                "another program's folder; calibrate the cosent-tf model folder it came from and export that again"
+            )
 
     def similarity(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
@@ -153,8 +320,8 @@ class _Matcher:
         threshold = self.threshold if threshold is None else threshold
         if threshold is None:
             raise ConfigError(
-                f"{self.path or 'this model'}: no tuned threshold (its training task had no "
-                "binary labels); pass threshold="
+                f"{self.path or 'this model'}: no tuned threshold (its training task had no binary labels); "
+                "pass threshold=, or fit a decision on labelled pairs: cosent-tf calibrate MODEL_DIR LABELLED_FILE"
             )
         return (self.similarity(texts_a, texts_b, **kwargs) > threshold).astype(np.int32)
 

@@ -10,6 +10,8 @@ Layout (a Google-format checkpoint folder plus one file)::
       bert_model.ckpt.*        the transformer's weights under Google names (an
                                interaction model's head under ``cosent/<layer>/...``)
       vocab.txt
+      decision.json            the match decision fitted on labelled pairs (thresholds, calibration
+                               map; :mod:`cosent_tf.calibration`), when one was
 
 Because the weights are a Google-format checkpoint, the folder also serves as
 ``--checkpoint`` for further fine-tuning and loads in bert4keras itself.
@@ -23,9 +25,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from ..backend import dtype_policy, inference_policy_name, keras
+from ..calibration import DECISION_FILE, MatchDecision, write_decision
 from ..io import FolderKind, atomic_directory
 from ..models.builders import build_from_spec, head_layer_name
 from ..models.checkpoints import CHECKPOINT_ENTRIES, head_variables, write_checkpoint_folder
@@ -39,7 +42,7 @@ from ..models.tokenization import SentenceTokenizer
 
 logger = logging.getLogger(__name__)
 
-MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE,))
+MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE, DECISION_FILE))
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
@@ -61,6 +64,7 @@ def save_model_dir(
     config: Union[dict, str],
     vocab_path: str,
     overwrite: bool = False,
+    decision: Optional[MatchDecision] = None,
 ) -> None:
     """Write a model folder for ``keras_model`` (from build_encoder / build_interaction_model).
 
@@ -72,6 +76,8 @@ def save_model_dir(
         config: the BERT config dict, or its json file.
         vocab_path: the vocabulary to copy in.
         overwrite: whether an existing model folder may be replaced.
+        decision: the match decision to ship in the folder (``decision.json``, stamped with the
+            weights written here).
 
     Raises:
         ConfigError: the spec is wrong, or ``directory`` holds something else.
@@ -86,6 +92,8 @@ def save_model_dir(
     with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
         write_checkpoint_folder(keras_model, tmp, config, spec.architecture, vocab_path, extra)
         write_spec(tmp, spec)
+        if decision is not None:
+            write_decision(tmp, decision)
 
 
 def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: str = "float32") -> tuple:

@@ -64,9 +64,9 @@ class ModelSpec:
         maxlen: the tokens per text (per pair, for an interaction model).
         do_lower_case: whether the tokenizer lower-cases.
         word_level: whether texts are cut into words with jieba first.
-        threshold: the score above which a pair counts as similar, tuned for accuracy on valid
-            during training (a cosine for feature models, the head's output for interaction
-            models); None when the training task had no binary labels.
+        threshold: only read from folders written before cosent-tf 0.6, whose training tuned an
+            accuracy threshold on valid and kept it here; newer folders keep their thresholds and
+            calibration in ``decision.json`` (:mod:`cosent_tf.calibration`) and leave this None.
         source: where the model came from (the run, its task and checkpoint).
 
     Example:
@@ -126,7 +126,9 @@ def write_spec(folder: str, spec: ModelSpec) -> None:
     """Write ``spec`` as ``folder``/``cosent_model.json`` (the folder being written, not atomically:
     :func:`cosent_tf.inference.model_dir.save_model_dir` writes the folder as a whole)."""
     record = {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(spec)}
-    if spec.threshold is not None:  # a NumPy scalar is not JSON
+    if spec.threshold is None:  # the decision lives in decision.json; only an old folder's spec has one
+        del record["threshold"]
+    else:  # a NumPy scalar is not JSON
         record["threshold"] = float(spec.threshold)
     with open(os.path.join(folder, SPEC_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, ensure_ascii=False, sort_keys=True)

@@ -27,6 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backend import dtype_policy, keras, policy_name, random_seed, tf
+from ..calibration import decision_metrics, fit_decision, plot_reliability, uncalibrated_probability
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from ..console import live_progress_on
 from ..data.groups import GroupData
@@ -63,6 +64,7 @@ from .run_folder import (
     BEST_WEIGHTS,
     METRICS,
     MODEL,
+    RELIABILITY,
     RUN_CONFIG,
     TEST_SCORES,
     VALID_CURVE,
@@ -340,7 +342,7 @@ def _train(cfg, overwrite, strategy, source):
             cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy
         )
         logger.info("training done; scoring valid and test with the best weights")
-        per_task = _test(cfg, matcher, prepared, evaluation, data.tasks)
+        per_task, decision = _test(cfg, matcher, prepared, evaluation, data.tasks)
         plot_valid_curve(
             validation.history, os.path.join(cfg.output_dir, VALID_CURVE), f"{cfg.kind} {cfg.loss} on {cfg.task}"
         )
@@ -363,7 +365,7 @@ def _train(cfg, overwrite, strategy, source):
             "tasks": per_task,
             "wall_seconds": round(time.time() - started, 1),
         }
-        matcher.spec.threshold = per_task[cfg.task]["test"].get("threshold") if cfg.task in per_task else None
+        matcher.spec.threshold = None  # the thresholds are the decision's (decision.json)
         matcher.spec.source = {
             "task": cfg.task,
             "loss": cfg.loss,
@@ -374,7 +376,13 @@ def _train(cfg, overwrite, strategy, source):
             "test": metrics["test"],
         }
         save_model_dir(
-            os.path.join(cfg.output_dir, MODEL), matcher.model, matcher.spec, source.config, cfg.vocab, overwrite=True
+            os.path.join(cfg.output_dir, MODEL),
+            matcher.model,
+            matcher.spec,
+            source.config,
+            cfg.vocab,
+            overwrite=True,
+            decision=decision,
         )
         write_json(os.path.join(cfg.output_dir, METRICS), metrics)
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
@@ -539,21 +547,69 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ba
 
 
 def _test(cfg, matcher, prepared, evaluation, tasks):
-    """Valid and test metrics per task (accuracy at the valid-tuned threshold for binary tasks,
-    and retrieval metrics of a feature model on a task's test pairs, binary or graded); the test
-    scores and labels go to ``test_scores.npz``."""
-    per_task, saved_scores = {}, {}
+    """Valid and test metrics per task, and the match decision the model ships.
+
+    For every task the decision is fitted on its valid scores (:func:`cosent_tf.calibration.fit_decision`:
+    thresholds and a calibration map for binary labels, the expected-label map for graded ones) and
+    measured on test (:func:`cosent_tf.calibration.decision_metrics`: accuracy at the valid-tuned
+    threshold, F1, calibration); the training task's decision is returned to ship with the model,
+    and its reliability diagram drawn. A feature model also gets retrieval metrics on a task's test
+    pairs (binary or graded). The test scores and labels go to ``test_scores.npz``.
+
+    Returns:
+        ``(per_task, decision)``; the decision is None when the training task is not among the
+        evaluated ones (NLI) or its valid pairs could not be fitted (one class), which is logged.
+    """
+    per_task, saved_scores, decision = {}, {}, None
     for name, (valid_inputs, test_inputs) in prepared.items():
         valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
         valid, test = evaluation[name]
-        binary = tasks[name].binary
+        task_decision = _fit_decision(valid_scores, valid, tasks[name], matcher.kind.scored_by)
         per_task[name] = {
-            "valid": task_metrics(valid_scores, valid.labels, binary=binary),
-            "test": task_metrics(test_scores, test.labels, valid_scores, valid.labels, binary=binary),
+            "valid": task_metrics(valid_scores, valid.labels, binary=tasks[name].binary),
+            "test": {
+                **task_metrics(test_scores, test.labels),
+                **decision_metrics(test_scores, test.labels, task_decision),
+            },
         }
         if matcher.kind.sentence_vectors:  # any task with positive pairs: its graded ones too
             per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
         saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
+        if name == cfg.task:
+            decision = task_decision
+            if decision is not None and decision.calibration is not None:
+                matches = np.asarray(test.labels) > 0.5
+                plot_reliability(
+                    os.path.join(cfg.output_dir, RELIABILITY),
+                    {
+                        f"{matcher.kind.scored_by} read as a probability": (
+                            uncalibrated_probability(test_scores),
+                            matches,
+                        ),
+                        f"calibrated ({decision.calibration.method}, fitted on valid)": (
+                            decision.probability(test_scores),
+                            matches,
+                        ),
+                    },
+                    f"{cfg.kind} {cfg.loss} on {name}: test pairs",
+                )
     with atomic_path(os.path.join(cfg.output_dir, TEST_SCORES)) as tmp, open(tmp, "wb") as f:
         np.savez(f, **saved_scores)
-    return per_task
+    return per_task, decision
+
+
+def _fit_decision(scores, pairs, task, scored_by):
+    """The match decision fitted on a task's valid scores, or None (logged) when its labels allow
+    none; a calibration map only when there are enough pairs (the decision's note says otherwise)."""
+    try:
+        return fit_decision(
+            scores,
+            pairs.labels,
+            pairs.source,
+            graded=not task.binary,
+            score=scored_by,
+            require_calibration=False,
+        )
+    except ConfigError as e:
+        logger.warning("%s: no match decision: %s", task.name, e)
+        return None

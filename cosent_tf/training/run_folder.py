@@ -39,11 +39,23 @@ BEST_WEIGHTS = "best.weights.h5"  # weights of the epoch with the best valid Spe
 VALID_METRICS = "valid_metrics.csv"  # every validation (each epoch end, and every --eval-every steps)
 VALID_CURVE = "valid_curve.png"  # valid Spearman against training steps (plot_valid_curve)
 TEST_SCORES = "test_scores.npz"  # test scores and labels per task, for similarity-distribution plots
+RELIABILITY = "reliability.png"  # test pairs' reliability diagram before and after the shipped calibration
 MODEL = RUN_MODEL_FOLDER  # the best model as a model folder, with the threshold tuned on valid
 METRICS = "metrics.json"  # the final metrics; its presence makes the run finished
 BACKUP = "backup"  # the training state while the run is unfinished, removed last
 LOCK = ".lock"  # held while a run writes to the folder
-RUN_OUTPUTS = (RUN_MARKER, RUN_CONFIG, BEST_WEIGHTS, VALID_METRICS, VALID_CURVE, TEST_SCORES, MODEL, METRICS, BACKUP)
+RUN_OUTPUTS = (
+    RUN_MARKER,
+    RUN_CONFIG,
+    BEST_WEIGHTS,
+    VALID_METRICS,
+    VALID_CURVE,
+    TEST_SCORES,
+    RELIABILITY,
+    MODEL,
+    METRICS,
+    BACKUP,
+)
 RUN_FOLDER = FolderKind("a cosent-tf training run", RUN_MARKER, RUN_OUTPUTS + (LOCK, ".tmp-*", ".old-*"))
 MARKER_FORMAT = "cosent-tf-run"
 # Settings a resumed run may change, since they do not change what training computes, each with
