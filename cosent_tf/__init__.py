@@ -60,6 +60,11 @@ _HOMES = {
     "Hit": ".inference.index",
     "RerankedHit": ".inference.index",
     "rerank": ".inference.matchers",
+    # the match decision shipped with a model
+    "MatchDecision": ".calibration",
+    "fit_decision": ".calibration",
+    "read_decision": ".calibration",
+    "Decisions": ".inference.matchers",
     # hard negatives mined from one's own files
     "mine_hard_negatives": ".mining",
     "MinedNegatives": ".mining",

@@ -18,6 +18,7 @@ _HOMES = {
     "check_pairs": ".matchers",
     "SentenceEncoder": ".matchers",
     "PairScorer": ".matchers",
+    "Decisions": ".matchers",
     "MATCHERS": ".matchers",
     "load_matcher": ".matchers",
     "VectorIndex": ".index",
