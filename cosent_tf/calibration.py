@@ -80,7 +80,10 @@ def _threshold_of_cut(sorted_scores: np.ndarray, k: int) -> float:
         return float(sorted_scores[0] - 1.0)
     if k == len(sorted_scores):
         return float(sorted_scores[-1])
-    return float((sorted_scores[k - 1] + sorted_scores[k]) / 2.0)
+    below, above = sorted_scores[k - 1], sorted_scores[k]
+    middle = (below + above) / 2.0
+    # between adjacent floats the midpoint can round up onto the higher score, which would then be no match
+    return float(middle if middle < above else below)
 
 
 def best_threshold(scores: ArrayLike, labels: ArrayLike) -> tuple[float, float]:
@@ -148,7 +151,9 @@ def reliability_bins(probabilities: ArrayLike, labels: ArrayLike, bins: int = EC
     probability and the share of them that match (NaN for an empty bin)."""
     p = np.clip(np.asarray(probabilities, dtype=np.float64), 0.0, 1.0)
     y = (np.asarray(labels) > 0.5).astype(np.float64)
-    which = np.minimum((p * bins).astype(np.int64), bins - 1)
+    edges = np.arange(bins + 1) / bins
+    # placed by comparison with the edges: floor(p * bins) rounds 0.8999999999999999 up into the bin of 0.9
+    which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
     counts = np.bincount(which, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_probability = np.bincount(which, weights=p, minlength=bins) / counts
@@ -414,7 +419,9 @@ class MatchDecision:
         if record.get("format") != DECISION_FORMAT:
             raise ConfigError(f"{where}: not a cosent-tf decision (format is not {DECISION_FORMAT!r})")
         version = json_field(record, "format_version", int, where)
-        if version is None or version > DECISION_FORMAT_VERSION:
+        if version is None:
+            raise ConfigError(f"{where}: has no format_version")
+        if version > DECISION_FORMAT_VERSION:
             raise ConfigError(
                 f"{where}: format_version {version} is newer than this cosent-tf reads "
                 f"({DECISION_FORMAT_VERSION}); upgrade cosent-tf"
@@ -433,12 +440,23 @@ class MatchDecision:
         calibration = record.get("calibration")
         expected = record.get("expected_label")
         label_range = fitted_on.get("label_range") or [0.0, 1.0]
+        if not (
+            isinstance(label_range, list)
+            and len(label_range) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in label_range)
+        ):
+            raise ConfigError(f"{where}: fitted_on.label_range must be [lowest, highest], two numbers")
+        losses = json_field(record, "held_out_log_loss", (dict, type(None)), where)
+        if losses is not None and not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in losses.values()
+        ):
+            raise ConfigError(f"{where}: held_out_log_loss must map each method to a number")
         return cls(
             fitted_on=fitted_on,
             thresholds=thresholds,
             rule=rule,
             calibration=None if calibration is None else ScoreMap.from_json(calibration, f"{where}: calibration"),
-            held_out_log_loss=json_field(record, "held_out_log_loss", (dict, type(None)), where),
+            held_out_log_loss=losses,
             expected_label=None
             if expected is None
             else ScoreMap.from_json(expected, f"{where}: expected_label", *map(float, label_range)),
@@ -512,8 +530,8 @@ def fit_decision(
 
     Raises:
         ConfigError: no pairs, non-finite scores, one class only (or one graded label), a cut that
-            leaves one class, a cut on binary labels, an unknown rule, or (``require_calibration``)
-            too few pairs.
+            leaves one class, a cut on binary labels, labels other than 0/1 not said to be ``graded``,
+            an unknown rule, or (``require_calibration``) too few pairs.
     """
     s = np.asarray(scores, dtype=np.float64)
     values = np.asarray(labels, dtype=np.float64)
@@ -544,6 +562,11 @@ def fit_decision(
     else:
         if cut is not None:
             raise ConfigError(f"{file}: --cut is for graded labels; these are 0/1 and already say match or not")
+        if not np.all(np.isin(values, (0.0, 1.0))):
+            raise ConfigError(
+                f"{file}: the labels are graded ({low:g} to {high:g}), not 0/1; fit them as graded, with a cut "
+                "for a match / no match decision (cosent-tf calibrate MODEL_DIR FILE --cut LABEL)"
+            )
         matches = values > 0.5
     positives = int(matches.sum())
     if positives in (0, len(s)):
@@ -583,7 +606,8 @@ def decision_metrics(scores: ArrayLike, labels: ArrayLike, decision: Optional[Ma
     metrics: dict[str, Any] = {}
     if graded and decision is not None and decision.expected_label is not None:
         metrics["expected_label_mae"] = float(np.mean(np.abs(decision.expected_labels(s) - values)))
-    cut = None if decision is None else decision.fitted_on.get("cut")
+    # a cut turns graded labels into match / no match; 0/1 labels already are
+    cut = decision.fitted_on.get("cut") if graded and decision is not None else None
     if graded and cut is None:
         return metrics  # no match / no match without a cut
     matches = values > (0.5 if cut is None else cut)
