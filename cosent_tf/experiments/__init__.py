@@ -1,5 +1,5 @@
 """The paper's experiments: finished runs read and grouped into studies (runs), the report's
-markdown tables (report) and its plots (plots)."""
+markdown tables (report) and its plots (plots), and the retrieval and calibration studies' reports."""
 
 from __future__ import annotations
 
@@ -29,6 +29,14 @@ _HOMES = {
     "retrieval_tables": ".report",
     "run_retrieval": ".report",
     "plot_retrieval": ".report",
+    "DECISION_RANGES": ".runs",
+    "DECISION_COLUMNS": ".report",
+    "decision_table": ".report",
+    "calibration_results": ".report",
+    "calibration_tables": ".report",
+    "plot_calibration": ".report",
+    "write_calibration_report": ".report",
+    "plot_reliability_panels": ".plots",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES)

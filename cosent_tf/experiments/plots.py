@@ -1,5 +1,6 @@
 """The paper's plots over finished runs: convergence (its Figure 3), densities of test cosines
-(its Figure 5) and test Spearman against the global batch size.
+(its Figure 5) and test Spearman against the global batch size; and the calibration study's
+reliability curves.
 
 matplotlib loads on the first plot, with its file-only backend, so that nothing here needs a
 display and importing the report does not import matplotlib.
@@ -7,8 +8,11 @@ display and importing the report does not import matplotlib.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
+from ..calibration import ECE_BINS, expected_calibration_error, reliability_bins
 from ..data.tasks import get_task
 from ..plotting import new_figure, save_png
 from .runs import KIND_STUDIES, Run, batch_size_of, run_history, run_test_scores, tested_tasks, trained_tasks
@@ -96,6 +100,58 @@ def plot_batch_sizes(runs: list[Run], path: str) -> bool:
     axis.set(xlabel="global batch size (pairs)", ylabel="test Spearman", title="CoSENT, one epoch")
     axis.grid(alpha=0.3)
     axis.legend()
+    figure.tight_layout()
+    save_png(figure, path)
+    return True
+
+
+def plot_reliability_panels(
+    panels: Mapping[tuple[str, str], Mapping[str, tuple[np.ndarray, np.ndarray]]], path: str, bins: int = ECE_BINS
+) -> bool:
+    """Reliability curves, a panel per (row, column) of ``panels`` ({(row, column): {curve:
+    (probabilities, 0/1 labels)}}): per equal-width bin of the probability, the share of pairs
+    that match against their mean probability (a calibrated one lies on the diagonal), each
+    point's area the bin's share of the pairs, each curve's ECE in its legend; written to ``path``.
+
+    Returns False (and draws nothing) for no panels.
+
+    Example:
+        >>> plot_reliability_panels({("CoSENT", "BQ"): {"calibrated": (p, labels)}}, "calibration.png")
+    """
+    if not panels:
+        return False
+    rows = list(dict.fromkeys(row for row, _ in panels))
+    columns = list(dict.fromkeys(column for _, column in panels))
+    figure, axes = new_figure(len(rows), len(columns), figsize=(3.3 * len(columns), 3.3 * len(rows)), squeeze=False)
+    for axis_row, row in zip(axes, rows):
+        for axis, column in zip(axis_row, columns):
+            curves = panels.get((row, column))
+            if curves is None:
+                axis.set_axis_off()
+                continue
+            axis.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1)
+            for name, (probabilities, labels) in curves.items():
+                figures = reliability_bins(probabilities, labels, bins)
+                used = figures["pairs"] > 0
+                share = figures["pairs"][used] / figures["pairs"].sum()
+                ece = expected_calibration_error(probabilities, labels, bins)
+                (line,) = axis.plot(
+                    figures["mean_probability"][used], figures["share_matching"][used], label=f"{name}, ECE {ece:.3f}"
+                )
+                axis.scatter(
+                    figures["mean_probability"][used],
+                    figures["share_matching"][used],
+                    s=8 + 150 * share,
+                    color=line.get_color(),
+                )
+            axis.set(xlim=(0, 1), ylim=(0, 1))
+            axis.set_title(f"{row} · {column}", fontsize=8)
+            axis.legend(fontsize=6, loc="upper left")
+            axis.grid(alpha=0.3)
+    for axis in axes[-1]:
+        axis.set_xlabel("mean probability in the bin")
+    for axis_row in axes:
+        axis_row[0].set_ylabel("share of pairs that match")
     figure.tight_layout()
     save_png(figure, path)
     return True

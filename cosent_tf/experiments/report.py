@@ -2,7 +2,8 @@
 
 * ``results.md``: test Spearman x 100 (methods as rows; ATEC, BQ, LCQMC, PAWSX, STS-B, Avg
   as columns) for feature models trained per task, for models trained on NLI, and for
-  interaction models; test accuracy x 100 at the threshold tuned on valid.
+  interaction models; test accuracy x 100 at the threshold tuned on valid; and, for runs that
+  record them, the figures of the match decision each model ships (:func:`decision_table`).
 * ``convergence.png``: valid Spearman against training steps, one line per method and a
   panel per task (the paper's Figure 3); ``convergence-POOLING.png`` the same for the runs
   at another pooling that compare losses.
@@ -15,6 +16,10 @@
   of CoSENT in the same settings, the loss that led on each metric said in a sentence, and
   bars of Spearman and MRR@10 per loss and task. Those runs stay out of ``results.md``, and a
   report of the study's runs alone writes no ``results.md``.
+* ``calibration.md`` and ``calibration.png``, asked for apart (:func:`write_calibration_report`):
+  the calibration study, each binary task's runs measured on their test pairs, the shipped
+  thresholds against the test oracle and the ECE before and after calibration, with sentences
+  computed from the table, and the reliability curves.
 
 Besides the published tables, ``results.md`` holds the journal paper's studies when their
 runs are present: Table I (contrastive runs, one per ε), the pooling comparison (CoSENT runs
@@ -35,16 +40,24 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..calibration import (
+    DECISION_FILE,
+    ECE_BINS,
+    decision_metrics,
+    log_loss,
+    read_decision,
+    uncalibrated_probability,
+)
 from ..data.tasks import BINARY_TASKS, MATCHING_TASKS
 from ..errors import ConfigError
 from ..evaluation import RANK_CUTOFF
 from ..io import atomic_path, json_field, read_json, write_text
 from ..layers import POOLING_MODES
 from ..losses import get_loss
-from ..models.kinds import FEATURE
+from ..models.kinds import FEATURE, KINDS
 from ..plotting import new_figure, save_png
-from ..training.run_folder import METRICS, RUN_CONFIG
-from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density
+from ..training.run_folder import METRICS, MODEL, RUN_CONFIG, TEST_SCORES
+from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density, plot_reliability_panels
 from .runs import (
     Run,
     batch_size_runs,
@@ -53,6 +66,7 @@ from .runs import (
     load_runs,
     pooling_of,
     run_history,
+    run_test_scores,
     table_one_runs,
     tested_tasks,
     trained_tasks,
@@ -894,6 +908,82 @@ def plot_retrieval(runs: list[Run], path: str) -> bool:
     return True
 
 
+# The match decision's figures in the report's tables: (key of a task's test metrics, title, format);
+# "percent" figures are shown × 100, "plain" ones as they are (lower is better), "text" as written.
+DECISION_COLUMNS = (
+    ("accuracy", "accuracy", "percent"),
+    ("accuracy_oracle", "accuracy, oracle", "percent"),
+    ("f1", "F1", "percent"),
+    ("f1_oracle", "F1, oracle", "percent"),
+    ("ece_uncalibrated", "ECE of the score", "plain"),
+    ("ece", "ECE calibrated", "plain"),
+    ("log_loss", "log-loss", "plain"),
+    ("brier", "Brier", "plain"),
+    ("calibration", "map", "text"),
+)
+
+
+def _decision_notes(held_out: bool = False) -> str:
+    """What the decision table's columns are (``held_out``: with the chosen map's held-out log-loss)."""
+    return (
+        "accuracy and F1 × 100 at the thresholds shipped with the model (each the best for its measure on the "
+        "valid pairs) and, as *oracle*, at the best thresholds of the test pairs themselves; *ECE of the score*: "
+        "expected calibration error of the score read as a probability (clipped to [0, 1]; an interaction "
+        "model's score is its head's output), *ECE calibrated*: that of the probability the shipped map gives, "
+        f"with its log-loss and Brier score (all lower is better; the ECE over {ECE_BINS} equal-width bins); "
+        "*map*: the calibration map that the held-out log-loss on valid chose"
+        + (", *held-out log-loss* that map's, on held-out folds of the valid pairs" if held_out else "")
+        + ". – not recorded: a run trained before models shipped a decision, or one whose valid pairs were too "
+        "few for a map."
+    )
+
+
+def _figure(value: Any, style: str) -> str:
+    """A decision figure as a table shows it; – for one not recorded (or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if style == "percent":
+        return f"{100 * value:.2f}"
+    return f"{value:.3f}" if style == "plain" else str(value)
+
+
+def _decision_rows(rows: list[tuple[str, str, dict[str, Any]]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """A markdown table of (task, model, figures) rows over ``columns`` (:data:`DECISION_COLUMNS`' form)."""
+    header = ["task", "model", *(title for _, title, _ in columns)]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for task, model, figures in rows:
+        cells = [_figure(figures.get(key), style) for key, _, style in columns]
+        lines.append(f"| {task} | {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def decision_table(runs: list[Run]) -> str | None:
+    """The figures of the match decision each run ships, on each binary task it was tested on
+    (:data:`DECISION_COLUMNS`, from its metrics.json), a row per run and task, task by task.
+
+    Args:
+        runs: runs from :func:`~cosent_tf.experiments.runs.load_runs`.
+
+    Returns:
+        The table and its notes; None when no run records a decision's figures (runs trained
+        before models shipped a decision record only the accuracy, which the accuracy table has).
+        A figure a run lacks is a dash.
+
+    Example:
+        >>> print(decision_table(load_runs(["runs/cosent-BQ", "runs/interact-cosent-BQ"])))
+    """
+    rows = [
+        (task + _marks(run), f"{run['method']} ({run['config']['kind']})", run["metrics"]["tasks"][task]["test"])
+        for task in BINARY_TASKS
+        for run in runs
+        if task in run["metrics"]["tasks"]
+    ]
+    decided = [key for key, _, _ in DECISION_COLUMNS if key != "accuracy"]
+    if not any(key in figures for _, _, figures in rows for key in decided):
+        return None
+    return _decision_rows(rows, DECISION_COLUMNS) + "\n\n" + _decision_notes()
+
+
 def tables(runs: list[Run]) -> str:
     """The markdown of all tables for ``runs``.
 
@@ -934,6 +1024,12 @@ def tables(runs: list[Run]) -> str:
     accuracy = _test_results(accuracy_runs, lambda r: f"{r['method']} ({r['config']['kind']})", metric="accuracy")
     if accuracy:
         sections.append("### Test accuracy × 100 at the threshold tuned on valid\n\n" + _table(accuracy, BINARY_TASKS))
+    decisions = decision_table(accuracy_runs)
+    if decisions:
+        sections.append(
+            "### Match decision shipped with each model (fitted on valid), on the binary tasks' test pairs\n\n"
+            + decisions
+        )
     if groups["epsilon"]:
         poolings = ", ".join(sorted({POOLING_MODES[pooling_of(r["config"])] for r in groups["epsilon"]}))
         sections.append(
@@ -1004,13 +1100,7 @@ def write_report(
         >>> write_report(["runs/bq-cosent", "runs/bq-sbert"], "report")
         ['report/results.md', 'report/convergence.png', 'report/cosine_density.png']
     """
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ConfigError(f"{output_dir}: exists and is not a folder; give a folder for the report")
-    runs = load_runs(run_dirs)
-    if not runs:
-        raise ConfigError(
-            "no finished runs (folders with metrics.json and config.json) among: " + ", ".join(map(str, run_dirs))
-        )
+    runs = _report_runs(run_dirs, output_dir)
     reranked = load_evaluations(evaluations, runs)
     study = retrieval_study_runs(runs)
     outside_study = [run for run in runs if all(run is not studied for studied in study)]
@@ -1039,8 +1129,345 @@ def write_report(
             made.append("retrieval.md")
             if plot_retrieval(runs, os.path.join(scratch, "retrieval.png")):
                 made.append("retrieval.png")
-        written = [os.path.join(output_dir, name) for name in made]
-        for name, path in zip(made, written):
-            with atomic_path(path) as tmp:
-                shutil.copyfile(os.path.join(scratch, name), tmp)
+        return _publish(scratch, made, output_dir)
+
+
+def _report_runs(run_dirs: Iterable[str | os.PathLike[str]], output_dir: str) -> list[Run]:
+    """The finished runs among ``run_dirs``; a ConfigError when there are none or ``output_dir`` is a file."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ConfigError(f"{output_dir}: exists and is not a folder; give a folder for the report")
+    run_dirs = list(run_dirs)
+    runs = load_runs(run_dirs)
+    if not runs:
+        raise ConfigError(
+            "no finished runs (folders with metrics.json and config.json) among: " + ", ".join(map(str, run_dirs))
+        )
+    return runs
+
+
+def _publish(scratch: str, made: list[str], output_dir: str) -> list[str]:
+    """Move the files ``made`` in ``scratch`` into ``output_dir``, each atomically; their new paths."""
+    written = [os.path.join(output_dir, name) for name in made]
+    for name, path in zip(made, written):
+        with atomic_path(path) as tmp:
+            shutil.copyfile(os.path.join(scratch, name), tmp)
     return written
+
+
+# --- the calibration study ----------------------------------------------------------------------
+
+# The calibration study's figures: the decision's (DECISION_COLUMNS), then the held-out log-loss on
+# valid of the map chosen.
+CALIBRATION_COLUMNS = (*DECISION_COLUMNS, ("held_out_log_loss", "held-out log-loss", "plain"))
+CALIBRATION_METHOD_NAMES = {"isotonic": "isotonic regression", "platt": "Platt scaling"}
+# Figures of the decision recomputed from a run's test scores must agree this closely with the ones
+# its metrics.json recorded when it was tested.
+RECORDED_TOLERANCE = 1e-6
+UNCALIBRATED_CURVE = "score read as a probability"
+
+# A run of the calibration study as the report holds it (see calibration_results).
+CalibrationResult = dict[str, Any]
+
+
+def _check_recorded(run: Run, task: str, figures: dict[str, Any]) -> None:
+    """A ConfigError when ``figures``, recomputed from the run's test scores and its model's
+    decision.json, disagree with those its metrics.json recorded: the decision was refitted after
+    the run was tested (cosent-tf calibrate), or the files are of different runs."""
+    recorded = run["metrics"]["tasks"][task]["test"]
+    for key, title, style in DECISION_COLUMNS:
+        if key not in recorded or key not in figures:
+            continue
+        if style == "text":
+            differs = recorded[key] != figures[key]
+        else:
+            differs = not abs(float(recorded[key]) - float(figures[key])) <= RECORDED_TOLERANCE
+        if differs:
+            raise ConfigError(
+                f"{os.path.join(run['dir'], MODEL, DECISION_FILE)}: is not the decision {run['dir']} was tested with: "
+                f"its {title} on the {task} test pairs ({TEST_SCORES}) is {figures[key]}, but {METRICS} recorded "
+                f"{recorded[key]}; was it refitted (cosent-tf calibrate) after training? Report the run's own "
+                "decision, or train the run again"
+            )
+
+
+def calibration_results(runs: list[Run]) -> list[CalibrationResult]:
+    """Each run's match decision measured on its own task's test pairs: the figures of
+    :data:`CALIBRATION_COLUMNS`, from the run's ``test_scores.npz`` and its model's
+    ``decision.json``, and the reliability curves before and after calibration.
+
+    The figures are computed here rather than read from metrics.json, so that the table and the
+    curves come from the same pairs; where metrics.json records them too, they must agree.
+
+    Args:
+        runs: runs from :func:`~cosent_tf.experiments.runs.load_runs`, each trained on a binary
+            task (:data:`~cosent_tf.data.tasks.BINARY_TASKS`), one per task and model.
+
+    Returns:
+        One dict per run, by task (in table order) then model kind: ``run``, ``task``, ``model``
+        (its row name: method and kind), ``kind``, ``figures`` (:func:`cosent_tf.calibration.decision_metrics`'
+        keys, ``held_out_log_loss`` of the chosen map and ``constant_log_loss``, that of the best
+        constant probability on the test pairs: their share of matches), ``note`` (why the
+        decision has no map, or None) and ``curves`` ({name: (probabilities, 0/1 labels)}: the
+        score read as a probability and, with a map, the calibrated probability). A run whose
+        model has no decision.json (trained before models shipped one) has only the figures that
+        need none (the oracle's and the score's ECE), and ``note`` says so.
+
+    Raises:
+        ConfigError: a run not trained on a binary task, two runs of one task and model, a
+            decision.json that is damaged or another model's (as
+            :func:`~cosent_tf.calibration.read_decision` says), or figures that disagree with
+            the run's metrics.json (:func:`_check_recorded`).
+        DataError: a run's test scores missing or damaged.
+
+    Example:
+        >>> results = calibration_results(load_runs(["runs/cosent-BQ", "runs/interact-cosent-BQ"]))
+        >>> results[0]["figures"]["ece"] < results[0]["figures"]["ece_uncalibrated"]
+        True
+    """
+    kinds = list(KINDS)
+    seen: dict[tuple[str, str], str] = {}
+    results = []
+    for run in runs:
+        task, kind = run["config"]["task"], run["config"]["kind"]
+        if task not in BINARY_TASKS:
+            raise ConfigError(
+                f"{run['dir']}: trained on {task}; the calibration study takes runs trained on a binary task "
+                f"({', '.join(BINARY_TASKS)}), whose decision was fitted on that task's valid pairs"
+            )
+        model = f"{run['method']} ({kind})"
+        if (task, model) in seen:
+            raise ConfigError(
+                f"{seen[task, model]} and {run['dir']}: two runs of {model} on {task}; the study has one row per "
+                "task and model, so give the report one of them"
+            )
+        seen[task, model] = run["dir"]
+        scores, labels = run_test_scores(run, task)
+        matches = np.asarray(labels) > 0.5
+        model_dir = os.path.join(run["dir"], MODEL)
+        decision = read_decision(model_dir)
+        figures: dict[str, Any] = decision_metrics(scores, labels, decision)
+        note: Optional[str] = None
+        if decision is None:
+            note = f"no {DECISION_FILE} in {model_dir}: trained before models shipped a decision"
+        else:
+            if decision.calibration is None:
+                note = decision.note or f"the decision in {model_dir} has no calibration map"
+            losses = decision.held_out_log_loss or {}
+            if decision.calibration is not None and decision.calibration.method in losses:
+                figures["held_out_log_loss"] = float(losses[decision.calibration.method])
+            _check_recorded(run, task, figures)
+        figures["constant_log_loss"] = log_loss(np.full(len(matches), matches.mean()), matches)
+        curves = {UNCALIBRATED_CURVE: (uncalibrated_probability(scores), matches)}
+        if decision is not None and decision.calibration is not None:
+            curves[f"calibrated ({CALIBRATION_METHOD_NAMES[decision.calibration.method]})"] = (
+                decision.probability(scores),
+                matches,
+            )
+        results.append(
+            {"run": run, "task": task, "model": model, "kind": kind, "figures": figures, "note": note, "curves": curves}
+        )
+    return sorted(results, key=lambda r: (BINARY_TASKS.index(r["task"]), kinds.index(r["kind"]), r["model"]))
+
+
+def _runs_count(count: int) -> str:
+    return f"{count} run" + ("" if count == 1 else "s")
+
+
+def _where(result: CalibrationResult) -> str:
+    return f"{result['model']} on {result['task']}"
+
+
+def _by_kind(results: list[CalibrationResult], figure: Callable[[CalibrationResult], float], form: str) -> str:
+    """`` (feature a, interaction b)``: the mean of ``figure`` per model kind, when there is more than one."""
+    kinds = list(dict.fromkeys(r["kind"] for r in results))
+    if len(kinds) < 2:
+        return ""
+    means = [
+        f"{kind} models {format(float(np.mean([figure(r) for r in results if r['kind'] == kind])), form)}"
+        for kind in kinds
+    ]
+    return f" ({', '.join(means)})"
+
+
+def _threshold_finding(results: list[CalibrationResult], key: str, title: str) -> str | None:
+    """How far ``title`` at the shipped threshold fell below the test oracle's, said of ``results``."""
+    measured = [r for r in results if key in r["figures"] and f"{key}_oracle" in r["figures"]]
+    if not measured:
+        return None
+
+    def gap(result: CalibrationResult) -> float:  # in points; never below 0, the oracle being the test's best
+        return 100 * (result["figures"][f"{key}_oracle"] - result["figures"][key])
+
+    widest = max(measured, key=gap)
+    # matched: the two figures the table shows are equal
+    matched = sum(
+        _figure(r["figures"][key], "percent") == _figure(r["figures"][f"{key}_oracle"], "percent") for r in measured
+    )
+    reached = (
+        "every one of them" if matched == len(measured) else ("none of them" if not matched else f"{matched} of them")
+    )
+    return (
+        f"**{title[0].upper() + title[1:]} at the shipped threshold.** The threshold fitted on valid gave a test "
+        f"{title} "
+        f"{np.mean([gap(r) for r in measured]):.2f} points below the test-oracle threshold's on average over "
+        f"{_runs_count(len(measured))}{_by_kind(measured, gap, '.2f')}, at most {gap(widest):.2f} points "
+        f"({_where(widest)}); it reached the oracle's {title} on {reached}."
+    )
+
+
+def _calibration_finding(results: list[CalibrationResult]) -> str | None:
+    """Whether calibration cut the ECE, which maps were chosen and how the log-loss compares with a constant."""
+    mapped = [r for r in results if "ece" in r["figures"]]
+    if not mapped:
+        return None
+    figures = [r["figures"] for r in mapped]
+    cut = {id(r) for r in mapped if r["figures"]["ece"] < r["figures"]["ece_uncalibrated"]}
+    before = float(np.mean([f["ece_uncalibrated"] for f in figures]))
+    after = float(np.mean([f["ece"] for f in figures]))
+    if len(cut) == len(mapped):
+        every = "the one run" if len(mapped) == 1 else f"every one of the {len(mapped)} runs"
+        said = f"cut the test ECE on {every} with a map"
+    else:
+        missed = [
+            f"{_where(r)}: {r['figures']['ece_uncalibrated']:.3f} → {r['figures']['ece']:.3f}"
+            for r in mapped
+            if id(r) not in cut
+        ]
+        said = (
+            f"cut the test ECE on {len(cut)} of the {_runs_count(len(mapped))} with a map, not on {'; '.join(missed)}"
+        )
+    kinds = list(dict.fromkeys(r["kind"] for r in mapped))
+    per_kind = ""
+    if len(kinds) > 1:
+        means = {
+            kind: [
+                float(np.mean([r["figures"][key] for r in mapped if r["kind"] == kind]))
+                for key in ("ece_uncalibrated", "ece")
+            ]
+            for kind in kinds
+        }
+        per_kind = " (" + ", ".join(f"{kind} models {a:.3f} → {b:.3f}" for kind, (a, b) in means.items()) + ")"
+    text = (
+        f"**Calibration.** The shipped map {said}; the mean ECE went from {before:.3f} (the score read as a "
+        f"probability) to {after:.3f}{per_kind}."
+    )
+    methods = collections.Counter(r["figures"]["calibration"] for r in mapped)
+    chosen = [f"{CALIBRATION_METHOD_NAMES[m]} for {_runs_count(n)}" for m, n in sorted(methods.items())]
+    text += f" The held-out log-loss on valid chose {' and '.join(chosen)}."
+    below = {id(r) for r in mapped if r["figures"]["log_loss"] < r["figures"]["constant_log_loss"]}
+    constant = (
+        "the best constant probability on the test pairs (their own share of matches, which no map fitted on "
+        "valid knows)"
+    )
+    if len(below) == len(mapped):
+        text += f" The calibrated log-loss was below that of {constant} on every run with a map."
+    else:
+        others = [
+            f"{_where(r)}: {r['figures']['log_loss']:.3f} against {r['figures']['constant_log_loss']:.3f}"
+            for r in mapped
+            if id(r) not in below
+        ]
+        text += (
+            f" The calibrated log-loss was below that of {constant} on {len(below)} of the "
+            f"{_runs_count(len(mapped))}; where it was not, the probabilities told less than that constant "
+            f"({'; '.join(others)})."
+        )
+    return text
+
+
+def calibration_tables(results: list[CalibrationResult]) -> str:
+    """The calibration study's table (:data:`CALIBRATION_COLUMNS`, a row per task and model) and
+    the sentences computed from it: how far the shipped thresholds' accuracy and F1 fall below
+    the test oracle's, whether calibration cut the ECE on every run, which maps were chosen, and
+    how the calibrated log-loss compares with the best constant probability.
+
+    Args:
+        results: from :func:`calibration_results`.
+
+    Returns:
+        The markdown.
+
+    Example:
+        >>> print(calibration_tables(calibration_results(load_runs(folders))))
+    """
+    rows = [(r["task"] + _marks(r["run"]), r["model"], r["figures"]) for r in results]
+    sections = [
+        "### Match decision on each binary task's test pairs: shipped thresholds against the test oracle, "
+        "calibration before and after\n\n" + _decision_rows(rows, CALIBRATION_COLUMNS),
+        _decision_notes(held_out=True)
+        + f"  \n{NOT_COMPARABLE} the run records itself as not comparable with published numbers (trained on a "
+        "seeded part of valid, no train split being available).",
+    ]
+    findings = [
+        _threshold_finding(results, "accuracy", "accuracy"),
+        _threshold_finding(results, "f1", "F1"),
+        _calibration_finding(results),
+    ]
+    unmapped = [r for r in results if "ece" not in r["figures"]]
+    if unmapped:
+        findings.append(
+            f"**Without a calibration map:** {_runs_count(len(unmapped))}: "
+            + "; ".join(f"{_where(r)} ({r['note']})" for r in unmapped)
+            + "."
+        )
+    sections += [finding for finding in findings if finding]
+    return "\n\n".join(sections) + "\n"
+
+
+def plot_calibration(results: list[CalibrationResult], path: str) -> bool:
+    """The reliability curves of each run's test pairs before and after calibration, a panel per
+    task (columns) and model (rows), written to ``path`` (:func:`~.plots.plot_reliability_panels`).
+
+    Args:
+        results: from :func:`calibration_results`.
+        path: the PNG to write.
+
+    Returns:
+        False (nothing drawn) for no results.
+
+    Example:
+        >>> plot_calibration(calibration_results(load_runs(folders)), "calibration.png")
+    """
+    panels = {(r["model"], r["task"]): r["curves"] for r in results}
+    return plot_reliability_panels(panels, path)
+
+
+def write_calibration_report(
+    run_dirs: Iterable[str | os.PathLike[str]], output_dir: str, preface: str = ""
+) -> list[str]:
+    """Write the calibration study's report: calibration.md (:func:`calibration_tables`) and
+    calibration.png (:func:`plot_calibration`), and nothing else.
+
+    The study's runs are runs the paper's report reads too (the feature CoSENT run of each binary
+    task is one of its rows), so a report cannot tell them apart by their settings as it tells the
+    retrieval study's: the study is asked for (``scripts/report.py --calibration``), and a report
+    of it leaves results.md beside it as it is. Made in a scratch folder and moved into
+    ``output_dir`` only once whole.
+
+    Args:
+        run_dirs: the study's run folders, each trained on a binary task, with its model's
+            decision.json; unfinished runs are left out with a warning.
+        output_dir: the folder to write into (made if missing).
+        preface: markdown put before the table.
+
+    Returns:
+        The written paths.
+
+    Raises:
+        ConfigError: ``output_dir`` is a file, no finished run is among ``run_dirs``, or a run is
+            damaged or does not fit the study (:func:`load_runs`, :func:`calibration_results`).
+        DataError: a run's test scores missing or damaged.
+
+    Example:
+        >>> write_calibration_report(["runs/cosent-BQ", "runs/interact-cosent-BQ"], "report")
+        ['report/calibration.md', 'report/calibration.png']
+    """
+    runs = _report_runs(run_dirs, output_dir)
+    results = calibration_results(runs)
+    before = preface + "\n\n" if preface else ""
+    with tempfile.TemporaryDirectory(prefix="cosent-report-") as scratch:
+        write_text(os.path.join(scratch, "calibration.md"), before + calibration_tables(results))
+        made = ["calibration.md"]
+        if plot_calibration(results, os.path.join(scratch, "calibration.png")):
+            made.append("calibration.png")
+        return _publish(scratch, made, output_dir)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..calibration import CALIBRATION_METHODS
 from ..callbacks import read_history
 from ..data.tasks import CNSD, MATCHING_TASKS, TASKS, get_task
 from ..errors import ConfigError, DataError
@@ -34,6 +35,19 @@ Run = dict[str, Any]
 # The test metrics the tables and plots read, and the range each must lie in (or be NaN, which
 # the engine writes as null: an undefined correlation of constant scores).
 METRIC_RANGES = {"spearman": (-1.0, 1.0), "pearson": (-1.0, 1.0), "accuracy": (0.0, 1.0)}
+# The figures of the match decision a run ships (cosent_tf.calibration.decision_metrics on a
+# binary task's test pairs; ``accuracy``, at the decision's accuracy threshold, is above) and
+# their ranges. Runs trained before models shipped a decision lack them, and a run without a
+# calibration map lacks ece, log_loss and brier; each is read when present.
+DECISION_RANGES = {
+    "accuracy_oracle": (0.0, 1.0),
+    "f1": (0.0, 1.0),
+    "f1_oracle": (0.0, 1.0),
+    "ece_uncalibrated": (0.0, 1.0),
+    "ece": (0.0, 1.0),
+    "log_loss": (0.0, math.inf),
+    "brier": (0.0, 1.0),
+}
 
 # The study every run of a model kind belongs to (see STUDIES); None where a run's task, loss,
 # pooling and batch size decide it (group_runs).
@@ -182,8 +196,8 @@ def _checked_metrics(metrics: dict[str, Any], path: str) -> dict[str, Any]:
         test = json_field(result, "test", dict, path, what=f"{where}['test']")
         if test is None:
             raise ConfigError(f"{path}: {where}['test'] is missing")
-        values = {}
-        for metric, (low, high) in METRIC_RANGES.items():
+        values: dict[str, Any] = {}
+        for metric, (low, high) in {**METRIC_RANGES, **DECISION_RANGES}.items():
             value = json_field(test, metric, (int, float, type(None)), path, what=f"{where}['test'][{metric!r}]")
             if metric not in test:
                 continue
@@ -191,6 +205,13 @@ def _checked_metrics(metrics: dict[str, Any], path: str) -> dict[str, Any]:
             if not (math.isnan(value) or low <= value <= high):
                 raise ConfigError(f"{path}: {where}['test'][{metric!r}] is {value}, outside {low:g} to {high:g}")
             values[metric] = value
+        method = json_field(test, "calibration", (str, type(None)), path, what=f"{where}['test']['calibration']")
+        if method is not None:
+            if method not in CALIBRATION_METHODS:
+                raise ConfigError(
+                    f"{path}: {where}['test']['calibration'] is {method!r}, not one of {', '.join(CALIBRATION_METHODS)}"
+                )
+            values["calibration"] = method
         if "spearman" not in values:
             raise ConfigError(f"{path}: {where}['test']['spearman'] is missing")
         checked[task] = {**result, "test": values}

@@ -181,7 +181,9 @@ def report_main(argv: Optional[Sequence[str]] = None) -> None:
     """``scripts/report.py``: tables and plots comparing finished runs.
 
     Args:
-        argv: the arguments (default: ``sys.argv[1:]``): run folders, ``--output-dir``, ``--preface``.
+        argv: the arguments (default: ``sys.argv[1:]``): run folders, ``--output-dir``, ``--preface``,
+            ``--evaluations`` (the retrieval study's reranked evaluations) or ``--calibration``
+            (the calibration study's report instead of the others).
 
     Raises:
         SystemExit: on bad input, with one ``error: ...`` line.
@@ -189,13 +191,19 @@ def report_main(argv: Optional[Sequence[str]] = None) -> None:
     Example:
         >>> report_main(["runs/cosent-BQ", "--output-dir", "docs/results"])  # doctest: +SKIP
     """
-    from .report import write_report
+    from .report import write_calibration_report, write_report
 
     parser = report_parser()
     args = parser.parse_args(argv)
+    if args.calibration and args.evaluations:
+        parser.error("--evaluations are the retrieval study's; the calibration report (--calibration) reads none")
     with errors_reported(args.verbose):
         _check_report_folder(args.output_dir, args.runs)
-        for path in write_report(args.runs, args.output_dir, args.preface, args.evaluations):
+        if args.calibration:
+            written = write_calibration_report(args.runs, args.output_dir, args.preface)
+        else:
+            written = write_report(args.runs, args.output_dir, args.preface, args.evaluations)
+        for path in written:
             print(path)
 
 
@@ -210,6 +218,13 @@ def report_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help="files of `cosent-tf evaluate MODEL FILE --retrieval --rerank DIR --output FILE.json`, each of the "
         "model of a retrieval study's run given: its reranked metrics become rows of the retrieval tables",
+    )
+    parser.add_argument(
+        "--calibration",
+        action="store_true",
+        help="write the calibration study's report alone (calibration.md and calibration.png: each run's match "
+        "decision on its binary task's test pairs) and no other file; the runs are each trained on ATEC, BQ, "
+        "LCQMC or PAWSX, at most one per task and model",
     )
     parser.add_argument("--output-dir", default="docs/results")
     parser.add_argument("--preface", default="", help="text placed above the tables")

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,9 +10,12 @@ import pytest
 from cosent_tf.errors import ConfigError
 from cosent_tf.experiments.report import (
     RETRIEVAL_METRICS,
+    calibration_results,
+    calibration_tables,
     retrieval_study_runs,
     retrieval_tables,
     tables,
+    write_calibration_report,
     write_report,
 )
 from cosent_tf.experiments.runs import KIND_STUDIES, STUDIES, load_runs
@@ -30,10 +34,12 @@ def fake_run(
     steps=(10, 20),
     history=None,
     retrieval=None,
+    decision=None,
     **config,
 ):
     """A finished run folder as the engine writes it; ``history``: (step, valid Spearman) rows;
-    ``retrieval``: {task: test retrieval metrics}."""
+    ``retrieval``: {task: test retrieval metrics}; ``decision``: {task: the test figures of its
+    match decision}."""
     os.makedirs(folder)
     # train_file null, as every run on a benchmark task writes it
     config = {"task": task, "kind": kind, "loss": loss, "model": "bert", "epsilon": 0.5, "train_file": None, **config}
@@ -44,6 +50,8 @@ def fake_run(
             test.update(accuracy=accuracy, threshold=0.5)
         if retrieval and name in retrieval:
             test["retrieval"] = {**retrieval[name], "queries": 10, "corpus": 20}
+        if decision and name in decision:
+            test.update(decision[name])
         tasks[name] = {"valid": {"spearman": value}, "test": test}
     metrics = {
         "task": task,
@@ -452,6 +460,332 @@ def test_a_retrieval_metric_out_of_range_names_the_file_and_field(tmp_path):
         retrieval_tables(load_runs(runs))
 
 
+# The match decision each model ships (issue 38): its figures in results.md, and the calibration study.
+DECIDED = {
+    "accuracy": 0.71,
+    "threshold": 0.93,
+    "accuracy_oracle": 0.74,
+    "f1": 0.62,
+    "f1_oracle": 0.655,
+    "ece_uncalibrated": 0.4321,
+    "ece": 0.0456,
+    "log_loss": 0.5987,
+    "brier": 0.2012,
+    "calibration": "isotonic",
+}
+
+
+def test_the_decision_table_shows_each_runs_figures_and_a_dash_for_a_run_from_before(tmp_path):
+    no_map = {key: value for key, value in DECIDED.items() if key not in ("ece", "log_loss", "brier", "calibration")}
+    runs = [
+        fake_run(tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.7}, accuracy=0.71, decision={"BQ": DECIDED}),
+        fake_run(tmp_path / "old", "BQ", "feature", "mse", {"BQ": 0.6}, accuracy=0.65),  # before decisions
+        fake_run(
+            tmp_path / "interact",
+            "LCQMC",
+            "interaction",
+            "cosent",
+            {"LCQMC": 0.4},
+            comparable=False,
+            decision={"LCQMC": no_map},
+        ),
+        fake_run(tmp_path / "sts", "STS-B", "feature", "cosent", {"STS-B": 0.6}),  # graded: no row
+    ]
+    text = tables(load_runs(runs))
+    assert section_rows(text, "Match decision shipped with each model") == [
+        "| task | model | accuracy | accuracy, oracle | F1 | F1, oracle | ECE of the score | ECE calibrated | log-loss "
+        "| Brier | map |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| BQ | BERT + CoSENT (feature) | 71.00 | 74.00 | 62.00 | 65.50 | 0.432 | 0.046 | 0.599 | 0.201 | isotonic |",
+        "| BQ | BERT + MSE (feature) | 65.00 | – | – | – | – | – | – | – | – |",
+        "| LCQMC† | BERT + CoSENT (interaction) | 71.00 | 74.00 | 62.00 | 65.50 | 0.432 | – | – | – | – |",
+    ]
+    assert "– not recorded: a run trained before models shipped a decision" in text
+    # runs that all predate decisions: the accuracy table only, no table of dashes
+    assert "Match decision" not in tables(load_runs(runs[1:2]))
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("ece", 1.5, r"tasks\['BQ'\]\['test'\]\['ece'\] is 1\.5, outside 0 to 1"),
+        ("log_loss", -0.1, r"tasks\['BQ'\]\['test'\]\['log_loss'\] is -0\.1, outside 0 to inf"),
+        (
+            "f1_oracle",
+            "high",
+            r"tasks\['BQ'\]\['test'\]\['f1_oracle'\] must be a JSON integer or number or null, not string",
+        ),
+        (
+            "calibration",
+            "sigmoid",
+            r"tasks\['BQ'\]\['test'\]\['calibration'\] is 'sigmoid', not one of isotonic, platt",
+        ),
+    ],
+)
+def test_a_damaged_decision_figure_names_the_file_and_field(tmp_path, key, value, message):
+    run = fake_run(
+        tmp_path / "cosent", "BQ", "feature", "cosent", {"BQ": 0.7}, decision={"BQ": {**DECIDED, key: value}}
+    )
+    with pytest.raises(ConfigError, match=r"metrics\.json: " + message):
+        load_runs([run])
+
+
+def brute_best(scores, labels, measure):
+    """The best ``measure`` (accuracy or F1 of ``score > t``) over every threshold that splits the
+    scores differently: below them all, or at each score."""
+    candidates = [scores.min() - 1.0, *np.unique(scores)]
+    return max(measure(scores > t, labels) for t in candidates)
+
+
+def brute_accuracy(predicted, labels):
+    return sum(int(p == bool(y)) for p, y in zip(predicted, labels)) / len(labels)
+
+
+def brute_f1(predicted, labels):
+    true_positives = sum(int(p and y) for p, y in zip(predicted, labels))
+    called, actual = int(np.sum(predicted)), int(np.sum(labels))
+    return 2 * true_positives / (called + actual) if called + actual else 0.0
+
+
+def brute_ece(probabilities, labels, bins=10):
+    total = 0.0
+    for i in range(bins):
+        low, high = i / bins, (i + 1) / bins
+        inside = (probabilities >= low) & ((probabilities < high) if i < bins - 1 else (probabilities <= high))
+        if inside.any():
+            total += inside.sum() * abs(labels[inside].mean() - probabilities[inside].mean())
+    return total / len(labels)
+
+
+def brute_log_loss(probabilities, labels):
+    p = np.clip(probabilities, 1e-15, 1 - 1e-15)
+    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+
+
+def decision_run(folder, task, kind, scores, labels, decision, record=True):
+    """A finished CoSENT run of ``task`` whose test pairs are (``scores``, ``labels``) and whose
+    model ships ``decision`` (None: no decision.json, a run from before decisions); ``record``: its
+    metrics.json holds the decision's test figures, as training writes them."""
+    from cosent_tf.calibration import decision_metrics, write_decision
+
+    recorded = decision_metrics(scores, labels, decision) if record and decision is not None else None
+    fake_run(folder, task, kind, "cosent", {task: 0.5}, decision={task: recorded} if recorded else None)
+    np.savez(os.path.join(folder, "test_scores.npz"), **{f"{task}.scores": scores, f"{task}.labels": labels})
+    if decision is not None:
+        os.makedirs(os.path.join(folder, "model"))
+        write_decision(os.path.join(folder, "model"), decision)
+    return str(folder)
+
+
+def calibration_study(tmp_path):
+    """Runs whose findings are known by construction, with their test pairs and decisions:
+
+    - feature, ATEC: cosines near 1 (0.85 to 1) whatever the pair, half of them matches, the
+      decision fitted on valid pairs drawn alike: calibration cuts the ECE;
+    - interaction, ATEC: scores that are already probabilities, a decision whose thresholds are
+      the test pairs' own best and whose map says 0.99 for every pair: calibration raises the ECE
+      and does worse than a constant;
+    - feature, BQ: a decision fitted on 30 valid pairs, too few for a map;
+    - interaction, BQ: a run from before decisions (no decision.json).
+    """
+    from scipy import special
+
+    from cosent_tf.calibration import MatchDecision, ScoreMap, best_f1_threshold, best_threshold, fit_decision
+
+    rng = np.random.default_rng(7)
+
+    def near_one(count):
+        scores = rng.uniform(0.85, 1.0, count)
+        return scores.astype(np.float32), (rng.random(count) < (scores - 0.85) / 0.15).astype(np.float32)
+
+    valid, test = near_one(400), near_one(300)
+    fitted = fit_decision(*valid, file="ATEC.valid.data")
+    probability_scores = rng.uniform(0, 1, 300).astype(np.float32)
+    probability_labels = (rng.random(300) < probability_scores).astype(np.float32)
+    constant = MatchDecision(
+        fitted_on={"file": "ATEC.valid.data", "pairs": 400, "labels": "binary"},
+        thresholds={
+            "accuracy": best_threshold(probability_scores, probability_labels)[0],
+            "f1": best_f1_threshold(probability_scores, probability_labels)[0],
+        },
+        calibration=ScoreMap("platt", slope=0.0, intercept=float(special.logit(0.99))),
+        held_out_log_loss={"isotonic": 0.71, "platt": 0.64},
+        score="head",
+    )
+    small_valid, bq_test = near_one(30), near_one(200)
+    no_map = fit_decision(*small_valid, file="BQ.valid.data", require_calibration=False)
+    tests = {"feature-ATEC": test, "interaction-ATEC": (probability_scores, probability_labels)}
+    tests.update({"feature-BQ": bq_test, "interaction-BQ": near_one(200)})
+    decisions = {"feature-ATEC": fitted, "interaction-ATEC": constant, "feature-BQ": no_map, "interaction-BQ": None}
+    # given out of table order: the report sorts them by task, then kind
+    runs = [
+        decision_run(tmp_path / name, name.split("-")[1], name.split("-")[0], *tests[name], decisions[name])
+        for name in ("interaction-BQ", "interaction-ATEC", "feature-BQ", "feature-ATEC")
+    ]
+    return runs, tests, decisions
+
+
+def expected_figures(scores, labels, decision):
+    """The study's figures of a run, computed by brute force."""
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    figures = {
+        "accuracy_oracle": brute_best(scores, labels, brute_accuracy),
+        "f1_oracle": brute_best(scores, labels, brute_f1),
+        "ece_uncalibrated": brute_ece(np.clip(scores, 0, 1), labels),
+        "constant_log_loss": brute_log_loss(np.full(len(labels), labels.mean()), labels),
+    }
+    if decision is not None:
+        figures["accuracy"] = brute_accuracy(scores > decision.thresholds["accuracy"], labels)
+        figures["f1"] = brute_f1(scores > decision.thresholds["f1"], labels)
+    if decision is not None and decision.calibration is not None:
+        probabilities = decision.calibration(scores)
+        figures.update(
+            ece=brute_ece(probabilities, labels),
+            log_loss=brute_log_loss(probabilities, labels),
+            brier=float(np.mean((probabilities - labels) ** 2)),
+            held_out_log_loss=decision.held_out_log_loss[decision.calibration.method],
+            calibration=decision.calibration.method,
+        )
+    return figures
+
+
+def test_calibration_results_match_a_brute_force_reckoning_of_each_runs_test_pairs(tmp_path):
+    runs, tests, decisions = calibration_study(tmp_path)
+    results = calibration_results(load_runs(runs))
+    assert [(r["task"], r["kind"]) for r in results] == [
+        ("ATEC", "feature"),
+        ("ATEC", "interaction"),
+        ("BQ", "feature"),
+        ("BQ", "interaction"),
+    ]
+    for result in results:
+        name = f"{result['kind']}-{result['task']}"
+        expected = expected_figures(*tests[name], decisions[name])
+        shown = {key: value for key, value in result["figures"].items() if key in expected}
+        assert shown.keys() == expected.keys(), name
+        for key, value in expected.items():
+            assert shown[key] == (value if isinstance(value, str) else pytest.approx(value, abs=1e-9)), (name, key)
+        probabilities = result["curves"]["score read as a probability"][0]
+        np.testing.assert_allclose(probabilities, np.clip(tests[name][0], 0, 1))
+    assert "calibrated (Platt scaling)" in results[1]["curves"] and len(results[2]["curves"]) == 1
+    assert "30 pairs" in results[2]["note"] and "no decision.json" in results[3]["note"]
+
+
+def test_calibration_tables_say_what_the_figures_show(tmp_path):
+    runs, tests, decisions = calibration_study(tmp_path)
+    text = calibration_tables(calibration_results(load_runs(runs)))
+    figures = {name: expected_figures(*tests[name], decisions[name]) for name in tests}
+    rows = section_rows(text, "calibration before and after")
+    assert rows[0].startswith("| task | model | accuracy | accuracy, oracle |") and rows[0].endswith(
+        "| map | held-out log-loss |"
+    )
+    f = figures["feature-ATEC"]
+    assert rows[2] == (
+        f"| ATEC | BERT + CoSENT (feature) | {100 * f['accuracy']:.2f} | {100 * f['accuracy_oracle']:.2f} | "
+        f"{100 * f['f1']:.2f} | {100 * f['f1_oracle']:.2f} | {f['ece_uncalibrated']:.3f} | {f['ece']:.3f} | "
+        f"{f['log_loss']:.3f} | {f['brier']:.3f} | {f['calibration']} | {f['held_out_log_loss']:.3f} |"
+    )
+    f = figures["interaction-BQ"]
+    assert rows[5] == (
+        f"| BQ | BERT + CoSENT (interaction) | – | {100 * f['accuracy_oracle']:.2f} | – | {100 * f['f1_oracle']:.2f} | "
+        f"{f['ece_uncalibrated']:.3f} | – | – | – | – | – |"
+    )
+    # the shipped thresholds against the oracle's, over the three runs with a decision
+    decided = ("feature-ATEC", "interaction-ATEC", "feature-BQ")
+    gaps = {name: 100 * (figures[name]["accuracy_oracle"] - figures[name]["accuracy"]) for name in decided}
+    assert gaps["interaction-ATEC"] == 0 and gaps["feature-ATEC"] > 0 and gaps["feature-BQ"] > 0
+    widest = max(gaps, key=gaps.get)
+    kind, task = widest.split("-")
+    feature_mean = (gaps["feature-ATEC"] + gaps["feature-BQ"]) / 2
+    assert (
+        f"The threshold fitted on valid gave a test accuracy {np.mean(list(gaps.values())):.2f} points below the "
+        f"test-oracle threshold's on average over 3 runs (feature models {feature_mean:.2f}, interaction models "
+        f"0.00), at most {gaps[widest]:.2f} points (BERT + CoSENT ({kind}) on {task}); it reached the oracle's "
+        "accuracy on 1 of them." in text
+    )
+    assert "**F1 at the shipped threshold.**" in text
+    # calibration cut the ECE where the cosines sat near 1, and raised it where the map says 0.99 to every pair
+    cut, raised = figures["feature-ATEC"], figures["interaction-ATEC"]
+    assert cut["ece"] < cut["ece_uncalibrated"] and raised["ece"] > raised["ece_uncalibrated"]
+    assert (
+        "The shipped map cut the test ECE on 1 of the 2 runs with a map, not on BERT + CoSENT (interaction) on ATEC: "
+        f"{raised['ece_uncalibrated']:.3f} → {raised['ece']:.3f}; the mean ECE went from "
+        f"{(cut['ece_uncalibrated'] + raised['ece_uncalibrated']) / 2:.3f} (the score read as a probability) to "
+        f"{(cut['ece'] + raised['ece']) / 2:.3f} (feature models {cut['ece_uncalibrated']:.3f} → {cut['ece']:.3f}, "
+        f"interaction models {raised['ece_uncalibrated']:.3f} → {raised['ece']:.3f})." in text
+    )
+    # the fitted map is Platt's for these pairs (seeded), and the hand-made one is Platt's
+    assert (cut["calibration"], raised["calibration"]) == ("platt", "platt")
+    assert "The held-out log-loss on valid chose Platt scaling for 2 runs." in text
+    assert cut["log_loss"] < cut["constant_log_loss"] and raised["log_loss"] > raised["constant_log_loss"]
+    assert (
+        "on 1 of the 2 runs; where it was not, the probabilities told less than that constant (BERT + CoSENT "
+        f"(interaction) on ATEC: {raised['log_loss']:.3f} against {raised['constant_log_loss']:.3f})." in text
+    )
+    unmapped = text.split("**Without a calibration map:** 2 runs: ")[1]
+    assert unmapped.startswith("BERT + CoSENT (feature) on BQ (BQ.valid.data has 30 pairs")
+    assert "BERT + CoSENT (interaction) on BQ (no decision.json in" in unmapped
+
+
+def test_calibration_says_so_when_every_run_gains(tmp_path):
+    runs, _, _ = calibration_study(tmp_path)
+    text = calibration_tables(calibration_results(load_runs([runs[3]])))  # the feature ATEC run alone
+    assert "The shipped map cut the test ECE on the one run with a map;" in text
+    assert "below that of the best constant probability on the test pairs" in text and "on every run with a map" in text
+    assert "(feature models" not in text  # one kind: no means by kind
+
+
+def test_a_decision_refitted_after_the_run_was_tested_is_refused(tmp_path):
+    runs, _, _ = calibration_study(tmp_path)
+    path = os.path.join(runs[3], "metrics.json")
+    with open(path) as f:
+        metrics = json.load(f)
+    metrics["tasks"]["ATEC"]["test"]["ece"] += 0.01
+    with open(path, "w") as f:
+        json.dump(metrics, f)
+    with pytest.raises(
+        ConfigError, match=r"model/decision\.json: is not the decision .* was tested with: its ECE calibrated"
+    ):
+        calibration_results(load_runs(runs))
+
+
+def test_the_calibration_study_takes_one_run_per_binary_task_and_model(tmp_path):
+    sts = fake_run(tmp_path / "sts", "STS-B", "feature", "cosent", {"STS-B": 0.5})
+    with pytest.raises(
+        ConfigError, match=r"sts: trained on STS-B; the calibration study takes runs trained on a binary"
+    ):
+        calibration_results(load_runs([sts]))
+    twins = [fake_run(tmp_path / name, "BQ", "feature", "cosent", {"BQ": 0.5}) for name in ("one", "two")]
+    with pytest.raises(ConfigError, match=r"one and .*two: two runs of BERT \+ CoSENT \(feature\) on BQ"):
+        calibration_results(load_runs(twins))
+
+
+def test_the_calibration_report_writes_its_files_alone(tmp_path):
+    from cosent_tf.experiments.scripts import report_main
+
+    runs, _, _ = calibration_study(tmp_path / "runs")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.md").write_text("the paper's tables")
+    written = write_calibration_report(runs, str(out), preface="The study.")
+    assert [os.path.basename(p) for p in written] == ["calibration.md", "calibration.png"]
+    assert (out / "calibration.md").read_text().startswith("The study.\n\n### Match decision on each binary task")
+    assert (out / "calibration.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "results.md").read_text() == "the paper's tables" and sorted(os.listdir(out)) == [
+        "calibration.md",
+        "calibration.png",
+        "results.md",
+    ]
+    # scripts/report.py --calibration writes the same; with --evaluations it is refused
+    report_main([*runs, "--calibration", "--output-dir", str(tmp_path / "by-script")])
+    assert (tmp_path / "by-script" / "calibration.md").read_text() == (out / "calibration.md").read_text().split(
+        "The study.\n\n"
+    )[1]
+    with pytest.raises(SystemExit) as refused:
+        report_main([*runs, "--calibration", "--evaluations", "x.json", "--output-dir", str(tmp_path / "no")])
+    assert refused.value.code == 2 and not (tmp_path / "no").exists()
+
+
 # Stands in for the Python that scripts/reproduce_small.sh runs: a training script's call, or
 # cosent-tf train's, writes the run folder the engine would (settings from its options, made-up
 # metrics) and records its options; cosent-tf mine writes its output and summary, cosent-tf
@@ -527,15 +861,32 @@ with open(os.path.join(out, "config.json"), "w") as f:
 with open(os.path.join(out, "valid_metrics.csv"), "w") as f:
     f.write("epoch,step,end_of_epoch,spearman\\n1,10,False,0.1\\n1,20,True," + str(value) + "\\n")
 scores = {{f"{{t}}.scores": np.linspace(-1, 1, 20) for t in tested}}
-np.savez(os.path.join(out, "test_scores.npz"), **scores, **{{f"{{t}}.labels": np.arange(20) % 2 for t in tested}})
+labels = {{f"{{t}}.labels": np.arange(20) % 2 for t in tested}}
+if name in ("cosent", "interact_cosent") and task in ("ATEC", "BQ", "LCQMC", "PAWSX"):
+    # the CoSENT scripts' runs on a binary task also fit the decision their model ships (on made-up
+    # valid pairs) and record its test figures, as training does
+    from cosent_tf.calibration import decision_metrics, fit_decision, write_decision
+
+    rng = np.random.default_rng(sum(map(ord, out)))
+    def pairs(count):
+        drawn = rng.uniform(-1, 1, count)
+        return drawn, (rng.random(count) < (drawn + 1) / 2).astype(float)
+    valid_scores, valid_labels = pairs(300)
+    scores[f"{{task}}.scores"], labels[f"{{task}}.labels"] = pairs(200)
+    decision = fit_decision(valid_scores, valid_labels, f"{{task}}.valid.data")
+    os.makedirs(os.path.join(out, "model"))
+    write_decision(os.path.join(out, "model"), decision)
+    tasks[task]["test"].update(decision_metrics(scores[f"{{task}}.scores"], labels[f"{{task}}.labels"], decision))
+np.savez(os.path.join(out, "test_scores.npz"), **scores, **labels)
 with open(os.path.join(out, "metrics.json"), "w") as f:
     json.dump({{"comparable": "--train-from-valid" not in args and command is None, "tasks": tasks}}, f)
 print(json.dumps({{"test": {{"spearman": value}}}}))
 """
 
 
-def reproduce_small(tmp_path, *arguments):
-    """Run scripts/reproduce_small.sh with the fake Python; (its output, {run: its options})."""
+def reproduce_small(tmp_path, *arguments, fails=False):
+    """Run scripts/reproduce_small.sh with the fake Python; (its output, {run: its options});
+    ``fails``: the script is to stop with an error (its output is then stdout and stderr)."""
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON.format(python=sys.executable))
     fake.chmod(0o755)
@@ -547,6 +898,9 @@ def reproduce_small(tmp_path, *arguments):
         text=True,
         timeout=600,
     )
+    if fails:
+        assert done.returncode != 0, done.stdout[-3000:]
+        return done.stdout + done.stderr, {}
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = {}
     for name in os.listdir(tmp_path / "runs"):
@@ -650,3 +1004,50 @@ def test_reproduce_small_runs_the_study_with_one_budget_and_reports_it_apart(tmp
     steps = len(study) + len(rerankers) + 7 + len(mined_tasks) + len(evaluations)  # 7 subsets
     assert again.count("skip ") == steps and "paper's runs:" not in again
     assert (docs / "retrieval.md").read_text() == retrieval and (docs / "results.md").read_text() == "kept"
+    # the calibration study's runs are the paper's: the default run measured them, and the study alone
+    # trains nothing more and makes the same report
+    calibration = (docs / "calibration.md").read_text()
+    assert calibration.startswith("## Calibration study") and "calibration study's runs:" in printed
+    again, after = reproduce_small(tmp_path, "calibration", "data", str(out), str(docs))
+    assert again.count("skip ") == 8 and after == runs
+    assert (docs / "calibration.md").read_text() == calibration
+
+
+@pytest.mark.slow
+def test_reproduce_small_calibration_measures_the_papers_cosent_runs_of_each_binary_task(tmp_path):
+    out, docs = tmp_path / "runs", tmp_path / "docs"
+    binary, held_out = ("ATEC", "BQ", "LCQMC", "PAWSX"), ("LCQMC", "PAWSX")
+    # a run finished before models shipped a decision is skipped as finished, then refused by name
+    fake_run(out / "cosent-BQ", "BQ", "feature", "cosent", {"BQ": 0.5})
+    printed, _ = reproduce_small(tmp_path, "calibration", "data", str(out), str(docs), fails=True)
+    assert f"trained before models shipped a decision (no model/decision.json): {out / 'cosent-BQ'};" in printed
+    assert not docs.exists()
+    shutil.rmtree(out / "cosent-BQ")
+    printed, runs = reproduce_small(tmp_path, "calibration", "data", str(out), str(docs))
+    assert printed.count("skip ") == 7 and "paper's runs:" not in printed and "calibration study's runs:" in printed
+    assert set(runs) == {f"{prefix}-{task}" for prefix in ("cosent", "interact-cosent") for task in binary}
+    for task in binary:
+        feature, interaction = runs[f"cosent-{task}"], runs[f"interact-cosent-{task}"]
+        # the paper's options, as its study gives them ([CLS] pooling, CoSENT: the scripts' defaults)
+        assert (option_of(feature, "--eval-every"), option_of(interaction, "--eval-every")) == ("10", "40")
+        for arguments in (feature, interaction):
+            assert [option_of(arguments, name) for name in ("--max-train-pairs", "--lr", "--epochs")] == [
+                "4000",
+                "1e-4",
+                "1",
+            ]
+            assert option_of(arguments, "--max-eval-pairs") == "2000" and option_of(arguments, "--data-dir") == "data"
+            assert "--pooling" not in arguments and "--loss" not in arguments
+            assert ("--train-from-valid" in arguments) == (task in held_out)
+    text = (docs / "calibration.md").read_text()
+    assert text.startswith("## Calibration study (random initialisation, partial data)")
+    rows = section_rows(text, "calibration before and after")[2:]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        [f"| {task}{'†' if task in held_out else ''}", f"BERT + CoSENT ({kind})"]
+        for task in binary
+        for kind in ("feature", "interaction")
+    ]
+    assert all(" – " not in row for row in rows)  # every run ships a decision with a map
+    assert "**Accuracy at the shipped threshold.**" in text and "**Calibration.**" in text
+    assert (docs / "calibration.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(os.listdir(docs)) == ["calibration.md", "calibration.png"]
