@@ -489,7 +489,7 @@ class MatchDecision:
         return lines
 
 
-def check_calibration_data(scores: ArrayLike, labels: ArrayLike, where: str) -> Optional[str]:
+def check_calibration_data(labels: ArrayLike, where: str) -> Optional[str]:
     """None when 0/1 ``labels`` can be calibrated; otherwise why not, naming ``where`` and how many
     pairs are needed."""
     y = np.asarray(labels) > 0.5
@@ -500,6 +500,62 @@ def check_calibration_data(scores: ArrayLike, labels: ArrayLike, where: str) -> 
             f"{MIN_CALIBRATION_PAIRS} pairs with at least {MIN_PAIRS_PER_CLASS} of each"
         )
     return None
+
+
+def label_matches(labels: ArrayLike, cut: Optional[float] = None) -> Optional[np.ndarray]:
+    """Which pairs are matches: 0/1 labels as they are; graded labels above ``cut``, or None
+    (graded labels say how alike two texts are, not whether they match, until a cut says so)."""
+    values = np.asarray(labels, dtype=np.float64)
+    if np.all(np.isin(values, (0.0, 1.0))):
+        return values > 0.5
+    return None if cut is None else values > cut
+
+
+def check_decision_labels(
+    labels: ArrayLike, file: str, graded: bool, cut: Optional[float] = None, require_calibration: bool = True
+) -> Optional[np.ndarray]:
+    """What :func:`fit_decision` refuses on the labels alone, said before any pair is scored.
+
+    Returns:
+        Which pairs are matches (:func:`label_matches`), or None for graded labels without a cut.
+
+    Raises:
+        ConfigError: no pairs; graded labels of one value; a cut on 0/1 labels; labels other than 0/1
+            not declared graded; one class only (after the cut); with ``require_calibration``, too
+            few pairs for a calibration map (:func:`check_calibration_data`).
+    """
+    values = np.asarray(labels, dtype=np.float64)
+    if len(values) == 0:
+        raise ConfigError(f"{file}: no pairs to fit a decision on")
+    low, high = float(values.min()), float(values.max())
+    if graded:
+        if low == high:
+            raise ConfigError(f"{file}: every pair has the label {low:g}; a graded map needs at least two labels")
+        if cut is None:
+            return None
+        matches = values > cut
+    else:
+        if cut is not None:
+            raise ConfigError(f"{file}: --cut is for graded labels; these are 0/1 and already say match or not")
+        if not np.all(np.isin(values, (0.0, 1.0))):
+            raise ConfigError(
+                f"{file}: the labels are graded ({low:g} to {high:g}), not 0/1; fit them as graded, with a cut "
+                "for a match / no match decision (cosent-tf calibrate MODEL_DIR FILE --cut LABEL)"
+            )
+        matches = values > 0.5
+    positives = int(matches.sum())
+    if positives in (0, len(values)):
+        which = "a match" if positives else "no match"
+        after = f" after the cut {cut:g}" if cut is not None else ""
+        raise ConfigError(
+            f"{file}: every one of its {len(values)} pairs is {which}{after}; a threshold and a calibration map need "
+            "pairs of both classes"
+        )
+    if require_calibration:
+        why_not = check_calibration_data(matches, file)
+        if why_not is not None:
+            raise ConfigError(why_not)
+    return matches
 
 
 def fit_decision(
@@ -543,45 +599,22 @@ def fit_decision(
         )
     if not np.all(np.isfinite(s)):
         raise ConfigError(f"{file}: the model gave {int(np.sum(~np.isfinite(s)))} non-finite scores; nothing to fit")
-    low, high = float(values.min()), float(values.max())
+    matches = check_decision_labels(values, file, graded, cut, require_calibration)
     fitted_on: dict[str, Any] = {
         "file": file,
         "pairs": len(s),
         "labels": "graded" if graded else "binary",
-        "label_range": [low, high],
+        "label_range": [float(values.min()), float(values.max())],
         "cut": cut,
     }
-    expected_label = None
-    if graded:
-        if low == high:
-            raise ConfigError(f"{file}: every pair has the label {low:g}; a graded map needs at least two labels")
-        expected_label = fit_isotonic(s, values)
-        if cut is None:
-            return MatchDecision(fitted_on, expected_label=expected_label, weights=weights, score=score)
-        matches = values > cut
-    else:
-        if cut is not None:
-            raise ConfigError(f"{file}: --cut is for graded labels; these are 0/1 and already say match or not")
-        if not np.all(np.isin(values, (0.0, 1.0))):
-            raise ConfigError(
-                f"{file}: the labels are graded ({low:g} to {high:g}), not 0/1; fit them as graded, with a cut "
-                "for a match / no match decision (cosent-tf calibrate MODEL_DIR FILE --cut LABEL)"
-            )
-        matches = values > 0.5
+    expected_label = fit_isotonic(s, values) if graded else None
+    if matches is None:
+        return MatchDecision(fitted_on, expected_label=expected_label, weights=weights, score=score)
     positives = int(matches.sum())
-    if positives in (0, len(s)):
-        which = "a match" if positives else "no match"
-        after = f" after the cut {cut:g}" if cut is not None else ""
-        raise ConfigError(
-            f"{file}: every one of its {len(s)} pairs is {which}{after}; a threshold and a calibration map need "
-            "pairs of both classes"
-        )
     fitted_on.update(positives=positives, positive_rate=positives / len(s))
     thresholds = {"accuracy": best_threshold(s, matches)[0], "f1": best_f1_threshold(s, matches)[0]}
-    why_not = check_calibration_data(s, matches, file)
-    if why_not is not None:
-        if require_calibration:
-            raise ConfigError(why_not)
+    why_not = check_calibration_data(matches, file)
+    if why_not is not None:  # (with require_calibration, check_decision_labels has refused already)
         return MatchDecision(
             fitted_on, thresholds, rule, expected_label=expected_label, weights=weights, score=score, note=why_not
         )
@@ -606,11 +639,9 @@ def decision_metrics(scores: ArrayLike, labels: ArrayLike, decision: Optional[Ma
     metrics: dict[str, Any] = {}
     if graded and decision is not None and decision.expected_label is not None:
         metrics["expected_label_mae"] = float(np.mean(np.abs(decision.expected_labels(s) - values)))
-    # a cut turns graded labels into match / no match; 0/1 labels already are
-    cut = decision.fitted_on.get("cut") if graded and decision is not None else None
-    if graded and cut is None:
+    matches = label_matches(values, None if decision is None else decision.fitted_on.get("cut"))
+    if matches is None:
         return metrics  # no match / no match without a cut
-    matches = values > (0.5 if cut is None else cut)
     if matches.all() or not matches.any():
         return metrics
     threshold_oracle, accuracy_oracle = best_threshold(s, matches)

@@ -122,12 +122,58 @@ def _score_fields(score: float, threshold: Optional[float]) -> list[str]:
     return [f"{score:.6f}"] + ([] if threshold is None else [str(int(score > threshold))])
 
 
+# What ``similarity --decide`` holds when no rule follows it: decide by the decision's own rule. Not a
+# string, which argparse would pass through the option's type as if typed.
+_OWN_RULE = True
+
+
+def decision_rule(text: str) -> str:
+    """An argparse type: the rule of ``similarity --decide RULE``, one of
+    :data:`cosent_tf.calibration.RULES`.
+
+    Args:
+        text: the option's value as typed.
+
+    Returns:
+        The rule.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is no rule; the message says that a text or file taken
+            for the rule belongs before ``--decide``.
+
+    Example:
+        >>> decision_rule("f1")
+        'f1'
+    """
+    from .calibration import RULES
+
+    if text not in RULES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rule ({', '.join(RULES)}); to decide by the decision's own rule, put --decide "
+            "after the texts or files"
+        )
+    return text
+
+
+def _decision_fields(decided, i: int) -> list[str]:
+    """Pair ``i``'s columns under ``--decide``: the score, match or no match, and the probability
+    (to 9 decimals, so that it agrees with ``predict_proba`` within 1e-6) when there is a map."""
+    fields = [f"{float(decided.scores[i]):.6f}", "match" if decided.matches[i] else "no match"]
+    if decided.probabilities is not None:
+        fields.append(f"{float(decided.probabilities[i]):.9f}")
+    return fields
+
+
 def _similarity(args: argparse.Namespace) -> None:
     from .inference.matchers import load_matcher
 
+    rule = args.decide if isinstance(args.decide, str) else None  # None: the decision's own
     texts = _two_texts(args)
     if texts is not None:
         matcher = load_matcher(args.model_dir, args.precision)
+        if args.decide is not None:
+            print("\t".join(_decision_fields(matcher.decide([texts[0]], [texts[1]], rule, 1), 0)))
+            return
         score = float(matcher.similarity([texts[0]], [texts[1]], 1)[0])
         print("\t".join(_score_fields(score, matcher.threshold)))
         return
@@ -137,16 +183,25 @@ def _similarity(args: argparse.Namespace) -> None:
     # a bad file is said before the model's load
     texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict, file_format)
     matcher = load_matcher(args.model_dir, args.precision)
-    scores = matcher.similarity(texts_a, texts_b, args.batch_size)
-    text = "".join("\t".join([line, *_score_fields(s, matcher.threshold)]) + "\n" for line, s in zip(lines, scores))
+    if args.decide is not None:
+        decided = matcher.decide(texts_a, texts_b, rule, args.batch_size)
+        rows = [[line, *_decision_fields(decided, i)] for i, line in enumerate(lines)]
+        extra = f", match or no match at the {decided.rule} threshold {decided.threshold:.4f}"
+        if decided.probabilities is not None:
+            assert matcher.decision is not None and matcher.decision.calibration is not None
+            extra += f" and the probability of a match ({matcher.decision.calibration.method} calibration)"
+    else:
+        scores = matcher.similarity(texts_a, texts_b, args.batch_size)
+        rows = [[line, *_score_fields(s, matcher.threshold)] for line, s in zip(lines, scores)]
+        extra = f" and 0/1 at the tuned threshold {matcher.threshold:.4f}" if matcher.threshold is not None else ""
+    text = "".join("\t".join(row) + "\n" for row in rows)
     if args.output is None:
         sys.stdout.write(text)
         said, written = sys.stderr, "stdout"
     else:
         write_text(args.output, text)
         said, written = summary_stream(args.output), args.output
-    extra = f" and 0/1 at the tuned threshold {matcher.threshold:.4f}" if matcher.threshold is not None else ""
-    print(f"{written}: {len(scores)} pairs, each line with its score{extra}", file=said)
+    print(f"{written}: {len(rows)} pairs, each line with its score{extra}", file=said)
 
 
 def _search_build(args):
@@ -318,8 +373,106 @@ def _file_format(args: argparse.Namespace) -> PairFileFormat:
     return PairFileFormat(args.file_format, args.text_a_field, args.text_b_field, args.label_field)
 
 
-def _evaluate(args):
+def _labelled_pairs(path: str, args: argparse.Namespace):
+    """The labelled pairs of ``path`` as ``evaluate`` and ``calibrate`` read them: a pair file as it is,
+    a file of queries with positives (and negatives) as the labelled pairs training scores."""
     from .data.groups import GroupData, read_group_file
+
+    pairs = read_group_file(path, _file_format(args), args.strict)
+    if isinstance(pairs, GroupData):  # scored as training scores them: each text against its anchor
+        read_as = pairs.notes[0] if pairs.notes else path
+        print(
+            f"{read_as}; scored as labelled pairs: (anchor, positive) 1 and (anchor, negative) 0, and an example "
+            "without negatives (anchor, another example's positive) 0",
+            file=sys.stderr,
+        )
+        pairs = pairs.labelled_pairs(seed=0)
+    return pairs
+
+
+def _check_calibration_folder(model_dir: str):
+    """The description of ``model_dir``, which ``calibrate`` writes its decision into: a cosent-tf
+    model folder. An export or a Hugging Face folder is refused, saying what to calibrate instead."""
+    from .export.savedmodel import EXPORT_RECORD
+    from .io import read_json
+    from .models.spec import SPEC_FILE, hugging_face_format, read_spec
+
+    if os.path.isdir(model_dir) and not os.path.exists(os.path.join(model_dir, SPEC_FILE)):
+        record_path = os.path.join(model_dir, EXPORT_RECORD)
+        if os.path.isfile(record_path):
+            source = read_json(record_path, "cosent-tf's record of an export").get("model_dir", "MODEL_DIR")
+            raise ConfigError(
+                f"{model_dir}: is an export of the cosent-tf model folder {source}, and an export is written whole "
+                f"from its model folder: calibrate that folder (cosent-tf calibrate {source} FILE), then export it "
+                "again; the export carries its decision"
+            )
+        if hugging_face_format(model_dir) is not None:
+            raise ConfigError(
+                f"{model_dir}: is a Hugging Face folder, not a cosent-tf model folder, and cosent-tf writes nothing "
+                "into another program's folder: calibrate the cosent-tf model folder it was exported from, or fit a "
+                "decision in Python without saving it (load_matcher(FOLDER).calibrate(...))"
+            )
+    return read_spec(model_dir)
+
+
+def _threshold_changes(before, after) -> str:
+    """The thresholds of two decisions side by side, per rule (``none`` where one has none)."""
+    from .calibration import RULES
+
+    def shown(decision, rule: str) -> str:
+        if decision is None or decision.thresholds is None or rule not in decision.thresholds:
+            return "none"
+        return f"{decision.thresholds[rule]:.4f}"
+
+    return ", ".join(f"{rule} {shown(before, rule)} -> {shown(after, rule)}" for rule in RULES)
+
+
+def _calibrate(args: argparse.Namespace) -> None:
+    from .calibration import DECISION_FILE, check_decision_labels, decision_or_threshold, read_decision
+    from .inference.matchers import MATCHERS
+    from .models.spec import SPEC_FILE
+
+    spec = _check_calibration_folder(args.model_dir)
+    pairs = _labelled_pairs(args.file, args)  # a bad file is said before the model's load
+    graded = pairs.label_kind != "binary"
+    check_decision_labels(pairs.labels, args.file, graded, args.cut)  # said before the model loads
+    try:
+        before = decision_or_threshold(
+            read_decision(args.model_dir), spec.threshold, os.path.join(args.model_dir, SPEC_FILE)
+        )
+        unusable = None
+    except ConfigError as error:
+        before, unusable = None, str(error)
+    # without its decision: calibrate is how a decision.json that load refuses (fitted for other
+    # weights, edited by hand) gets replaced
+    matcher = MATCHERS[spec.kind].load(args.model_dir, with_decision=False)
+    decision = matcher.calibrate(
+        pairs.texts_a,
+        pairs.texts_b,
+        pairs.labels,
+        args.file,
+        graded=graded,
+        cut=args.cut,
+        rule=args.rule,
+        save=True,
+        batch_size=args.batch_size,
+    )
+    print(f"{os.path.join(args.model_dir, DECISION_FILE)}: the match decision of {args.model_dir}")
+    for line in decision.summary():
+        print(f"  {line}")
+    if not decision.binary:
+        print(
+            "  no match decision: graded labels say how alike two texts are, not whether they match; pass --cut "
+            "LABEL (a label above LABEL is a match) for thresholds and a probability too"
+        )
+    if unusable is not None:
+        print(f"replaced a decision.json that could not be used: {unusable}")
+    elif before is not None:
+        print(f"thresholds before -> after: {_threshold_changes(before, decision)}")
+
+
+def _evaluate(args):
+    from .calibration import decision_metrics
     from .data.retrieval import read_retrieval_files
     from .evaluation import evaluate_pairs, retrieval_by, retrieval_with_rerank
     from .inference.matchers import PairScorer, load_matcher
@@ -340,8 +493,11 @@ def _evaluate(args):
     rerank_top = RERANK_TOP if args.rerank_top is None else args.rerank_top
     inputs = [args.model_dir, args.file, *beir, args.rerank]
     outputs = evaluation_outputs(args.output) if args.output else ()
-    for path in outputs[: 2 if args.file else 1]:  # the .tsv holds the pair file's scores
-        check_output_file(path, inputs, output_kinds(), args.overwrite)
+    if args.reliability is not None and not args.file:
+        raise ConfigError("--reliability draws the pairs of a labelled pair FILE: pass one")
+    for path in [*outputs[: 2 if args.file else 1], args.reliability]:  # the .tsv holds the pair file's scores
+        if path is not None:
+            check_output_file(path, inputs, output_kinds(), args.overwrite)
     spec = read_spec(args.model_dir)
     if (args.retrieval or any(beir)) and not get_kind(spec.kind).sentence_vectors:
         raise CosentError(
@@ -350,17 +506,12 @@ def _evaluate(args):
     if args.rerank is not None:  # a wrong folder is said before any weights load
         PairScorer.check_folder(args.rerank, "--rerank")
     # Bad input files are said before the model's load.
-    pairs = read_group_file(args.file, _file_format(args), args.strict) if args.file else None
-    if isinstance(pairs, GroupData):  # scored as training scores them: each text against its anchor
-        read_as = pairs.notes[0] if pairs.notes else args.file
-        print(
-            f"{read_as}; scored as labelled pairs: (anchor, positive) 1 and (anchor, negative) 0, and an example "
-            "without negatives (anchor, another example's positive) 0",
-            file=sys.stderr,
-        )
-        pairs = pairs.labelled_pairs(seed=0)
+    pairs = _labelled_pairs(args.file, args) if args.file else None
     retrieval_data = read_retrieval_files(*beir) if any(beir) else None
     matcher = load_matcher(args.model_dir, args.precision)
+    if args.reliability is not None:
+        assert pairs is not None
+        _check_reliability(args, pairs.labels, matcher.decision)
     scorer = None if args.rerank is None else PairScorer.load(args.rerank, args.precision, option="--rerank")
     metrics, lines = {"model_dir": args.model_dir}, None
     if pairs is not None:
@@ -375,7 +526,17 @@ def _evaluate(args):
         )
         metrics.update(file=args.file, **pair_metrics)
         if pairs.label_kind == "binary" and predictions is None:
-            print("no accuracy: the model folder has no tuned threshold; pass --threshold", file=sys.stderr)
+            print(
+                "no accuracy: the model folder has no match decision; pass --threshold, or fit one: cosent-tf "
+                f"calibrate {args.model_dir} LABELLED_FILE",
+                file=sys.stderr,
+            )
+        measured = decision_metrics(scores, pairs.labels, matcher.decision)
+        if measured:
+            metrics["decision"] = measured
+            print("\n".join(_decision_report(measured, matcher.decision)), file=sys.stderr)
+        if args.reliability is not None:
+            _plot_reliability(args, scores, pairs.labels, matcher.decision)
         columns = [pairs.texts_a, pairs.texts_b, [f"{y:g}" for y in pairs.labels], [f"{x:.6f}" for x in scores]]
         if predictions is not None:
             columns.append([str(p) for p in predictions])
@@ -397,6 +558,69 @@ def _evaluate(args):
         write_json(outputs[0], metrics)
         if lines is not None:
             write_text(outputs[1], "".join(line + "\n" for line in lines))
+
+
+def _check_reliability(args: argparse.Namespace, labels: np.ndarray, decision) -> None:
+    """Refuse ``--reliability`` before the pairs are scored when there is nothing to draw: no
+    matches to compare with (graded labels without a cut) or no calibration map."""
+    from .calibration import label_matches
+
+    if label_matches(labels, None if decision is None else decision.fitted_on.get("cut")) is None:
+        raise ConfigError(
+            f"--reliability {args.reliability}: {args.file}'s labels are graded ({float(np.min(labels)):g} to "
+            f"{float(np.max(labels)):g}), and {args.model_dir}'s decision has no cut that makes them match / no "
+            f"match; a reliability diagram needs matches: cosent-tf calibrate {args.model_dir} LABELLED_FILE --cut "
+            "LABEL (a label above LABEL is a match)"
+        )
+    if decision is None or decision.calibration is None:
+        why = "it has no match decision" if decision is None else (decision.note or "its decision has no map")
+        raise ConfigError(
+            f"--reliability {args.reliability}: {args.model_dir} has no calibration map to draw ({why}); fit one "
+            f"on labelled pairs: cosent-tf calibrate {args.model_dir} LABELLED_FILE"
+        )
+
+
+def _plot_reliability(args: argparse.Namespace, scores: np.ndarray, labels: np.ndarray, decision) -> None:
+    from .calibration import label_matches, plot_reliability, uncalibrated_probability
+
+    matches = label_matches(labels, None if decision is None else decision.fitted_on.get("cut"))
+    assert matches is not None and decision is not None and decision.calibration is not None
+    curves = {
+        "the score read as a probability": (uncalibrated_probability(scores), matches),
+        f"calibrated ({decision.calibration.method})": (decision.probability(scores), matches),
+    }
+    plot_reliability(args.reliability, curves, f"{args.model_dir} on {args.file}")
+    print(f"{args.reliability}: the reliability diagram of {len(matches)} pairs", file=sys.stderr)
+
+
+def _decision_report(measured: dict, decision) -> list[str]:
+    """Lines for people of what ``evaluate`` measured of the model's match decision: accuracy and F1
+    at the shipped thresholds next to the best ones on the file itself, and the calibration's
+    log-loss, Brier score and ECE next to the ECE of the score read as a probability."""
+    lines = ["match decision:" if decision is None else f"match decision (fitted on {decision.fitted_on.get('file')}):"]
+    for name, threshold in (("accuracy", "threshold"), ("f1", "f1_threshold")):
+        if name in measured:
+            lines.append(
+                f"  {name} {measured[name]:.4f} at the shipped threshold {measured[threshold]:.4f}; "
+                f"{measured[name + '_oracle']:.4f} at this file's best {measured[threshold + '_oracle']:.4f}"
+            )
+        elif name + "_oracle" in measured:
+            lines.append(
+                f"  {name}: no shipped threshold; {measured[name + '_oracle']:.4f} at this file's best "
+                f"{measured[threshold + '_oracle']:.4f}"
+            )
+    if "ece" in measured:
+        lines.append(
+            f"  probability ({measured['calibration']} calibration): log-loss {measured['log_loss']:.4f}, Brier "
+            f"{measured['brier']:.4f}, ECE {measured['ece']:.4f} (the score read as a probability: ECE "
+            f"{measured['ece_uncalibrated']:.4f})"
+        )
+    elif "ece_uncalibrated" in measured:
+        unmapped = measured["ece_uncalibrated"]
+        lines.append(f"  no calibration map; the score read as a probability has ECE {unmapped:.4f}")
+    if "expected_label_mae" in measured:
+        lines.append(f"  expected label: mean absolute error {measured['expected_label_mae']:.4f}")
+    return lines
 
 
 def evaluation_outputs(output: str) -> tuple[str, str]:
@@ -468,9 +692,11 @@ def argument_parser() -> argparse.ArgumentParser:
     sub = command(
         "evaluate",
         _evaluate,
-        "Spearman, Pearson and (binary labels) accuracy at the model's tuned threshold on a pair file; "
-        "--retrieval adds Recall@1/5/10, MRR@10 and nDCG@10 for a feature model, and --rerank those of the "
-        "same search with each query's top hits re-ordered by an interaction model.",
+        "Spearman, Pearson and (binary labels) accuracy at the model's tuned threshold on a pair file, with "
+        "the model's match decision measured (accuracy and F1 at its thresholds next to the file's best, "
+        "log-loss, Brier score and ECE of its probability) under decision; --retrieval adds Recall@1/5/10, "
+        "MRR@10 and nDCG@10 for a feature model, and --rerank those of the same search with each query's top "
+        "hits re-ordered by an interaction model.",
     )
     sub.add_argument("model_dir")
     sub.add_argument(
@@ -497,9 +723,49 @@ def argument_parser() -> argparse.ArgumentParser:
         help="write the metrics to NAME.json and each pair with its label, score and 0/1 prediction to "
         "NAME.tsv beside it; a name not ending in .json is a prefix: PREFIX.json and PREFIX.tsv",
     )
-    overwrite_option(sub, "the --output files if they exist")
+    sub.add_argument(
+        "--reliability",
+        metavar="FILE.png",
+        help="write the reliability diagram of FILE's pairs: the share that match against the probability, "
+        "for the score read as a probability and for the model's calibration map (needs 0/1 labels, or "
+        "a decision with a cut, and a calibration map)",
+    )
+    overwrite_option(sub, "the --output and --reliability files if they exist")
     add_run_options(sub, FILE_FORMAT)
     inference_options(sub)
+
+    sub = command(
+        "calibrate",
+        _calibrate,
+        "Fit a model folder's match decision on a labelled pair file (your own domain's pairs) without "
+        "retraining, and write it into the folder as decision.json, replacing the one there: the thresholds "
+        "best for accuracy and for F1, and a calibration map from score to the probability of a match "
+        "(isotonic or Platt, whichever has the lower held-out log-loss); for graded labels also a map from "
+        "score to the expected label. Prints the decision, and the thresholds before and after.",
+    )
+    sub.add_argument("model_dir", help="a cosent-tf model folder (a training run's OUTPUT_DIR/model)")
+    sub.add_argument(
+        "file",
+        help="labelled pair file (TSV, CSV or JSONL, as for evaluate): 0/1 labels, or graded ones with --cut; "
+        "a calibration map needs at least 50 pairs, at least 10 of each class",
+    )
+    sub.add_argument(
+        "--cut",
+        type=finite_number,
+        metavar="LABEL",
+        help="for graded labels (STS-B's 0 to 5): a label above LABEL is a match; without it graded labels get "
+        "only the expected-label map, no match decision",
+    )
+    sub.add_argument(
+        "--rule",
+        default="accuracy",
+        choices=["accuracy", "f1"],
+        help="whose threshold decides by default (similarity --decide, predict, decide): the one best for "
+        "accuracy or for F1 on FILE (default: accuracy)",
+    )
+    sub.add_argument("--batch-size", type=number_in_range(int, 1), default=64)
+    sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
+    add_run_options(sub, FILE_FORMAT)
 
     sub = command("encode", _encode, "Embed a text file (one sentence a line) into an .npy matrix.")
     sub.add_argument("model_dir")
@@ -519,7 +785,8 @@ def argument_parser() -> argparse.ArgumentParser:
         "similarity MODEL_DIR PAIRS [OUTPUT] reads a pair file in TSV (text_a<TAB>text_b[<TAB>...]), "
         "CSV or JSONL, labelled or not, and writes OUTPUT (default: stdout) in TSV: a TSV line as it "
         "is, a CSV or JSONL pair as text_a<TAB>text_b (tabs and line breaks in a text become spaces), "
-        "then the score and the 0/1.",
+        "then the score and the 0/1. --decide puts the model's match decision in place of the 0/1: "
+        "match or no match, and the probability of a match when the decision has a calibration map.",
     )
     sub.add_argument("model_dir")
     sub.add_argument("pairs", metavar="PAIRS|TEXT_A", help="pair file, or the first text")
@@ -527,6 +794,16 @@ def argument_parser() -> argparse.ArgumentParser:
         "output", nargs="?", metavar="OUTPUT|TEXT_B", help="file to write (default: stdout), or the second text"
     )
     sub.add_argument("--texts", action="store_true", help="PAIRS|TEXT_A and OUTPUT|TEXT_B are two texts to score")
+    sub.add_argument(
+        "--decide",
+        nargs="?",
+        const=_OWN_RULE,
+        type=decision_rule,
+        metavar="RULE",
+        help="after the score, match or no match at the threshold of RULE (accuracy or f1; default: the "
+        "decision's own) and the probability of a match (9 decimals), from the model folder's decision.json; "
+        "put it after the texts or files, or write --decide=RULE",
+    )
     overwrite_option(sub)
     add_run_options(
         sub,

@@ -428,7 +428,103 @@ def mining_cases(tmp_path):
     )
 
 
+def decision_cases(tmp_path):
+    """The match decision's bad input, through calibrate, similarity --decide and evaluate --reliability."""
+    import numpy as np
+
+    from cosent_tf.calibration import DECISION_FILE, fit_decision, write_decision
+    from cosent_tf.export.huggingface import export_hf
+    from cosent_tf.export.savedmodel import EXPORT_RECORD
+
+    config = write_config(tmp_path / "config.json")
+    make_model_dir(tmp_path / "encoder", config, pooling="last-avg")
+    make_model_dir(tmp_path / "other", config, pooling="last-avg")
+    encoder = str(tmp_path / "encoder")
+
+    def pairs(name, labels):
+        return str(write(tmp_path / name, "".join(f"文{i}\t字{i}\t{label}\n" for i, label in enumerate(labels))))
+
+    def decide():
+        return cosent_tf(["similarity", encoder, "今天", "明天", "--decide"])
+
+    yield (
+        "PATH: every one of its N pairs is a match; a threshold and a calibration map need pairs of both classes",
+        lambda: cosent_tf(["calibrate", encoder, pairs("matches.tsv", [1] * 60)]),
+    )
+    yield (
+        "PATH has N pairs (N matches, N not); a calibration map needs at least 50 pairs with at least 10 of each",
+        lambda: cosent_tf(["calibrate", encoder, pairs("few.tsv", [0, 1] * 10)]),
+    )
+    yield (
+        "... after the cut 2",
+        lambda: cosent_tf(["calibrate", encoder, pairs("nli.tsv", [0, 1, 2] * 20), "--cut", "2"]),
+    )
+    yield (
+        "PATH: --cut is for graded labels; these are 0/1 and already say match or not",
+        lambda: cosent_tf(["calibrate", encoder, pairs("binary.tsv", [0, 1] * 30), "--cut", "0.5"]),
+    )
+    yield (
+        "PATH: no match decision (no decision.json: ...); fit one on labelled pairs: cosent-tf calibrate MODEL_DIR "
+        "LABELLED_FILE, ...",
+        decide,
+    )
+    yield (
+        "--reliability PATH: PATH has no calibration map to draw (...); fit one on labelled pairs: cosent-tf "
+        "calibrate MODEL_DIR LABELLED_FILE",
+        lambda: cosent_tf(["evaluate", encoder, pairs("test.tsv", [0, 1] * 30), "--reliability", "r.png"]),
+    )
+    grades = np.arange(60) % 6
+    write_decision(encoder, fit_decision(np.linspace(0, 1, 60), grades, "sts.tsv", graded=True))
+    yield (
+        "the decision fitted on sts.tsv: its labels were graded (0.0 to 5.0) and no cut made them match / no match; "
+        "recalibrate with a cut: cosent-tf calibrate MODEL_DIR FILE --cut LABEL (a label above LABEL is a match)",
+        decide,
+    )
+    matches = np.arange(60) % 2
+    write_decision(tmp_path / "other", fit_decision(np.linspace(0, 1, 60), matches, "valid.tsv"))
+    shutil.copy(tmp_path / "other" / DECISION_FILE, tmp_path / "encoder" / DECISION_FILE)
+    yield (
+        "PATH: was fitted on another model's scores (its weights fingerprint is not this folder's), so its thresholds "
+        "and probabilities mean nothing here; fit one for this model: cosent-tf calibrate MODEL_DIR LABELLED_FILE",
+        decide,
+    )
+    write_decision(encoder, fit_decision(np.linspace(0, 1, 60), matches, "valid.tsv"))
+    yield (
+        "--reliability PATH: PATH's labels are graded (0 to 5), and ...'s decision has no cut that makes them "
+        "match / no match; ...",
+        lambda: cosent_tf(["evaluate", encoder, pairs("sts.tsv", grades), "--reliability", "r.png"]),
+    )
+    edited = json.loads((tmp_path / "encoder" / DECISION_FILE).read_text(encoding="utf-8"))
+    for calibration, quote in (
+        (
+            {"method": "isotonic", "scores": [0.2, 0.6, 0.9], "values": [0.1, 0.8, 0.3]},
+            "PATH: calibration: knot N's value 0.3 is below knot N's 0.8: the map must not fall as the score rises",
+        ),
+        (
+            {"method": "platt", "slope": -2.0, "intercept": 0.0},
+            "the Platt slope is -2.0, so the map falls as the score rises",
+        ),
+    ):
+        write(tmp_path / "encoder" / DECISION_FILE, json.dumps(dict(edited, calibration=calibration)))
+        yield quote, decide
+    write_decision(encoder, fit_decision(np.linspace(0, 1, 60), matches, "valid.tsv"))  # the export reads it
+    export_hf(encoder, str(tmp_path / "exported"))
+    yield (
+        "PATH: is an export of the cosent-tf model folder PATH, and an export is written whole from its model folder: "
+        "calibrate that folder (cosent-tf calibrate PATH FILE), then export it again; the export carries its decision",
+        lambda: cosent_tf(["calibrate", str(tmp_path / "exported"), pairs("own.tsv", [0, 1] * 30)]),
+    )
+    foreign = shutil.copytree(tmp_path / "exported", tmp_path / "foreign")
+    (foreign / EXPORT_RECORD).unlink()
+    yield (
+        "PATH: is a Hugging Face folder, not a cosent-tf model folder, and cosent-tf writes nothing into another "
+        "program's folder: calibrate the cosent-tf model folder it was exported from, or ...",
+        lambda: cosent_tf(["calibrate", str(foreign), pairs("own.tsv", [0, 1] * 30)]),
+    )
+
+
 CASES = {
+    "decision": decision_cases,
     "mining": mining_cases,
     "outputs": output_cases,
     "in-batch": in_batch_cases,

@@ -135,18 +135,23 @@ class _Matcher:
         return spec
 
     @classmethod
-    def load(cls, path: str, precision: str = "float32", option: str | None = None) -> Self:
+    def load(cls, path: str, precision: str = "float32", option: str | None = None, with_decision: bool = True) -> Self:
         """Load a model folder; ``precision='bf16'`` computes in bfloat16, with the weights
         stored in bfloat16 (see :func:`cosent_tf.inference.model_dir.load_model_dir`).
 
         ``option``: the command-line option or argument that named ``path`` (``--rescore``), so
         that a folder of the other kind is refused in the terms of that option.
+        ``with_decision``: read the folder's match decision (``decision.json``); False leaves it
+        unread, for :meth:`calibrate` to replace one that cannot be used.
 
         Raises:
-            ConfigError: ``path`` is not a readable model folder, or holds the other kind of model.
+            ConfigError: ``path`` is not a readable model folder, holds the other kind of model, or
+                (``with_decision``) a decision.json that cannot be used.
         """
         described = cls.check_folder(path, option)  # the kind is said before the weights load
-        decision = decision_or_threshold(read_decision(path), described.threshold, os.path.join(path, SPEC_FILE))
+        decision = None
+        if with_decision:
+            decision = decision_or_threshold(read_decision(path), described.threshold, os.path.join(path, SPEC_FILE))
         spec, model, tokenizer = load_model_dir(path, precision)
         return cls(model, tokenizer, spec, os.path.abspath(path), decision)
 

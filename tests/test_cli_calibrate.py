@@ -1,0 +1,271 @@
+"""cosent-tf calibrate, similarity --decide and evaluate's decision metrics, against the library's own
+fit (calibration.fit_decision on the matcher's scores) and the Python API (predict_proba, decide)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from cosent_tf.calibration import (
+    DECISION_FILE,
+    decision_metrics,
+    fit_decision,
+    read_decision,
+    weights_fingerprint,
+)
+from cosent_tf.cli import main
+from cosent_tf.inference.matchers import load_matcher
+from cosent_tf.models.kinds import get_kind
+from tests.helpers import distinct_texts, make_model_dir, write_config
+
+PAIRS = 60
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Untouched model folders, copied by each test that writes into one: ``feature`` and
+    ``interaction`` (random, tiny), and ``other``, a second feature model."""
+    root = tmp_path_factory.mktemp("calibrate-models")
+    config = write_config(root / "config.json")
+    # Mean pooling: a random model's [CLS] vectors are all nearly the same, which would score nothing apart.
+    make_model_dir(root / "feature", config, pooling="last-avg", maxlen=16)
+    make_model_dir(root / "interaction", config, kind="interaction", maxlen=32)
+    make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
+    return root
+
+
+def model_copy(folders, kind, tmp_path):
+    return str(shutil.copytree(folders / kind, tmp_path / kind))
+
+
+def write_pairs(path, labels, seed=0):
+    """A TSV pair file of distinct texts with ``labels`` (as written: 0/1 or graded); returns
+    (path, texts_a, texts_b, labels as floats)."""
+    texts_a, texts_b = distinct_texts(seed, len(labels)), distinct_texts(seed + 100, len(labels))
+    lines = [f"{a}\t{b}\t{label}" for a, b, label in zip(texts_a, texts_b, labels)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path), texts_a, texts_b, np.asarray(labels, dtype=np.float64)
+
+
+def binary_labels(seed, count=PAIRS, matches=25):
+    return list(np.random.default_rng(seed).permutation([1] * matches + [0] * (count - matches)))
+
+
+def error_of(argv, capsys=None):
+    """The one ``error: ...`` line (or argparse's message) a command ends with."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    if stopped.value.code == 2 and capsys is not None:  # argparse's own errors go to stderr
+        return capsys.readouterr().err
+    return str(stopped.value.code)
+
+
+@pytest.mark.parametrize("kind", ["feature", "interaction"])
+def test_calibrate_writes_the_decision_fitted_on_the_models_own_scores(folders, kind, tmp_path, capsys):
+    model_dir = model_copy(folders, kind, tmp_path)
+    file, texts_a, texts_b, labels = write_pairs(tmp_path / "pairs.tsv", binary_labels(0))
+    main(["calibrate", model_dir, file])
+    printed = capsys.readouterr().out
+
+    scores = load_matcher(model_dir).similarity(texts_a, texts_b)
+    expected = fit_decision(scores, labels, file, score=get_kind(kind).scored_by)
+    written = read_decision(model_dir)
+    assert written is not None and written.thresholds == pytest.approx(expected.thresholds, abs=1e-7)
+    assert written.calibration is not None and expected.calibration is not None
+    assert written.calibration.method == expected.calibration.method
+    np.testing.assert_allclose(written.probability(scores), expected.probability(scores), atol=1e-9)
+    assert written.fitted_on["pairs"] == PAIRS and written.fitted_on["file"] == file
+    assert written.fitted_on["positive_rate"] == pytest.approx(np.mean(labels))
+    assert written.score == get_kind(kind).scored_by and written.weights == weights_fingerprint(model_dir)
+    for line in written.summary():
+        assert line in printed
+    assert "before" not in printed  # there was no decision to compare with
+
+
+def test_recalibrating_replaces_the_decision_and_prints_the_thresholds_before_and_after(folders, tmp_path, capsys):
+    model_dir = model_copy(folders, "feature", tmp_path)
+    first, *_ = write_pairs(tmp_path / "first.tsv", binary_labels(1))
+    second, texts_a, texts_b, labels = write_pairs(tmp_path / "second.tsv", binary_labels(2, matches=30), seed=7)
+    main(["calibrate", model_dir, first])
+    before = read_decision(model_dir)
+    capsys.readouterr()
+    main(["calibrate", model_dir, second, "--rule", "f1"])
+    printed = capsys.readouterr().out
+
+    after = read_decision(model_dir)
+    assert before is not None and after is not None and before.thresholds and after.thresholds
+    scores = load_matcher(model_dir).similarity(texts_a, texts_b)
+    assert after.thresholds == pytest.approx(fit_decision(scores, labels, second).thresholds, abs=1e-7)
+    assert after.fitted_on["file"] == second and after.rule == "f1"
+    changes = ", ".join(f"{r} {before.thresholds[r]:.4f} -> {after.thresholds[r]:.4f}" for r in ("accuracy", "f1"))
+    assert f"thresholds before -> after: {changes}" in printed
+
+
+def test_graded_labels_get_the_expected_label_map_and_a_match_decision_only_with_a_cut(folders, tmp_path, capsys):
+    model_dir = model_copy(folders, "interaction", tmp_path)
+    grades = list(np.random.default_rng(3).integers(0, 6, PAIRS))
+    file, texts_a, texts_b, labels = write_pairs(tmp_path / "graded.tsv", grades)
+    scores = load_matcher(model_dir).similarity(texts_a, texts_b)
+
+    main(["calibrate", model_dir, file])
+    printed = capsys.readouterr().out
+    assert "no match decision: graded labels" in printed and "pass --cut LABEL" in printed
+    written = read_decision(model_dir)
+    expected = fit_decision(scores, labels, file, graded=True)
+    assert written is not None and written.thresholds is None and written.expected_label is not None
+    np.testing.assert_allclose(written.expected_labels(scores), expected.expected_labels(scores), atol=1e-9)
+    message = error_of(["similarity", model_dir, "今天", "明天", "--decide"])
+    assert "its labels were graded (0.0 to 5.0) and no cut made them match / no match" in message
+    assert "--cut LABEL" in message and message.startswith("error: ")
+
+    main(["calibrate", model_dir, file, "--cut", "2.5"])
+    written = read_decision(model_dir)
+    expected = fit_decision(scores, labels, file, graded=True, cut=2.5)
+    assert written is not None and written.thresholds == pytest.approx(expected.thresholds, abs=1e-7)
+    assert written.fitted_on["positive_rate"] == pytest.approx(np.mean(labels > 2.5))
+    assert "a label above 2.5 is a match" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["feature", "interaction"])
+def test_similarity_decide_agrees_with_the_python_api(folders, kind, tmp_path, capsys):
+    model_dir = model_copy(folders, kind, tmp_path)
+    file, texts_a, texts_b, labels = write_pairs(tmp_path / "pairs.tsv", binary_labels(4))
+    main(["calibrate", model_dir, file])
+    matcher = load_matcher(model_dir)
+    probabilities = matcher.predict_proba(texts_a, texts_b)
+    decision = matcher.decision
+    assert decision is not None and decision.thresholds is not None
+    capsys.readouterr()
+
+    for option, rule in (["--decide"], "accuracy"), (["--decide=f1"], "f1"):
+        main(["similarity", model_dir, file, str(tmp_path / f"{rule}.tsv"), *option])
+        rows = [line.split("\t") for line in (tmp_path / f"{rule}.tsv").read_text(encoding="utf-8").splitlines()]
+        assert [row[:3] for row in rows] == [[a, b, f"{y:g}"] for a, b, y in zip(texts_a, texts_b, labels)]
+        scores = np.array([float(row[3]) for row in rows])
+        np.testing.assert_allclose([float(row[5]) for row in rows], probabilities, atol=1e-6, rtol=0)
+        decided = matcher.decide(texts_a, texts_b, rule)
+        assert [row[4] for row in rows] == ["match" if match else "no match" for match in decided.matches]
+        np.testing.assert_allclose(scores, matcher.similarity(texts_a, texts_b), atol=1e-6)
+        assert f"match or no match at the {rule} threshold {decision.thresholds[rule]:.4f}" in capsys.readouterr().out
+
+    main(["similarity", model_dir, texts_a[0], texts_b[0], "--decide"])
+    score, said, probability = capsys.readouterr().out.strip().split("\t")
+    # the same pair alone, as the command scores it (in a batch of others its padding differs)
+    assert float(probability) == pytest.approx(matcher.predict_proba(texts_a[:1], texts_b[:1])[0], abs=1e-6)
+    assert said == ("match" if matcher.decide(texts_a[:1], texts_b[:1]).matches[0] else "no match")
+
+    # without --decide, the output of before: the score and 0/1 at the accuracy threshold
+    main(["similarity", model_dir, texts_a[0], texts_b[0]])
+    assert capsys.readouterr().out.split() == [score, str(matcher.predict(texts_a[:1], texts_b[:1])[0])]
+
+
+def test_similarity_decide_without_a_decision_says_how_to_fit_one(folders, capsys):
+    message = error_of(["similarity", str(folders / "feature"), "今天", "明天", "--decide"])
+    assert "no match decision (no decision.json" in message and "cosent-tf calibrate MODEL_DIR" in message
+    # a text taken for the rule: the option's value is refused, saying where --decide goes
+    message = error_of(["similarity", str(folders / "feature"), "--decide", "今天", "明天"], capsys)
+    assert (
+        "argument --decide: '今天' is not a rule (accuracy, f1); to decide by the decision's own rule, put " in message
+    )
+
+
+def test_evaluate_reports_the_decisions_metrics_and_draws_the_reliability_diagram(folders, tmp_path, capsys):
+    model_dir = model_copy(folders, "feature", tmp_path)
+    valid, *_ = write_pairs(tmp_path / "valid.tsv", binary_labels(5))
+    test, texts_a, texts_b, labels = write_pairs(tmp_path / "test.tsv", binary_labels(6, matches=20), seed=11)
+    main(["calibrate", model_dir, valid])
+    capsys.readouterr()
+    png = tmp_path / "reliability.png"
+    main(["evaluate", model_dir, test, "--output", str(tmp_path / "eval.json"), "--reliability", str(png)])
+    printed = capsys.readouterr()
+
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    matcher = load_matcher(model_dir)
+    expected = decision_metrics(matcher.similarity(texts_a, texts_b), labels, matcher.decision)
+    assert set(metrics["decision"]) == set(expected)
+    for name, value in expected.items():
+        assert metrics["decision"][name] == (value if isinstance(value, str) else pytest.approx(value, abs=1e-6))
+    assert json.loads(printed.out)["decision"] == metrics["decision"]
+    assert f"ECE {expected['ece']:.4f} (the score read as a probability: ECE {expected['ece_uncalibrated']:.4f})" in (
+        printed.err
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_refuses_a_reliability_diagram_it_cannot_draw(folders, tmp_path):
+    model_dir = model_copy(folders, "feature", tmp_path)
+    binary, *_ = write_pairs(tmp_path / "binary.tsv", binary_labels(8))
+    graded, *_ = write_pairs(tmp_path / "graded.tsv", list(np.random.default_rng(9).integers(0, 6, PAIRS)))
+    png = str(tmp_path / "r.png")
+    message = error_of(["evaluate", model_dir, binary, "--reliability", png])
+    assert f"{model_dir} has no calibration map to draw (it has no match decision)" in message
+    main(["calibrate", model_dir, binary])
+    message = error_of(["evaluate", model_dir, graded, "--reliability", png])
+    assert "graded.tsv's labels are graded (0 to 5)" in message and "needs matches" in message
+    message = error_of(["evaluate", model_dir, "--reliability", png, "--queries", "q", "--corpus", "c", "--qrels", "r"])
+    assert "--reliability draws the pairs of a labelled pair FILE" in message
+    assert not (tmp_path / "r.png").exists()
+
+
+@pytest.mark.parametrize(
+    "labels, options, message",
+    [
+        ([1] * PAIRS, [], "every one of its 60 pairs is a match; a threshold and a calibration map need pairs of both"),
+        (
+            binary_labels(10, count=30, matches=8),
+            [],
+            "has 30 pairs (8 matches, 22 not); a calibration map needs at least 50 pairs with at least 10 of each",
+        ),
+        (binary_labels(11), ["--cut", "0.5"], "--cut is for graded labels; these are 0/1 and already say match or not"),
+        ([0, 1, 2] * 20, ["--cut", "2"], "every one of its 60 pairs is no match after the cut 2"),
+    ],
+)
+def test_calibrate_refuses_labels_it_cannot_fit_before_the_model_loads(folders, labels, options, message, tmp_path):
+    model_dir = model_copy(folders, "feature", tmp_path)
+    (tmp_path / "feature" / "bert_model.ckpt.index").write_bytes(b"not a checkpoint")  # a load would fail
+    file, *_ = write_pairs(tmp_path / "pairs.tsv", labels)
+    said = error_of(["calibrate", model_dir, *options, file])
+    assert said.startswith(f"error: {file}") and message in said
+    assert not (tmp_path / "feature" / DECISION_FILE).exists()
+
+
+def test_a_decision_of_another_model_or_edited_to_fall_is_refused_and_calibrate_replaces_it(folders, tmp_path, capsys):
+    model_dir, other = model_copy(folders, "feature", tmp_path), model_copy(folders, "other", tmp_path)
+    file, *_ = write_pairs(tmp_path / "pairs.tsv", binary_labels(12))
+    main(["calibrate", other, file])
+    shutil.copy(tmp_path / "other" / DECISION_FILE, tmp_path / "feature" / DECISION_FILE)
+    message = error_of(["similarity", model_dir, "今天", "明天", "--decide"])
+    assert "decision.json: was fitted on another model's scores (its weights fingerprint is not this folder's)" in (
+        message
+    )
+    capsys.readouterr()
+    main(["calibrate", model_dir, file])
+    assert "replaced a decision.json that could not be used: " in capsys.readouterr().out
+    decision = read_decision(model_dir)
+    assert decision is not None and decision.weights == weights_fingerprint(model_dir)
+
+    record = json.loads((tmp_path / "feature" / DECISION_FILE).read_text())
+    record["calibration"] = {"method": "isotonic", "scores": [0.2, 0.6, 0.9], "values": [0.1, 0.8, 0.3]}
+    (tmp_path / "feature" / DECISION_FILE).write_text(json.dumps(record))
+    message = error_of(["similarity", model_dir, "今天", "明天", "--decide"])
+    assert "knot 2's value 0.3 is below knot 1's 0.8: the map must not fall as the score rises" in message
+
+
+def test_calibrate_writes_only_into_a_cosent_tf_model_folder(folders, tmp_path):
+    from cosent_tf import export_hf
+
+    file, *_ = write_pairs(tmp_path / "pairs.tsv", binary_labels(13))
+    source = str(folders / "feature")
+    export_hf(source, str(tmp_path / "exported"))
+    message = error_of(["calibrate", str(tmp_path / "exported"), file])
+    assert f"is an export of the cosent-tf model folder {source}" in message
+    assert f"cosent-tf calibrate {source} FILE" in message
+
+    foreign = shutil.copytree(tmp_path / "exported", tmp_path / "foreign")
+    (foreign / "cosent_tf_export.json").unlink()
+    message = error_of(["calibrate", str(foreign), file])
+    assert "is a Hugging Face folder, not a cosent-tf model folder, and cosent-tf writes nothing into another" in (
+        message
+    )
+    assert not (foreign / DECISION_FILE).exists() and not (tmp_path / "exported" / DECISION_FILE).exists()
