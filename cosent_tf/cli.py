@@ -450,7 +450,7 @@ def _calibrate(args: argparse.Namespace) -> None:
         pairs.texts_a,
         pairs.texts_b,
         pairs.labels,
-        args.file,
+        os.path.abspath(args.file),
         graded=graded,
         cut=args.cut,
         rule=args.rule,

@@ -605,7 +605,7 @@ def _fit_decision(scores, pairs, task, scored_by):
         return fit_decision(
             scores,
             pairs.labels,
-            pairs.source,
+            os.path.abspath(pairs.source) if os.path.isfile(pairs.source) else pairs.source,
             graded=not task.binary,
             score=scored_by,
             require_calibration=False,
