@@ -719,7 +719,7 @@ def write_decision(folder: str | os.PathLike[str], decision: MatchDecision) -> s
 
 
 def decision_or_threshold(
-    decision: Optional[MatchDecision], threshold: Optional[float], where: str
+    decision: Optional[MatchDecision], threshold: Optional[float], where: str, score: str = "cosine"
 ) -> Optional[MatchDecision]:
     """The decision of a folder, or for a folder written before decisions existed (cosent-tf < 0.6)
     the accuracy threshold its description carried, as a decision without a calibration map."""
@@ -728,6 +728,7 @@ def decision_or_threshold(
     return MatchDecision(
         fitted_on={"file": f"the training task's valid split (recorded in {where} by cosent-tf < 0.6)"},
         thresholds={"accuracy": float(threshold)},
+        score=score,
         note="this model folder predates calibration; fit one: cosent-tf calibrate MODEL_DIR LABELLED_FILE",
     )
 

@@ -428,18 +428,16 @@ def _threshold_changes(before, after) -> str:
 
 
 def _calibrate(args: argparse.Namespace) -> None:
-    from .calibration import DECISION_FILE, check_decision_labels, decision_or_threshold, read_decision
+    from .calibration import DECISION_FILE, check_decision_labels
     from .inference.matchers import MATCHERS
-    from .models.spec import SPEC_FILE
+    from .inference.model_dir import read_model_decision
 
     spec = _check_calibration_folder(args.model_dir)
     pairs = _labelled_pairs(args.file, args)  # a bad file is said before the model's load
     graded = pairs.label_kind != "binary"
     check_decision_labels(pairs.labels, args.file, graded, args.cut)  # said before the model loads
     try:
-        before = decision_or_threshold(
-            read_decision(args.model_dir), spec.threshold, os.path.join(args.model_dir, SPEC_FILE)
-        )
+        before = read_model_decision(args.model_dir, spec)
         unusable = None
     except ConfigError as error:
         before, unusable = None, str(error)

@@ -1,6 +1,11 @@
 """Export a model folder as a Hugging Face folder: a sentence-transformers model (feature models)
 or a ``BertForSequenceClassification`` (interaction models scoring through BERT's pooler), with
 its tokenizer files, a model card and this tool's export record (:mod:`.savedmodel`).
+
+A model folder's match decision (``decision.json``, :mod:`cosent_tf.calibration`) goes with it,
+stamped for the exported weights, so that cosent-tf reading the export as a model folder takes it;
+the model card then says what it was fitted on, its thresholds and calibration, and how to apply it
+with NumPy and sentence-transformers alone. Without a decision the card has no such section.
 """
 
 from __future__ import annotations
@@ -8,19 +13,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from .. import huggingface
 from ..backend import keras
+from ..calibration import DECISION_FILE, MatchDecision, write_decision
 from ..errors import ConfigError
-from ..inference.model_dir import load_model_dir
+from ..inference.model_dir import load_model_dir, read_model_decision
 from ..io import FolderKind, atomic_directory
 from ..models.builders import head_layer_name
 from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from ..models.kinds import FEATURE, INTERACTION
-from ..models.spec import ModelSpec
+from ..models.spec import ModelSpec, read_spec
 from .savedmodel import EXPORT_RECORD, check_export_folder, write_export_record
 
 HF_FOLDER = FolderKind(
@@ -37,6 +43,7 @@ HF_FOLDER = FolderKind(
         "1_Pooling",
         "2_Normalize",
         "README.md",
+        DECISION_FILE,
         EXPORT_RECORD,
     ),
 )
@@ -56,7 +63,10 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     ``BertForSequenceClassification`` (num_labels 1 for a score, 2 for the softmax head) that
     ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load.
     The folder also holds :data:`~cosent_tf.export.savedmodel.EXPORT_RECORD`, which transformers
-    and sentence-transformers do not read.
+    and sentence-transformers do not read, and the model folder's match decision, if it has one
+    (:func:`~cosent_tf.inference.model_dir.read_model_decision`): ``decision.json`` stamped with the
+    fingerprint of the exported weights, and a "Match decision" section in ``README.md`` with the
+    few lines of Python that apply it without cosent-tf.
 
     Args:
         model_dir: a model folder written by training (or ``save_model_dir``).
@@ -70,7 +80,8 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     Raises:
         ConfigError: the model cannot be expressed as a Hugging Face BERT folder (another
             architecture, a word-level vocabulary, a pooling sentence-transformers lacks, an
-            interaction head that does not read BERT's pooler), or ``out_dir`` may not be written.
+            interaction head that does not read BERT's pooler), its ``decision.json`` is malformed
+            or was fitted for another model, or ``out_dir`` may not be written. Nothing is written then.
 
     Example:
         >>> export_hf("runs/bq-cosent/model", "exports/bq-cosent-hf")
@@ -79,6 +90,8 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
         >>> vectors = SentenceTransformer("exports/bq-cosent-hf").encode(["花呗如何还钱"])
     """
     check_export_folder(out_dir, HF_FOLDER, overwrite, model_dir)
+    # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
+    decision = read_model_decision(model_dir, read_spec(model_dir))
     spec, model, tokenizer = load_model_dir(model_dir)
     if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
         raise ConfigError(
@@ -93,8 +106,10 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
         hf_format.write(tmp, spec, model, config, arrays)
         huggingface.write_tokenizer(tmp, tokens, spec.do_lower_case, spec.maxlen)
+        if decision is not None:
+            write_decision(tmp, decision)  # after the weights: it is stamped with theirs
         with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
-            f.write(_model_card(spec, hf_format, model_dir))
+            f.write(_model_card(spec, hf_format, model_dir, decision))
         write_export_record(tmp, hf_format.written, model_dir, spec)
     return hf_format.written
 
@@ -179,12 +194,140 @@ HF_FORMATS = {
 }
 
 
-def _model_card(spec: ModelSpec, hf_format: _HfFormat, model_dir: str) -> str:
-    """The README.md of an export: where it came from and how to load it."""
+def _model_card(spec: ModelSpec, hf_format: _HfFormat, model_dir: str, decision: Optional[MatchDecision]) -> str:
+    """The README.md of an export: where it came from, how to load it, and its match decision."""
     source = json.dumps(spec.source, ensure_ascii=False, sort_keys=True)
-    return (
+    card = (
         f"# {hf_format.written} model exported by cosent-tf\n\n"
         f"Exported from the cosent-tf model folder `{os.path.abspath(model_dir)}` "
         f"({spec.kind} model, {spec.pooling or spec.head}, maxlen {spec.maxlen}).\n\n"
         f"Training record: `{source}`\n\n```python\n{hf_format.usage}\n```\n"
+    )
+    return card if decision is None else card + "\n" + decision_section(spec, decision)
+
+
+# What the model card calls each rule of cosent_tf.calibration.RULES.
+RULE_NAMES = {"accuracy": "accuracy", "f1": "F1"}
+# The model card's pairs, which the decision's example scores.
+EXAMPLE_PAIRS = [("花呗如何还钱", "花呗怎么还款"), ("今天天气怎么样", "我想开通借呗")]
+
+
+def _score_lines(spec: ModelSpec) -> tuple[str, list[str], str]:
+    """How the model card's example scores pairs as cosent-tf does: (what the score is, the lines
+    that load the model and compute float64 ``scores`` of ``pairs``, the import they need)."""
+    if spec.kind == FEATURE.name:
+        return (
+            "the cosine of the two texts' vectors",
+            [
+                "model = SentenceTransformer(folder)",
+                "first = model.encode([a for a, _ in pairs])  # unit vectors: the folder normalises them",
+                "second = model.encode([b for _, b in pairs])",
+                "scores = np.sum(first * second, axis=1).astype(np.float64)  # the cosine, as cosent-tf computes it",
+            ],
+            "from sentence_transformers import SentenceTransformer",
+        )
+    load = ["model = CrossEncoder(folder)"]
+    if spec.head == "softmax":
+        what = "the probability of label 1 under the classifier's softmax (its two labels)"
+        load.append("scores = model.predict(pairs, apply_softmax=True)[:, 1].astype(np.float64)  # softmax's label 1")
+    else:
+        what = "the classifier's one logit (not the sigmoid CrossEncoder.predict applies to it by default)"
+        load.append("# the logit itself: predict would apply a sigmoid to a one-label model's output")
+        load.append("scores = model.predict(pairs, activation_fn=lambda logits: logits).astype(np.float64)")
+    return what, load, "from sentence_transformers import CrossEncoder"
+
+
+def decision_section(spec: ModelSpec, decision: MatchDecision) -> str:
+    """The model card's "Match decision" section: what the export's ``decision.json`` was fitted
+    on, its thresholds and maps, and the lines of Python (NumPy, json and sentence-transformers, no
+    cosent-tf) that apply it: the score of each pair as cosent-tf computes it, then the probability
+    of a match, the match (score above the threshold of the decision's rule) and, for graded labels,
+    the expected label.
+
+    Args:
+        spec: the exported model's description.
+        decision: its decision.
+
+    Returns:
+        Markdown, from the section's heading on.
+
+    Example:
+        >>> print(decision_section(read_spec("runs/bq-cosent/model"), read_decision("runs/bq-cosent/model")))
+        ## Match decision
+        ...
+    """
+    fitted = decision.fitted_on
+    what, score_lines, import_line = _score_lines(spec)
+    facts = [f"fitted on `{fitted.get('file')}`"]
+    if fitted.get("pairs") is not None:
+        facts[0] += f": {fitted['pairs']} pairs, {fitted.get('labels', 'binary')} labels"
+    if fitted.get("positive_rate") is not None:
+        cut = f" (a label above {fitted['cut']:g} is a match)" if fitted.get("cut") is not None else ""
+        facts[0] += f", {fitted['positive_rate']:.1%} of them matches{cut}"
+    facts.append(f"the score: {what}")
+    lines = [
+        "import json",
+        "",
+        "import numpy as np",
+        import_line,
+        "",
+        "folder = 'THIS_FOLDER'",
+        "with open(f'{folder}/decision.json', encoding='utf-8') as f:",
+        "    decision = json.load(f)",
+        f"pairs = {EXAMPLE_PAIRS!r}",
+        *score_lines,
+    ]
+    if decision.thresholds is not None:
+        rules = ", ".join(
+            f"{value:.6g} for the best {RULE_NAMES.get(rule, rule)}" for rule, value in decision.thresholds.items()
+        )
+        facts.append(
+            f"a pair is a match when its score is above the threshold: {rules}; the decision (and `matches` "
+            f"below) uses the {RULE_NAMES.get(decision.rule, decision.rule)} one"
+        )
+    calibration = decision.calibration
+    if calibration is not None:
+        losses = decision.held_out_log_loss or {}
+        chosen = ", ".join(f"{method} {loss:.4f}" for method, loss in sorted(losses.items()))
+        chosen = f", chosen by held-out log-loss ({chosen})" if chosen else ""
+        if calibration.method == "platt":
+            facts.append(
+                f"calibration: Platt scaling, P(match) = sigmoid({calibration.slope:.6g} * score "
+                f"{'-' if calibration.intercept < 0 else '+'} {abs(calibration.intercept):.6g}){chosen}"
+            )
+            lines += [
+                "platt = decision['calibration']",
+                "probabilities = 1 / (1 + np.exp(-(platt['slope'] * scores + platt['intercept'])))",
+            ]
+        else:
+            facts.append(
+                f"calibration: isotonic regression, P(match) linear between {len(calibration.scores)} knots "
+                f"and flat beyond them{chosen}"
+            )
+            lines += [
+                "isotonic = decision['calibration']",
+                "probabilities = np.interp(scores, isotonic['scores'], isotonic['values'])",
+            ]
+    if decision.thresholds is not None:
+        lines.append("matches = scores > decision['thresholds'][decision['rule']]")
+    if decision.expected_label is not None:
+        low, high = fitted.get("label_range", [0, 1])
+        facts.append(f"expected label: an isotonic map from the score onto the labels' scale, {low:g} to {high:g}")
+        lines += [
+            "graded = decision['expected_label']",
+            "expected_labels = np.interp(scores, graded['scores'], graded['values'])  # on the labels' scale",
+        ]
+    if decision.note:
+        facts.append(f"note: {decision.note}")
+    return (
+        "## Match decision\n\n"
+        "`decision.json` in this folder is the match decision cosent-tf fitted for these weights on labelled "
+        "pairs. A score is a ranking, not a probability, and its scale differs from model to model: these "
+        "thresholds and probabilities hold for this model on data like the data they were fitted on. For "
+        "other data, refit them on your own labelled pairs with `cosent-tf calibrate` on the cosent-tf model "
+        "folder, and export it again.\n\n"
+        + "".join(f"- {fact}\n" for fact in facts)
+        + "\nApplied with NumPy and sentence-transformers alone:\n\n```python\n"
+        + "\n".join(lines)
+        + "\n```\n"
     )

@@ -14,6 +14,23 @@ links them in. Signatures (:data:`SIGNATURES`):
 * interaction model: ``serving_default(first: string[batch], second: string[batch])
   -> {"scores": float32[batch], "truncated": bool[batch]}``, and ``score_ids(token_ids, segment_ids)``.
 
+When the model folder ships a match decision (``decision.json``, :mod:`cosent_tf.calibration`; a
+folder from before decisions existed: the accuracy threshold its description kept), the export adds
+``decide(first: string[batch], second: string[batch])`` for either kind of model, and
+``decide_ids`` of token ids (a feature model's: ``token_ids_a, segment_ids_a, token_ids_b,
+segment_ids_b``, one text of each pair per row; an interaction model's: ``token_ids, segment_ids``
+of the pairs). They return ``scores`` (float32: the cosine of the two L2-normalised vectors, or the
+head's score, as above), ``matches`` (bool: score above the threshold of the decision's rule) when the
+decision says match or no match, ``probabilities`` (float64: the calibration map of the score) when
+it has one, ``expected_labels`` (float64: the score on a graded label's scale) when it was fitted on
+graded labels, and ``decide`` also ``truncated`` (either text of the pair was cut). A string export
+holds both; an ids export only ``decide_ids``. The maps are
+computed in float64 on the float32 score, as :class:`cosent_tf.calibration.ScoreMap` computes them
+in NumPy, so the export decides as ``SentenceEncoder.decide`` / ``PairScorer.decide`` do. The decision
+itself is ``assets.extra/decision.json``. A model folder without a decision exports without
+``decide``; a ``decision.json`` fitted for other weights, or edited to be malformed, is refused
+(:func:`cosent_tf.calibration.read_decision`) and nothing is written.
+
 An ids export (``inputs="ids"``) holds only the ids functions, as ``serving_default`` and under
 their names above: a graph of TensorFlow's own ops, which any TensorFlow runtime loads. The client
 tokenises: int32 ``token_ids`` [batch, width], [CLS] ... [SEP] (a pair: [CLS] a [SEP] b [SEP]),
@@ -41,17 +58,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .. import __version__, huggingface
 from ..backend import keras, model_precision, tf
+from ..calibration import DECISION_FILE, MatchDecision, ScoreMap
 from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
-from ..inference.model_dir import load_model_dir
+from ..inference.model_dir import load_model_dir, read_model_decision
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
-from ..models.kinds import FEATURE, INTERACTION
-from ..models.spec import ModelSpec
+from ..models.kinds import FEATURE, INTERACTION, get_kind
+from ..models.spec import ModelSpec, read_spec
 from .graph_tokenization import GraphTokenizer
 
 # No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
@@ -124,13 +142,100 @@ def _batch_of_strings(texts: tf.Tensor, name: str) -> tf.Tensor:
     return texts
 
 
+def _same_count(first: tf.Tensor, second: tf.Tensor, message: str) -> tf.Tensor:
+    """``first`` once checked to have as many rows as ``second`` (the pairs align); else an
+    InvalidArgumentError that says ``message`` and the two counts."""
+    same_count = tf.debugging.Assert(
+        tf.equal(tf.shape(first)[0], tf.shape(second)[0]),
+        [f"{message} (pairs align), not", tf.shape(first)[0], tf.shape(second)[0]],
+    )
+    with tf.control_dependencies([same_count]):
+        return tf.identity(first)
+
+
+def score_map_in_graph(score_map: ScoreMap, scores: tf.Tensor) -> tf.Tensor:
+    """``score_map`` of float64 ``scores`` in a TensorFlow graph, as :class:`ScoreMap` computes it in
+    NumPy: a Platt map's sigmoid, or an isotonic map's ``np.interp`` over its knots (linear between
+    them, flat beyond the first and the last, NaN for a NaN score).
+
+    Args:
+        score_map: a checked map (:meth:`ScoreMap.check`): knots rising, or a Platt slope and intercept.
+        scores: float64 scores, any shape.
+
+    Returns:
+        float64, the shape of ``scores``.
+
+    Example:
+        >>> score_map = ScoreMap("isotonic", (0.2, 0.6), (0.1, 0.9))
+        >>> score_map_in_graph(score_map, tf.constant([0.0, 0.4, 1.0], tf.float64)).numpy()
+        array([0.1, 0.5, 0.9])
+    """
+    if score_map.method == "platt":
+        return tf.math.sigmoid(score_map.slope * scores + score_map.intercept)
+    knots = tf.constant(score_map.scores, tf.float64)
+    values = tf.constant(score_map.values, tf.float64)
+    last = len(score_map.scores) - 1
+    if last == 0:  # np.interp with one knot: its value everywhere
+        mapped = tf.fill(tf.shape(scores), values[0])
+    else:
+        flat = tf.reshape(scores, [-1])
+        # knot i starts the segment of the scores in [knots[i], knots[i + 1]), as np.interp's search
+        segment = tf.searchsorted(knots, flat, side="right") - 1
+        inner = tf.clip_by_value(segment, 0, last - 1)
+        low_score, high_score = tf.gather(knots, inner), tf.gather(knots, inner + 1)
+        low_value, high_value = tf.gather(values, inner), tf.gather(values, inner + 1)
+        # np.interp's own arithmetic (slope first), so that the two agree to the last bit
+        between = (high_value - low_value) / (high_score - low_score) * (flat - low_score) + low_value
+        mapped = tf.where(segment < 0, values[0], tf.where(segment >= last, values[last], between))
+        mapped = tf.reshape(mapped, tf.shape(scores))
+    return tf.where(tf.math.is_nan(scores), scores, mapped)
+
+
+def decision_outputs(decision: MatchDecision, scores: tf.Tensor) -> dict[str, tf.Tensor]:
+    """What a ``decide`` signature returns for float32 ``scores`` (see this module's description):
+    the scores, and ``matches``, ``probabilities`` and ``expected_labels`` where ``decision`` has the
+    threshold, the calibration map and the graded map they need; each computed on the score as
+    float64, as :class:`~cosent_tf.calibration.MatchDecision` computes them in NumPy.
+
+    Args:
+        decision: the model's decision.
+        scores: float32 [batch], one score per pair.
+
+    Returns:
+        Output name -> tensor [batch].
+
+    Example:
+        >>> decision = MatchDecision({"file": "valid.tsv"}, thresholds={"accuracy": 0.8, "f1": 0.7})
+        >>> decision_outputs(decision, tf.constant([0.9, 0.75]))["matches"].numpy()
+        array([ True, False])
+    """
+    outputs = {"scores": scores}
+    exact = tf.cast(scores, tf.float64)
+    if decision.binary:
+        outputs["matches"] = tf.greater(exact, decision.threshold())
+    if decision.calibration is not None:
+        outputs["probabilities"] = score_map_in_graph(decision.calibration, exact)
+    if decision.expected_label is not None:
+        outputs["expected_labels"] = score_map_in_graph(decision.expected_label, exact)
+    return outputs
+
+
 class _ServedIds(tf.Module):
     """What an ids export serves: the model's functions of token ids, which use TensorFlow's own
-    ops only (saving traces every function of the module, so this one has no string function)."""
+    ops only (saving traces every function of the module, so this one has no string function).
+    With a ``decision``, the module also holds ``decide_ids`` for its model's ``kind``."""
 
-    def __init__(self, model: keras.Model) -> None:
+    def __init__(self, model: keras.Model, kind: str = FEATURE.name, decision: Optional[MatchDecision] = None) -> None:
         super().__init__(name="cosent_tf")
         self.model = model
+        self._decision = decision
+        self._by_vectors = get_kind(kind).scored_by == "cosine"
+        if decision is not None:
+            # only a folder with a decision has these, so they are made here, not declared on the class
+            if self._by_vectors:
+                self.decide_ids = tf.function(self._decide_vector_ids, input_signature=[_IDS] * 4)
+            else:
+                self.decide_ids = tf.function(self._decide_pair_ids, input_signature=[_IDS] * 2)
 
     def _model_outputs(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         with model_precision(self.model):
@@ -145,6 +250,10 @@ class _ServedIds(tf.Module):
     def _scores(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return self._outputs(token_ids, segment_ids)[:, -1]
 
+    def _decide(self, scores: tf.Tensor) -> dict[str, tf.Tensor]:
+        assert self._decision is not None  # decide functions exist only with a decision
+        return decision_outputs(self._decision, scores)
+
     @tf.function(input_signature=[_IDS, _IDS])
     def embed_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"embeddings": self._vectors(token_ids, segment_ids)}
@@ -153,15 +262,49 @@ class _ServedIds(tf.Module):
     def score_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"scores": self._scores(token_ids, segment_ids)}
 
+    def _decide_vector_ids(
+        self, token_ids_a: tf.Tensor, segment_ids_a: tf.Tensor, token_ids_b: tf.Tensor, segment_ids_b: tf.Tensor
+    ) -> dict[str, tf.Tensor]:
+        token_ids_a = _same_count(token_ids_a, token_ids_b, "token_ids_a and token_ids_b must hold as many rows")
+        # each side at its own width: the two texts of a pair are encoded apart
+        first, second = self._vectors(token_ids_a, segment_ids_a), self._vectors(token_ids_b, segment_ids_b)
+        return self._decide(tf.reduce_sum(first * second, axis=1))
+
+    def _decide_pair_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._decide(self._scores(token_ids, segment_ids))
+
 
 class _Served(_ServedIds):
     """What a string export serves: the model behind its graph tokenizer, with the functions of
-    texts besides those of token ids."""
+    texts besides those of token ids (and with a decision, ``decide`` besides ``decide_ids``)."""
 
-    def __init__(self, model: keras.Model, tokenizer: GraphTokenizer, pair_segments: bool = False) -> None:
-        super().__init__(model)
+    def __init__(
+        self,
+        model: keras.Model,
+        tokenizer: GraphTokenizer,
+        pair_segments: bool = False,
+        kind: str = FEATURE.name,
+        decision: Optional[MatchDecision] = None,
+    ) -> None:
+        super().__init__(model, kind, decision)
         self.tokenizer = tokenizer
         self.pair_segments = pair_segments
+        if decision is not None:
+            decide = self._decide_texts_by_vectors if self._by_vectors else self._decide_texts_by_pairs
+            self.decide = tf.function(decide, input_signature=[_TEXTS, _TEXTS])
+
+    def _aligned(self, first: tf.Tensor, second: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        first, second = _batch_of_strings(first, "first"), _batch_of_strings(second, "second")
+        return _same_count(first, second, "first and second must hold as many strings"), second
+
+    def _pair_scores(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
+        first, second = self._aligned(first, second)
+        token_ids, truncated = self.tokenizer.encode_pairs_and_flag(first, second)
+        if self.pair_segments:
+            segment_ids = pair_segment_ids(token_ids, self.tokenizer.sep_id)
+        else:
+            segment_ids = tf.zeros_like(token_ids)
+        return {"scores": self._scores(token_ids, segment_ids), "truncated": truncated}
 
     @tf.function(input_signature=[_TEXTS])
     def embed(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -171,19 +314,20 @@ class _Served(_ServedIds):
 
     @tf.function(input_signature=[_TEXTS, _TEXTS])
     def score(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
-        first, second = _batch_of_strings(first, "first"), _batch_of_strings(second, "second")
-        same_count = tf.debugging.Assert(
-            tf.equal(tf.size(first), tf.size(second)),
-            ["first and second must hold as many strings (pairs align), not", tf.size(first), tf.size(second)],
-        )
-        with tf.control_dependencies([same_count]):
-            first = tf.identity(first)
-        token_ids, truncated = self.tokenizer.encode_pairs_and_flag(first, second)
-        if self.pair_segments:
-            segment_ids = pair_segment_ids(token_ids, self.tokenizer.sep_id)
-        else:
-            segment_ids = tf.zeros_like(token_ids)
-        return {"scores": self._scores(token_ids, segment_ids), "truncated": truncated}
+        return self._pair_scores(first, second)
+
+    def _decide_texts_by_vectors(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
+        first, second = self._aligned(first, second)
+        # both sides in one call, grouped by length together, as SentenceEncoder.similarity encodes them
+        token_ids, truncated = self.tokenizer.encode_and_flag(tf.concat([first, second], 0))
+        vectors = self._vectors(token_ids, tf.zeros_like(token_ids))
+        count = tf.size(first)
+        outputs = self._decide(tf.reduce_sum(vectors[:count] * vectors[count:], axis=1))
+        return {**outputs, "truncated": truncated[:count] | truncated[count:]}
+
+    def _decide_texts_by_pairs(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
+        scored = self._pair_scores(first, second)
+        return {**self._decide(scored["scores"]), "truncated": scored["truncated"]}
 
 
 # What a SavedModel of each model kind (cosent_tf.models.kinds) serves, by what its signatures take
@@ -199,6 +343,8 @@ SIGNATURES = {
         "ids": {"serving_default": "score_ids", "score_ids": "score_ids"},
     },
 }
+# What an export of a model folder with a match decision serves besides, of either kind.
+DECISION_SIGNATURES = {"strings": {"decide": "decide", "decide_ids": "decide_ids"}, "ids": {"decide_ids": "decide_ids"}}
 
 
 EXPORT_RECORD = "cosent_tf_export.json"
@@ -270,9 +416,11 @@ def export_saved_model(
 ) -> list[str]:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
-    Also writes ``assets.extra/cosent_model.json`` (the model's description, with the tuned
-    threshold and the tokenizer's settings) and ``assets.extra/vocab.txt`` (its vocabulary) for
-    the serving side, and :data:`EXPORT_RECORD`. The signatures are in this module's description.
+    Also writes ``assets.extra/cosent_model.json`` (the model's description, with the accuracy
+    threshold of its decision and the tokenizer's settings), ``assets.extra/vocab.txt`` (its
+    vocabulary) and, when the folder has a match decision, ``assets.extra/decision.json`` for the
+    serving side, and :data:`EXPORT_RECORD`. The signatures are in this module's description: with
+    a decision, ``decide`` and ``decide_ids`` besides (an ids export: ``decide_ids``).
 
     Args:
         model_dir: a model folder written by training (or ``save_model_dir``).
@@ -291,25 +439,32 @@ def export_saved_model(
 
     Raises:
         ConfigError: an unknown ``inputs``; a string export of a word-level (jieba) model, which
-            cannot tokenise inside a graph; an ``out_dir`` that may not be written.
+            cannot tokenise inside a graph; an ``out_dir`` that may not be written; a
+            ``decision.json`` that is malformed or was fitted for another model
+            (:func:`~cosent_tf.inference.model_dir.read_model_decision`). Nothing is written then.
 
     Example:
         >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent")
-        ['encode_ids', 'serving_default']
+        ['decide', 'decide_ids', 'encode_ids', 'serving_default']
         >>> import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the WordPiece op)
         >>> served = tf.saved_model.load("exports/bq-cosent").signatures["serving_default"]
         >>> served(sentences=tf.constant(["花呗如何还钱"]))["embeddings"].shape
         TensorShape([1, 312])
+        >>> decide = tf.saved_model.load("exports/bq-cosent").signatures["decide"]
+        >>> sorted(decide(first=tf.constant(["花呗如何还钱"]), second=tf.constant(["花呗怎么还款"])))
+        ['matches', 'probabilities', 'scores', 'truncated']
         >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent-ids", inputs="ids")
-        ['encode_ids', 'serving_default']
+        ['decide_ids', 'encode_ids', 'serving_default']
     """
     lookup(EXPORT_INPUTS, inputs, "export inputs")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
+    # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
+    decision = read_model_decision(model_dir, read_spec(model_dir))
     spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
     token_dict = sentence_tokenizer.token_dict
     served: _ServedIds
     if inputs == "ids":
-        served = _ServedIds(model)
+        served = _ServedIds(model, spec.kind, decision)
     elif spec.word_level:
         raise ConfigError(
             f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
@@ -317,8 +472,10 @@ def export_saved_model(
             "its token-id signatures (inputs='ids') and tokenise with cosent_tf.SentenceTokenizer"
         )
     else:
-        served = _Served(model, GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case), spec.pair_segments)
-    signatures = {name: getattr(served, function) for name, function in SIGNATURES[spec.kind][inputs].items()}
+        tokenizer = GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case)
+        served = _Served(model, tokenizer, spec.pair_segments, spec.kind, decision)
+    functions = {**SIGNATURES[spec.kind][inputs], **(DECISION_SIGNATURES[inputs] if decision is not None else {})}
+    signatures = {name: getattr(served, function) for name, function in functions.items()}
     with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
         with model_precision(model):  # saving traces the Keras model's own call functions too
             tf.saved_model.save(served, tmp, signatures=signatures)
@@ -336,13 +493,15 @@ def export_saved_model(
                     "pair_segments": spec.pair_segments,
                     "sep_id": sentence_tokenizer.sep_id,
                     "precision": precision,
-                    "threshold": spec.threshold,
+                    "threshold": (decision.thresholds or {}).get("accuracy") if decision is not None else None,
                     "source": spec.source,
                 },
                 f,
                 indent=2,
                 ensure_ascii=False,
             )
+        if decision is not None:
+            write_json(os.path.join(extra, DECISION_FILE), decision.to_json())
         with open(os.path.join(extra, "vocab.txt"), "w", encoding="utf-8") as f:
             f.writelines(f"{token}\n" for token in sorted(token_dict, key=token_dict.__getitem__))
         write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision, inputs=inputs)

@@ -18,13 +18,13 @@ from typing import Any, Self, overload
 import numpy as np
 
 from ..backend import keras
-from ..calibration import MatchDecision, decision_or_threshold, fit_decision, read_decision, write_decision
+from ..calibration import MatchDecision, fit_decision, read_decision, write_decision
 from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import SPEC_FILE, ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, RerankedHit, VectorIndex, rerank_depth
-from .model_dir import load_model_dir
+from .model_dir import load_model_dir, read_model_decision
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
 # Auto progress bars appear from this many texts on.
@@ -151,7 +151,7 @@ class _Matcher:
         described = cls.check_folder(path, option)  # the kind is said before the weights load
         decision = None
         if with_decision:
-            decision = decision_or_threshold(read_decision(path), described.threshold, os.path.join(path, SPEC_FILE))
+            decision = read_model_decision(path, described)
         spec, model, tokenizer = load_model_dir(path, precision)
         return cls(model, tokenizer, spec, os.path.abspath(path), decision)
 

@@ -28,7 +28,8 @@ import os
 from typing import Any, Optional, Union
 
 from ..backend import dtype_policy, inference_policy_name, keras
-from ..calibration import DECISION_FILE, MatchDecision, write_decision
+from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision, write_decision
+from ..errors import ConfigError
 from ..io import FolderKind, atomic_directory
 from ..models.builders import build_from_spec, head_layer_name
 from ..models.checkpoints import CHECKPOINT_ENTRIES, head_variables, write_checkpoint_folder
@@ -52,6 +53,7 @@ __all__ = [
     "ModelSpec",
     "hf_spec",
     "load_model_dir",
+    "read_model_decision",
     "read_spec",
     "save_model_dir",
 ]
@@ -131,3 +133,35 @@ def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: s
             directory.path if isinstance(directory, ModelSource) else directory,
         )
     return spec, model, tokenizer
+
+
+def read_model_decision(model_dir: str, spec: ModelSpec) -> Optional[MatchDecision]:
+    """The match decision of the model folder ``model_dir``: its ``decision.json``, or for a folder
+    written before decisions existed the accuracy threshold its description kept (a decision of
+    this model kind's score); None without either.
+
+    Args:
+        model_dir: the model folder exported.
+        spec: its description.
+
+    Returns:
+        The decision, or None.
+
+    Raises:
+        ConfigError: the ``decision.json`` is malformed (a map edited to fall), was fitted for other
+            weights than the folder's (:func:`~cosent_tf.calibration.read_decision`), or on the other
+            kind of score than this model's.
+
+    Example:
+        >>> read_model_decision("runs/bq-cosent/model", read_spec("runs/bq-cosent/model")).threshold()
+        0.8312
+    """
+    shipped = read_decision(model_dir)
+    scored_by = get_kind(spec.kind).scored_by
+    if shipped is not None and shipped.score != scored_by:
+        raise ConfigError(
+            f"{os.path.join(model_dir, DECISION_FILE)}: was fitted on {shipped.score} scores, but this "
+            f"{spec.kind} model scores pairs by {scored_by}; fit one for it: cosent-tf calibrate {model_dir} "
+            "LABELLED_FILE"
+        )
+    return decision_or_threshold(shipped, spec.threshold, os.path.join(model_dir, SPEC_FILE), scored_by)
