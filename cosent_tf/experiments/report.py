@@ -927,7 +927,9 @@ def _decision_notes(held_out: bool = False) -> str:
     """What the decision table's columns are (``held_out``: with the chosen map's held-out log-loss)."""
     return (
         "accuracy and F1 × 100 at the thresholds shipped with the model (each the best for its measure on the "
-        "valid pairs) and, as *oracle*, at the best thresholds of the test pairs themselves; *ECE of the score*: "
+        "valid pairs) and, as *oracle*, at the best thresholds of the test pairs themselves"
+        + ("; *one class*: the accuracy of answering every test pair with its more common class" if held_out else "")
+        + "; *ECE of the score*: "
         "expected calibration error of the score read as a probability (clipped to [0, 1]; an interaction "
         "model's score is its head's output), *ECE calibrated*: that of the probability the shipped map gives, "
         f"with its log-loss and Brier score (all lower is better; the ECE over {ECE_BINS} equal-width bins); "
@@ -1158,7 +1160,12 @@ def _publish(scratch: str, made: list[str], output_dir: str) -> list[str]:
 
 # The calibration study's figures: the decision's (DECISION_COLUMNS), then the held-out log-loss on
 # valid of the map chosen.
-CALIBRATION_COLUMNS = (*DECISION_COLUMNS, ("held_out_log_loss", "held-out log-loss", "plain"))
+CALIBRATION_COLUMNS = (
+    DECISION_COLUMNS[0],
+    ("accuracy_one_class", "accuracy, one class", "percent"),
+    *DECISION_COLUMNS[1:],
+    ("held_out_log_loss", "held-out log-loss", "plain"),
+)
 CALIBRATION_METHOD_NAMES = {"isotonic": "isotonic regression", "platt": "Platt scaling"}
 # Figures of the decision recomputed from a run's test scores must agree this closely with the ones
 # its metrics.json recorded when it was tested.
@@ -1257,6 +1264,8 @@ def calibration_results(runs: list[Run]) -> list[CalibrationResult]:
                 figures["held_out_log_loss"] = float(losses[decision.calibration.method])
             _check_recorded(run, task, figures)
         figures["constant_log_loss"] = log_loss(np.full(len(matches), matches.mean()), matches)
+        # what answering every pair alike scores: the bar an accuracy is worth something above
+        figures["accuracy_one_class"] = float(max(matches.mean(), 1 - matches.mean()))
         curves = {UNCALIBRATED_CURVE: (uncalibrated_probability(scores), matches)}
         if decision is not None and decision.calibration is not None:
             curves[f"calibrated ({CALIBRATION_METHOD_NAMES[decision.calibration.method]})"] = (
@@ -1312,6 +1321,35 @@ def _threshold_finding(results: list[CalibrationResult], key: str, title: str) -
         f"{np.mean([gap(r) for r in measured]):.2f} points below the test-oracle threshold's on average over "
         f"{_runs_count(len(measured))}{_by_kind(measured, gap, '.2f')}, at most {gap(widest):.2f} points "
         f"({_where(widest)}); it reached the oracle's {title} on {reached}."
+    )
+
+
+def _one_class_finding(results: list[CalibrationResult]) -> str | None:
+    """On which runs the shipped threshold's accuracy did not beat answering every pair alike."""
+    measured = [r for r in results if "accuracy" in r["figures"]]
+    if not measured:
+        return None
+    beaten = [r for r in measured if r["figures"]["accuracy"] <= r["figures"]["accuracy_one_class"]]
+    if not beaten:
+        return (
+            "**Against one class.** On every run the shipped threshold's accuracy was above that of answering "
+            "every test pair with its more common class."
+        )
+    oracle_gain = max(
+        100 * (r["figures"]["accuracy_oracle"] - r["figures"]["accuracy_one_class"])
+        for r in beaten
+        if "accuracy_oracle" in r["figures"]
+    )
+    listed = "; ".join(
+        f"{_where(r)}: {_figure(r['figures']['accuracy'], 'percent')} against "
+        f"{_figure(r['figures']['accuracy_one_class'], 'percent')}"
+        for r in beaten
+    )
+    return (
+        f"**Against one class.** On {len(beaten)} of the {_runs_count(len(measured))} the shipped threshold's "
+        f"accuracy was not above that of answering every test pair with its more common class ({listed}): "
+        "there the scores separate the classes so little that even the test oracle's threshold gains at most "
+        f"{oracle_gain:.2f} points over one class."
     )
 
 
@@ -1400,6 +1438,7 @@ def calibration_tables(results: list[CalibrationResult]) -> str:
     ]
     findings = [
         _threshold_finding(results, "accuracy", "accuracy"),
+        _one_class_finding(results),
         _threshold_finding(results, "f1", "F1"),
         _calibration_finding(results),
     ]
