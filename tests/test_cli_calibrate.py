@@ -17,26 +17,24 @@ from cosent_tf.calibration import (
 from cosent_tf.cli import main
 from cosent_tf.inference.matchers import load_matcher
 from cosent_tf.models.kinds import get_kind
-from tests.helpers import distinct_texts, make_model_dir, write_config
+from tests.helpers import distinct_texts
 
 PAIRS = 60
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Untouched model folders, copied by each test that writes into one: ``feature`` and
-    ``interaction`` (random, tiny), and ``other``, a second feature model."""
-    root = tmp_path_factory.mktemp("calibrate-models")
-    config = write_config(root / "config.json")
-    # Mean pooling: a random model's [CLS] vectors are all nearly the same, which would score nothing apart.
-    make_model_dir(root / "feature", config, pooling="last-avg", maxlen=16)
-    make_model_dir(root / "interaction", config, kind="interaction", maxlen=32)
-    make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
-    return root
+# The session's random model folders (conftest's mining_models), by the kind of model each holds.
+FOLDER_OF = {"feature": "encoder", "interaction": "scorer", "other": "other"}
+
+
+@pytest.fixture
+def folders(mining_models):
+    """Untouched model folders, copied by each test that writes into one: ``encoder`` and ``other``,
+    two feature models, and ``scorer``, an interaction model (random, tiny)."""
+    return mining_models
 
 
 def model_copy(folders, kind, tmp_path):
-    return str(shutil.copytree(folders / kind, tmp_path / kind))
+    return str(shutil.copytree(folders / FOLDER_OF[kind], tmp_path / kind))
 
 
 def write_pairs(path, labels, seed=0):
@@ -161,10 +159,10 @@ def test_similarity_decide_agrees_with_the_python_api(folders, kind, tmp_path, c
 
 
 def test_similarity_decide_without_a_decision_says_how_to_fit_one(folders, capsys):
-    message = error_of(["similarity", str(folders / "feature"), "今天", "明天", "--decide"])
+    message = error_of(["similarity", str(folders / "encoder"), "今天", "明天", "--decide"])
     assert "no match decision (no decision.json" in message and "cosent-tf calibrate MODEL_DIR" in message
     # a text taken for the rule: the option's value is refused, saying where --decide goes
-    message = error_of(["similarity", str(folders / "feature"), "--decide", "今天", "明天"], capsys)
+    message = error_of(["similarity", str(folders / "encoder"), "--decide", "今天", "明天"], capsys)
     assert (
         "argument --decide: '今天' is not a rule (accuracy, f1); to decide by the decision's own rule, put " in message
     )
@@ -256,7 +254,7 @@ def test_calibrate_writes_only_into_a_cosent_tf_model_folder(folders, tmp_path):
     from cosent_tf import export_hf
 
     file, *_ = write_pairs(tmp_path / "pairs.tsv", binary_labels(13))
-    source = str(folders / "feature")
+    source = str(folders / "encoder")
     export_hf(source, str(tmp_path / "exported"))
     message = error_of(["calibrate", str(tmp_path / "exported"), file])
     assert f"is an export of the cosent-tf model folder {source}" in message
