@@ -116,13 +116,14 @@ def best_f1_threshold(scores: ArrayLike, labels: ArrayLike) -> tuple[float, floa
 
 def accuracy_at(scores: ArrayLike, labels: ArrayLike, threshold: float) -> float:
     """The share of pairs whose prediction ``score > threshold`` matches the 0/1 label."""
-    return float(np.mean((np.asarray(scores) > threshold) == (np.asarray(labels) > 0.5)))
+    # in float64: a threshold midway between two float32 scores would round onto one in float32
+    return float(np.mean((np.asarray(scores, dtype=np.float64) > threshold) == (np.asarray(labels) > 0.5)))
 
 
 def f1_at(scores: ArrayLike, labels: ArrayLike, threshold: float) -> float:
     """F1 of the match class when ``score > threshold`` is called a match (0 when there is no
     predicted and no true match)."""
-    predicted, positive = np.asarray(scores) > threshold, np.asarray(labels) > 0.5
+    predicted, positive = np.asarray(scores, dtype=np.float64) > threshold, np.asarray(labels) > 0.5
     true_positives = int(np.sum(predicted & positive))
     denominator = int(predicted.sum()) + int(positive.sum())
     return 2 * true_positives / denominator if denominator else 0.0
@@ -257,7 +258,8 @@ def fit_isotonic(scores: ArrayLike, targets: ArrayLike) -> ScoreMap:
     unique, inverse = np.unique(s, return_inverse=True)
     weights = np.bincount(inverse).astype(np.float64)
     means = np.bincount(inverse, weights=t) / weights
-    fitted = optimize.isotonic_regression(means, weights=weights, increasing=True).x
+    # clipped: a block's weighted mean can round a hair past the labels it averages
+    fitted = np.clip(optimize.isotonic_regression(means, weights=weights, increasing=True).x, t.min(), t.max())
     keep = np.ones(len(unique), dtype=bool)
     # an inner knot of a flat stretch adds nothing to the interpolation
     keep[1:-1] = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
@@ -355,6 +357,11 @@ class MatchDecision:
     note: Optional[str] = None
 
     @property
+    def cut(self) -> Optional[float]:
+        """For a decision fitted on graded labels made binary: the label above which a pair is a match."""
+        return self.fitted_on.get("cut")
+
+    @property
     def binary(self) -> bool:
         """Whether the decision says match or no match (binary labels, or graded ones with a cut)."""
         return self.thresholds is not None
@@ -428,15 +435,24 @@ class MatchDecision:
             )
         fitted_on = json_field(record, "fitted_on", dict, where, default={})
         thresholds = json_field(record, "thresholds", (dict, type(None)), where)
-        if thresholds is not None:
-            for rule in RULES:
-                value = json_field(thresholds, rule, (int, float), where, f"thresholds.{rule}")
-                if value is None or not math.isfinite(value):
-                    raise ConfigError(f"{where}: thresholds.{rule} must be a finite number")
-            thresholds = {rule: float(thresholds[rule]) for rule in RULES}
         rule = json_field(record, "rule", str, where, default=RULES[0])
         if rule not in RULES:
             raise ConfigError(f"{where}: rule {rule!r} is not one of {', '.join(RULES)}")
+        if thresholds is not None:  # a folder from before 0.6 knows only its accuracy threshold
+            unknown = sorted(set(thresholds) - set(RULES))
+            if unknown or rule not in thresholds:
+                raise ConfigError(
+                    f"{where}: thresholds must name rules of {', '.join(RULES)}, the decision's rule {rule!r} among "
+                    f"them{f'; {unknown[0]!r} is none' if unknown else ''}"
+                )
+            for name in thresholds:
+                value = json_field(thresholds, name, (int, float), where, f"thresholds.{name}")
+                if not math.isfinite(value):
+                    raise ConfigError(f"{where}: thresholds.{name} must be a finite number")
+            thresholds = {name: float(thresholds[name]) for name in RULES if name in thresholds}
+        cut = fitted_on.get("cut")
+        if cut is not None and (isinstance(cut, bool) or not isinstance(cut, (int, float)) or not math.isfinite(cut)):
+            raise ConfigError(f"{where}: fitted_on.cut must be a finite number or null")
         calibration = record.get("calibration")
         expected = record.get("expected_label")
         label_range = fitted_on.get("label_range") or [0.0, 1.0]
@@ -470,7 +486,7 @@ class MatchDecision:
         fitted = self.fitted_on
         lines = [f"fitted on {fitted.get('file')}: {fitted.get('pairs')} pairs, {fitted.get('labels')} labels"]
         if self.binary:
-            cut = f" (a label above {fitted['cut']} is a match)" if fitted.get("cut") is not None else ""
+            cut = f" (a label above {self.cut:g} is a match)" if self.cut is not None else ""
             lines[0] += f", {fitted.get('positive_rate', 0):.1%} matches{cut}"
             assert self.thresholds is not None
             lines.append(
@@ -502,11 +518,16 @@ def check_calibration_data(labels: ArrayLike, where: str) -> Optional[str]:
     return None
 
 
+def are_binary(labels: ArrayLike) -> bool:
+    """Whether every label is 0 or 1 (a match or not), rather than graded."""
+    return bool(np.all(np.isin(np.asarray(labels, dtype=np.float64), (0.0, 1.0))))
+
+
 def label_matches(labels: ArrayLike, cut: Optional[float] = None) -> Optional[np.ndarray]:
     """Which pairs are matches: 0/1 labels as they are; graded labels above ``cut``, or None
     (graded labels say how alike two texts are, not whether they match, until a cut says so)."""
     values = np.asarray(labels, dtype=np.float64)
-    if np.all(np.isin(values, (0.0, 1.0))):
+    if are_binary(values):
         return values > 0.5
     return None if cut is None else values > cut
 
@@ -537,7 +558,7 @@ def check_decision_labels(
     else:
         if cut is not None:
             raise ConfigError(f"{file}: --cut is for graded labels; these are 0/1 and already say match or not")
-        if not np.all(np.isin(values, (0.0, 1.0))):
+        if not are_binary(values):
             raise ConfigError(
                 f"{file}: the labels are graded ({low:g} to {high:g}), not 0/1; fit them as graded, with a cut "
                 "for a match / no match decision (cosent-tf calibrate MODEL_DIR FILE --cut LABEL)"
@@ -635,11 +656,11 @@ def decision_metrics(scores: ArrayLike, labels: ArrayLike, decision: Optional[Ma
     """
     s = np.asarray(scores, dtype=np.float64)
     values = np.asarray(labels, dtype=np.float64)
-    graded = not np.all(np.isin(values, (0.0, 1.0)))
+    graded = not are_binary(values)
     metrics: dict[str, Any] = {}
     if graded and decision is not None and decision.expected_label is not None:
         metrics["expected_label_mae"] = float(np.mean(np.abs(decision.expected_labels(s) - values)))
-    matches = label_matches(values, None if decision is None else decision.fitted_on.get("cut"))
+    matches = label_matches(values, None if decision is None else decision.cut)
     if matches is None:
         return metrics  # no match / no match without a cut
     if matches.all() or not matches.any():
@@ -733,7 +754,21 @@ def decision_or_threshold(
     )
 
 
-# --- the reliability diagram ---------------------------------------------------------------------
+# --- the reliability diagram ---
+
+UNCALIBRATED_CURVE = "score read as a probability"
+
+
+def reliability_curves(
+    scores: ArrayLike, matches: ArrayLike, decision: Optional[MatchDecision]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The curves a reliability diagram of a decision compares (for :func:`plot_reliability`): the
+    score read as a probability and, when the decision has a map, the calibrated probability."""
+    matches = np.asarray(matches, dtype=bool)
+    curves = {UNCALIBRATED_CURVE: (uncalibrated_probability(scores), matches)}
+    if decision is not None and decision.calibration is not None:
+        curves[f"calibrated ({decision.calibration.method})"] = (decision.probability(scores), matches)
+    return curves
 
 
 def plot_reliability(

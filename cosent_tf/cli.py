@@ -24,6 +24,7 @@ from typing import Optional, TextIO
 import numpy as np
 
 from . import environment
+from .calibration import MIN_CALIBRATION_PAIRS, MIN_PAIRS_PER_CLASS, RULES
 from .choices import EXPORT_INPUTS
 from .console import (  # noqa: F401 (console_logging and errors_reported: also their old home)
     VERBOSE_HELP,
@@ -33,7 +34,7 @@ from .console import (  # noqa: F401 (console_logging and errors_reported: also 
     tensorflow_start_up_shown,
 )
 from .data.files import EXTENSION_FORMATS, PairFileFormat, read_lines, read_pair_lines
-from .errors import ConfigError, CosentError
+from .errors import ConfigError, CosentError, DataError
 from .experiments.scripts import (  # noqa: F401 (the training scripts' entry points: also their old home)
     output_kinds,
     report_main,
@@ -434,10 +435,16 @@ def _calibrate(args: argparse.Namespace) -> None:
 
     spec = _check_calibration_folder(args.model_dir)
     pairs = _labelled_pairs(args.file, args)  # a bad file is said before the model's load
+    if pairs.label_kind == "nli":
+        raise DataError(
+            args.file,
+            "its labels are NLI words (entailment, neutral, contradiction), not 0/1 or graded similarity, so no "
+            "match decision can be fitted on them; give 0/1 or graded labels",
+        )
     graded = pairs.label_kind != "binary"
     check_decision_labels(pairs.labels, args.file, graded, args.cut)  # said before the model loads
     try:
-        before = read_model_decision(args.model_dir, spec)
+        before = read_model_decision(args.model_dir, spec.kind, spec.threshold)
         unusable = None
     except ConfigError as error:
         before, unusable = None, str(error)
@@ -563,7 +570,7 @@ def _check_reliability(args: argparse.Namespace, labels: np.ndarray, decision) -
     matches to compare with (graded labels without a cut) or no calibration map."""
     from .calibration import label_matches
 
-    if label_matches(labels, None if decision is None else decision.fitted_on.get("cut")) is None:
+    if label_matches(labels, None if decision is None else decision.cut) is None:
         raise ConfigError(
             f"--reliability {args.reliability}: {args.file}'s labels are graded ({float(np.min(labels)):g} to "
             f"{float(np.max(labels)):g}), and {args.model_dir}'s decision has no cut that makes them match / no "
@@ -579,15 +586,13 @@ def _check_reliability(args: argparse.Namespace, labels: np.ndarray, decision) -
 
 
 def _plot_reliability(args: argparse.Namespace, scores: np.ndarray, labels: np.ndarray, decision) -> None:
-    from .calibration import label_matches, plot_reliability, uncalibrated_probability
+    from .calibration import label_matches, plot_reliability, reliability_curves
 
-    matches = label_matches(labels, None if decision is None else decision.fitted_on.get("cut"))
-    assert matches is not None and decision is not None and decision.calibration is not None
-    curves = {
-        "the score read as a probability": (uncalibrated_probability(scores), matches),
-        f"calibrated ({decision.calibration.method})": (decision.probability(scores), matches),
-    }
-    plot_reliability(args.reliability, curves, f"{args.model_dir} on {args.file}")
+    matches = label_matches(labels, None if decision is None else decision.cut)
+    assert matches is not None
+    plot_reliability(
+        args.reliability, reliability_curves(scores, matches, decision), f"{args.model_dir} on {args.file}"
+    )
     print(f"{args.reliability}: the reliability diagram of {len(matches)} pairs", file=sys.stderr)
 
 
@@ -745,7 +750,7 @@ def argument_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "file",
         help="labelled pair file (TSV, CSV or JSONL, as for evaluate): 0/1 labels, or graded ones with --cut; "
-        "a calibration map needs at least 50 pairs, at least 10 of each class",
+        f"a calibration map needs at least {MIN_CALIBRATION_PAIRS} pairs, at least {MIN_PAIRS_PER_CLASS} of each class",
     )
     sub.add_argument(
         "--cut",
@@ -756,10 +761,11 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument(
         "--rule",
-        default="accuracy",
-        choices=["accuracy", "f1"],
-        help="whose threshold decides by default (similarity --decide, predict, decide): the one best for "
-        "accuracy or for F1 on FILE (default: accuracy)",
+        default=RULES[0],
+        choices=RULES,
+        help="whose threshold decides by default (similarity and its --decide, evaluate's predictions, the "
+        "exports' decide, predict and decide in Python): the one best for accuracy or for F1 on FILE "
+        f"(default: {RULES[0]})",
     )
     sub.add_argument("--batch-size", type=number_in_range(int, 1), default=64)
     sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")

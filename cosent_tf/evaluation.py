@@ -299,7 +299,7 @@ def evaluate_pairs(
     threshold = matcher.threshold if threshold is None else threshold
     predictions = None
     if pairs.label_kind == "binary" and threshold is not None:
-        predictions = (scores > threshold).astype(int)
+        predictions = (np.asarray(scores, dtype=np.float64) > threshold).astype(int)
         metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
     if retrieval:
         task = Task.for_labels("pairs", pairs.label_kind, pairs.labels.min(), pairs.labels.max())

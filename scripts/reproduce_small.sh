@@ -295,7 +295,7 @@ calibration() {
 **The same randomly initialised small BERT, partial data and seeded test subsets of at most
 2000 pairs as [the small reproduction](results.md): not comparable with published numbers.**
 For ATEC, BQ, LCQMC† and PAWSX†: the paper's runs of a feature model trained with CoSENT at
-[CLS] pooling (\`cosent-TASK\`, rows of results.md) and of an interaction model trained with
+[CLS] pooling (\`cosent-TASK\`, as results.md's rows of that name) and of an interaction model trained with
 CoSENT (\`interact-cosent-TASK\`), trained as the small reproduction trains them. At the end of
 each run, training fits the match decision the model ships (\`model/decision.json\`) on the
 valid pairs the run was validated on (a seeded subset of at most 2000; LCQMC and PAWSX: of the

@@ -664,3 +664,36 @@ def test_a_score_map_refuses_knots_that_do_not_rise():
         ScoreMap("isotonic", (0.5, 0.5), (0.1, 0.2)).check("here")
     with pytest.raises(ConfigError, match=r"here: the map's values must lie within \[0, 1\]"):
         ScoreMap("isotonic", (0.1, 0.5), (0.1, 1.2)).check("here")
+
+
+def test_a_threshold_between_adjacent_float32_scores_decides_them_apart():
+    """The scores a model gives are float32; the threshold midway between two of them is a float64
+    that a float32 comparison would round onto the higher score."""
+    low = np.float32(0.5)
+    scores = np.array([np.nextafter(low, np.float32(1)), np.nextafter(np.nextafter(low, np.float32(1)), np.float32(1))])
+    labels = np.array([0, 1])
+    threshold, accuracy = best_threshold(scores, labels)
+    assert accuracy == 1.0 and accuracy_at(scores, labels, threshold) == 1.0
+    assert f1_at(scores, labels, threshold) == 1.0
+    decision = MatchDecision({"file": "x"}, {"accuracy": threshold, "f1": threshold})
+    np.testing.assert_array_equal(decision.matches(scores), [False, True])
+
+
+def test_a_decision_with_only_an_accuracy_threshold_survives_its_json():
+    """A folder from before 0.6 knows only its accuracy threshold; its decision, exported, is read back."""
+    old = decision_or_threshold(None, 0.7, "cosent_model.json", score="head")
+    again = MatchDecision.from_json(old.to_json(), "decision.json")
+    assert again == old and again.threshold() == 0.7 and again.score == "head"
+    record = old.to_json()
+    record["rule"] = "f1"  # a rule without its threshold
+    with pytest.raises(ConfigError, match="the decision's rule 'f1' among them"):
+        MatchDecision.from_json(record, "decision.json")
+
+
+def test_a_graded_map_stays_within_the_labels_it_averages():
+    """Three tied top scores labelled 0.8 average to 0.8000000000000002 in floating point."""
+    scores = np.array([0.1, 0.2, 0.3, 0.9, 0.9, 0.9])
+    labels = np.array([0.0, 0.2, 0.4, 0.8, 0.8, 0.8])
+    decision = fit_decision(scores, labels, "x.tsv", graded=True)
+    assert max(decision.expected_label.values) <= 0.8
+    assert MatchDecision.from_json(decision.to_json(), "decision.json") == decision

@@ -228,6 +228,18 @@ def test_calibrate_refuses_labels_it_cannot_fit_before_the_model_loads(folders, 
     assert not (tmp_path / "feature" / DECISION_FILE).exists()
 
 
+def test_calibrate_refuses_nli_words_before_the_model_loads(folders, tmp_path):
+    model_dir = model_copy(folders, "feature", tmp_path)
+    (tmp_path / "feature" / "bert_model.ckpt.index").write_bytes(b"not a checkpoint")  # a load would fail
+    words = ["entailment", "neutral", "contradiction"] * 20
+    texts_a, texts_b = distinct_texts(0, len(words)), distinct_texts(100, len(words))
+    file = tmp_path / "nli.tsv"
+    file.write_text("".join(f"{a}\t{b}\t{w}\n" for a, b, w in zip(texts_a, texts_b, words)), encoding="utf-8")
+    said = error_of(["calibrate", model_dir, str(file)])
+    assert said.startswith(f"error: {file}: its labels are NLI words") and "give 0/1 or graded labels" in said
+    assert not (tmp_path / "feature" / DECISION_FILE).exists()
+
+
 def test_a_decision_of_another_model_or_edited_to_fall_is_refused_and_calibrate_replaces_it(folders, tmp_path, capsys):
     model_dir, other = model_copy(folders, "feature", tmp_path), model_copy(folders, "other", tmp_path)
     file, *_ = write_pairs(tmp_path / "pairs.tsv", binary_labels(12))

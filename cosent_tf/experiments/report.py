@@ -40,17 +40,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..calibration import (
-    DECISION_FILE,
-    ECE_BINS,
-    decision_metrics,
-    log_loss,
-    read_decision,
-    uncalibrated_probability,
-)
+from ..calibration import DECISION_FILE, ECE_BINS, decision_metrics, log_loss, reliability_curves
 from ..data.tasks import BINARY_TASKS, MATCHING_TASKS
 from ..errors import ConfigError
 from ..evaluation import RANK_CUTOFF
+from ..inference.model_dir import read_model_decision
 from ..io import atomic_path, json_field, read_json, write_text
 from ..layers import POOLING_MODES
 from ..losses import get_loss
@@ -1170,7 +1164,6 @@ CALIBRATION_METHOD_NAMES = {"isotonic": "isotonic regression", "platt": "Platt s
 # Figures of the decision recomputed from a run's test scores must agree this closely with the ones
 # its metrics.json recorded when it was tested.
 RECORDED_TOLERANCE = 1e-6
-UNCALIBRATED_CURVE = "score read as a probability"
 
 # A run of the calibration study as the report holds it (see calibration_results).
 CalibrationResult = dict[str, Any]
@@ -1251,7 +1244,7 @@ def calibration_results(runs: list[Run]) -> list[CalibrationResult]:
         scores, labels = run_test_scores(run, task)
         matches = np.asarray(labels) > 0.5
         model_dir = os.path.join(run["dir"], MODEL)
-        decision = read_decision(model_dir)
+        decision = read_model_decision(model_dir, kind)
         figures: dict[str, Any] = decision_metrics(scores, labels, decision)
         note: Optional[str] = None
         if decision is None:
@@ -1266,12 +1259,7 @@ def calibration_results(runs: list[Run]) -> list[CalibrationResult]:
         figures["constant_log_loss"] = log_loss(np.full(len(matches), matches.mean()), matches)
         # what answering every pair alike scores: the bar an accuracy is worth something above
         figures["accuracy_one_class"] = float(max(matches.mean(), 1 - matches.mean()))
-        curves = {UNCALIBRATED_CURVE: (uncalibrated_probability(scores), matches)}
-        if decision is not None and decision.calibration is not None:
-            curves[f"calibrated ({CALIBRATION_METHOD_NAMES[decision.calibration.method]})"] = (
-                decision.probability(scores),
-                matches,
-            )
+        curves = reliability_curves(scores, matches, decision)
         results.append(
             {"run": run, "task": task, "model": model, "kind": kind, "figures": figures, "note": note, "curves": curves}
         )

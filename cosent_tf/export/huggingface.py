@@ -91,7 +91,8 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     """
     check_export_folder(out_dir, HF_FOLDER, overwrite, model_dir)
     # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
-    decision = read_model_decision(model_dir, read_spec(model_dir))
+    described = read_spec(model_dir)
+    decision = read_model_decision(model_dir, described.kind, described.threshold)
     spec, model, tokenizer = load_model_dir(model_dir)
     if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
         raise ConfigError(

@@ -459,7 +459,8 @@ def export_saved_model(
     lookup(EXPORT_INPUTS, inputs, "export inputs")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
     # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
-    decision = read_model_decision(model_dir, read_spec(model_dir))
+    described = read_spec(model_dir)
+    decision = read_model_decision(model_dir, described.kind, described.threshold)
     spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
     token_dict = sentence_tokenizer.token_dict
     served: _ServedIds
@@ -493,7 +494,7 @@ def export_saved_model(
                     "pair_segments": spec.pair_segments,
                     "sep_id": sentence_tokenizer.sep_id,
                     "precision": precision,
-                    "threshold": (decision.thresholds or {}).get("accuracy") if decision is not None else None,
+                    "threshold": decision.threshold() if decision is not None and decision.binary else None,
                     "source": spec.source,
                 },
                 f,

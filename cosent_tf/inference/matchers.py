@@ -18,7 +18,7 @@ from typing import Any, Self, overload
 import numpy as np
 
 from ..backend import keras
-from ..calibration import MatchDecision, fit_decision, read_decision, write_decision
+from ..calibration import RULES, MatchDecision, are_binary, fit_decision, read_decision, write_decision
 from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import SPEC_FILE, ModelSpec, read_spec
@@ -151,17 +151,18 @@ class _Matcher:
         described = cls.check_folder(path, option)  # the kind is said before the weights load
         decision = None
         if with_decision:
-            decision = read_model_decision(path, described)
+            decision = read_model_decision(path, described.kind, described.threshold)
         spec, model, tokenizer = load_model_dir(path, precision)
         return cls(model, tokenizer, spec, os.path.abspath(path), decision)
 
     @property
     def threshold(self) -> float | None:
-        """The score above which a pair counts as similar: the decision's accuracy threshold (fitted
-        on the training task's valid split, or by ``calibrate``); None without a binary decision."""
+        """The score above which a pair counts as similar: the threshold of the decision's rule (the
+        best for accuracy, or for F1, on the training task's valid split or the pairs ``calibrate``
+        was given); None without a binary decision."""
         if self.decision is None or not self.decision.binary:
             return None
-        return self.decision.threshold("accuracy")
+        return self.decision.threshold()
 
     def _decision(self) -> MatchDecision:
         if self.decision is None:
@@ -220,7 +221,7 @@ class _Matcher:
         threshold = decision.threshold(rule)
         scores = self.similarity(texts_a, texts_b, batch_size, show_progress)
         probabilities = None if decision.calibration is None else decision.probability(scores)
-        return Decisions(scores, probabilities, scores > threshold, threshold, rule or decision.rule)
+        return Decisions(scores, probabilities, decision.matches(scores, rule), threshold, rule or decision.rule)
 
     def predict_label(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
@@ -243,7 +244,7 @@ class _Matcher:
         source: str,
         graded: bool | None = None,
         cut: float | None = None,
-        rule: str = "accuracy",
+        rule: str = RULES[0],
         save: bool = False,
         batch_size: int = 64,
     ) -> MatchDecision:
@@ -278,7 +279,7 @@ class _Matcher:
         if save:
             self._check_writable_folder()
         if graded is None:
-            graded = not bool(np.all(np.isin(values, (0.0, 1.0))))
+            graded = not are_binary(values)
         scores = self.similarity(texts_a, texts_b, batch_size)
         decision = fit_decision(
             scores, values, source, graded=graded, cut=cut, rule=rule, score=get_kind(self.KIND).scored_by
@@ -328,7 +329,8 @@ class _Matcher:
                 f"{self.path or 'this model'}: no tuned threshold (its training task had no binary labels); "
                 "pass threshold=, or fit a decision on labelled pairs: cosent-tf calibrate MODEL_DIR LABELLED_FILE"
             )
-        return (self.similarity(texts_a, texts_b, **kwargs) > threshold).astype(np.int32)
+        # in float64, as the decision compares: a float32 comparison could round the threshold onto a score
+        return (np.asarray(self.similarity(texts_a, texts_b, **kwargs), dtype=np.float64) > threshold).astype(np.int32)
 
 
 class SentenceEncoder(_Matcher):

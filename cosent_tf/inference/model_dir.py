@@ -135,14 +135,15 @@ def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: s
     return spec, model, tokenizer
 
 
-def read_model_decision(model_dir: str, spec: ModelSpec) -> Optional[MatchDecision]:
+def read_model_decision(model_dir: str, kind: str, old_threshold: Optional[float] = None) -> Optional[MatchDecision]:
     """The match decision of the model folder ``model_dir``: its ``decision.json``, or for a folder
     written before decisions existed the accuracy threshold its description kept (a decision of
     this model kind's score); None without either.
 
     Args:
-        model_dir: the model folder exported.
-        spec: its description.
+        model_dir: the model folder.
+        kind: the kind of model it holds (its ``cosent_model.json``'s ``kind``).
+        old_threshold: the ``threshold`` its ``cosent_model.json`` kept, if it was written before 0.6.
 
     Returns:
         The decision, or None.
@@ -153,15 +154,16 @@ def read_model_decision(model_dir: str, spec: ModelSpec) -> Optional[MatchDecisi
             kind of score than this model's.
 
     Example:
-        >>> read_model_decision("runs/bq-cosent/model", read_spec("runs/bq-cosent/model")).threshold()
+        >>> spec = read_spec("runs/bq-cosent/model")
+        >>> read_model_decision("runs/bq-cosent/model", spec.kind, spec.threshold).threshold()
         0.8312
     """
     shipped = read_decision(model_dir)
-    scored_by = get_kind(spec.kind).scored_by
+    scored_by = get_kind(kind).scored_by
     if shipped is not None and shipped.score != scored_by:
         raise ConfigError(
             f"{os.path.join(model_dir, DECISION_FILE)}: was fitted on {shipped.score} scores, but this "
-            f"{spec.kind} model scores pairs by {scored_by}; fit one for it: cosent-tf calibrate {model_dir} "
+            f"{kind} model scores pairs by {scored_by}; fit one for it: cosent-tf calibrate {model_dir} "
             "LABELLED_FILE"
         )
-    return decision_or_threshold(shipped, spec.threshold, os.path.join(model_dir, SPEC_FILE), scored_by)
+    return decision_or_threshold(shipped, old_threshold, os.path.join(model_dir, SPEC_FILE), scored_by)

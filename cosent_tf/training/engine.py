@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backend import dtype_policy, keras, policy_name, random_seed, tf
-from ..calibration import decision_metrics, fit_decision, plot_reliability, uncalibrated_probability
+from ..calibration import decision_metrics, fit_decision, plot_reliability, reliability_curves
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from ..console import live_progress_on
 from ..data.groups import GroupData
@@ -564,9 +564,9 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
     for name, (valid_inputs, test_inputs) in prepared.items():
         valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
         valid, test = evaluation[name]
-        task_decision = _fit_decision(valid_scores, valid, tasks[name], matcher.kind.scored_by)
+        task_decision = _fit_decision(valid_scores, valid, tasks[name], matcher.kind.scored_by, cfg.precision)
         per_task[name] = {
-            "valid": task_metrics(valid_scores, valid.labels, binary=tasks[name].binary),
+            "valid": task_metrics(valid_scores, valid.labels),
             "test": {
                 **task_metrics(test_scores, test.labels),
                 **decision_metrics(test_scores, test.labels, task_decision),
@@ -578,31 +578,21 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
         if name == cfg.task:
             decision = task_decision
             if decision is not None and decision.calibration is not None:
-                matches = np.asarray(test.labels) > 0.5
                 plot_reliability(
                     os.path.join(cfg.output_dir, RELIABILITY),
-                    {
-                        f"{matcher.kind.scored_by} read as a probability": (
-                            uncalibrated_probability(test_scores),
-                            matches,
-                        ),
-                        f"calibrated ({decision.calibration.method}, fitted on valid)": (
-                            decision.probability(test_scores),
-                            matches,
-                        ),
-                    },
-                    f"{cfg.kind} {cfg.loss} on {name}: test pairs",
+                    reliability_curves(test_scores, np.asarray(test.labels) > 0.5, decision),
+                    f"{cfg.kind} {cfg.loss} on {name}: test pairs, the map fitted on valid",
                 )
     with atomic_path(os.path.join(cfg.output_dir, TEST_SCORES)) as tmp, open(tmp, "wb") as f:
         np.savez(f, **saved_scores)
     return per_task, decision
 
 
-def _fit_decision(scores, pairs, task, scored_by):
+def _fit_decision(scores, pairs, task, scored_by, precision):
     """The match decision fitted on a task's valid scores, or None (logged) when its labels allow
     none; a calibration map only when there are enough pairs (the decision's note says otherwise)."""
     try:
-        return fit_decision(
+        decision = fit_decision(
             scores,
             pairs.labels,
             os.path.abspath(pairs.source) if os.path.isfile(pairs.source) else pairs.source,
@@ -613,3 +603,6 @@ def _fit_decision(scores, pairs, task, scored_by):
     except ConfigError as e:
         logger.warning("%s: no match decision: %s", task.name, e)
         return None
+    if precision != "float32":  # the folder loads in float32 by default: say which scores it was fitted on
+        decision.fitted_on["precision"] = precision
+    return decision

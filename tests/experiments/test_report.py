@@ -668,7 +668,7 @@ def test_calibration_results_match_a_brute_force_reckoning_of_each_runs_test_pai
             assert shown[key] == (value if isinstance(value, str) else pytest.approx(value, abs=1e-9)), (name, key)
         probabilities = result["curves"]["score read as a probability"][0]
         np.testing.assert_allclose(probabilities, np.clip(tests[name][0], 0, 1))
-    assert "calibrated (Platt scaling)" in results[1]["curves"] and len(results[2]["curves"]) == 1
+    assert "calibrated (platt)" in results[1]["curves"] and len(results[2]["curves"]) == 1
     assert "30 pairs" in results[2]["note"] and "no decision.json" in results[3]["note"]
 
 

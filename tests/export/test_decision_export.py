@@ -261,7 +261,7 @@ def test_the_decide_signature_decides_as_the_matcher(name, inputs, parts, models
     extra = tmp_path / "exported" / "assets.extra"
     assert json.loads((extra / DECISION_FILE).read_text(encoding="utf-8")) == decision.to_json()
     described = json.loads((extra / "cosent_model.json").read_text(encoding="utf-8"))
-    assert described["threshold"] == decision.thresholds["accuracy"] and described["signatures"] == signatures
+    assert described["threshold"] == decision.threshold() and described["signatures"] == signatures
     matcher = load_matcher(str(model_dir))
     assert matcher.decision == decision
     import_tensorflow_text()  # a string export's graph tokenises with its ops

@@ -67,7 +67,7 @@ def test_a_run_with_enough_valid_pairs_ships_a_calibration_map(tmp_path, tiny_se
     assert metrics["test"]["calibration"] == decision.calibration.method
     decided = encoder.decide(test.texts_a, test.texts_b, rule="f1")
     assert decided.threshold == decision.thresholds["f1"] and decided.rule == "f1"
-    np.testing.assert_array_equal(decided.matches, scores > decision.thresholds["f1"])
+    np.testing.assert_array_equal(decided.matches, np.float64(scores) > decision.thresholds["f1"])
     np.testing.assert_allclose(decided.probabilities, probabilities, atol=1e-12)
     assert (setup_path / "calibrated" / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
