@@ -882,7 +882,8 @@ if name in ("cosent", "interact_cosent") and task in ("ATEC", "BQ", "LCQMC", "PA
         return drawn, (rng.random(count) < (drawn + 1) / 2).astype(float)
     valid_scores, valid_labels = pairs(300)
     scores[f"{{task}}.scores"], labels[f"{{task}}.labels"] = pairs(200)
-    decision = fit_decision(valid_scores, valid_labels, f"{{task}}.valid.data")
+    scored_by = "head" if name == "interact_cosent" else "cosine"
+    decision = fit_decision(valid_scores, valid_labels, f"{{task}}.valid.data", score=scored_by)
     os.makedirs(os.path.join(out, "model"))
     write_decision(os.path.join(out, "model"), decision)
     tasks[task]["test"].update(decision_metrics(scores[f"{{task}}.scores"], labels[f"{{task}}.labels"], decision))
