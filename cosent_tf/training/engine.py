@@ -604,5 +604,5 @@ def _fit_decision(scores, pairs, task, scored_by, precision):
         logger.warning("%s: no match decision: %s", task.name, e)
         return None
     if precision != "float32":  # the folder loads in float32 by default: say which scores it was fitted on
-        decision.fitted_on["precision"] = precision
+        decision = dataclasses.replace(decision, fitted_on={**decision.fitted_on, "precision": precision})
     return decision
