@@ -24,7 +24,7 @@ $(STAMP): setup.py
 # What the tests and the linters need besides: the [test] extra, and the [torch] extra so that the
 # tests also read pytorch_model.bin (pinned: the CPU build on this machine's disk).
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,onnx]"
 	$(PY) -m pip install -q torch==2.13.0
 	touch $(TEST_STAMP)
 

@@ -29,7 +29,8 @@ setup(
     # - cosent_tf/backend.py: tf-keras's seed generator, RandomGenerator.dropout (replaced for
     #   repeatable_dropout) and TensorFlow's eager seed state;
     # - cosent_tf/callbacks.py: StepBackup calls BackupAndRestore._backup and reads _current_epoch;
-    # - cosent_tf/optimizers.py: FusedAdam reads Adam's _index_dict, _var_key, _momentums, _velocities.
+    # - cosent_tf/optimizers.py: FusedAdam reads Adam's _index_dict, _var_key, _momentums, _velocities;
+    # - cosent_tf/export/onnx_export.py: tf2onnx's table of graph optimizers (the [onnx] extra pins tf2onnx).
     # The rest are ranges.
     install_requires=[
         "tensorflow>=2.21,<2.22",
@@ -48,6 +49,9 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10"],
         # reading a Hugging Face folder's pytorch_model.bin (model.safetensors needs no torch)
         "torch": ["torch>=2.1"],
+        # ONNX export (tf2onnx converts the Keras graph; pinned: cosent_tf/export/onnx_export.py passes it
+        # a list of its optimizers, a private table) and serving with --runtime onnx (onnxruntime alone)
+        "onnx": ["tf2onnx>=1.17,<1.18", "onnx>=1.16", "onnxruntime>=1.20"],
     },
     entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:console_main"]},
 )

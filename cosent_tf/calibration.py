@@ -53,7 +53,7 @@ LOG_LOSS_EPSILON = 1e-15
 
 # The weight files whose content identifies a model's scores, in the order looked for: a cosent-tf
 # model folder's checkpoint index (it holds every tensor's checksum), a Hugging Face folder's weights.
-WEIGHT_FILES = ("bert_model.ckpt.index", "model.safetensors", "pytorch_model.bin")
+WEIGHT_FILES = ("bert_model.ckpt.index", "model.safetensors", "pytorch_model.bin", "onnx/model.onnx")
 
 
 # --- thresholds ----------------------------------------------------------------------------------

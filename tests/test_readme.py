@@ -279,8 +279,8 @@ def hugging_face_cases(tmp_path):
     make_model_dir(tmp_path / "cross", config, kind="interaction")
     yield (
         "MODEL_DIR: this interaction model's head reads the [CLS] hidden state directly (as the original "
-        "experiments), which BertForSequenceClassification cannot express: it scores through BERT's pooler. "
-        "Train with --head pooler to export to Hugging Face, or export it as a SavedModel",
+        "experiments), which BertForSequenceClassification cannot express: it scores through BERT's pooler (train "
+        "with --head pooler for a Hugging Face folder); export it as a SavedModel (or as ONNX: --format onnx)",
         lambda: cosent_tf(["export", "--format", "hf", str(tmp_path / "cross"), str(tmp_path / "out")]),
     )
 

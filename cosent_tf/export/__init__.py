@@ -1,4 +1,4 @@
-"""Trained models out for serving: TensorFlow SavedModels and Hugging Face folders."""
+"""Trained models out for serving: TensorFlow SavedModels, Hugging Face folders and ONNX files."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ _HOMES = {
     "HF_FOLDER": ".huggingface",
     "HF_ARCHITECTURES": ".huggingface",
     "export_hf": ".huggingface",
+    "ONNX_FOLDER": ".onnx_export",
+    "OnnxExport": ".onnx_export",
+    "export_onnx": ".onnx_export",
     "MAX_WORD_CHARS": ".graph_tokenization",
     "character_table": ".graph_tokenization",
     "GraphTokenizer": ".graph_tokenization",

@@ -94,34 +94,56 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     described = read_spec(model_dir)
     decision = read_model_decision(model_dir, described.kind, described.threshold)
     spec, model, tokenizer = load_model_dir(model_dir)
+    problem = hf_problem(spec)
+    if problem is not None:
+        raise ConfigError(f"{model_dir}: {problem}; export it as a SavedModel (or as ONNX: --format onnx)")
+    with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
+        write_hf_files(tmp, model_dir, spec, model, tokenizer, decision)
+        write_export_record(tmp, HF_FORMATS[spec.kind].written, model_dir, spec)
+    return HF_FORMATS[spec.kind].written
+
+
+def hf_problem(spec: ModelSpec) -> Optional[str]:
+    """Why the model ``spec`` describes cannot be written as a Hugging Face folder; None when it can."""
     if spec.architecture not in HF_ARCHITECTURES or spec.word_level:
-        raise ConfigError(
-            f"{model_dir}: a {spec.architecture} model cannot be written as a Hugging Face BERT folder "
-            f"(only {', '.join(HF_ARCHITECTURES)} with a character vocabulary); export it as a SavedModel"
+        return (
+            f"a {spec.architecture} model{' with a word-level vocabulary' if spec.word_level else ''} cannot be "
+            f"written as a Hugging Face BERT folder (only {', '.join(HF_ARCHITECTURES)} with a character vocabulary)"
         )
+    return HF_FORMATS[spec.kind].problem(spec)
+
+
+def write_hf_files(
+    folder: str,
+    model_dir: str,
+    spec: ModelSpec,
+    model: keras.Model,
+    tokenizer: Any,
+    decision: Optional[MatchDecision],
+    card_sections: tuple[str, ...] = (),
+) -> None:
+    """Write the Hugging Face folder of a loaded model into ``folder`` (a temporary folder that
+    becomes the export): weights and config, tokenizer, the decision stamped for these weights and the
+    model card with ``card_sections`` appended. The model must pass :func:`hf_problem`."""
     hf_format = HF_FORMATS[spec.kind]
-    hf_format.check(spec, model_dir)
     config = read_config(checkpoint_files(model_dir)[0])
     arrays = model_arrays(model, config, spec.architecture)
-    tokens = list(tokenizer.token_dict)
-    with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
-        hf_format.write(tmp, spec, model, config, arrays)
-        huggingface.write_tokenizer(tmp, tokens, spec.do_lower_case, spec.maxlen)
-        if decision is not None:
-            write_decision(tmp, decision)  # after the weights: it is stamped with theirs
-        with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
-            f.write(_model_card(spec, hf_format, model_dir, decision))
-        write_export_record(tmp, hf_format.written, model_dir, spec)
-    return hf_format.written
+    hf_format.write(folder, spec, model, config, arrays)
+    huggingface.write_tokenizer(folder, list(tokenizer.token_dict), spec.do_lower_case, spec.maxlen)
+    if decision is not None:
+        write_decision(folder, decision)  # after the weights: it is stamped with theirs
+    card = _model_card(spec, hf_format, model_dir, decision)
+    with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join([card, *card_sections]))
 
 
-def _check_sentence_transformers_pooling(spec: ModelSpec, model_dir: str) -> None:
+def _sentence_transformers_pooling_problem(spec: ModelSpec) -> Optional[str]:
     if spec.pooling not in huggingface.ST_POOLING.values():
-        raise ConfigError(
-            f"{model_dir}: pooling {spec.pooling!r} cannot be expressed in sentence-transformers, which pools with "
-            f"{', '.join(huggingface.ST_POOLING)} ({', '.join(huggingface.ST_POOLING.values())} here); "
-            "export it as a SavedModel"
+        return (
+            f"pooling {spec.pooling!r} cannot be expressed in sentence-transformers, which pools with "
+            f"{', '.join(huggingface.ST_POOLING)} ({', '.join(huggingface.ST_POOLING.values())} here)"
         )
+    return None
 
 
 def _write_sentence_transformers(
@@ -140,13 +162,14 @@ def _write_sentence_transformers(
     )
 
 
-def _check_head_reads_pooler(spec: ModelSpec, model_dir: str) -> None:
+def _head_problem(spec: ModelSpec) -> Optional[str]:
     if not (spec.head_input == "pooler" and spec.pair_segments):
-        raise ConfigError(
-            f"{model_dir}: this interaction model's head reads the [CLS] hidden state directly (as the original "
-            "experiments), which BertForSequenceClassification cannot express: it scores through BERT's pooler. "
-            "Train with --head pooler to export to Hugging Face, or export it as a SavedModel"
+        return (
+            "this interaction model's head reads the [CLS] hidden state directly (as the original experiments), "
+            "which BertForSequenceClassification cannot express: it scores through BERT's pooler (train with "
+            "--head pooler for a Hugging Face folder)"
         )
+    return None
 
 
 def _write_sequence_classification(
@@ -167,7 +190,7 @@ class _HfFormat:
     """What a model of one kind becomes in Hugging Face's terms."""
 
     written: str  # export_hf's answer and the export record's "export"
-    check: Callable[[ModelSpec, str], None]  # a ConfigError naming model_dir when it cannot be expressed
+    problem: Callable[[ModelSpec], Optional[str]]  # why a model cannot be expressed so, or None
     # Writes the weights (the model's arrays, by checkpoint name) and config.json into the folder.
     write: Callable[[str, ModelSpec, keras.Model, dict[str, Any], dict[str, np.ndarray]], None]
     usage: str  # the model card's example
@@ -178,7 +201,7 @@ class _HfFormat:
 HF_FORMATS = {
     FEATURE.name: _HfFormat(
         "sentence-transformers",
-        _check_sentence_transformers_pooling,
+        _sentence_transformers_pooling_problem,
         _write_sentence_transformers,
         "from sentence_transformers import SentenceTransformer\n"
         "model = SentenceTransformer('THIS_FOLDER')\n"
@@ -186,7 +209,7 @@ HF_FORMATS = {
     ),
     INTERACTION.name: _HfFormat(
         "sequence-classification",
-        _check_head_reads_pooler,
+        _head_problem,
         _write_sequence_classification,
         "from sentence_transformers import CrossEncoder\n"
         "model = CrossEncoder('THIS_FOLDER')\n"

@@ -67,6 +67,7 @@ from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
 from ..inference.model_dir import load_model_dir, read_model_decision
+from ..inference.onnx_model import EXPORT_RECORD
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import ModelSpec, read_spec
@@ -347,7 +348,6 @@ SIGNATURES = {
 DECISION_SIGNATURES = {"strings": {"decide": "decide", "decide_ids": "decide_ids"}, "ids": {"decide_ids": "decide_ids"}}
 
 
-EXPORT_RECORD = "cosent_tf_export.json"
 EXPORT_FORMAT = "cosent-tf-export"
 SAVED_MODEL = FolderKind(
     "a SavedModel export",

@@ -19,12 +19,14 @@ import numpy as np
 
 from ..backend import keras
 from ..calibration import RULES, MatchDecision, are_binary, fit_decision, read_decision, write_decision
+from ..choices import PRECISIONS
 from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import SPEC_FILE, ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir, read_model_decision
+from .onnx_model import RUNTIMES, load_onnx_dir, read_onnx_spec
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
 # Auto progress bars appear from this many texts on.
@@ -123,19 +125,27 @@ class _Matcher:
             'interaction'
         """
         spec = read_spec(path)
-        if spec.kind != cls.KIND:
-            if option is not None:
-                raise ConfigError(
-                    f"{option} {path}: {get_kind(spec.kind).described}, but {option} needs "
-                    f"{get_kind(cls.KIND).described}"
-                )
-            raise ConfigError(
-                f"{path}: holds a model of kind {spec.kind!r}; load it with {MATCHERS[spec.kind].__name__}"
-            )
+        cls._check_kind(path, spec.kind, option)
         return spec
 
     @classmethod
-    def load(cls, path: str, precision: str = "float32", option: str | None = None, with_decision: bool = True) -> Self:
+    def _check_kind(cls, path: str | os.PathLike[str], kind: str, option: str | None) -> None:
+        if kind != cls.KIND:
+            if option is not None:
+                raise ConfigError(
+                    f"{option} {path}: {get_kind(kind).described}, but {option} needs {get_kind(cls.KIND).described}"
+                )
+            raise ConfigError(f"{path}: holds a model of kind {kind!r}; load it with {MATCHERS[kind].__name__}")
+
+    @classmethod
+    def load(
+        cls,
+        path: str,
+        precision: str = "float32",
+        option: str | None = None,
+        with_decision: bool = True,
+        runtime: str = "tensorflow",
+    ) -> Self:
         """Load a model folder; ``precision='bf16'`` computes in bfloat16, with the weights
         stored in bfloat16 (see :func:`cosent_tf.inference.model_dir.load_model_dir`).
 
@@ -143,16 +153,35 @@ class _Matcher:
         that a folder of the other kind is refused in the terms of that option.
         ``with_decision``: read the folder's match decision (``decision.json``); False leaves it
         unread, for :meth:`calibrate` to replace one that cannot be used.
+        ``runtime``: ``tensorflow`` runs the model folder's weights; ``onnx`` runs the ONNX file of an
+        export written by ``cosent-tf export --format onnx`` with ONNX Runtime
+        (:func:`~cosent_tf.inference.onnx_model.load_onnx_dir`), in ``precision`` ``float32`` or
+        ``int8`` (written with ``--quantize int8``).
 
         Raises:
-            ConfigError: ``path`` is not a readable model folder, holds the other kind of model, or
-                (``with_decision``) a decision.json that cannot be used.
+            ConfigError: ``path`` is not a readable model folder (for ``onnx``: no ONNX export, or one
+                whose file is not the one it wrote), holds the other kind of model, or (``with_decision``)
+                a decision.json that cannot be used; an unknown runtime or a precision it does not run.
         """
-        described = cls.check_folder(path, option)  # the kind is said before the weights load
+        if runtime == "onnx":
+            described = read_onnx_spec(path)
+            cls._check_kind(path, described.kind, option)
+        elif runtime == "tensorflow":
+            if precision not in PRECISIONS:
+                raise ConfigError(
+                    f"the tensorflow runtime computes in {', '.join(PRECISIONS)}, not {precision!r} "
+                    "(int8 is for --runtime onnx, on an export written with --quantize int8)"
+                )
+            described = cls.check_folder(path, option)  # the kind is said before the weights load
+        else:
+            raise ConfigError(f"unknown runtime {runtime!r}; choose {' or '.join(RUNTIMES)}")
         decision = None
         if with_decision:
             decision = read_model_decision(path, described.kind, described.threshold)
-        spec, model, tokenizer = load_model_dir(path, precision)
+        if runtime == "onnx":
+            spec, model, tokenizer = load_onnx_dir(path, precision)
+        else:
+            spec, model, tokenizer = load_model_dir(path, precision)
         return cls(model, tokenizer, spec, os.path.abspath(path), decision)
 
     @property
@@ -641,12 +670,15 @@ MATCHERS: dict[str, type[SentenceEncoder] | type[PairScorer]] = {
 }
 
 
-def load_matcher(path: str, precision: str = "float32") -> SentenceEncoder | PairScorer:
+def load_matcher(path: str, precision: str = "float32", runtime: str = "tensorflow") -> SentenceEncoder | PairScorer:
     """The :class:`SentenceEncoder` or :class:`PairScorer` of a model folder, as its kind says.
 
     Args:
-        path: a model folder written by training (or ``save_model_dir``).
-        precision: ``"float32"``, or ``"bf16"`` to compute in bfloat16 with bfloat16 weights.
+        path: a model folder written by training (or ``save_model_dir``); with ``runtime="onnx"``, an
+            ONNX export.
+        precision: ``"float32"``, or ``"bf16"`` to compute in bfloat16 with bfloat16 weights; with
+            ``runtime="onnx"``, ``"float32"`` or ``"int8"``.
+        runtime: ``tensorflow`` or ``onnx`` (:meth:`SentenceEncoder.load`).
 
     Returns:
         A SentenceEncoder for a feature model, a PairScorer for an interaction model.
@@ -658,4 +690,5 @@ def load_matcher(path: str, precision: str = "float32") -> SentenceEncoder | Pai
         >>> matcher = load_matcher("runs/bq-cosent/model")
         >>> matcher.predict(["花呗如何还钱"], ["花呗怎么还款"])
     """
-    return MATCHERS[read_spec(path).kind].load(path, precision)
+    kind = (read_onnx_spec(path) if runtime == "onnx" else read_spec(path)).kind
+    return MATCHERS[kind].load(path, precision, runtime=runtime)

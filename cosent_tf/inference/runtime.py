@@ -22,7 +22,7 @@ _INFERENCE_FUNCTIONS: weakref.WeakKeyDictionary[keras.Model, Callable[..., Any]]
 _IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 
 
-def inference_function(model: keras.Model) -> Callable[..., Any]:
+def inference_function(model: Any) -> Callable[..., Any]:
     """``model`` in inference mode as a tf.function traced once for every batch shape.
 
     The batch's two halves go through the model as two independent subgraphs, which
@@ -33,6 +33,8 @@ def inference_function(model: keras.Model) -> Callable[..., Any]:
     interact in the model, so the outputs are the whole batch's (a batch of one leaves an
     empty half).
     """
+    if not isinstance(model, keras.Model):  # a runner of its own (an ONNX model, inference.onnx_model)
+        return model
     cached = _INFERENCE_FUNCTIONS.get(model)
     if cached is not None:
         return cached
@@ -52,7 +54,7 @@ def inference_function(model: keras.Model) -> Callable[..., Any]:
 
 
 def batched_outputs(
-    model: keras.Model,
+    model: Any,
     token_ids: Sequence[Sequence[int]],
     batch_size: int = 64,
     show_progress: bool = False,
@@ -64,7 +66,8 @@ def batched_outputs(
     ``sep_id`` those of concatenated pairs (:func:`cosent_tf.data.pipeline.segment_ids`).
 
     Args:
-        model: a Keras model of (token ids, segment ids).
+        model: a Keras model of (token ids, segment ids), or a model with its own runner called so
+            (:class:`~cosent_tf.inference.onnx_model.OnnxModel`).
         token_ids: one token-id sequence per input, unpadded.
         batch_size: inputs per model call.
         show_progress: show a progress bar on stderr, when it is a terminal (or a Jupyter cell).
@@ -80,7 +83,7 @@ def batched_outputs(
     order, batches = length_sorted_batches(list(token_ids), batch_size)
     drawn = show_progress and live_progress_on(sys.stderr)  # tqdm's stream; a log file would keep every redraw
     outputs = [
-        function(ids, segment_ids(ids, sep_id)).numpy()
+        np.asarray(function(ids, segment_ids(ids, sep_id)))
         for _, ids in tqdm(
             batches, total=-(-len(order) // batch_size), unit="batch", desc="encoding", disable=not drawn
         )

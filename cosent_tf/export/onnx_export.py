@@ -1,0 +1,436 @@
+"""Export a model folder for ONNX Runtime: the engine's own Keras graph converted by tf2onnx,
+float32 and (optionally) dynamically quantised to int8, in the sentence-transformers layout where
+the model has one.
+
+Where the model can be written as a Hugging Face folder (:func:`.huggingface.hf_problem`), the
+export is that folder (``--format hf``'s) with ``onnx/model.onnx`` and ``onnx/model_qint8.onnx``
+in it, so that ``SentenceTransformer(folder, backend="onnx")`` and
+``CrossEncoder(folder, backend="onnx")`` load it. Otherwise (first-last-avg or pooler pooling, a
+cross-encoder whose head reads [CLS] directly, another architecture) it is the ONNX files with the
+tokenizer, the match decision and the export record, for ONNX Runtime and ``--runtime onnx``
+alone; the export says why.
+
+The graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (int64, any batch and
+length). It masks padding by id, as the engine does: ``attention_mask`` zeroes the ids it masks
+(id 0 is [PAD]). A feature model's graph gives ``sentence_embedding`` (the engine's pooled vector,
+not normalised) and, in the sentence-transformers layout, ``last_hidden_state`` first (which
+sentence-transformers pools and normalises itself); an interaction model's gives ``logits``
+(the score head's score, or the softmax head's two logits).
+
+Why tf2onnx: it converts the graph the engine runs, so the export computes what the engine
+computes for every architecture it can express; an export through the Hugging Face folder and
+torch would exist only for models that folder holds. Two of its quirks are mended here (see
+:data:`_CONVERTER_HANDLERS`, :func:`_optimizers`), and every export is checked against the engine
+before it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import huggingface
+from ..backend import keras, tf
+from ..calibration import accuracy_at, are_binary, best_threshold, write_decision
+from ..data.files import PairFileFormat, read_pair_file
+from ..errors import ConfigError
+from ..evaluation import pair_scores, spearman
+from ..inference.model_dir import load_model_dir, read_model_decision
+from ..inference.onnx_model import INPUT_NAMES, ONNX_DIR, ONNX_FILES, OnnxModel, file_digest, require
+from ..inference.runtime import batched_outputs, l2_normalize
+from ..io import FolderKind, atomic_directory
+from ..models.builders import head_layer_name
+from ..models.kinds import FEATURE
+from ..models.spec import ModelSpec, read_spec
+from .huggingface import HF_FOLDER, HF_FORMATS, hf_problem, write_hf_files
+from .savedmodel import EXPORT_RECORD, check_export_folder, write_export_record
+
+logger = logging.getLogger(__name__)
+
+QUANTIZATIONS = ("int8",)
+# The ONNX opset: 17 has LayerNormalization and is read by every onnxruntime since 1.13.
+OPSET = 17
+# The largest difference from the engine an export may show on the probe texts: cosines of unit
+# vectors, or scores (float32 arithmetic in another order differs by about 1e-6).
+PARITY_TOLERANCE = 1e-4
+# Points (of 100) of Spearman or accuracy the int8 file may lose on --check before the export warns.
+INT8_LOSS_WARNING = 0.5
+# What the export checks itself on: texts of different lengths (padded batches), an empty one and
+# one past any maxlen.
+PROBE_TEXTS = (
+    "花呗如何还钱",
+    "借呗的额度怎么提高，我想多借一些钱",
+    "",
+    "为什么我的花呗不能用了？" * 30,
+    "Café au LAIT 123",
+)
+
+ONNX_FOLDER = FolderKind("an ONNX export", EXPORT_RECORD, HF_FOLDER.entries + (ONNX_DIR,))
+# What the "onnx" layout writes besides the ONNX files (the tokenizer's files are Hugging Face's).
+TOKENIZER_FILES = (huggingface.VOCAB_FILE, huggingface.TOKENIZER_CONFIG, "special_tokens_map.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxExport:
+    """What :func:`export_onnx` wrote.
+
+    Attributes:
+        layout: ``sentence-transformers`` or ``sequence-classification`` (a Hugging Face folder with
+            the ONNX files in ``onnx/``), or ``onnx`` (the ONNX files alone, with the tokenizer).
+        files: each ONNX file's path in the export, with its precision.
+        check: with ``check_file``, the float32 and int8 files' Spearman and accuracy on it
+            (:func:`quality_check`); else None.
+        reason: for the ``onnx`` layout, why the model has no Hugging Face folder; else None.
+    """
+
+    layout: str
+    files: dict[str, str]
+    check: Optional[dict[str, Any]] = None
+    reason: Optional[str] = None
+
+
+def export_onnx(
+    model_dir: str,
+    out_dir: str,
+    overwrite: bool = False,
+    quantize: Optional[str] = None,
+    check_file: Optional[str] = None,
+    file_format: Optional[PairFileFormat] = None,
+) -> OnnxExport:
+    """Write ``out_dir`` (atomically) as an ONNX export of the model folder ``model_dir``.
+
+    Args:
+        model_dir: a model folder written by training (or ``save_model_dir``).
+        out_dir: the folder to write; an existing one must be empty, or this tool's export and
+            ``overwrite`` true.
+        overwrite: replace an earlier export in ``out_dir``.
+        quantize: ``int8`` also writes ``onnx/model_qint8.onnx``, quantised by onnxruntime's
+            dynamic quantisation (int8 weights, activations quantised per batch).
+        check_file: labelled pairs on which the float32 and int8 files' Spearman and accuracy are
+            measured (:func:`quality_check`), recorded in the export record; a warning when int8
+            loses more than :data:`INT8_LOSS_WARNING` points.
+        file_format: how ``check_file`` is read (default: by its extension).
+
+    Returns:
+        What was written (:class:`OnnxExport`).
+
+    Raises:
+        ConfigError: tf2onnx or onnxruntime is missing; the converter cannot express the model (the
+            operations it lacks are named), or the converted graph differs from the engine's outputs;
+            the model's decision.json cannot be used; ``check_file`` is unreadable or unlabelled;
+            ``out_dir`` may not be written. Nothing is written then.
+
+    Example:
+        >>> export_onnx("runs/bq-cosent/model", "exports/bq-cosent-onnx", quantize="int8").files
+        {'onnx/model.onnx': 'float32', 'onnx/model_qint8.onnx': 'int8'}
+    """
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ConfigError(f"unknown quantisation {quantize!r}; choose {', '.join(QUANTIZATIONS)}")
+    for module in ("tf2onnx", "onnxruntime"):
+        require(module)
+    check_export_folder(out_dir, ONNX_FOLDER, overwrite, model_dir)
+    check_pairs = None
+    if check_file is not None:  # bad pairs are said before the conversion's minute
+        check_pairs = read_pair_file(check_file, file_format or PairFileFormat())
+        if check_pairs.labels is None:
+            raise ConfigError(f"{check_file}: --check needs labelled pairs (a label column), and this file has none")
+    described = read_spec(model_dir)
+    decision = read_model_decision(model_dir, described.kind, described.threshold)
+    spec, model, tokenizer = load_model_dir(model_dir)
+    if spec.word_level:
+        raise ConfigError(
+            f"{model_dir}: an ONNX export carries BERT's WordPiece tokenizer files, and this model cuts texts into "
+            "words with jieba first (a word-level vocabulary); export it as a SavedModel"
+        )
+    reason = hf_problem(spec)
+    layout = "onnx" if reason is not None else HF_FORMATS[spec.kind].written
+    files = {ONNX_FILES["float32"]: "float32"}
+    if quantize is not None:
+        files[ONNX_FILES[quantize]] = quantize
+    with atomic_directory(out_dir, ONNX_FOLDER, overwrite, inputs=[model_dir]) as tmp:
+        os.makedirs(os.path.join(tmp, ONNX_DIR))
+        float_path = os.path.join(tmp, ONNX_FILES["float32"])
+        convert(serving_model(model, spec, with_sequence=layout == "sentence-transformers"), float_path, model_dir)
+        check_parity(float_path, spec, model, tokenizer, model_dir)
+        if quantize is not None:
+            quantize_int8(float_path, os.path.join(tmp, ONNX_FILES[quantize]))
+        check = None
+        if check_pairs is not None and check_file is not None:
+            check = quality_check(tmp, files, spec, tokenizer, check_pairs, check_file)
+        card = onnx_card_section(spec, layout, reason, files, check)
+        if reason is None:
+            write_hf_files(tmp, model_dir, spec, model, tokenizer, decision, card_sections=(card,))
+        else:
+            huggingface.write_tokenizer(tmp, list(tokenizer.token_dict), spec.do_lower_case, spec.maxlen)
+            if decision is not None:
+                write_decision(tmp, decision)  # after the ONNX files: stamped with onnx/model.onnx's digest
+            with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
+                f.write(f"# ONNX model exported by cosent-tf\n\nExported from `{os.path.abspath(model_dir)}`.\n\n")
+                f.write(card)
+        onnx_record = {
+            path: {"precision": precision, "sha256": file_digest(os.path.join(tmp, path))}
+            for path, precision in files.items()
+        }
+        write_export_record(
+            tmp,
+            layout,
+            model_dir,
+            spec,
+            onnx=onnx_record,
+            model_spec=dataclasses.asdict(spec),
+            check=check,
+            reason=reason,
+        )
+    return OnnxExport(layout, files, check, reason)
+
+
+# --- the graph ---------------------------------------------------------------------------------
+
+
+def serving_model(model: keras.Model, spec: ModelSpec, with_sequence: bool = False) -> keras.Model:
+    """The Keras model the ONNX file is converted from: the engine's ``model`` behind the inputs and
+    outputs of :mod:`this module <cosent_tf.export.onnx_export>`. ``with_sequence``: a feature model
+    also gives ``last_hidden_state``, the last block's output (the sentence-transformers layout)."""
+    input_ids, attention_mask, token_type_ids = (
+        keras.Input(shape=(None,), dtype="int64", name=name) for name in INPUT_NAMES
+    )
+    token_ids = keras.layers.Lambda(lambda t: tf.cast(t[0] * t[1], tf.int32), name="masked_ids")(
+        [input_ids, attention_mask]
+    )
+    segment_ids = keras.layers.Lambda(lambda t: tf.cast(t, tf.int32), name="segment_ids")(token_type_ids)
+    inputs = [input_ids, attention_mask, token_type_ids]
+    if spec.kind == FEATURE.name:
+        named = {"sentence_embedding": model.output}
+        if with_sequence:
+            # the last block's first application: the whole sequence ([CLS] pooling applies it again to one token)
+            last = model.get_layer(f"Transformer-{_depth(model) - 1}-FeedForward-Norm").get_output_at(0)
+            named = {"last_hidden_state": last, **named}
+    else:
+        assert spec.head is not None  # an interaction model's spec names its head
+        head = model.get_layer(head_layer_name(spec.head))
+        named = {"logits": keras.layers.Dense(head.units, name="logits_dense")(head.input)}
+    inner = keras.Model(model.inputs, list(named.values()), name="engine")
+    if spec.kind != FEATURE.name:
+        inner.get_layer("logits_dense").set_weights(head.get_weights())
+    values = inner([token_ids, segment_ids])
+    values = values if isinstance(values, list) else [values]
+    outputs = [
+        keras.layers.Lambda(lambda t: tf.cast(t, tf.float32), name=name)(value) for name, value in zip(named, values)
+    ]
+    return keras.Model(inputs, outputs, name="onnx_serving")
+
+
+def _depth(model: keras.Model) -> int:
+    return 1 + max(
+        int(layer.name.split("-")[1])
+        for layer in model.layers
+        if layer.name.startswith("Transformer-") and layer.name.endswith("-FeedForward-Norm")
+    )
+
+
+def convert(serving: keras.Model, path: str, model_dir: str) -> None:
+    """Convert ``serving`` (:func:`serving_model`) into the ONNX file ``path``.
+
+    Raises:
+        ConfigError: the graph holds operations tf2onnx cannot convert (named), or the result is no
+            valid ONNX model.
+    """
+    tf2onnx = require("tf2onnx")
+    onnx = require("onnx")
+    signature = [tf.TensorSpec((None, None), tf.int64, name=name) for name in INPUT_NAMES]
+    unsupported: list[str] = []
+    handler = _UnsupportedOps(unsupported)
+    converter_logger = logging.getLogger("tf2onnx")
+    converter_logger.addHandler(handler)
+    try:
+        tf2onnx.convert.from_keras(
+            serving,
+            input_signature=signature,
+            opset=OPSET,
+            custom_op_handlers=_converter_handlers(),
+            optimizers=_optimizers(),
+            output_path=path,
+        )
+    finally:
+        converter_logger.removeHandler(handler)
+    if unsupported:
+        raise ConfigError(
+            f"{model_dir}: tf2onnx cannot express this model in ONNX: it has no conversion for "
+            f"{', '.join(sorted(set(unsupported)))}; export it as a SavedModel"
+        )
+    try:
+        onnx.checker.check_model(path)
+    except onnx.checker.ValidationError as error:
+        raise ConfigError(
+            f"{model_dir}: the converted ONNX graph is invalid ({error}); export it as a SavedModel"
+        ) from None
+
+
+class _UnsupportedOps(logging.Handler):
+    """Collects the TensorFlow operations tf2onnx logs it cannot convert (it goes on without them)."""
+
+    def __init__(self, found: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.found = found
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "is not supported" in message and message.startswith("Tensorflow op ["):
+            self.found.append(message[len("Tensorflow op [") :].split("]")[0].split(": ")[-1])
+
+
+# --- converter quirks (tf2onnx 1.17) ------------------------------------------------------------
+
+
+def _broadcast_args(ctx: Any, node: Any, name: str, args: Any) -> None:
+    """TensorFlow's BroadcastArgs (the shape two shapes broadcast to), which tf2onnx lacks; bert4keras's
+    attention masking (``tf.where`` on a mask and a scalar) needs it. Both shapes are padded on the left
+    with ones to one rank; each dimension is the second's where the first's is 1, else the first's."""
+    from onnx import TensorProto, numpy_helper
+    from tf2onnx import utils
+
+    out_dtype = ctx.get_dtype(node.output[0])
+    shapes = [ctx.make_node("Cast", [i], attr={"to": TensorProto.INT64}).output[0] for i in node.input]
+    ranks = [ctx.make_node("Shape", [shape]).output[0] for shape in shapes]
+    rank = ctx.make_node("Max", ranks).output[0]
+    one = numpy_helper.from_array(np.array([1], np.int64))
+    padded = []
+    for shape, shape_rank in zip(shapes, ranks):
+        missing = ctx.make_node("Sub", [rank, shape_rank]).output[0]
+        ones = ctx.make_node("ConstantOfShape", [missing], attr={"value": one}).output[0]
+        padded.append(ctx.make_node("Concat", [ones, shape], attr={"axis": 0}).output[0])
+    is_one = ctx.make_node(
+        "Equal", [padded[0], ctx.make_const(utils.make_name("one"), np.array(1, np.int64)).output[0]]
+    ).output[0]
+    chosen = ctx.make_node("Where", [is_one, padded[1], padded[0]]).output[0]
+    outputs, output_shapes = node.output, node.output_shapes
+    ctx.remove_node(node.name)
+    ctx.make_node(
+        "Cast", [chosen], attr={"to": out_dtype}, name=name, outputs=outputs, shapes=output_shapes, dtypes=[out_dtype]
+    )
+
+
+def _select_as_where(ctx: Any, node: Any, name: str, args: Any) -> None:
+    """TensorFlow's SelectV2 as ONNX's Where. tf2onnx writes it as ``cond * x + (1 - cond) * y`` unless it
+    sees an infinity among constant inputs, and bert4keras masks attention with -inf broadcast from a
+    constant: -inf * 0 is NaN, so every vector would be NaN."""
+    node.type = "Where"
+
+
+def _converter_handlers() -> dict[str, tuple[Any, list[Any]]]:
+    return {"BroadcastArgs": (_broadcast_args, []), "SelectV2": (_select_as_where, [])}
+
+
+def _optimizers() -> dict[str, Any]:
+    """tf2onnx's graph optimizers but its reshape optimizer, which rewires the shape of bert4keras's
+    head split onto TokenDense's 2-D matmul (ONNX Runtime then refuses to reshape [B*T, H] to
+    [B*T, H, heads, size])."""
+    from tf2onnx import optimizer
+
+    return {name: factory for name, factory in optimizer._get_optimizers().items() if name != "reshape_optimizer"}
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+def check_parity(path: str, spec: ModelSpec, model: keras.Model, tokenizer: Any, model_dir: str) -> None:
+    """Refuse an ONNX file whose outputs on :data:`PROBE_TEXTS` differ from the engine's by more than
+    :data:`PARITY_TOLERANCE` (unit vectors for a feature model, scores for an interaction model)."""
+    onnx_model = OnnxModel.from_file(path, spec)
+    if spec.kind == FEATURE.name:
+        ids = tokenizer.encode_all(list(PROBE_TEXTS))
+        sep_id = None
+    else:
+        ids = tokenizer.encode_pairs(list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)))
+        sep_id = tokenizer.sep_id if spec.pair_segments else None
+    expected = batched_outputs(model, ids, batch_size=len(ids), sep_id=sep_id)
+    got = batched_outputs(onnx_model, ids, batch_size=len(ids), sep_id=sep_id)
+    if spec.kind == FEATURE.name:
+        expected, got = l2_normalize(expected), l2_normalize(got)
+    difference = float(np.max(np.abs(expected - got))) if np.all(np.isfinite(got)) else float("inf")
+    if not difference <= PARITY_TOLERANCE:
+        raise ConfigError(
+            f"{model_dir}: the converted ONNX graph's outputs differ from the model's by {difference:.3g} on probe "
+            f"texts (at most {PARITY_TOLERANCE:g} is allowed); nothing was written. Export it as a SavedModel, and "
+            "report this with the model's cosent_model.json"
+        )
+
+
+def quantize_int8(float_path: str, int8_path: str) -> None:
+    """onnxruntime's dynamic quantisation: int8 weights of the matmuls and embeddings (signed, per
+    tensor, as sentence-transformers' avx512_vnni configuration), activations quantised per batch."""
+    quantization = require("onnxruntime.quantization")
+    quantization.quantize_dynamic(
+        float_path,
+        int8_path,
+        weight_type=quantization.QuantType.QInt8,
+        per_channel=False,
+        reduce_range=False,
+        extra_options={"MatMulConstBOnly": True},
+    )
+
+
+def quality_check(
+    folder: str, files: dict[str, str], spec: ModelSpec, tokenizer: Any, pairs: Any, check_file: str
+) -> dict[str, Any]:
+    """Spearman and, for 0/1 labels, accuracy at the file's own best threshold, of each ONNX file
+    on the labelled ``pairs`` of ``check_file`` (×100), and what int8 loses against float32; a warning
+    is logged when it loses more than :data:`INT8_LOSS_WARNING` points of either."""
+    texts_a, texts_b, labels = pairs.texts_a, pairs.texts_b, np.asarray(pairs.labels, dtype=np.float64)
+    if spec.kind == FEATURE.name:
+        inputs: Any = (tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b))
+    else:
+        inputs = tokenizer.encode_pairs(texts_a, texts_b)
+    sep_id = tokenizer.sep_id if spec.pair_segments else None
+    binary = are_binary(labels)
+    measured: dict[str, Any] = {"file": os.path.abspath(check_file), "pairs": len(labels)}
+    for path, precision in files.items():
+        scores = pair_scores(OnnxModel.from_file(os.path.join(folder, path), spec), spec.kind, inputs, sep_id=sep_id)
+        figures = {"spearman": 100 * spearman(scores, labels)}
+        if binary:
+            threshold, _ = best_threshold(scores, labels)
+            figures["accuracy"] = 100 * accuracy_at(scores, labels, threshold)
+        measured[precision] = figures
+    if "int8" in measured:
+        loss = {name: measured["float32"][name] - measured["int8"][name] for name in measured["float32"]}
+        measured["int8_loss"] = loss
+        measured["warning"] = any(value > INT8_LOSS_WARNING for value in loss.values())
+        if measured["warning"]:
+            logger.warning(
+                "%s: the int8 file loses %s against float32 on %s (more than %g points): serve the float32 file",
+                folder,
+                ", ".join(f"{value:.2f} points of {name}" for name, value in loss.items()),
+                check_file,
+                INT8_LOSS_WARNING,
+            )
+    return measured
+
+
+def onnx_card_section(
+    spec: ModelSpec, layout: str, reason: Optional[str], files: dict[str, str], check: Optional[dict[str, Any]]
+) -> str:
+    """The model card's "ONNX" section: the files, how to load them, and the int8 check."""
+    lines = ["## ONNX", ""]
+    lines += [f"- `{path}`: {precision}" for path, precision in files.items()]
+    if layout == "sentence-transformers":
+        load = "SentenceTransformer('THIS_FOLDER', backend='onnx')"
+    elif layout == "sequence-classification":
+        load = "CrossEncoder('THIS_FOLDER', backend='onnx')"
+    else:
+        load = None
+        lines += ["", f"sentence-transformers cannot load this folder: {reason}."]
+    if load is not None:
+        lines += ["", f"sentence-transformers (5.x with its onnx extra): `{load}`; the int8 file with "]
+        lines[-1] += f"`model_kwargs={{'file_name': '{ONNX_FILES['int8']}'}}`."
+    lines += ["", "cosent-tf: `SentenceEncoder.load('THIS_FOLDER', runtime='onnx')` (or `PairScorer`), or"]
+    lines[-1] += " `cosent-tf encode THIS_FOLDER ... --runtime onnx [--precision int8]`."
+    if check is not None:
+        lines += ["", f"Checked on `{check['file']}` ({check['pairs']} pairs):", ""]
+        for precision in files.values():
+            figures = ", ".join(f"{name} {value:.2f}" for name, value in check[precision].items())
+            lines.append(f"- {precision}: {figures}")
+    return "\n".join(lines) + "\n"
