@@ -40,3 +40,12 @@ EXPORT_INPUTS = {
     "strings": "raw UTF-8 strings, tokenised in the graph (the server needs tensorflow-text's ops)",
     "ids": "token ids, tokenised by the client (the graph holds TensorFlow's own ops only)",
 }
+
+# --runtime: what runs a model for inference: the engine's Keras model on TensorFlow, or the ONNX
+# file of an export on ONNX Runtime (cosent_tf.inference.onnx_model).
+RUNTIMES = ("tensorflow", "onnx")
+
+# --quantize of an ONNX export (cosent_tf.export.onnx_export), and the points (of 100) of Spearman
+# or accuracy the quantised file may lose against float32 on --check before the export warns.
+ONNX_QUANTIZATIONS = ("int8",)
+INT8_LOSS_WARNING = 0.5

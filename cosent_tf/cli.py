@@ -25,7 +25,7 @@ import numpy as np
 
 from . import environment
 from .calibration import MIN_CALIBRATION_PAIRS, MIN_PAIRS_PER_CLASS, RULES
-from .choices import EXPORT_INPUTS
+from .choices import EXPORT_INPUTS, INT8_LOSS_WARNING, ONNX_QUANTIZATIONS, RUNTIMES
 from .console import (  # noqa: F401 (console_logging and errors_reported: also their old home)
     VERBOSE_HELP,
     console_logging,
@@ -82,7 +82,7 @@ def _encode(args):
     check_output_file(args.output, [args.model_dir, args.texts], output_kinds(), args.overwrite)
     said = summary_stream(args.output)
     texts = read_lines(args.texts, args.strict)  # a bad file is said before the model's load
-    encoder = SentenceEncoder.load(args.model_dir, args.precision)
+    encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime)
     vectors = encoder.encode(texts, args.batch_size, normalize=not args.no_normalize)
     with atomic_path(args.output) as tmp, open(tmp, "wb") as f:
         np.save(_WriteOnly(f), vectors)
@@ -171,7 +171,7 @@ def _similarity(args: argparse.Namespace) -> None:
     rule = args.decide if isinstance(args.decide, str) else None  # None: the decision's own
     texts = _two_texts(args)
     if texts is not None:
-        matcher = load_matcher(args.model_dir, args.precision)
+        matcher = load_matcher(args.model_dir, args.precision, runtime=args.runtime)
         if args.decide is not None:
             print("\t".join(_decision_fields(matcher.decide([texts[0]], [texts[1]], rule, 1), 0)))
             return
@@ -183,7 +183,7 @@ def _similarity(args: argparse.Namespace) -> None:
     file_format = PairFileFormat(args.file_format, args.text_a_field, args.text_b_field)
     # a bad file is said before the model's load
     texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict, file_format)
-    matcher = load_matcher(args.model_dir, args.precision)
+    matcher = load_matcher(args.model_dir, args.precision, runtime=args.runtime)
     if args.decide is not None:
         decided = matcher.decide(texts_a, texts_b, rule, args.batch_size)
         rows = [[line, *_decision_fields(decided, i)] for i, line in enumerate(lines)]
@@ -212,7 +212,7 @@ def _search_build(args):
     inputs = [args.model_dir, args.corpus]
     check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
     corpus = read_lines(args.corpus, args.strict)  # a bad file is said before the model's load
-    encoder = SentenceEncoder.load(args.model_dir, args.precision)
+    encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime)
     index = encoder.build_index(corpus, args.batch_size)
     index.save(args.index_dir, args.overwrite, inputs)
     print(f"{args.index_dir}: {len(index)} vectors")
@@ -235,14 +235,14 @@ def _search_query(args):
     model_dir = index.model_path(args.model_dir)
     check_output_file(args.output, [model_dir], output_kinds(), args.overwrite)  # the model the index names
     if args.rerank is not None:  # a wrong folder is said before any weights load
-        PairScorer.check_folder(args.rerank, "--rerank")
+        PairScorer.check_folder(args.rerank, "--rerank", args.runtime)
     queries = read_lines(args.queries, args.strict)  # a bad file is said before the model's load
-    encoder = SentenceEncoder.load(model_dir, args.precision)
+    encoder = SentenceEncoder.load(model_dir, args.precision, runtime=args.runtime)
     if args.rerank is None:
         hits = encoder.search(queries, index, args.top_k, args.batch_size)
         how = "by cosine"
     else:
-        scorer = PairScorer.load(args.rerank, args.precision, option="--rerank")
+        scorer = PairScorer.load(args.rerank, args.precision, option="--rerank", runtime=args.runtime)
         rerank_top = rerank_depth(args.top_k, args.rerank_top)
         hits = encoder.search(queries, index, args.top_k, args.batch_size, rerank=scorer, rerank_top=rerank_top)
         how = f"reranked by {args.rerank} from the top {rerank_top} by cosine"
@@ -319,13 +319,17 @@ def _mine(args: argparse.Namespace) -> None:
         rank_window(args.range, len(corpus) if corpus is not None else len(default_corpus(data)))
     except ConfigError as error:
         raise ConfigError(f"--range {args.range[0]}-{args.range[1]}: {named}: {error}") from None
-    SentenceEncoder.check_folder(args.model, option="--model")
+    SentenceEncoder.check_folder(args.model, "--model", args.runtime)
     if args.rescore is not None:
-        PairScorer.check_folder(args.rescore, option="--rescore")
+        PairScorer.check_folder(args.rescore, "--rescore", args.runtime)
     if isinstance(corpus, VectorIndex):
         check_index_model(corpus, os.path.abspath(args.model))
-    encoder = SentenceEncoder.load(args.model, args.precision, option="--model")
-    rescorer = None if args.rescore is None else PairScorer.load(args.rescore, args.precision, option="--rescore")
+    encoder = SentenceEncoder.load(args.model, args.precision, option="--model", runtime=args.runtime)
+    rescorer = (
+        None
+        if args.rescore is None
+        else PairScorer.load(args.rescore, args.precision, option="--rescore", runtime=args.runtime)
+    )
     mined = mine_hard_negatives(
         encoder,
         data,
@@ -349,10 +353,32 @@ def _mine(args: argparse.Namespace) -> None:
 
 def _export(args):
     from .export.huggingface import export_hf
+    from .export.onnx_export import export_onnx
     from .export.savedmodel import export_saved_model
 
     check_folder_apart(args.output_dir, [args.model_dir])
     check_not_in_tool_folder(args.output_dir, output_kinds())  # the rest is checked by the export
+    if args.format != "onnx" and (args.quantize is not None or args.check is not None):
+        raise ConfigError("--quantize and --check are for --format onnx")
+    if args.format == "onnx":
+        if args.precision != "float32":
+            raise ConfigError("--precision is for --format savedmodel; for a smaller ONNX file use --quantize int8")
+        if args.inputs != "strings":
+            raise ConfigError(
+                "--inputs is for --format savedmodel; an ONNX export takes token ids and carries its tokenizer"
+            )
+        exported = export_onnx(args.model_dir, args.output_dir, args.overwrite, args.quantize, args.check)
+        print(f"{args.output_dir}: ONNX export ({exported.layout}): {', '.join(exported.files)}")
+        if exported.reason is not None:
+            print(f"  sentence-transformers cannot load it: {exported.reason}")
+        if exported.check is not None:
+            check = exported.check
+            for precision in exported.files.values():
+                figures = ", ".join(f"{name} {value:.2f}" for name, value in check[precision].items())
+                print(f"  {precision} on {args.check} ({check['pairs']} pairs): {figures}")
+            if check.get("warning"):
+                print(f"  warning: int8 loses more than {INT8_LOSS_WARNING:g} points: serve the float32 file")
+        return
     if args.format == "hf":
         if args.precision != "float32":
             raise ConfigError("--precision is for --format savedmodel; a Hugging Face folder holds float32 weights")
@@ -503,21 +529,27 @@ def _evaluate(args):
     for path in [*outputs[: 2 if args.file else 1], args.reliability]:  # the .tsv holds the pair file's scores
         if path is not None:
             check_output_file(path, inputs, output_kinds(), args.overwrite)
-    spec = read_spec(args.model_dir)
+    from .inference.onnx_model import read_onnx_spec
+
+    spec = read_onnx_spec(args.model_dir) if args.runtime == "onnx" else read_spec(args.model_dir)
     if (args.retrieval or any(beir)) and not get_kind(spec.kind).sentence_vectors:
         raise CosentError(
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )
     if args.rerank is not None:  # a wrong folder is said before any weights load
-        PairScorer.check_folder(args.rerank, "--rerank")
+        PairScorer.check_folder(args.rerank, "--rerank", args.runtime)
     # Bad input files are said before the model's load.
     pairs = _labelled_pairs(args.file, args) if args.file else None
     retrieval_data = read_retrieval_files(*beir) if any(beir) else None
-    matcher = load_matcher(args.model_dir, args.precision)
+    matcher = load_matcher(args.model_dir, args.precision, runtime=args.runtime)
     if args.reliability is not None:
         assert pairs is not None
         _check_reliability(args, pairs.labels, matcher.decision)
-    scorer = None if args.rerank is None else PairScorer.load(args.rerank, args.precision, option="--rerank")
+    scorer = (
+        None
+        if args.rerank is None
+        else PairScorer.load(args.rerank, args.precision, option="--rerank", runtime=args.runtime)
+    )
     metrics, lines = {"model_dir": args.model_dir}, None
     if pairs is not None:
         pair_metrics, scores, predictions = evaluate_pairs(
@@ -664,7 +696,19 @@ def argument_parser() -> argparse.ArgumentParser:
 
     def inference_options(sub):
         sub.add_argument("--batch-size", type=number_in_range(int, 1), default=64)
-        sub.add_argument("--precision", default="float32", choices=["float32", "bf16"])
+        sub.add_argument(
+            "--precision",
+            default="float32",
+            choices=["float32", "bf16", "int8"],
+            help="bf16: compute in bfloat16 (the tensorflow runtime); int8: the export's int8 file (--runtime onnx)",
+        )
+        sub.add_argument(
+            "--runtime",
+            default="tensorflow",
+            choices=list(RUNTIMES),
+            help="onnx: run the ONNX file of an export written by `export --format onnx` with ONNX Runtime "
+            "(MODEL_DIR is that export; needs the [onnx] extra)",
+        )
         sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
 
     def overwrite_option(sub, replaced="OUTPUT if it exists"):
@@ -939,8 +983,21 @@ def argument_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--format",
         default="savedmodel",
-        choices=["savedmodel", "hf"],
-        help="savedmodel (default) or hf (model.safetensors, tokenizer and sentence-transformers files)",
+        choices=["savedmodel", "hf", "onnx"],
+        help="savedmodel (default), hf (model.safetensors, tokenizer and sentence-transformers files) or onnx "
+        "(the hf folder with onnx/model.onnx where the model has one, else the ONNX file with the tokenizer; "
+        "needs the [onnx] extra)",
+    )
+    sub.add_argument(
+        "--quantize",
+        choices=list(ONNX_QUANTIZATIONS),
+        help="with --format onnx: also write onnx/model_qint8.onnx (onnxruntime's dynamic int8 quantisation)",
+    )
+    sub.add_argument(
+        "--check",
+        metavar="FILE",
+        help="with --format onnx: labelled pairs on which the export reports the Spearman and accuracy of each ONNX "
+        f"file, warning when int8 loses more than {INT8_LOSS_WARNING:g} points",
     )
     sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier export")
     sub.add_argument(

@@ -19,14 +19,14 @@ import numpy as np
 
 from ..backend import keras
 from ..calibration import RULES, MatchDecision, are_binary, fit_decision, read_decision, write_decision
-from ..choices import PRECISIONS
+from ..choices import PRECISIONS, RUNTIMES
 from ..errors import ConfigError
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import SPEC_FILE, ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir, read_model_decision
-from .onnx_model import RUNTIMES, load_onnx_dir, read_onnx_spec
+from .onnx_model import load_onnx_dir, read_onnx_spec
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 
 # Auto progress bars appear from this many texts on.
@@ -103,7 +103,9 @@ class _Matcher:
         self.decision = decision
 
     @classmethod
-    def check_folder(cls, path: str | os.PathLike[str], option: str | None = None) -> ModelSpec:
+    def check_folder(
+        cls, path: str | os.PathLike[str], option: str | None = None, runtime: str = "tensorflow"
+    ) -> ModelSpec:
         """The description of the model folder ``path``, which must hold this class's kind of model.
 
         Reads only the description, no weights: a command checks every folder it was given this way
@@ -113,6 +115,7 @@ class _Matcher:
             path: a model folder.
             option: the command-line option or argument that named ``path`` (``--rescore``), so
                 that a folder of the other kind is refused in the terms of that option.
+            runtime: ``onnx``: ``path`` is an ONNX export, whose record describes the model.
 
         Returns:
             The folder's :class:`~cosent_tf.models.spec.ModelSpec`.
@@ -124,7 +127,7 @@ class _Matcher:
             >>> PairScorer.check_folder("runs/bq-interaction/model", option="--rerank").kind
             'interaction'
         """
-        spec = read_spec(path)
+        spec = read_onnx_spec(path) if runtime == "onnx" else read_spec(path)
         cls._check_kind(path, spec.kind, option)
         return spec
 
@@ -163,18 +166,14 @@ class _Matcher:
                 whose file is not the one it wrote), holds the other kind of model, or (``with_decision``)
                 a decision.json that cannot be used; an unknown runtime or a precision it does not run.
         """
-        if runtime == "onnx":
-            described = read_onnx_spec(path)
-            cls._check_kind(path, described.kind, option)
-        elif runtime == "tensorflow":
-            if precision not in PRECISIONS:
-                raise ConfigError(
-                    f"the tensorflow runtime computes in {', '.join(PRECISIONS)}, not {precision!r} "
-                    "(int8 is for --runtime onnx, on an export written with --quantize int8)"
-                )
-            described = cls.check_folder(path, option)  # the kind is said before the weights load
-        else:
+        if runtime not in RUNTIMES:
             raise ConfigError(f"unknown runtime {runtime!r}; choose {' or '.join(RUNTIMES)}")
+        if runtime == "tensorflow" and precision not in PRECISIONS:
+            raise ConfigError(
+                f"the tensorflow runtime computes in {', '.join(PRECISIONS)}, not {precision!r} "
+                "(int8 is for --runtime onnx, on an export written with --quantize int8)"
+            )
+        described = cls.check_folder(path, option, runtime)  # the kind is said before the weights load
         decision = None
         if with_decision:
             decision = read_model_decision(path, described.kind, described.threshold)

@@ -23,8 +23,6 @@ from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec
 from ..models.tokenization import SentenceTokenizer
 
-# What a model runs on: the engine's Keras model on TensorFlow, or its ONNX export on ONNX Runtime.
-RUNTIMES = ("tensorflow", "onnx")
 ONNX_DIR = "onnx"
 # The file of each precision, by its path in an export (sentence-transformers' names: it loads
 # onnx/model.onnx, and another file of onnx/ by model_kwargs={"file_name": ...}).
