@@ -10,6 +10,10 @@ DATA ?= ../shared/data
 # Face parity tests and the contestants of `make bench`; never dependencies of the package.
 REF_VENV := .venv-reference
 REF_PY := $(REF_VENV)/bin/python
+# sentence-transformers 5 with its ONNX backend (optimum-onnx needs transformers<4.58, which
+# sentence-transformers 6 does not take): the reference that loads `export --format onnx` folders.
+ONNX_REF_VENV := .venv-onnx-reference
+ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
 .PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants
 
@@ -36,8 +40,8 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B --overwrite
 
-test: $(TEST_STAMP) $(REF_VENV)/.installed
-	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --durations=40 tests
+test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
+	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) COSENT_ONNX_REFERENCE_PYTHON=$(ONNX_REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --durations=40 tests
 
 # The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs.
 test-quick: $(TEST_STAMP)
@@ -55,6 +59,13 @@ $(REF_VENV)/.installed:
 	$(REF_PY) -m pip install -q --upgrade pip
 	$(REF_PY) -m pip install -q torch==2.13.0
 	$(REF_PY) -m pip install -q sentence-transformers==6.2.0
+	touch $@
+
+$(ONNX_REF_VENV)/.installed:
+	python3 -m venv $(ONNX_REF_VENV)
+	$(ONNX_REF_PY) -m pip install -q --upgrade pip
+	$(ONNX_REF_PY) -m pip install -q torch==2.13.0
+	$(ONNX_REF_PY) -m pip install -q "sentence-transformers[onnx]>=5,<6"
 	touch $@
 
 # Speed against the original pipeline and sentence-transformers (about 35 minutes; writes

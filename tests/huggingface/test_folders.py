@@ -163,7 +163,7 @@ def test_pair_segments_reach_the_model(tiny_config, tmp_path):
             "pooling 'first-last-avg' cannot be expressed in sentence-transformers",
         ),
         ("feature", {"pooling": "pooler"}, "pooling 'pooler' cannot be expressed"),
-        ("interaction", {}, "reads the \\[CLS\\] hidden state directly .* train with --head pooler"),
+        ("interaction", {}, "reads the \\[CLS\\] hidden state directly .*train with --head pooler"),
     ],
 )
 def test_exports_hugging_face_cannot_express_are_refused(kind, settings, message, tiny_config, tmp_path):
