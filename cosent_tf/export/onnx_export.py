@@ -245,16 +245,17 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
     converter_logger = logging.getLogger("tf2onnx")
     converter_logger.addHandler(handler)
     try:
-        tf2onnx.convert.from_keras(
+        proto, _ = tf2onnx.convert.from_keras(
             serving,
             input_signature=signature,
             opset=OPSET,
             custom_op_handlers=_converter_handlers(),
             optimizers=_optimizers(),
-            output_path=path,
         )
     finally:
         converter_logger.removeHandler(handler)
+    _name_dynamic_dimensions(proto)
+    onnx.save(proto, path)
     if unsupported:
         raise ConfigError(
             f"{model_dir}: tf2onnx cannot express this model in ONNX: it has no conversion for "
@@ -266,6 +267,18 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
         raise ConfigError(
             f"{model_dir}: the converted ONNX graph is invalid ({error}); export it as a SavedModel"
         ) from None
+
+
+def _name_dynamic_dimensions(proto: Any) -> None:
+    """Name the inputs' and outputs' batch and length dimensions ``batch_size`` and ``sequence_length``
+    (tf2onnx names each ``unk__N``): optimum sizes its outputs from these names when it binds them to
+    the device (its default on CUDA), and fails on names that are no input's."""
+    for value in [*proto.graph.input, *proto.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        # every input and last_hidden_state are (batch, length, ...); sentence_embedding and logits (batch, width)
+        per_token = value.name in INPUT_NAMES or value.name == "last_hidden_state"
+        for dim, name in zip(dims, ("batch_size", "sequence_length") if per_token else ("batch_size",)):
+            dim.dim_param = name  # replaces a dim_value too: the two share a oneof
 
 
 class _UnsupportedOps(logging.Handler):
