@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants
+.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -99,6 +99,12 @@ soak: $(STAMP)
 KILL_SOAK_ARGS ?= --trials 8
 kill-soak: $(STAMP)
 	$(PY) benchmarks/kill_soak.py $(KILL_SOAK_ARGS)
+
+# int8 against float32 on the small reproduction's models (about 35 minutes): exports each of
+# runs/small's models with --quantize int8 --check on its task's test file; writes
+# docs/small-random/onnx-int8.md.
+onnx-quality: $(TEST_STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/onnx_quality.py
 
 # Planted bugs that the fast tests must catch (not part of CI; about 10 minutes): writes
 # tools/mutants.json. MUTANTS_ARGS="--only scale" runs a subset.

@@ -54,6 +54,7 @@ _HOMES = {
     "load_model_dir": ".inference.model_dir",
     "export_saved_model": ".export.savedmodel",
     "export_hf": ".export.huggingface",
+    "export_onnx": ".export.onnx_export",
     "SentenceEncoder": ".inference.matchers",
     "PairScorer": ".inference.matchers",
     "VectorIndex": ".inference.index",
