@@ -422,7 +422,7 @@ def quality_check(
         figures = {"spearman": 100 * spearman(scores, labels)}
         if binary:
             threshold, _ = best_threshold(scores, labels)
-            figures["accuracy"] = 100 * accuracy_at(scores, labels, float(np.median(scores)))
+            figures["accuracy"] = 100 * accuracy_at(scores, labels, threshold)
         measured[precision] = figures
     if "int8" in measured:
         loss = {name: measured["float32"][name] - measured["int8"][name] for name in measured["float32"]}
