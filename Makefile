@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality
+.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -70,8 +70,14 @@ $(ONNX_REF_VENV)/.installed:
 
 # Speed against the original pipeline and sentence-transformers (about 35 minutes; writes
 # benchmarks/RESULTS.md); the contestants run in $(REF_VENV).
-bench: $(STAMP) $(REF_VENV)/.installed
+bench: $(STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/run.py --bench-python $(REF_PY)
+	$(MAKE) bench-onnx
+
+# The ONNX export's encode speed against this engine, plain ONNX Runtime and sentence-transformers
+# (about 15 minutes on a quiet 2-core machine; writes benchmarks/ONNX.md and onnx_results.json).
+bench-onnx: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/onnx_bench.py --bench-python $(REF_PY) --onnx-reference-python $(ONNX_REF_PY)
 
 # The float32 jobs of both models with every contestant's kernels capped at AVX2, as on the
 # AVX2-only CPUs (about 12 minutes; writes benchmarks/AVX2_EMULATION.md).
