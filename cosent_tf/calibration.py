@@ -29,6 +29,7 @@ from typing import Any, Optional
 import numpy as np
 from scipy import optimize, special
 
+from .choices import ONNX_FILES
 from .errors import ConfigError
 from .io import json_field, read_json, write_json
 
@@ -53,7 +54,7 @@ LOG_LOSS_EPSILON = 1e-15
 
 # The weight files whose content identifies a model's scores, in the order looked for: a cosent-tf
 # model folder's checkpoint index (it holds every tensor's checksum), a Hugging Face folder's weights.
-WEIGHT_FILES = ("bert_model.ckpt.index", "model.safetensors", "pytorch_model.bin", "onnx/model.onnx")
+WEIGHT_FILES = ("bert_model.ckpt.index", "model.safetensors", "pytorch_model.bin", ONNX_FILES["float32"])
 
 
 # --- thresholds ----------------------------------------------------------------------------------

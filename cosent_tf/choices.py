@@ -49,3 +49,6 @@ RUNTIMES = ("tensorflow", "onnx")
 # or accuracy the quantised file may lose against float32 on --check before the export warns.
 ONNX_QUANTIZATIONS = ("int8",)
 INT8_LOSS_WARNING = 0.5
+# The ONNX file of each precision, by its path in an export (sentence-transformers' names: it loads
+# onnx/model.onnx, and another file of onnx/ by model_kwargs={"file_name": ...}).
+ONNX_FILES = {"float32": "onnx/model.onnx", "int8": "onnx/model_qint8.onnx"}

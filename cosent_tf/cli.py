@@ -367,7 +367,11 @@ def _export(args):
             raise ConfigError(
                 "--inputs is for --format savedmodel; an ONNX export takes token ids and carries its tokenizer"
             )
-        exported = export_onnx(args.model_dir, args.output_dir, args.overwrite, args.quantize, args.check)
+        # a bad file is said before the model's load
+        check_pairs = None if args.check is None else _labelled_pairs(args.check, args, PairFileFormat())
+        exported = export_onnx(
+            args.model_dir, args.output_dir, args.overwrite, args.quantize, args.check, check_pairs=check_pairs
+        )
         print(f"{args.output_dir}: ONNX export ({exported.layout}): {', '.join(exported.files)}")
         if exported.reason is not None:
             print(f"  sentence-transformers cannot load it: {exported.reason}")
@@ -376,8 +380,6 @@ def _export(args):
             for precision in exported.files.values():
                 figures = ", ".join(f"{name} {value:.2f}" for name, value in check[precision].items())
                 print(f"  {precision} on {args.check} ({check['pairs']} pairs): {figures}")
-            if check.get("warning"):
-                print(f"  warning: int8 loses more than {INT8_LOSS_WARNING:g} points: serve the float32 file")
         return
     if args.format == "hf":
         if args.precision != "float32":
@@ -400,12 +402,13 @@ def _file_format(args: argparse.Namespace) -> PairFileFormat:
     return PairFileFormat(args.file_format, args.text_a_field, args.text_b_field, args.label_field)
 
 
-def _labelled_pairs(path: str, args: argparse.Namespace):
+def _labelled_pairs(path: str, args: argparse.Namespace, file_format: Optional[PairFileFormat] = None):
     """The labelled pairs of ``path`` as ``evaluate`` and ``calibrate`` read them: a pair file as it is,
-    a file of queries with positives (and negatives) as the labelled pairs training scores."""
+    a file of queries with positives (and negatives) as the labelled pairs training scores.
+    ``file_format``: for a command without the file-format options (default: theirs)."""
     from .data.groups import GroupData, read_group_file
 
-    pairs = read_group_file(path, _file_format(args), args.strict)
+    pairs = read_group_file(path, file_format or _file_format(args), args.strict)
     if isinstance(pairs, GroupData):  # scored as training scores them: each text against its anchor
         read_as = pairs.notes[0] if pairs.notes else path
         print(
@@ -699,7 +702,7 @@ def argument_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--precision",
             default="float32",
-            choices=["float32", "bf16", "int8"],
+            choices=["float32", "bf16", *ONNX_QUANTIZATIONS],
             help="bf16: compute in bfloat16 (the tensorflow runtime); int8: the export's int8 file (--runtime onnx)",
         )
         sub.add_argument(
@@ -974,9 +977,10 @@ def argument_parser() -> argparse.ArgumentParser:
         "export",
         _export,
         "Write a TensorFlow SavedModel whose serving signature takes raw UTF-8 strings "
-        "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text), or with --format hf "
+        "(tokenisation runs in the graph; serving needs tensorflow and tensorflow-text); with --format hf "
         "a Hugging Face folder: sentence-transformers for a feature model, BertForSequenceClassification "
-        "for an interaction model trained with --head pooler.",
+        "for an interaction model trained with --head pooler; with --format onnx an ONNX file for ONNX Runtime "
+        "(float32, and int8 with --quantize int8), in that Hugging Face folder where the model has one.",
     )
     sub.add_argument("model_dir", help="a cosent-tf model folder (or a Hugging Face one)")
     sub.add_argument("output_dir", help="a new or empty folder (or an earlier export, with --overwrite)")
@@ -997,8 +1001,10 @@ def argument_parser() -> argparse.ArgumentParser:
         "--check",
         metavar="FILE",
         help="with --format onnx: labelled pairs on which the export reports the Spearman and accuracy of each ONNX "
-        f"file, warning when int8 loses more than {INT8_LOSS_WARNING:g} points",
+        f"file, warning when int8 loses more than {INT8_LOSS_WARNING:g} points (read as evaluate reads its FILE, "
+        "the format from its extension, the default field names)",
     )
+    sub.add_argument("--strict", action="store_true", help="in --check's FILE, an empty text is an error")
     sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier export")
     sub.add_argument(
         "--inputs",

@@ -96,7 +96,8 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     spec, model, tokenizer = load_model_dir(model_dir)
     problem = hf_problem(spec)
     if problem is not None:
-        raise ConfigError(f"{model_dir}: {problem}; export it as a SavedModel (or as ONNX: --format onnx)")
+        also = "" if spec.word_level else " (or as ONNX: --format onnx)"  # ONNX carries WordPiece files too
+        raise ConfigError(f"{model_dir}: {problem}; export it as a SavedModel{also}")
     with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
         write_hf_files(tmp, model_dir, spec, model, tokenizer, decision)
         write_export_record(tmp, HF_FORMATS[spec.kind].written, model_dir, spec)

@@ -18,10 +18,10 @@ sentence-transformers pools and normalises itself); an interaction model's gives
 (the score head's score, or the softmax head's two logits).
 
 Why tf2onnx: it converts the graph the engine runs, so the export computes what the engine
-computes for every architecture it can express; an export through the Hugging Face folder and
-torch would exist only for models that folder holds. Two of its quirks are mended here (see
-:data:`_CONVERTER_HANDLERS`, :func:`_optimizers`), and every export is checked against the engine
-before it is written.
+computes for every architecture it can express (BERT, RoBERTa, ALBERT, NEZHA, RoFormer); an export
+through the Hugging Face folder and torch would exist only for models that folder holds. Three of
+its quirks are mended here (two operations, :func:`_converter_handlers`; one optimizer,
+:func:`_optimizers`), and every export is checked against the engine before it is written.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import huggingface
 from ..backend import keras, tf
-from ..calibration import accuracy_at, are_binary, best_threshold, write_decision
+from ..calibration import MatchDecision, accuracy_at, are_binary, best_threshold, write_decision
 from ..choices import INT8_LOSS_WARNING, ONNX_QUANTIZATIONS
 from ..data.files import PairFileFormat, read_pair_file
 from ..errors import ConfigError
@@ -54,9 +54,11 @@ logger = logging.getLogger(__name__)
 
 # The ONNX opset: 17 has LayerNormalization and is read by every onnxruntime since 1.13.
 OPSET = 17
-# The largest difference from the engine an export may show on the probe texts: cosines of unit
-# vectors, or scores (float32 arithmetic in another order differs by about 1e-6).
-PARITY_TOLERANCE = 1e-4
+# The largest difference from the engine an export may show on the probe texts: unit vectors'
+# components, or scores (float32 arithmetic in another order differs by about 1e-7).
+PARITY_TOLERANCE = 1e-5
+# The least cosine of an int8 file's vector to the float32 file's on the probe texts.
+INT8_LEAST_COSINE = 0.99
 # What the export checks itself on: texts of different lengths (padded batches), an empty one and
 # one past any maxlen.
 PROBE_TEXTS = (
@@ -68,8 +70,6 @@ PROBE_TEXTS = (
 )
 
 ONNX_FOLDER = FolderKind("an ONNX export", EXPORT_RECORD, HF_FOLDER.entries + (ONNX_DIR,))
-# What the "onnx" layout writes besides the ONNX files (the tokenizer's files are Hugging Face's).
-TOKENIZER_FILES = (huggingface.VOCAB_FILE, huggingface.TOKENIZER_CONFIG, "special_tokens_map.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +98,7 @@ def export_onnx(
     quantize: Optional[str] = None,
     check_file: Optional[str] = None,
     file_format: Optional[PairFileFormat] = None,
+    check_pairs: Any = None,
 ) -> OnnxExport:
     """Write ``out_dir`` (atomically) as an ONNX export of the model folder ``model_dir``.
 
@@ -112,6 +113,8 @@ def export_onnx(
             measured (:func:`quality_check`), recorded in the export record; a warning when int8
             loses more than :data:`INT8_LOSS_WARNING` points.
         file_format: how ``check_file`` is read (default: by its extension).
+        check_pairs: ``check_file``'s labelled pairs, already read (the command line reads them as
+            ``evaluate`` does); None reads them here.
 
     Returns:
         What was written (:class:`OnnxExport`).
@@ -131,19 +134,18 @@ def export_onnx(
     for module in ("tf2onnx", "onnxruntime"):
         require(module)
     check_export_folder(out_dir, ONNX_FOLDER, overwrite, model_dir)
-    check_pairs = None
-    if check_file is not None:  # bad pairs are said before the conversion's minute
+    if check_file is not None and check_pairs is None:  # bad pairs are said before the conversion's minute
         check_pairs = read_pair_file(check_file, file_format or PairFileFormat())
         if check_pairs.labels is None:
             raise ConfigError(f"{check_file}: --check needs labelled pairs (a label column), and this file has none")
     described = read_spec(model_dir)
-    decision = read_model_decision(model_dir, described.kind, described.threshold)
-    spec, model, tokenizer = load_model_dir(model_dir)
-    if spec.word_level:
+    if described.word_level:
         raise ConfigError(
             f"{model_dir}: an ONNX export carries BERT's WordPiece tokenizer files, and this model cuts texts into "
             "words with jieba first (a word-level vocabulary); export it as a SavedModel"
         )
+    decision = read_model_decision(model_dir, described.kind, described.threshold)
+    spec, model, tokenizer = load_model_dir(model_dir)
     reason = hf_problem(spec)
     layout = "onnx" if reason is not None else HF_FORMATS[spec.kind].written
     files = {ONNX_FILES["float32"]: "float32"}
@@ -156,9 +158,10 @@ def export_onnx(
         check_parity(float_path, spec, model, tokenizer, model_dir)
         if quantize is not None:
             quantize_int8(float_path, os.path.join(tmp, ONNX_FILES[quantize]))
+            check_quantized(float_path, os.path.join(tmp, ONNX_FILES[quantize]), spec, tokenizer, model_dir)
         check = None
         if check_pairs is not None and check_file is not None:
-            check = quality_check(tmp, files, spec, tokenizer, check_pairs, check_file)
+            check = quality_check(tmp, files, spec, tokenizer, check_pairs, check_file, decision, out_dir)
         card = onnx_card_section(spec, layout, reason, files, check)
         if reason is None:
             write_hf_files(tmp, model_dir, spec, model, tokenizer, decision, card_sections=(card,))
@@ -252,10 +255,15 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
             custom_op_handlers=_converter_handlers(),
             optimizers=_optimizers(),
         )
+        _name_dynamic_dimensions(proto)
+        onnx.save(proto, path)
+    except Exception as error:  # tf2onnx re-raises whatever a conversion step raised
+        raise ConfigError(
+            f"{model_dir}: tf2onnx could not convert this model ({type(error).__name__}: {error}); "
+            "export it as a SavedModel"
+        ) from error
     finally:
         converter_logger.removeHandler(handler)
-    _name_dynamic_dimensions(proto)
-    onnx.save(proto, path)
     if unsupported:
         raise ConfigError(
             f"{model_dir}: tf2onnx cannot express this model in ONNX: it has no conversion for "
@@ -362,12 +370,61 @@ def check_parity(path: str, spec: ModelSpec, model: keras.Model, tokenizer: Any,
     got = batched_outputs(onnx_model, ids, batch_size=len(ids), sep_id=sep_id)
     if spec.kind == FEATURE.name:
         expected, got = l2_normalize(expected), l2_normalize(got)
-    difference = float(np.max(np.abs(expected - got))) if np.all(np.isfinite(got)) else float("inf")
+    difference = _largest_difference(expected, got)
+    if "last_hidden_state" in [output.name for output in onnx_model.session.get_outputs()]:
+        # what sentence-transformers pools: checked pooled as it pools it, with the attention mask
+        difference = max(difference, _largest_difference(expected, _pooled_sequence(onnx_model, ids, spec.pooling)))
     if not difference <= PARITY_TOLERANCE:
         raise ConfigError(
             f"{model_dir}: the converted ONNX graph's outputs differ from the model's by {difference:.3g} on probe "
             f"texts (at most {PARITY_TOLERANCE:g} is allowed); nothing was written. Export it as a SavedModel, and "
             "report this with the model's cosent_model.json"
+        )
+
+
+def _largest_difference(expected: np.ndarray, got: np.ndarray) -> float:
+    return float(np.max(np.abs(expected - got))) if np.all(np.isfinite(got)) else float("inf")
+
+
+def _pooled_sequence(onnx_model: OnnxModel, ids: list, pooling: Optional[str]) -> np.ndarray:
+    """Unit vectors of ``last_hidden_state`` pooled as sentence-transformers pools it (cls, mean or max
+    over the tokens its attention mask keeps)."""
+    length = max(len(row) for row in ids)
+    token_ids = np.zeros((len(ids), length), np.int64)
+    for row, sequence in zip(token_ids, ids):
+        row[: len(sequence)] = sequence
+    mask = (token_ids != 0).astype(np.int64)
+    feed = {"input_ids": token_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(token_ids)}
+    (hidden,) = onnx_model.session.run(["last_hidden_state"], feed)
+    kept = mask[:, :, None].astype(bool)
+    if pooling == "cls":
+        pooled = hidden[:, 0]
+    elif pooling == "max":
+        pooled = np.where(kept, hidden, -np.inf).max(axis=1)
+    else:
+        pooled = (hidden * kept).sum(axis=1) / kept.sum(axis=1)
+    return l2_normalize(pooled)
+
+
+def check_quantized(float_path: str, int8_path: str, spec: ModelSpec, tokenizer: Any, model_dir: str) -> None:
+    """Refuse an int8 file whose outputs on :data:`PROBE_TEXTS` are not finite, or (a feature model) whose
+    vectors' cosine to the float32 file's falls below :data:`INT8_LEAST_COSINE`."""
+    ids = tokenizer.encode_all(list(PROBE_TEXTS), "the export's probe texts")
+    if spec.kind != FEATURE.name:
+        ids = tokenizer.encode_pairs(list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)), "the export's probe pairs")
+    sep_id = tokenizer.sep_id if spec.pair_segments else None
+    outputs = [
+        batched_outputs(OnnxModel.from_file(path, spec), ids, batch_size=len(ids), sep_id=sep_id)
+        for path in (float_path, int8_path)
+    ]
+    least = 1.0
+    if spec.kind == FEATURE.name and np.all(np.isfinite(outputs[1])):
+        least = float(np.min(np.sum(l2_normalize(outputs[0]) * l2_normalize(outputs[1]), axis=1)))
+    if not (np.all(np.isfinite(outputs[1])) and least >= INT8_LEAST_COSINE):
+        raise ConfigError(
+            f"{model_dir}: the int8 file's outputs on probe texts are not finite or too far from float32's (least "
+            f"cosine {least:.4f}, at least {INT8_LEAST_COSINE} needed); nothing was written. Export without "
+            "--quantize"
         )
 
 
@@ -378,7 +435,13 @@ def quantize_int8(float_path: str, int8_path: str) -> None:
     # onnxruntime advises its pre-processing on the root logger at every call; measured on these graphs
     # it neither speeds the int8 file up nor changes its vectors (docs/serving.md), so it is not said
     advice = _MessageFilter("pre-processing before quantization")
-    logging.getLogger().addFilter(advice)
+    root = logging.getLogger()
+    root.addFilter(advice)
+    # logging.warning() configures a root logger that has no handler (basicConfig): given one for the
+    # call, it leaves the process's logging as it was
+    placeholder = logging.NullHandler() if not root.handlers else None
+    if placeholder is not None:
+        root.addHandler(placeholder)
     try:
         quantization.quantize_dynamic(
             float_path,
@@ -389,7 +452,9 @@ def quantize_int8(float_path: str, int8_path: str) -> None:
             extra_options={"MatMulConstBOnly": True},
         )
     finally:
-        logging.getLogger().removeFilter(advice)
+        root.removeFilter(advice)
+        if placeholder is not None:
+            root.removeHandler(placeholder)
 
 
 class _MessageFilter(logging.Filter):
@@ -404,11 +469,20 @@ class _MessageFilter(logging.Filter):
 
 
 def quality_check(
-    folder: str, files: dict[str, str], spec: ModelSpec, tokenizer: Any, pairs: Any, check_file: str
+    folder: str,
+    files: dict[str, str],
+    spec: ModelSpec,
+    tokenizer: Any,
+    pairs: Any,
+    check_file: str,
+    decision: Optional[MatchDecision] = None,
+    where: Optional[str] = None,
 ) -> dict[str, Any]:
-    """Spearman and, for 0/1 labels, accuracy at the file's own best threshold, of each ONNX file
-    on the labelled ``pairs`` of ``check_file`` (×100), and what int8 loses against float32; a warning
-    is logged when it loses more than :data:`INT8_LOSS_WARNING` points of either."""
+    """Spearman and, for 0/1 labels, accuracy at the file's own best threshold (``accuracy``) and at
+    the shipped decision's threshold (``accuracy_shipped``, when ``decision`` has one: what serving
+    decides by) of each ONNX file in ``folder`` on the labelled ``pairs`` of ``check_file`` (×100),
+    and what int8 loses against float32; a warning naming ``where`` (default ``folder``) is logged
+    when it loses more than :data:`INT8_LOSS_WARNING` points of any of them, or a figure is no number."""
     texts_a, texts_b, labels = pairs.texts_a, pairs.texts_b, np.asarray(pairs.labels, dtype=np.float64)
     if spec.kind == FEATURE.name:
         inputs: Any = (tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b))
@@ -423,17 +497,21 @@ def quality_check(
         if binary:
             threshold, _ = best_threshold(scores, labels)
             figures["accuracy"] = 100 * accuracy_at(scores, labels, threshold)
+            if decision is not None and decision.binary:
+                figures["accuracy_shipped"] = 100 * accuracy_at(scores, labels, decision.threshold())
         measured[precision] = figures
     if "int8" in measured:
         loss = {name: measured["float32"][name] - measured["int8"][name] for name in measured["float32"]}
         measured["int8_loss"] = loss
-        measured["warning"] = any(value > INT8_LOSS_WARNING for value in loss.values())
+        measured["warning"] = any(not value <= INT8_LOSS_WARNING for value in loss.values())  # NaN warns too
         if measured["warning"]:
             logger.warning(
-                "%s: the int8 file loses %s against float32 on %s (more than %g points): serve the float32 file",
-                folder,
+                "%s: the int8 file loses %s against float32 on %s (%d pairs; more than %g points): serve the "
+                "float32 file",
+                where or folder,
                 ", ".join(f"{value:.2f} points of {name}" for name, value in loss.items()),
                 check_file,
+                len(labels),
                 INT8_LOSS_WARNING,
             )
     return measured
@@ -442,23 +520,43 @@ def quality_check(
 def onnx_card_section(
     spec: ModelSpec, layout: str, reason: Optional[str], files: dict[str, str], check: Optional[dict[str, Any]]
 ) -> str:
-    """The model card's "ONNX" section: the files, how to load them, and the int8 check."""
+    """The model card's "ONNX" section: the files, the graph's inputs and outputs, how to load them,
+    and the int8 check."""
+    feature = spec.kind == FEATURE.name
     lines = ["## ONNX", ""]
     lines += [f"- `{path}`: {precision}" for path, precision in files.items()]
-    if layout == "sentence-transformers":
-        load = "SentenceTransformer('THIS_FOLDER', backend='onnx')"
-    elif layout == "sequence-classification":
-        load = "CrossEncoder('THIS_FOLDER', backend='onnx')"
+    if feature:
+        outputs = (
+            "`sentence_embedding` [batch, hidden], the sentence vector (not normalised: normalise it for a cosine)"
+        )
+        if layout == HF_FORMATS[FEATURE.name].written:
+            outputs = "`last_hidden_state` [batch, length, hidden] (what sentence-transformers pools) and " + outputs
+    elif spec.head == "softmax":
+        outputs = "`logits` [batch, 2], before the softmax: P(match) = softmax(logits)[:, 1]"
     else:
-        load = None
+        outputs = "`logits` [batch, 1], the score itself"
+    lines += [
+        "",
+        f"Inputs: {', '.join(f'`{name}`' for name in INPUT_NAMES)} (int64, [batch, length]; [PAD] is id 0, and the "
+        f"graph masks by id: `attention_mask` zeroes the ids it masks). Outputs: {outputs}.",
+    ]
+    if layout == "onnx":
         lines += ["", f"sentence-transformers cannot load this folder: {reason}."]
-    if load is not None:
-        lines += ["", f"sentence-transformers (5.x with its onnx extra): `{load}`; the int8 file with "]
-        lines[-1] += f"`model_kwargs={{'file_name': '{ONNX_FILES['int8']}'}}`."
-    lines += ["", "cosent-tf: `SentenceEncoder.load('THIS_FOLDER', runtime='onnx')` (or `PairScorer`), or"]
-    lines[-1] += " `cosent-tf encode THIS_FOLDER ... --runtime onnx [--precision int8]`."
+    else:
+        load = "SentenceTransformer" if feature else "CrossEncoder"
+        lines += [
+            "",
+            f"sentence-transformers (5.x with its onnx extra): `{load}('THIS_FOLDER', backend='onnx')`; the int8 "
+            f"file with `model_kwargs={{'file_name': '{ONNX_FILES['int8']}'}}`.",
+        ]
+    matcher, command = ("SentenceEncoder", "encode") if feature else ("PairScorer", "similarity")
+    lines += [
+        "",
+        f"cosent-tf: `{matcher}.load('THIS_FOLDER', runtime='onnx')`, or `cosent-tf {command} THIS_FOLDER ... "
+        "--runtime onnx [--precision int8]`.",
+    ]
     if check is not None:
-        lines += ["", f"Checked on `{check['file']}` ({check['pairs']} pairs):", ""]
+        lines += ["", f"Checked on `{check['file']}` ({check['pairs']} pairs, figures x100):", ""]
         for precision in files.values():
             figures = ", ".join(f"{name} {value:.2f}" for name, value in check[precision].items())
             lines.append(f"- {precision}: {figures}")

@@ -17,16 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from ..choices import ONNX_FILES
 from ..errors import ConfigError
+from ..huggingface import VOCAB_FILE
 from ..io import read_json
 from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec
 from ..models.tokenization import SentenceTokenizer
 
-ONNX_DIR = "onnx"
-# The file of each precision, by its path in an export (sentence-transformers' names: it loads
-# onnx/model.onnx, and another file of onnx/ by model_kwargs={"file_name": ...}).
-ONNX_FILES = {"float32": f"{ONNX_DIR}/model.onnx", "int8": f"{ONNX_DIR}/model_qint8.onnx"}
+ONNX_DIR = os.path.dirname(ONNX_FILES["float32"])
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 INSTALL_HINT = 'pip install "cosent-tf[onnx]"'
 # The file that marks a folder as this tool's export (cosent_tf.export.savedmodel writes it; named
@@ -154,9 +153,8 @@ def load_onnx_dir(folder: str | os.PathLike[str], precision: str = "float32") ->
     relative = ONNX_FILES[precision]
     entry = record["onnx"].get(relative)
     if entry is None:
-        raise ConfigError(
-            f"{folder}: this export has no {precision} file ({relative}); export it again with --quantize int8"
-        )
+        again = "export it again with --quantize int8" if precision == "int8" else "export the model again"
+        raise ConfigError(f"{folder}: this export has no {precision} file ({relative}); {again}")
     path = os.path.join(folder, relative)
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: is missing; export the model again")
@@ -166,6 +164,6 @@ def load_onnx_dir(folder: str | os.PathLike[str], precision: str = "float32") ->
             "another model's file, or a damaged one; export the model again"
         )
     spec = read_onnx_spec(folder, record)
-    vocab = os.path.join(folder, "vocab.txt")
+    vocab = os.path.join(folder, VOCAB_FILE)
     tokenizer = SentenceTokenizer(vocab, spec.maxlen, spec.word_level, spec.do_lower_case)
     return spec, OnnxModel.from_file(path, spec), tokenizer

@@ -23,7 +23,9 @@ _IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 
 
 def inference_function(model: Any) -> Callable[..., Any]:
-    """``model`` in inference mode as a tf.function traced once for every batch shape.
+    """``model`` in inference mode as a tf.function traced once for every batch shape; a model that is
+    no Keras model but a runner of its own (:class:`~cosent_tf.inference.onnx_model.OnnxModel`) is
+    returned as it is.
 
     The batch's two halves go through the model as two independent subgraphs, which
     TensorFlow's executor runs side by side. TensorFlow runs a oneDNN matmul on one thread
