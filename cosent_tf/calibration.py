@@ -20,7 +20,6 @@ Zadrozny & Elkan, "Transforming classifier scores into accurate multiclass proba
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
 from collections.abc import Mapping
@@ -31,7 +30,7 @@ from scipy import optimize, special
 
 from .choices import ONNX_FILES
 from .errors import ConfigError
-from .io import json_field, read_json, write_json
+from .io import file_digest, json_field, read_json, write_json
 
 ArrayLike = Any
 
@@ -702,11 +701,7 @@ def weights_fingerprint(folder: str | os.PathLike[str]) -> Optional[str]:
     for name in WEIGHT_FILES:
         path = os.path.join(folder, name)
         if os.path.isfile(path):
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                while block := f.read(1 << 20):
-                    digest.update(block)
-            return f"sha256:{digest.hexdigest()}"
+            return file_digest(path)
     return None
 
 

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import fcntl
 import fnmatch
+import hashlib
 import json
 import math
 import os
@@ -221,6 +222,15 @@ def json_text(obj: Any, **options: Any) -> str:
     """``obj`` as JSON text; NaN and infinities, which JSON lacks (``json`` would write a bare
     ``NaN`` that strict readers refuse), become null."""
     return json.dumps(_finite(obj), allow_nan=False, **options)
+
+
+def file_digest(path: PathLike) -> str:
+    """``sha256:<hex>`` of the file at ``path``, read in blocks: what tells one file's content from another's."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def write_json(path: PathLike, obj: Any) -> None:

@@ -41,9 +41,9 @@ from ..data.files import PairFileFormat, read_pair_file
 from ..errors import ConfigError
 from ..evaluation import pair_scores, spearman
 from ..inference.model_dir import load_model_dir, read_model_decision
-from ..inference.onnx_model import INPUT_NAMES, ONNX_DIR, ONNX_FILES, OnnxModel, file_digest, require
+from ..inference.onnx_model import INPUT_NAMES, ONNX_DIR, ONNX_FILES, OnnxModel, require
 from ..inference.runtime import batched_outputs, l2_normalize
-from ..io import FolderKind, atomic_directory
+from ..io import FolderKind, atomic_directory, file_digest
 from ..models.builders import head_layer_name
 from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec, read_spec

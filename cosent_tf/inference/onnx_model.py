@@ -10,7 +10,6 @@ ONNX model is loaded, with the install command in the error when it is missing.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import os
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 from ..choices import ONNX_FILES
 from ..errors import ConfigError
 from ..huggingface import VOCAB_FILE
-from ..io import read_json
+from ..io import file_digest, read_json
 from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec
 from ..models.tokenization import SentenceTokenizer
@@ -42,15 +41,6 @@ def require(module: str) -> Any:
             f"ONNX export and --runtime onnx need {module.split('.')[0]}, which is not installed ({error}); "
             f"install it with: {INSTALL_HINT}"
         ) from None
-
-
-def file_digest(path: str) -> str:
-    """``sha256:<hex>`` of the file at ``path``."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return f"sha256:{digest.hexdigest()}"
 
 
 class OnnxModel:
