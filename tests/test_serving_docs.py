@@ -28,8 +28,9 @@ import pytest
 from cosent_tf.cli import main as cosent_tf
 from tests.helpers import ROOT, make_model_dir, tiny_pairs, write_config
 
-REFERENCE_PYTHON = os.environ.get(
-    "COSENT_ONNX_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-onnx-reference", "bin", "python")
+# absolute: the examples run in a folder of their own, and `make test` names it relative to the clone
+REFERENCE_PYTHON = os.path.abspath(
+    os.environ.get("COSENT_ONNX_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-onnx-reference", "bin", "python"))
 )
 # The texts the pages' examples encode: the cosine of the first two is what the ONNX Runtime examples print.
 TEXTS = ["花呗怎么还款", "花呗如何还钱"]
@@ -190,14 +191,15 @@ def test_the_serving_commands_write_what_the_section_says(clone):
     from cosent_tf.models.tokenization import SentenceTokenizer
 
     tokenizer = SentenceTokenizer(str(root / "exports" / "mine-onnx" / "vocab.txt"), 32)
-    rows = tokenizer.encode_all(TEXTS)
-    ids = np.zeros((2, max(map(len, rows))), np.int64)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = row
     session = onnxruntime.InferenceSession(str(root / "exports" / "mine-onnx" / "onnx" / "model_qint8.onnx"))
-    feed = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64), "token_type_ids": np.zeros_like(ids)}
-    (vectors,) = session.run(["sentence_embedding"], feed)
-    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    # one text a call, as similarity encodes two texts: int8 activations are scaled per batch, so a text's
+    # int8 vector depends on what else is in its batch
+    vectors = []
+    for row in tokenizer.encode_all(TEXTS):
+        ids = np.asarray([row], np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        vectors.append(session.run(["sentence_embedding"], feed)[0][0])
+    vectors = np.asarray(vectors) / np.linalg.norm(vectors, axis=1, keepdims=True)
     assert float(similarity.split()[0]) == pytest.approx(float(vectors[0] @ vectors[1]), abs=TOLERANCE)
 
 
