@@ -154,7 +154,8 @@ def export_onnx(
     with atomic_directory(out_dir, ONNX_FOLDER, overwrite, inputs=[model_dir]) as tmp:
         os.makedirs(os.path.join(tmp, ONNX_DIR))
         float_path = os.path.join(tmp, ONNX_FILES["float32"])
-        convert(serving_model(model, spec, with_sequence=layout == "sentence-transformers"), float_path, model_dir)
+        with_sequence = layout == HF_FORMATS[FEATURE.name].written  # what sentence-transformers pools
+        convert(serving_model(model, spec, with_sequence), float_path, model_dir)
         check_parity(float_path, spec, model, tokenizer, model_dir)
         if quantize is not None:
             quantize_int8(float_path, os.path.join(tmp, ONNX_FILES[quantize]))
@@ -356,16 +357,20 @@ def _optimizers() -> dict[str, Any]:
 # --- checks ------------------------------------------------------------------------------------
 
 
+def _probe_inputs(spec: ModelSpec, tokenizer: Any) -> tuple[list, Optional[int]]:
+    """The token ids the export checks itself on (:data:`PROBE_TEXTS`, as texts or as pairs of them) and
+    the [SEP] id that marks a pair's second text, for a model with pair segments."""
+    if spec.kind == FEATURE.name:
+        return tokenizer.encode_all(list(PROBE_TEXTS), "the export's probe texts"), None
+    ids = tokenizer.encode_pairs(list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)), "the export's probe pairs")
+    return ids, tokenizer.sep_id if spec.pair_segments else None
+
+
 def check_parity(path: str, spec: ModelSpec, model: keras.Model, tokenizer: Any, model_dir: str) -> None:
     """Refuse an ONNX file whose outputs on :data:`PROBE_TEXTS` differ from the engine's by more than
     :data:`PARITY_TOLERANCE` (unit vectors for a feature model, scores for an interaction model)."""
     onnx_model = OnnxModel.from_file(path, spec)
-    if spec.kind == FEATURE.name:
-        ids = tokenizer.encode_all(list(PROBE_TEXTS), "the export's probe texts")
-        sep_id = None
-    else:
-        ids = tokenizer.encode_pairs(list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)), "the export's probe pairs")
-        sep_id = tokenizer.sep_id if spec.pair_segments else None
+    ids, sep_id = _probe_inputs(spec, tokenizer)
     expected = batched_outputs(model, ids, batch_size=len(ids), sep_id=sep_id)
     got = batched_outputs(onnx_model, ids, batch_size=len(ids), sep_id=sep_id)
     if spec.kind == FEATURE.name:
@@ -409,10 +414,7 @@ def _pooled_sequence(onnx_model: OnnxModel, ids: list, pooling: Optional[str]) -
 def check_quantized(float_path: str, int8_path: str, spec: ModelSpec, tokenizer: Any, model_dir: str) -> None:
     """Refuse an int8 file whose outputs on :data:`PROBE_TEXTS` are not finite, or (a feature model) whose
     vectors' cosine to the float32 file's falls below :data:`INT8_LEAST_COSINE`."""
-    ids = tokenizer.encode_all(list(PROBE_TEXTS), "the export's probe texts")
-    if spec.kind != FEATURE.name:
-        ids = tokenizer.encode_pairs(list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)), "the export's probe pairs")
-    sep_id = tokenizer.sep_id if spec.pair_segments else None
+    ids, sep_id = _probe_inputs(spec, tokenizer)
     outputs = [
         batched_outputs(OnnxModel.from_file(path, spec), ids, batch_size=len(ids), sep_id=sep_id)
         for path in (float_path, int8_path)
