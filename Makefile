@@ -25,10 +25,11 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q --no-deps bert4keras==0.11.5
 	touch $(STAMP)
 
-# What the tests and the linters need besides: the [test] extra, and the [torch] extra so that the
-# tests also read pytorch_model.bin (pinned: the CPU build on this machine's disk).
+# What the tests and the linters need besides: the [test] extra, the [onnx] and [ann] extras whose
+# code they test, and torch so that the tests also read pytorch_model.bin (pinned: the CPU build on
+# this machine's disk).
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[test,onnx]"
+	$(PY) -m pip install -q -e ".[test,onnx,ann]"
 	$(PY) -m pip install -q torch==2.13.0
 	touch $(TEST_STAMP)
 

@@ -52,6 +52,8 @@ setup(
         # ONNX export (tf2onnx converts the Keras graph; pinned: cosent_tf/export/onnx_export.py passes it
         # a list of its optimizers, a private table) and serving with --runtime onnx (onnxruntime alone)
         "onnx": ["tf2onnx>=1.17,<1.18", "onnx>=1.16", "onnxruntime>=1.20"],
+        # approximate search indexes (search build --index hnsw|ivf): HNSW, IVF and binary indexes
+        "ann": ["faiss-cpu>=1.8"],
     },
     entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:console_main"]},
 )

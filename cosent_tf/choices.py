@@ -52,3 +52,14 @@ INT8_LOSS_WARNING = 0.5
 # The ONNX file of each precision, by its path in an export (sentence-transformers' names: it loads
 # onnx/model.onnx, and another file of onnx/ by model_kwargs={"file_name": ...}).
 ONNX_FILES = {"float32": "onnx/model.onnx", "int8": "onnx/model_qint8.onnx"}
+
+# --vector-precision: how sentence vectors are stored and searched (cosent_tf.inference.vectors):
+# float32; int8, each dimension scaled into 256 steps between the calibration vectors' minimum and
+# maximum; binary, one bit a dimension (the sign), packed eight to a byte.
+VECTOR_PRECISIONS = ("float32", "int8", "binary")
+# --index of search build: exact search over every vector, or an approximate index
+# (cosent_tf.inference.ann): HNSW graphs, or IVF inverted lists over k-means cells.
+INDEX_KINDS = ("exact", "hnsw", "ivf")
+# --rescore-multiplier's default: a search over int8 or binary vectors takes this many times top-k
+# candidates and re-scores them with the float32 vectors kept on disk.
+RESCORE_MULTIPLIER = 4

@@ -117,7 +117,14 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def search(self, query_vectors: np.ndarray, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def dimension(self) -> int:
+        """The vectors' width (a model's full width, or the ``dim`` they were cut to)."""
+        return int(self.vectors.shape[1])
+
+    def search(
+        self, query_vectors: np.ndarray, top_k: int = 10, rescore_multiplier: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(scores, indices), each (queries, min(top_k, len(self))), best first.
 
         Raises ValueError when the query vectors' dimension is not the index's."""

@@ -28,6 +28,7 @@ from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir, read_model_decision
 from .onnx_model import load_onnx_dir, read_onnx_spec
 from .runtime import batched_outputs, interaction_scores, l2_normalize
+from .vectors import check_dim
 
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
@@ -388,32 +389,68 @@ class SentenceEncoder(_Matcher):
     KIND = FEATURE.name
 
     def encode(
-        self, texts: Iterable[str], batch_size: int = 64, normalize: bool = True, show_progress: bool | None = None
+        self,
+        texts: Iterable[str],
+        batch_size: int = 64,
+        normalize: bool = True,
+        show_progress: bool | None = None,
+        dim: int | None = None,
     ) -> np.ndarray:
         """Vectors of ``texts`` (float32, shape (len(texts), dim)), L2-normalised by default.
 
-        ``show_progress`` None shows a progress bar from :data:`PROGRESS_FROM` texts on.
-        Raises TypeError when ``texts`` is not a sequence of strings."""
+        ``dim`` cuts each vector to its first ``dim`` dimensions and renormalises it
+        (:func:`~cosent_tf.inference.vectors.truncate`; with ``normalize=False`` the cut vector keeps
+        its length), checked by :meth:`check_dim`. ``show_progress`` None shows a progress bar from
+        :data:`PROGRESS_FROM` texts on.
+
+        Raises:
+            TypeError: ``texts`` is not a sequence of strings.
+            ConfigError: ``dim`` above the model's width.
+        """
+        dim = self.check_dim(dim)
         texts = check_texts(texts)
         vectors = batched_outputs(
             self.model, self.tokenizer.encode_all(texts), batch_size, _show(show_progress, len(texts))
         )
+        if dim is not None:
+            vectors = vectors[:, :dim]
         return l2_normalize(vectors) if normalize else vectors
 
+    @property
+    def width(self) -> int:
+        """The dimensions of the model's full vectors."""
+        return int(self.model.output_shape[-1])
+
+    def check_dim(self, dim: int | None) -> int | None:
+        """``dim`` for this model (:func:`~cosent_tf.inference.vectors.check_dim`): None for the full
+        width; a ConfigError above it; a warning when the model was not trained for it."""
+        trained = self.spec.matryoshka_dims if self.spec is not None else None
+        return check_dim(dim, self.width, trained, self.path or "this model")
+
     def similarity(
-        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+        self,
+        texts_a: Iterable[str],
+        texts_b: Iterable[str],
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        dim: int | None = None,
     ) -> np.ndarray:
-        """Cosine of each aligned pair (texts_a[i], texts_b[i])."""
+        """Cosine of each aligned pair (texts_a[i], texts_b[i]), of the vectors cut to ``dim`` if given."""
         texts_a, texts_b = check_pairs(texts_a, texts_b)
-        vectors = self.encode(texts_a + texts_b, batch_size, True, show_progress)
+        vectors = self.encode(texts_a + texts_b, batch_size, True, show_progress, dim)
         return np.sum(vectors[: len(texts_a)] * vectors[len(texts_a) :], axis=1)
 
     def build_index(
-        self, corpus: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+        self,
+        corpus: Iterable[str],
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        dim: int | None = None,
     ) -> VectorIndex:
-        """A :class:`VectorIndex` of ``corpus``, recording this encoder's model folder."""
+        """A :class:`VectorIndex` of ``corpus`` (vectors cut to ``dim`` if given), recording this
+        encoder's model folder."""
         corpus = check_texts(corpus, "corpus")
-        return VectorIndex(self.encode(corpus, batch_size, True, show_progress), corpus, model_dir=self.path)
+        return VectorIndex(self.encode(corpus, batch_size, True, show_progress, dim), corpus, model_dir=self.path)
 
     @overload
     def search(
@@ -425,6 +462,8 @@ class SentenceEncoder(_Matcher):
         show_progress: bool | None = None,
         rerank: None = None,
         rerank_top: None = None,
+        dim: int | None = None,
+        rescore_multiplier: int | None = None,
     ) -> list[list[Hit]]: ...
 
     @overload
@@ -438,6 +477,8 @@ class SentenceEncoder(_Matcher):
         *,
         rerank: PairScorer,
         rerank_top: int | None = None,
+        dim: int | None = None,
+        rescore_multiplier: int | None = None,
     ) -> list[list[RerankedHit]]: ...
 
     @overload
@@ -450,6 +491,8 @@ class SentenceEncoder(_Matcher):
         show_progress: bool | None = None,
         rerank: PairScorer | None = None,
         rerank_top: int | None = None,
+        dim: int | None = None,
+        rescore_multiplier: int | None = None,
     ) -> list[list[Hit]] | list[list[RerankedHit]]: ...
 
     def search(
@@ -461,6 +504,8 @@ class SentenceEncoder(_Matcher):
         show_progress: bool | None = None,
         rerank: PairScorer | None = None,
         rerank_top: int | None = None,
+        dim: int | None = None,
+        rescore_multiplier: int | None = None,
     ) -> list[list[Hit]] | list[list[RerankedHit]]:
         """The ``top_k`` most similar corpus texts of each query, by exact cosine, or reranked by an
         interaction model.
@@ -478,6 +523,12 @@ class SentenceEncoder(_Matcher):
             rerank: a :class:`PairScorer` that re-orders the cosine hits; None keeps the cosine order.
             rerank_top: how many cosine hits per query it re-scores, at least ``top_k``
                 (default :data:`~cosent_tf.inference.index.RERANK_TOP`, or ``top_k`` when larger).
+            dim: the vectors' width: a corpus is encoded cut to it; an index's own width is used
+                when None, and another one is refused.
+            rescore_multiplier: an index of int8 or binary vectors takes this many times the hits
+                asked for as candidates and re-scores them with its float32 vectors
+                (:meth:`VectorIndex.search`; default
+                :data:`~cosent_tf.choices.RESCORE_MULTIPLIER`).
 
         Returns:
             One list per query, best first: :class:`Hit` (index, score, text), ties to the lower
@@ -504,13 +555,19 @@ class SentenceEncoder(_Matcher):
                 "interaction score; rerank at least top_k"
             )
         depth = top_k if rerank is None else rerank_depth(top_k, rerank_top)
-        index = (
-            corpus_or_index
-            if isinstance(corpus_or_index, VectorIndex)
-            else self.build_index(corpus_or_index, batch_size, show_progress)
-        )
+        if isinstance(corpus_or_index, VectorIndex):
+            index = corpus_or_index
+            if dim is not None and dim != index.dimension:
+                raise ConfigError(
+                    f"{index.directory or 'the index'} holds vectors of {index.dimension} dimensions, not {dim}: "
+                    f"query it without --dim, or build an index with --dim {dim}"
+                )
+            dim = index.dimension if index.dimension != self.width else None
+        else:
+            index = self.build_index(corpus_or_index, batch_size, show_progress, dim)
         queries = check_texts(queries, "queries")
-        scores, indices = index.search(self.encode(queries, batch_size, True, show_progress), depth)
+        query_vectors = self.encode(queries, batch_size, True, show_progress, dim)
+        scores, indices = index.search(query_vectors, depth, rescore_multiplier=rescore_multiplier)
         hits = [
             [Hit(int(i), float(s), index.texts[i]) for s, i in zip(row_scores, row_indices)]
             for row_scores, row_indices in zip(scores, indices)

@@ -25,6 +25,7 @@ _HOMES = {
     "MultipleNegativesRankingLoss": ".mnrl",
     "AnglELoss": ".angle",
     "CoSENTIBNLoss": ".cosent_ibn",
+    "MatryoshkaLoss": ".matryoshka",
     "LOSSES": ".registry",
     "LossEntry": ".registry",
     "get_loss": ".registry",

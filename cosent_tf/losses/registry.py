@@ -126,6 +126,16 @@ class LossEntry:
         )
 
     @property
+    def matryoshka_problem(self) -> str:
+        """Why :class:`~cosent_tf.losses.matryoshka.MatryoshkaLoss` cannot wrap this loss; empty when it can
+        (a feature loss that reads the sentence vectors themselves)."""
+        if self.kind != FEATURE:
+            return "an interaction model scores a pair at once, without a sentence vector to cut"
+        if self.training_head is not None:
+            return f"the {self.title} loss trains a head on the whole vector, not the vector's own cosines"
+        return ""
+
+    @property
     def unit(self) -> str:
         """What ``--batch-size`` counts for this loss: ``pairs`` or ``examples``."""
         return "examples" if self.examples == GROUPS else "pairs"

@@ -46,6 +46,7 @@ SPEC_TYPES: dict[str, Any] = {
     "word_level": bool,
     "threshold": (int, float, type(None)),
     "source": dict,
+    "matryoshka_dims": (list, type(None)),
 }
 
 
@@ -68,6 +69,9 @@ class ModelSpec:
             accuracy threshold on valid and kept it here; newer folders keep their thresholds and
             calibration in ``decision.json`` (:mod:`cosent_tf.calibration`) and leave this None.
         source: where the model came from (the run, its task and checkpoint).
+        matryoshka_dims: a feature model trained with ``--matryoshka-dims``: the widths its loss
+            trained (its vectors cut to one of them keep their quality); None: trained at its full
+            width only.
 
     Example:
         >>> ModelSpec("interaction", pooling=None, head="score").kind
@@ -85,6 +89,7 @@ class ModelSpec:
     word_level: bool = False
     threshold: Optional[float] = None
     source: dict = dataclasses.field(default_factory=dict)
+    matryoshka_dims: Optional[list] = None
 
     def check(self, where: str) -> None:
         """Raise ConfigError naming ``where`` and the field for a value of the wrong type or range.
@@ -120,6 +125,11 @@ class ModelSpec:
             kind.check_spec(self, where)
         if isinstance(self.maxlen, bool) or not isinstance(self.maxlen, int) or self.maxlen < 3:
             raise ConfigError(f"{where}: maxlen must be an integer of at least 3, got {self.maxlen!r}")
+        dims = self.matryoshka_dims
+        if dims is not None and (
+            not dims or any(isinstance(dim, bool) or not isinstance(dim, int) or dim < 1 for dim in dims)
+        ):
+            raise ConfigError(f"{where}: matryoshka_dims must be a list of positive integers or null, got {dims!r}")
 
 
 def write_spec(folder: str, spec: ModelSpec) -> None:

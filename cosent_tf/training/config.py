@@ -68,6 +68,44 @@ def _for_losses(names: tuple[str, ...]) -> str:
     return "--loss " + (f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0])
 
 
+def widths(text: str) -> list[int]:
+    """An argparse type: comma-separated vector widths, each a positive integer, none twice
+    (``--matryoshka-dims 312,128,64``).
+
+    Example:
+        >>> widths("312,128,64")
+        [312, 128, 64]
+    """
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} in {text!r} is not an integer") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"each width must be at least 1, got {value} in {text!r}")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} names a width twice")
+    return values
+
+
+def weight_list(text: str) -> list[float]:
+    """An argparse type: comma-separated finite weights of at least 0 (``--matryoshka-weights 1,1,0.5``).
+
+    Example:
+        >>> weight_list("1,0.5")
+        [1.0, 0.5]
+    """
+    values = []
+    for part in text.split(","):
+        value = finite_number(part)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"each weight must be at least 0, got {part} in {text!r}")
+        values.append(value)
+    return values
+
+
 def _recipe_help() -> str:
     described = "; ".join(f"{recipe.name}: {recipe.title}" for recipe in RECIPES.values())
     return described.replace("%", "%%") + ". Each of its settings is overridden by its own option"
@@ -267,6 +305,23 @@ class RunConfig:
     )
     angle_weight: Optional[float] = _option(
         None, ENGINE, f"{_for_losses(mix_losses())}: the weight of the angle ranking (default {MIX_WEIGHTS[2]:g})"
+    )
+    matryoshka_dims: Optional[list[int]] = _option(
+        None,
+        ENGINE,
+        "feature models: also train the first D dimensions of the vectors for each D of the list (Matryoshka), "
+        "so that `--dim D` vectors cut from the model work nearly as well as vectors trained at width D; the loss "
+        "is the weighted sum of the loss at each width; include the full width to keep training it (the model "
+        "folder records the widths)",
+        type=widths,
+        metavar="D1,D2,...",
+    )
+    matryoshka_weights: Optional[list[float]] = _option(
+        None,
+        ENGINE,
+        "--matryoshka-dims: the weight of each width (default 1 each)",
+        type=weight_list,
+        metavar="W1,W2,...",
     )
     keep_duplicates_apart: bool = _option(
         True,
@@ -485,6 +540,7 @@ class RunConfig:
                 f"{', '.join(unread)}: not an option of --loss {self.loss}, which would ignore "
                 f"{'them' if len(unread) > 1 else 'it'}; {_LOSS_OPTIONS}"
             )
+        self._check_matryoshka()
         resolved: dict[str, Any] = {}
         if loss.examples == GROUPS and self.hard_negatives_from_labels is None:
             resolved["hard_negatives_from_labels"] = task.hard_negatives_from_labels
@@ -496,6 +552,23 @@ class RunConfig:
                 )
             resolved.update(zip(("cosine_weight", "ibn_weight", "angle_weight"), mix))
         return resolved
+
+    def _check_matryoshka(self) -> None:
+        """A ConfigError for Matryoshka options that cannot be used as given (the widths against the
+        model's own width are checked when it is built)."""
+        if self.matryoshka_dims is None:
+            if self.matryoshka_weights is not None:
+                raise ConfigError("--matryoshka-weights weighs the widths of --matryoshka-dims: give those too")
+            return
+        problem = get_loss(self.kind, self.loss).matryoshka_problem
+        if problem:
+            raise ConfigError(f"--matryoshka-dims with --kind {self.kind} --loss {self.loss}: {problem}")
+        from ..losses.matryoshka import check_dims  # imports TensorFlow, which the parser does not need
+
+        try:
+            check_dims(self.matryoshka_dims, self.matryoshka_weights)
+        except ValueError as e:
+            raise ConfigError(f"--{e}".replace("matryoshka ", "matryoshka-", 1)) from None
 
     def model_source(self) -> ModelSource:
         """The model this run starts from, resolved once (:func:`cosent_tf.models.sources.open_source`):

@@ -49,6 +49,7 @@ from ..inference.model_dir import SPEC_FILE, ModelSpec, read_spec, save_model_di
 from ..inference.runtime import batched_outputs, l2_normalize
 from ..io import atomic_path, folder_lock, write_json
 from ..losses import get_loss
+from ..losses.matryoshka import MatryoshkaLoss
 from ..models.architectures import get_architecture
 from ..models.builders import build_from_spec
 from ..models.kinds import get_kind
@@ -113,7 +114,13 @@ class Matcher:
             maxlen=cfg.maxlen, word_level=self.tokenizer.word_level, do_lower_case=self.tokenizer.do_lower_case
         )
         if self.kind.spec_field == "pooling":
-            self.spec = ModelSpec(self.kind.name, cfg.architecture, pooling=cfg.pooling, **settings)
+            self.spec = ModelSpec(
+                self.kind.name,
+                cfg.architecture,
+                pooling=cfg.pooling,
+                matryoshka_dims=sorted(cfg.matryoshka_dims, reverse=True) if cfg.matryoshka_dims else None,
+                **settings,
+            )
         else:
             head = self.loss.interaction_head
             assert head is not None, "every interaction loss names its head"
@@ -127,6 +134,12 @@ class Matcher:
                 **settings,
             )
         self.model = build_from_spec(self.spec, self.source)
+        width = self.model.output.shape[-1]
+        if cfg.matryoshka_dims and max(cfg.matryoshka_dims) > width:
+            raise ConfigError(
+                f"--matryoshka-dims {','.join(map(str, cfg.matryoshka_dims))}: this model's vectors have {width} "
+                f"dimensions, fewer than {max(cfg.matryoshka_dims)}"
+            )
         self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
         # A group loss's texts per example as the run's data resolved them (RunData.group_size),
         # whose resolving said how it was chosen; None: resolved from the examples when needed.
@@ -184,6 +197,8 @@ class Matcher:
             symmetric=cfg.symmetric,
             weights=weights if None not in weights else self.loss.mix_weights,
         )
+        if cfg.matryoshka_dims:
+            loss = MatryoshkaLoss(loss, cfg.matryoshka_dims, cfg.matryoshka_weights)
         labels = None
         if isinstance(train, PairData):
             labels = task.classes(train.labels) if self.loss.on_classes else train.labels

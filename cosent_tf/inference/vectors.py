@@ -1,0 +1,197 @@
+"""Smaller sentence vectors: cut to their first dimensions (Matryoshka widths), and stored in int8
+or in one bit a dimension.
+
+Plain NumPy, no TensorFlow: an index is searched with it, and a service that only reads vectors
+needs nothing else.
+
+* **Width.** A vector cut to its first ``dim`` dimensions is renormalised to unit length, so that
+  a dot product is still a cosine. A model trained with ``--matryoshka-dims`` records its widths
+  (``ModelSpec.matryoshka_dims``); cutting another model, or to another width, works but loses
+  more (see the width table in ``benchmarks/MATRYOSHKA.md``).
+* **int8.** Each dimension is scaled into 256 steps between a calibration set's minimum and
+  maximum of it (the corpus's own vectors, by default) and stored as ``code - 128`` in int8: 4
+  times smaller. Scores are asymmetric: the float32 query against the corpus codes turned back
+  into floats (each within half a step of the vector it came from).
+* **binary.** One bit a dimension, set where the value is above 0, packed eight to a byte
+  (``numpy.packbits``, the first dimension in the highest bit): 32 times smaller. Scored by the
+  Hamming distance of the query's bits: ``1 - 2 * distance / dim``, the cosine of the two sign
+  vectors.
+
+A search over int8 or binary vectors takes more candidates than it returns and re-scores them with
+the float32 vectors (:mod:`cosent_tf.inference.index`, ``rescore_multiplier``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Optional
+
+import numpy as np
+
+from ..choices import VECTOR_PRECISIONS
+from ..errors import ConfigError
+
+logger = logging.getLogger("cosent_tf")
+
+INT8_STEPS = 255  # int8 codes span 256 values: -128 .. 127
+# Rows read at a time where the vectors may be a memory map larger than memory.
+BLOCK_ROWS = 65536
+# Popcount of every byte, for Hamming distances of packed bits.
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.int32)
+
+
+def check_dim(dim: Optional[int], width: int, trained_dims: Optional[Sequence[int]], where: str) -> Optional[int]:
+    """``dim`` checked against a model whose vectors have ``width`` dimensions: a ConfigError when it
+    is not a width the vectors have, a logged warning when the model was not trained for it. None
+    (and ``width`` itself) means the full vectors and returns None.
+
+    Args:
+        dim: the width asked for (``--dim``), or None.
+        width: the model's vector width.
+        trained_dims: the widths its loss trained (``ModelSpec.matryoshka_dims``); None: the full
+            width only.
+        where: the model, named in the message.
+
+    Returns:
+        ``dim``, or None for the full width.
+
+    Raises:
+        ConfigError: ``dim`` below 1 or above ``width``.
+
+    Example:
+        >>> check_dim(128, 768, [768, 256, 128], "model")
+        128
+    """
+    if dim is None or dim == width:
+        return None
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise ConfigError(f"--dim {dim!r}: a width is a positive integer")
+    if dim > width:
+        raise ConfigError(f"--dim {dim}: {where} makes vectors of {width} dimensions; ask for at most {width}")
+    trained = sorted(trained_dims or [width], reverse=True)
+    if int(dim) not in trained:
+        logger.warning(
+            "--dim %d: %s was trained for %s (%s); vectors cut to another width lose more of their quality%s",
+            dim,
+            where,
+            "the widths " + ", ".join(map(str, trained)) if trained_dims else f"its full width {width} only",
+            "--matryoshka-dims" if trained_dims else "no --matryoshka-dims",
+            "" if trained_dims else " (train with --matryoshka-dims to cut it)",
+        )
+    return int(dim)
+
+
+def truncate(vectors: np.ndarray, dim: Optional[int]) -> np.ndarray:
+    """The first ``dim`` dimensions of each row, renormalised to unit length (float32); ``vectors``
+    as float32 when ``dim`` is None. A row of zeros stays zeros.
+
+    Raises:
+        ValueError: ``dim`` is not between 1 and the vectors' width.
+
+    Example:
+        >>> truncate(np.array([[3.0, 4.0, 12.0]]), 2)
+        array([[0.6, 0.8]], dtype=float32)
+    """
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if dim is None:
+        return vectors
+    if not 1 <= dim <= vectors.shape[1]:
+        raise ValueError(f"cannot cut vectors of {vectors.shape[1]} dimensions to {dim}")
+    cut = vectors[:, :dim]
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)
+    return (cut / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32)
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`~cosent_tf.choices.VECTOR_PRECISIONS`, else a ConfigError."""
+    if precision not in VECTOR_PRECISIONS:
+        raise ConfigError(f"unknown vector precision {precision!r}; choose one of {', '.join(VECTOR_PRECISIONS)}")
+    return precision
+
+
+def int8_ranges(vectors: np.ndarray) -> np.ndarray:
+    """The calibration of int8 codes: each dimension's minimum (row 0) and maximum (row 1) over
+    ``vectors``, float32 of shape (2, dim); read in blocks, so ``vectors`` may be a memory map.
+
+    Raises:
+        ValueError: no vectors, or a value that is not finite.
+
+    Example:
+        >>> int8_ranges(np.array([[0.6, -0.8], [-1.0, 0.0]]))
+        array([[-1. , -0.8],
+               [ 0.6,  0. ]], dtype=float32)
+    """
+    if len(vectors) == 0:
+        raise ValueError("int8 calibration needs at least one vector")
+    low = np.full(vectors.shape[1], np.inf, dtype=np.float32)
+    high = np.full(vectors.shape[1], -np.inf, dtype=np.float32)
+    for start in range(0, len(vectors), BLOCK_ROWS):
+        block = np.asarray(vectors[start : start + BLOCK_ROWS], dtype=np.float32)
+        low, high = np.minimum(low, block.min(axis=0)), np.maximum(high, block.max(axis=0))
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError("int8 calibration: the vectors hold NaN or infinite values")
+    return np.stack([low, high])
+
+
+def _steps(ranges: np.ndarray) -> np.ndarray:
+    """Each dimension's step; a dimension that never changes gets a step of 1 (every code the same)."""
+    span = ranges[1] - ranges[0]
+    return np.where(span > 0, span / INT8_STEPS, 1.0).astype(np.float32)
+
+
+def quantize(vectors: np.ndarray, precision: str, ranges: Optional[np.ndarray] = None) -> np.ndarray:
+    """``vectors`` in ``precision``: float32 as they are; int8 codes (rows of ``dim`` int8) in the
+    calibration ``ranges`` (:func:`int8_ranges`; a value outside them is clipped to the nearest
+    end); binary, the sign bits packed (rows of ``ceil(dim / 8)`` uint8).
+
+    Raises:
+        ConfigError: an unknown precision.
+        ValueError: int8 without ``ranges``, or ranges of another width.
+
+    Example:
+        >>> quantize(np.array([[0.5, -0.5, 0.1]]), "binary")
+        array([[160]], dtype=uint8)
+    """
+    check_precision(precision)
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if precision == "float32":
+        return vectors
+    if precision == "binary":
+        return np.packbits(vectors > 0, axis=1)
+    if ranges is None:
+        raise ValueError("int8 vectors need the calibration ranges (int8_ranges of the corpus)")
+    if ranges.shape != (2, vectors.shape[1]):
+        raise ValueError(f"int8 ranges of shape {ranges.shape} do not fit vectors of {vectors.shape[1]} dimensions")
+    codes = np.rint((vectors - ranges[0]) / _steps(ranges))
+    return (np.clip(codes, 0, INT8_STEPS) - 128).astype(np.int8)
+
+
+def dequantize_int8(codes: np.ndarray, ranges: np.ndarray) -> np.ndarray:
+    """The float32 vectors int8 ``codes`` stand for: each within half a step of the vector it came
+    from (where that lay inside the ranges)."""
+    return (ranges[0] + (np.asarray(codes, dtype=np.float32) + 128) * _steps(ranges)).astype(np.float32)
+
+
+def hamming_scores(query_bits: np.ndarray, corpus_bits: np.ndarray, dim: int) -> np.ndarray:
+    """``1 - 2 * hamming / dim`` for every (query, corpus) pair of packed sign bits, (queries,
+    corpus) float32: the cosine of the two sign vectors (1 when every sign agrees)."""
+    differ = np.bitwise_xor(query_bits[:, None, :], corpus_bits[None, :, :])
+    distance = _BYTE_BITS[differ].sum(axis=2)
+    return (1.0 - 2.0 * distance / dim).astype(np.float32)
+
+
+def approximate_scores(
+    queries: np.ndarray, codes: np.ndarray, precision: str, ranges: Optional[np.ndarray] = None
+) -> np.ndarray:
+    """The first-stage scores of float32 unit ``queries`` against a block of corpus ``codes`` in
+    ``precision``: (queries, codes) float32, higher is closer. float32 and int8: the dot product with
+    the (dequantised) vectors; binary: :func:`hamming_scores` of the queries' sign bits."""
+    check_precision(precision)
+    if precision == "float32":
+        return queries @ np.asarray(codes, dtype=np.float32).T
+    if precision == "int8":
+        if ranges is None:
+            raise ValueError("int8 scores need the calibration ranges")
+        return queries @ dequantize_int8(codes, ranges).T
+    return hamming_scores(quantize(queries, "binary"), np.asarray(codes), queries.shape[1])
