@@ -24,7 +24,7 @@ the float32 vectors (:mod:`cosent_tf.inference.index`, ``rescore_multiplier``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 import numpy as np
@@ -37,8 +37,6 @@ logger = logging.getLogger("cosent_tf")
 INT8_STEPS = 255  # int8 codes span 256 values: -128 .. 127
 # Rows read at a time where the vectors may be a memory map larger than memory.
 BLOCK_ROWS = 65536
-# Popcount of every byte, for Hamming distances of packed bits.
-_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.int32)
 
 
 def check_dim(dim: Optional[int], width: int, trained_dims: Optional[Sequence[int]], where: str) -> Optional[int]:
@@ -63,10 +61,12 @@ def check_dim(dim: Optional[int], width: int, trained_dims: Optional[Sequence[in
         >>> check_dim(128, 768, [768, 256, 128], "model")
         128
     """
-    if dim is None or dim == width:
+    if dim is None:
         return None
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise ConfigError(f"--dim {dim!r}: a width is a positive integer")
+    if dim == width:
+        return None
     if dim > width:
         raise ConfigError(f"--dim {dim}: {where} makes vectors of {width} dimensions; ask for at most {width}")
     trained = sorted(trained_dims or [width], reverse=True)
@@ -143,28 +143,53 @@ def _steps(ranges: np.ndarray) -> np.ndarray:
 def quantize(vectors: np.ndarray, precision: str, ranges: Optional[np.ndarray] = None) -> np.ndarray:
     """``vectors`` in ``precision``: float32 as they are; int8 codes (rows of ``dim`` int8) in the
     calibration ``ranges`` (:func:`int8_ranges`; a value outside them is clipped to the nearest
-    end); binary, the sign bits packed (rows of ``ceil(dim / 8)`` uint8).
+    end); binary, the sign bits packed (rows of ``ceil(dim / 8)`` uint8). Codes are made
+    :data:`BLOCK_ROWS` rows at a time, so ``vectors`` may be a memory map larger than memory.
 
     Raises:
         ConfigError: an unknown precision.
-        ValueError: int8 without ``ranges``, or ranges of another width.
+        ValueError: int8 without ``ranges``, ranges of another width, or a vector that holds NaN
+            or infinite values (it has no code).
 
     Example:
         >>> quantize(np.array([[0.5, -0.5, 0.1]]), "binary")
         array([[160]], dtype=uint8)
     """
     check_precision(precision)
-    vectors = np.asarray(vectors, dtype=np.float32)
     if precision == "float32":
-        return vectors
+        return np.asarray(vectors, dtype=np.float32)
+    if not isinstance(vectors, np.ndarray):  # a memory map stays one: it is read a block at a time
+        vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise ValueError(f"vectors of shape {vectors.shape} are not a matrix")
+    count, width = vectors.shape
     if precision == "binary":
-        return np.packbits(vectors > 0, axis=1)
+        bits = np.empty((count, -(-width // 8)), dtype=np.uint8)
+        for start, block in _finite_blocks(vectors):
+            bits[start : start + len(block)] = np.packbits(block > 0, axis=1)
+        return bits
     if ranges is None:
         raise ValueError("int8 vectors need the calibration ranges (int8_ranges of the corpus)")
-    if ranges.shape != (2, vectors.shape[1]):
-        raise ValueError(f"int8 ranges of shape {ranges.shape} do not fit vectors of {vectors.shape[1]} dimensions")
-    codes = np.rint((vectors - ranges[0]) / _steps(ranges))
-    return (np.clip(codes, 0, INT8_STEPS) - 128).astype(np.int8)
+    ranges = np.asarray(ranges, dtype=np.float32)
+    if ranges.shape != (2, width):
+        raise ValueError(f"int8 ranges of shape {ranges.shape} do not fit vectors of {width} dimensions")
+    steps = _steps(ranges)
+    codes = np.empty((count, width), dtype=np.int8)
+    for start, block in _finite_blocks(vectors):
+        steps_from_low = np.rint((block - ranges[0]) / steps)
+        codes[start : start + len(block)] = np.clip(steps_from_low, 0, INT8_STEPS) - 128
+    return codes
+
+
+def _finite_blocks(vectors: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, float32 block) of :data:`BLOCK_ROWS` rows at a time; ValueError at a row that is
+    not finite (it has no code)."""
+    for start in range(0, len(vectors), BLOCK_ROWS):
+        block = np.asarray(vectors[start : start + BLOCK_ROWS], dtype=np.float32)
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            raise ValueError(f"vector {start + int(np.argmin(finite))} holds NaN or infinite values: it has no code")
+        yield start, block
 
 
 def dequantize_int8(codes: np.ndarray, ranges: np.ndarray) -> np.ndarray:
@@ -175,10 +200,32 @@ def dequantize_int8(codes: np.ndarray, ranges: np.ndarray) -> np.ndarray:
 
 def hamming_scores(query_bits: np.ndarray, corpus_bits: np.ndarray, dim: int) -> np.ndarray:
     """``1 - 2 * hamming / dim`` for every (query, corpus) pair of packed sign bits, (queries,
-    corpus) float32: the cosine of the two sign vectors (1 when every sign agrees)."""
-    differ = np.bitwise_xor(query_bits[:, None, :], corpus_bits[None, :, :])
-    distance = _BYTE_BITS[differ].sum(axis=2)
-    return (1.0 - 2.0 * distance / dim).astype(np.float32)
+    corpus) float32: the cosine of the two sign vectors (1 when every sign agrees).
+
+    Computed as the dot product of the +1/-1 sign vectors over ``dim`` (exact: the sums are small
+    integers), so memory is that of the two sign matrices and the result, and the product is a
+    matrix multiplication; the padding bits past ``dim`` are left out.
+
+    Raises:
+        ValueError: bits of a width that does not hold ``dim`` dimensions.
+
+    Example:
+        >>> hamming_scores(np.array([[0b10100000]], np.uint8), np.array([[0b10000000]], np.uint8), 3)
+        array([[0.33333334]], dtype=float32)
+    """
+    query_signs, corpus_signs = _signs(query_bits, dim), _signs(corpus_bits, dim)
+    return np.divide(query_signs @ corpus_signs.T, np.float32(dim), dtype=np.float32)
+
+
+def _signs(bits: np.ndarray, dim: int) -> np.ndarray:
+    """Packed sign bits as float32 +1 (bit set) / -1 rows of ``dim``."""
+    bits = np.asarray(bits, dtype=np.uint8)
+    if bits.ndim != 2 or bits.shape[1] != -(-dim // 8):
+        raise ValueError(f"packed bits of shape {bits.shape} do not hold {dim} dimensions ({-(-dim // 8)} bytes a row)")
+    signs = np.unpackbits(bits, axis=1, count=dim).astype(np.float32)
+    signs *= 2  # in place: a block of the corpus is as large as its float32 vectors
+    signs -= 1
+    return signs
 
 
 def approximate_scores(
