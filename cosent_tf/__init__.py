@@ -32,6 +32,7 @@ _HOMES = {
     "SentenceBertSoftmaxLoss": ".losses",
     "CosineMSELoss": ".losses",
     "ThresholdContrastiveLoss": ".losses",
+    "MatryoshkaLoss": ".losses",
     "FusedAdam": ".optimizers",
     # data
     "Task": ".data.tasks",

@@ -43,7 +43,14 @@ def test_names_of_the_modules_that_became_packages_still_import_from_them(packag
 
 @pytest.mark.parametrize(
     "module",
-    ["losses.cosent", "losses.mse", "losses.contrastive", "losses.interaction_cosent", "losses.softmax"]
+    [
+        "losses.cosent",
+        "losses.mse",
+        "losses.contrastive",
+        "losses.interaction_cosent",
+        "losses.softmax",
+        "losses.matryoshka",
+    ]
     + ["losses.mnrl", "losses.angle", "losses.cosent_ibn"]
     + ["layers", "optimizers", "callbacks", "errors", "data.pipeline", "data.groups", "training.gradient_cache"]
     + ["mining"],

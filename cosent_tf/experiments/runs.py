@@ -268,12 +268,30 @@ def pooling_of(config: dict[str, Any]) -> str:
 
 
 def method_name(config: dict[str, Any]) -> str:
-    """A run's row name in the tables: architecture and loss, and ε for a contrastive run."""
+    """A run's row name in the tables: architecture and loss, ε for a contrastive run, and the widths of
+    a Matryoshka run (which would otherwise share, and take, the plain run's row)."""
     architecture = config.get("architecture") or config["model"]  # runs before 0.2 called it "model"
     name = f"{architecture.upper()} + {get_loss(config['kind'], config['loss']).title}"
     if config["loss"] == "contrastive":
         name += f" (ε={config['epsilon']:g})"
+    if config.get("matryoshka_dims"):
+        name += f" ({matryoshka_note(config['matryoshka_dims'], config.get('matryoshka_weights'))})"
     return name
+
+
+def matryoshka_note(dims: list[int], weights: Optional[list[float]]) -> str:
+    """``matryoshka 312,128,64``: the widths a run trained (``--matryoshka-dims``), widest first, and
+    their weights when they are not 1 each.
+
+    Example:
+        >>> matryoshka_note([64, 312, 128], [0.5, 1, 1])
+        'matryoshka 312,128,64 weighted 1/1/0.5'
+    """
+    widths = sorted(zip(dims, weights or [1.0] * len(dims)), reverse=True)
+    note = "matryoshka " + ",".join(str(dim) for dim, _ in widths)
+    if any(weight != 1 for _, weight in widths):
+        note += " weighted " + "/".join(f"{weight:g}" for _, weight in widths)
+    return note
 
 
 # Which table a run belongs to. A per-task feature run at the usual pooling and batch size is

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 from ..backend import keras, tf
@@ -19,6 +19,8 @@ def check_dims(dims: Sequence[Any], weights: Optional[Sequence[Any]] = None) -> 
         >>> check_dims([256, 64], [1, 0.5])
         ([256, 64], [1.0, 0.5])
     """
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+        raise ValueError(f"matryoshka dims: give a list of widths, got {dims!r}")
     dims = list(dims)
     if not dims:
         raise ValueError("matryoshka dims: give at least one width")
@@ -30,7 +32,12 @@ def check_dims(dims: Sequence[Any], weights: Optional[Sequence[Any]] = None) -> 
         raise ValueError(f"matryoshka dims: {dims} names a width twice")
     if weights is None:
         weights = [1.0] * len(dims)
-    weights = [float(weight) for weight in weights]
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
+        raise ValueError(f"matryoshka weights: give a list of weights, got {weights!r}")
+    try:
+        weights = [float(weight) for weight in weights]
+    except (TypeError, ValueError):
+        raise ValueError(f"matryoshka weights: each must be a number, got {list(weights)}") from None
     if len(weights) != len(dims):
         raise ValueError(f"matryoshka weights: {len(weights)} weights for {len(dims)} widths {dims}; give one each")
     if any(not (math.isfinite(weight) and weight >= 0) for weight in weights):
@@ -72,8 +79,11 @@ class MatryoshkaLoss(keras.losses.Loss):
 
     Example:
         >>> from cosent_tf.losses import CoSENTLoss
-        >>> loss = MatryoshkaLoss(CoSENTLoss(), dims=[312, 128, 64])
-        >>> model.compile(optimizer="adam", loss=loss)
+        >>> vectors = tf.constant([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 1.0]])
+        >>> labels = tf.constant([0.0, 0.0, 1.0, 1.0])  # pair 1 should be the closer, but is not at either width
+        >>> round(float(MatryoshkaLoss(CoSENTLoss(scale=1.0), dims=[3, 1])(labels, vectors)), 4)
+        3.7588
+        >>> encoder.compile(optimizer="adam", loss=MatryoshkaLoss(CoSENTLoss(), dims=[312, 128, 64]))  # doctest: +SKIP
     """
 
     def __init__(

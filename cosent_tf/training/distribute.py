@@ -51,7 +51,7 @@ PROBE_EVERY = 0.5  # seconds between two rounds of connection attempts to the wo
 # Said once, when --strategy mirrored finds nothing to mirror on: a plain run, which the user
 # may not expect from the option's name.
 ONE_DEVICE_WARNING = (
-    "--strategy mirrored found one device (%s): training on 1 replica, as --strategy default would; "
+    "--strategy mirrored found one device (%s): 1 replica, as --strategy default would give; "
     "set COSENT_TF_CPU_DEVICES=N before the command to split the CPU into N logical devices (to try the "
     "strategy: it is no faster), or run on a machine with several GPUs"
 )
@@ -66,7 +66,7 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.dis
     every other worker of its cluster listens on its port (see :func:`wait_for_workers`); then
     TensorFlow connects them, and the process ends if that takes more than ``worker_timeout``
     again (:func:`_ended_unless_done_within`). ``mirrored`` on a machine with one device logs a
-    warning (:data:`ONE_DEVICE_WARNING`) when it is made: it then trains on 1 replica, as ``default``.
+    warning (:data:`ONE_DEVICE_WARNING`) when it is made: it then runs on 1 replica, as ``default``.
     """
     lookup(dict.fromkeys(STRATEGIES), name, "strategy")  # a tuple of names: the check alone
     if name == "default":

@@ -90,6 +90,16 @@ class GroupInputs:
     group_size: int
 
 
+def _check_matryoshka_width(dims: list[int], width: int, model: str) -> None:
+    """A ConfigError naming ``--matryoshka-dims`` when one of ``dims`` is above ``width``, the
+    dimensions of ``model``'s sentence vectors (named in the message)."""
+    if max(dims) > width:
+        raise ConfigError(
+            f"--matryoshka-dims {','.join(map(str, dims))}: {model} makes vectors of {width} dimensions, fewer "
+            f"than {max(dims)}; give widths of at most {width}"
+        )
+
+
 class Matcher:
     """A model being trained, with what scoring and batching it need.
 
@@ -134,12 +144,8 @@ class Matcher:
                 **settings,
             )
         self.model = build_from_spec(self.spec, self.source)
-        width = self.model.output.shape[-1]
-        if cfg.matryoshka_dims and max(cfg.matryoshka_dims) > width:
-            raise ConfigError(
-                f"--matryoshka-dims {','.join(map(str, cfg.matryoshka_dims))}: this model's vectors have {width} "
-                f"dimensions, fewer than {max(cfg.matryoshka_dims)}"
-            )
+        if cfg.matryoshka_dims:
+            _check_matryoshka_width(cfg.matryoshka_dims, self.model.output.shape[-1], "this model")
         self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
         # A group loss's texts per example as the run's data resolved them (RunData.group_size),
         # whose resolving said how it was chosen; None: resolved from the examples when needed.
@@ -314,6 +320,10 @@ def _train(cfg, overwrite, strategy, source):
     with contextlib.ExitStack() as run_folder_held:
         with started_together(strategy):
             check_inputs(cfg, source)
+            if cfg.matryoshka_dims:  # before the run folder is touched: a feature model's vectors are its hidden size
+                _check_matryoshka_width(
+                    cfg.matryoshka_dims, int(source.config["hidden_size"]), f"the model of {source.config_path}"
+                )
             random_weights = source.random_weights
             if random_weights:
                 logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
@@ -493,6 +503,14 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ba
             "the gradient of each batch is computed %d %s at a time (--micro-batch-size)",
             cfg.micro_batch_size,
             matcher.loss.unit,
+        )
+    if cfg.matryoshka_dims:
+        logger.info(
+            "the %s loss is the weighted sum of the loss at the widths %s of the vectors (--matryoshka-dims), "
+            "weights %s",
+            cfg.loss,
+            ", ".join(map(str, cfg.matryoshka_dims)),
+            ", ".join(f"{weight:g}" for weight in cfg.matryoshka_weights or [1.0] * len(cfg.matryoshka_dims)),
         )
     with strategy.scope():
         model, loss, labels = matcher.training_model(train_pairs)

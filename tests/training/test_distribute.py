@@ -345,7 +345,7 @@ def test_mirrored_on_one_device_says_it_trains_on_one_replica_once(monkeypatch, 
     get_strategy("mirrored")
     assert len(caplog.messages) == 1, caplog.messages
     assert caplog.messages[0].startswith("--strategy mirrored found one device (")
-    assert "training on 1 replica, as --strategy default would" in caplog.messages[0]
+    assert "1 replica, as --strategy default would give" in caplog.messages[0]
     assert "COSENT_TF_CPU_DEVICES=N" in caplog.messages[0]
 
 
