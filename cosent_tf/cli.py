@@ -25,7 +25,15 @@ import numpy as np
 
 from . import environment
 from .calibration import MIN_CALIBRATION_PAIRS, MIN_PAIRS_PER_CLASS, RULES
-from .choices import EXPORT_INPUTS, INT8_LOSS_WARNING, ONNX_QUANTIZATIONS, RUNTIMES
+from .choices import (
+    EXPORT_INPUTS,
+    INDEX_KINDS,
+    INT8_LOSS_WARNING,
+    ONNX_QUANTIZATIONS,
+    RESCORE_MULTIPLIER,
+    RUNTIMES,
+    VECTOR_PRECISIONS,
+)
 from .console import (  # noqa: F401 (console_logging and errors_reported: also their old home)
     VERBOSE_HELP,
     console_logging,
@@ -42,9 +50,20 @@ from .experiments.scripts import (  # noqa: F401 (the training scripts' entry po
     training_parser,
 )
 from .experiments.scripts import run_training as _run_training
-from .inference.index import RERANK_TOP, rerank_depth
+from .inference import ann
+from .inference.index import EXACT_INDEX_LIMIT, RERANK_TOP, rerank_depth
+from .inference.parts import (
+    PartRecord,
+    assemble_parts,
+    check_parts,
+    part_record_path,
+    ranges_path,
+    read_int8_ranges,
+    save_vectors,
+    shard_lines,
+    write_part,
+)
 from .io import (
-    atomic_path,
     check_folder_apart,
     check_not_in_tool_folder,
     check_output_file,
@@ -78,23 +97,118 @@ def summary_stream(output: str) -> TextIO:
 
 def _encode(args):
     from .inference.matchers import SentenceEncoder
+    from .inference.vectors import int8_ranges, quantize
 
-    check_output_file(args.output, [args.model_dir, args.texts], output_kinds(), args.overwrite)
+    outputs = _encode_outputs(args)
+    inputs = [args.model_dir, args.texts, args.int8_ranges]
+    for path in outputs:
+        check_output_file(path, inputs, output_kinds(), args.overwrite)
     said = summary_stream(args.output)
-    texts = read_lines(args.texts, args.strict)  # a bad file is said before the model's load
-    encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime)
-    vectors = encoder.encode(texts, args.batch_size, normalize=not args.no_normalize)
-    with atomic_path(args.output) as tmp, open(tmp, "wb") as f:
-        np.save(_WriteOnly(f), vectors)
-    print(f"{args.output}: {vectors.shape[0]} vectors of dimension {vectors.shape[1]}", file=said)
+    texts = read_lines(args.texts, args.strict)  # bad files are said before the model's load
+    given_ranges = None if args.int8_ranges is None else read_int8_ranges(args.int8_ranges)
+    if args.vector_precision == "int8" and given_ranges is None and not texts:
+        raise DataError(args.texts, "holds no lines, so there are no vectors to fit int8 ranges on; pass --int8-ranges")
+    first, stop = (0, len(texts)) if args.shard is None else shard_lines(*args.shard, len(texts))
+    encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime, strategy=_strategy(args))
+    width = args.dim or encoder.width
+    if given_ranges is not None and given_ranges.shape[1] != width:
+        raise ConfigError(
+            f"--int8-ranges {args.int8_ranges}: holds the ranges of vectors of {given_ranges.shape[1]} dimensions, "
+            f"but these have {width}: give the ranges of vectors of this width (an index's ranges.npy built with "
+            "the same --dim)"
+        )
+    vectors = encoder.encode(texts[first:stop], args.batch_size, normalize=not args.no_normalize, dim=args.dim)
+    dimension = vectors.shape[1]
+    if args.shard is not None:
+        shard, shards = args.shard
+        record = PartRecord.for_shard(args.texts, len(texts), shard, shards, args.model_dir, dimension, encoder.width)
+        write_part(args.output, vectors, record)
+        which = f"lines {first + 1} to {stop}" if stop > first else "none of the lines"
+        print(
+            f"{args.output}: {len(vectors)} vectors of dimension {dimension}, {which} of {args.texts} (shard "
+            f"{shard} of {shards}, counted from 0); its record in {outputs[1]}",
+            file=said,
+        )
+        return
+    ranges = None
+    if args.vector_precision == "int8":
+        ranges = int8_ranges(vectors) if given_ranges is None else given_ranges
+    stored = quantize(vectors, args.vector_precision, ranges)
+    # int8 to a file: the ranges beside it, never a codes file with other ranges
+    save_vectors(args.output, stored, ranges if len(outputs) > 1 else None)
+    stored_as = {
+        "float32": "",
+        "int8": f" as int8 codes, the ranges {'given' if given_ranges is not None else 'of these vectors'}"
+        + (f" in {outputs[1]}" if len(outputs) > 1 else f" in {args.int8_ranges}"),
+        "binary": f" as sign bits, packed 8 to a byte ({stored.shape[1]} bytes a vector)",
+    }[args.vector_precision]
+    print(f"{args.output}: {len(stored)} vectors of dimension {dimension}{stored_as}", file=said)
 
 
-class _WriteOnly:
-    """A file seen only through its ``write``: numpy writes a real file with ``tofile``, which
-    needs a file it can seek in, and so fails on a pipe (``/dev/stdout``)."""
+def _encode_outputs(args: argparse.Namespace) -> list[str]:
+    """The files ``encode`` writes: OUTPUT, then its ranges (int8) or its part record (``--shard``);
+    the option combinations that cannot be written are refused first."""
+    from .io import output_target
 
-    def __init__(self, file):
-        self.write = file.write
+    if args.int8_ranges is not None and args.vector_precision != "int8":
+        raise ConfigError(
+            "--int8-ranges gives the ranges of int8 codes: pass --vector-precision int8 with it (or drop it)"
+        )
+    stream = output_target(args.output)[1]
+    if args.shard is not None:
+        if args.vector_precision != "float32":
+            raise ConfigError(
+                f"--shard with --vector-precision {args.vector_precision}: a part holds float32 vectors, which "
+                "search build --parts needs whole (an index keeps them to re-score, and fits its int8 ranges on the "
+                "whole corpus); drop --vector-precision, and give it to search build instead"
+            )
+        if args.no_normalize:
+            raise ConfigError(
+                "--shard with --no-normalize: a part goes into an index, which searches unit vectors by their dot "
+                "product; drop --no-normalize"
+            )
+        if stream:
+            raise ConfigError(
+                f"--shard: {args.output} is a stream, but a part needs its record beside it "
+                f"({part_record_path(args.output)}): give the path of a .npy file"
+            )
+        return [args.output, part_record_path(args.output)]
+    if args.vector_precision == "int8":
+        if not stream:
+            return [args.output, ranges_path(args.output)]
+        if args.int8_ranges is None:
+            raise ConfigError(
+                f"--vector-precision int8: {args.output} is a stream, and the int8 ranges fitted on the vectors "
+                "need a file beside it: give the path of a .npy file, or pass --int8-ranges FILE.npy (the ranges "
+                "the reader already has)"
+            )
+    return [args.output]
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    """An argparse type: ``I/N``, shard ``I`` (counted from 0) of ``N`` (``encode --shard``).
+
+    Args:
+        text: the option's value as typed.
+
+    Returns:
+        ``(I, N)``.
+
+    Raises:
+        argparse.ArgumentTypeError: not two whole numbers joined by ``/``, N below 1, or I not
+            below N.
+
+    Example:
+        >>> shard_spec("2/8")
+        (2, 8)
+    """
+    shard_text, slash, shards_text = (part.strip() for part in text.partition("/"))
+    if not (slash and all(t.isascii() and t.isdigit() for t in (shard_text, shards_text))):
+        raise argparse.ArgumentTypeError(f"expected I/N, shard I (from 0) of N, such as 0/4, got {text!r}")
+    shard, shards = int(shard_text), int(shards_text)
+    if shards < 1 or shard >= shards:
+        raise argparse.ArgumentTypeError(f"shards count from 0 to N-1: {text} has no shard {shard}")
+    return shard, shards
 
 
 # What makes a similarity argument a file's name rather than a text: a text holds no path separator
@@ -165,25 +279,64 @@ def _decision_fields(decided, i: int) -> list[str]:
     return fields
 
 
+def _check_dim_kind(args: argparse.Namespace) -> None:
+    """Refuse ``--dim`` for an interaction model, before any weights load: its score is no vector."""
+    from .inference.onnx_model import read_onnx_spec
+    from .models.kinds import get_kind
+    from .models.spec import read_spec
+
+    if args.dim is None:
+        return
+    spec = read_onnx_spec(args.model_dir) if args.runtime == "onnx" else read_spec(args.model_dir)
+    if not get_kind(spec.kind).sentence_vectors:
+        raise ConfigError(
+            f"--dim {args.dim}: {args.model_dir} is {get_kind(spec.kind).described}, which scores a pair as a whole: "
+            "it has no sentence vectors to cut; --dim is for a feature model"
+        )
+
+
+def _width(args: argparse.Namespace, matcher) -> Optional[int]:
+    """``--dim`` when it cuts the loaded model's vectors, None for the full width (or no --dim)."""
+    return args.dim if args.dim is not None and args.dim != matcher.width else None
+
+
+def _pair_scores(matcher, texts_a: list[str], texts_b: list[str], batch_size: int, dim: Optional[int]) -> np.ndarray:
+    """The matcher's scores of aligned pairs; with ``dim`` (a sentence encoder's), the cosines of
+    the vectors cut to that width."""
+    if dim is None:
+        return matcher.similarity(texts_a, texts_b, batch_size)
+    return matcher.similarity(texts_a, texts_b, batch_size, dim=dim)
+
+
 def _similarity(args: argparse.Namespace) -> None:
     from .inference.matchers import load_matcher
 
     rule = args.decide if isinstance(args.decide, str) else None  # None: the decision's own
+    _check_dim_kind(args)
     texts = _two_texts(args)
+    if texts is None:
+        if args.output is not None:
+            check_output_file(args.output, [args.model_dir, args.pairs], output_kinds(), args.overwrite)
+        file_format = PairFileFormat(args.file_format, args.text_a_field, args.text_b_field)
+        # a bad file is said before the model's load
+        texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict, file_format)
+    matcher = load_matcher(args.model_dir, args.precision, runtime=args.runtime)
+    dim = _width(args, matcher)
+    if dim is not None and args.decide is not None:
+        raise ConfigError(
+            f"--decide with --dim {dim}: {args.model_dir}'s match decision was fitted on the cosines of its full "
+            f"vectors, and does not hold for vectors cut to {dim} dimensions; drop --decide (the scores alone), or "
+            "drop --dim"
+        )
+    # The tuned threshold was fitted on full-width cosines: no 0/1 at another width.
+    threshold = matcher.threshold if dim is None else None
     if texts is not None:
-        matcher = load_matcher(args.model_dir, args.precision, runtime=args.runtime)
         if args.decide is not None:
             print("\t".join(_decision_fields(matcher.decide([texts[0]], [texts[1]], rule, 1), 0)))
             return
-        score = float(matcher.similarity([texts[0]], [texts[1]], 1)[0])
-        print("\t".join(_score_fields(score, matcher.threshold)))
+        score = float(_pair_scores(matcher, [texts[0]], [texts[1]], 1, dim)[0])
+        print("\t".join(_score_fields(score, threshold)))
         return
-    if args.output is not None:
-        check_output_file(args.output, [args.model_dir, args.pairs], output_kinds(), args.overwrite)
-    file_format = PairFileFormat(args.file_format, args.text_a_field, args.text_b_field)
-    # a bad file is said before the model's load
-    texts_a, texts_b, lines = read_pair_lines(args.pairs, args.strict, file_format)
-    matcher = load_matcher(args.model_dir, args.precision, runtime=args.runtime)
     if args.decide is not None:
         decided = matcher.decide(texts_a, texts_b, rule, args.batch_size)
         rows = [[line, *_decision_fields(decided, i)] for i, line in enumerate(lines)]
@@ -192,9 +345,13 @@ def _similarity(args: argparse.Namespace) -> None:
             assert matcher.decision is not None and matcher.decision.calibration is not None
             extra += f" and the probability of a match ({matcher.decision.calibration.method} calibration)"
     else:
-        scores = matcher.similarity(texts_a, texts_b, args.batch_size)
-        rows = [[line, *_score_fields(s, matcher.threshold)] for line, s in zip(lines, scores)]
-        extra = f" and 0/1 at the tuned threshold {matcher.threshold:.4f}" if matcher.threshold is not None else ""
+        scores = _pair_scores(matcher, texts_a, texts_b, args.batch_size, dim)
+        rows = [[line, *_score_fields(s, threshold)] for line, s in zip(lines, scores)]
+        extra = f" and 0/1 at the tuned threshold {threshold:.4f}" if threshold is not None else ""
+        if dim is not None:
+            extra = f" (the cosine of the vectors cut to {dim} dimensions)"
+            if matcher.threshold is not None:
+                extra += "; no 0/1: the tuned threshold was fitted on full-width cosines"
     text = "".join("\t".join(row) + "\n" for row in rows)
     if args.output is None:
         sys.stdout.write(text)
@@ -205,17 +362,108 @@ def _similarity(args: argparse.Namespace) -> None:
     print(f"{written}: {len(rows)} pairs, each line with its score{extra}", file=said)
 
 
+def _strategy(args: argparse.Namespace):
+    """The ``tf.distribute`` strategy of ``--strategy`` (None for ``default``: one device); says on the
+    console how many devices encode."""
+    if args.strategy == "default":
+        return None
+    if args.runtime == "onnx":
+        raise ConfigError(
+            f"--strategy {args.strategy} shares the batches among TensorFlow's devices; with --runtime onnx, ONNX "
+            "Runtime uses the CPU's cores by itself: drop --strategy"
+        )
+    from .training.distribute import get_strategy
+
+    strategy = get_strategy(args.strategy)
+    devices = [device.rpartition("device:")[2] for device in strategy.extended.worker_devices]
+    logging.getLogger("cosent_tf").info(
+        "encoding on %d device%s (%s), each a share of every batch of %d texts",
+        len(devices),
+        "s" if len(devices) > 1 else "",
+        ", ".join(devices),
+        args.batch_size,
+    )
+    return strategy
+
+
 def _search_build(args):
     from .inference.index import VectorIndex
     from .inference.matchers import SentenceEncoder
 
-    inputs = [args.model_dir, args.corpus]
+    parts = args.parts or []
+    inputs = [args.model_dir, args.corpus, *parts, *map(part_record_path, parts)]
     check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
+    if parts and args.strategy != "default":
+        raise ConfigError(
+            f"--strategy {args.strategy} encodes on several devices, but --parts builds the index from vectors "
+            "encoded already: drop --strategy (give it to encode --shard)"
+        )
+    settings = _index_settings(args, args.index)
     corpus = read_lines(args.corpus, args.strict)  # a bad file is said before the model's load
-    encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime)
-    index = encoder.build_index(corpus, args.batch_size)
-    index.save(args.index_dir, args.overwrite, inputs)
-    print(f"{args.index_dir}: {len(index)} vectors")
+    if parts:
+        SentenceEncoder.check_folder(args.model_dir, runtime=args.runtime)
+        checked = check_parts(parts, args.corpus, len(corpus), args.model_dir, args.dim)
+        # Assembled in the folder being written, where the index keeps them: on the disk once.
+        with VectorIndex.writing(args.index_dir, args.overwrite, inputs) as folder:
+            vectors = assemble_parts(checked, folder.new_vectors(len(corpus), checked[0][1].dim))
+            index = VectorIndex.build(
+                vectors,
+                corpus,
+                model_dir=args.model_dir,
+                precision=args.vector_precision,
+                kind=args.index,
+                model_width=checked[0][1].model_width,
+                **settings,
+            )
+            folder.save(index)
+        source = f"the {len(parts)} parts of {args.corpus}"
+    else:
+        encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime, strategy=_strategy(args))
+        index = encoder.build_index(
+            corpus, args.batch_size, dim=args.dim, precision=args.vector_precision, kind=args.index, **settings
+        )
+        index.save(args.index_dir, args.overwrite, inputs)
+        source = args.corpus
+    print(
+        f"{args.index_dir}: {len(index)} vectors of dimension {index.dimension} from {source}, "
+        f"{_index_described(index)}"
+    )
+
+
+def _index_described(index) -> str:
+    """An index's precision and search structure, as a command says them."""
+    kind = {"exact": "exact search", "hnsw": "an HNSW graph", "ivf": "IVF lists"}.get(index.kind, index.kind)
+    stored = {"float32": "float32", "int8": "int8 codes", "binary": "sign bits"}.get(index.precision, index.precision)
+    rescored = "" if index.precision == "float32" and index.kind == "exact" else ", hits re-scored by float32 vectors"
+    return f"{stored}, {kind}{rescored}"
+
+
+# The options of an approximate index's settings: (option, the setting's name, the kind it belongs to).
+ANN_OPTIONS = (
+    ("--hnsw-m", "m", "hnsw"),
+    ("--ef-construction", "ef_construction", "hnsw"),
+    ("--ef-search", "ef_search", "hnsw"),
+    ("--nlist", "nlist", "ivf"),
+    ("--nprobe", "nprobe", "ivf"),
+)
+
+
+def _index_settings(args: argparse.Namespace, kind: Optional[str]) -> dict:
+    """The approximate structure's settings given on the command line, as
+    :meth:`~cosent_tf.inference.index.VectorIndex.build` takes them; an option of another kind of
+    index than ``kind`` (the one built or searched; None: chosen by size) is refused."""
+    given = {}
+    for option, name, owner in ANN_OPTIONS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if kind is not None and kind != owner:
+            raise ConfigError(
+                f"{option} is a setting of an {owner} index, and this index is {kind}: drop it"
+                + (f", or pass --index {owner}" if args.command == "search" and args.action == "build" else "")
+            )
+        given[name] = value
+    return given
 
 
 def _search_query(args):
@@ -232,19 +480,33 @@ def _search_query(args):
     check_output_file(args.output, inputs, output_kinds(), args.overwrite)
     said = summary_stream(args.output)
     index = VectorIndex.load(args.index_dir)
+    if args.rescore_multiplier is not None and index.precision == "float32" and index.kind == "exact":
+        raise ConfigError(
+            f"--rescore-multiplier: {args.index_dir} is searched exactly over float32 vectors, so there are no "
+            "candidates to re-score; it is for an index of int8 or binary vectors, or an approximate one"
+        )
+    if args.dim is not None and args.dim != index.dimension:
+        raise ConfigError(
+            f"--dim {args.dim}: {args.index_dir} holds vectors of {index.dimension} dimensions; query it without "
+            f"--dim (its own width is used), or build an index with --dim {args.dim}"
+        )
+    settings = _index_settings(args, index.kind)
     model_dir = index.model_path(args.model_dir)
     check_output_file(args.output, [model_dir], output_kinds(), args.overwrite)  # the model the index names
     if args.rerank is not None:  # a wrong folder is said before any weights load
         PairScorer.check_folder(args.rerank, "--rerank", args.runtime)
     queries = read_lines(args.queries, args.strict)  # a bad file is said before the model's load
     encoder = SentenceEncoder.load(model_dir, args.precision, runtime=args.runtime)
+    searched = dict(dim=args.dim, rescore_multiplier=args.rescore_multiplier, **settings)
     if args.rerank is None:
-        hits = encoder.search(queries, index, args.top_k, args.batch_size)
+        hits = encoder.search(queries, index, args.top_k, args.batch_size, **searched)
         how = "by cosine"
     else:
         scorer = PairScorer.load(args.rerank, args.precision, option="--rerank", runtime=args.runtime)
         rerank_top = rerank_depth(args.top_k, args.rerank_top)
-        hits = encoder.search(queries, index, args.top_k, args.batch_size, rerank=scorer, rerank_top=rerank_top)
+        hits = encoder.search(
+            queries, index, args.top_k, args.batch_size, rerank=scorer, rerank_top=rerank_top, **searched
+        )
         how = f"reranked by {args.rerank} from the top {rerank_top} by cosine"
     write_text(
         args.output,
@@ -253,6 +515,9 @@ def _search_query(args):
             for query, row in zip(queries, hits)
         ),
     )
+    if not (index.precision == "float32" and index.kind == "exact"):
+        multiplier = RESCORE_MULTIPLIER if args.rescore_multiplier is None else args.rescore_multiplier
+        how += f" ({_index_described(index)}: {multiplier} times the hits asked for as candidates)"
     print(f"{args.output}: top {args.top_k} of {len(index)} for {len(queries)} queries, {how}", file=said)
 
 
@@ -370,9 +635,15 @@ def _export(args):
         # a bad file is said before the model's load
         check_pairs = None if args.check is None else _labelled_pairs(args.check, args, PairFileFormat())
         exported = export_onnx(
-            args.model_dir, args.output_dir, args.overwrite, args.quantize, args.check, check_pairs=check_pairs
+            args.model_dir,
+            args.output_dir,
+            args.overwrite,
+            args.quantize,
+            args.check,
+            check_pairs=check_pairs,
+            dim=args.dim,
         )
-        print(f"{args.output_dir}: ONNX export ({exported.layout}): {', '.join(exported.files)}")
+        print(f"{args.output_dir}: ONNX export ({exported.layout}): {', '.join(exported.files)}{_cut_to(args)}")
         if exported.reason is not None:
             print(f"  sentence-transformers cannot load it: {exported.reason}")
         if exported.check is not None:
@@ -386,11 +657,18 @@ def _export(args):
             raise ConfigError("--precision is for --format savedmodel; a Hugging Face folder holds float32 weights")
         if args.inputs != "strings":
             raise ConfigError("--inputs is for --format savedmodel; a Hugging Face folder carries its tokenizer")
-        written = export_hf(args.model_dir, args.output_dir, args.overwrite)
-        print(f"{args.output_dir}: Hugging Face folder ({written})")
+        written = export_hf(args.model_dir, args.output_dir, args.overwrite, dim=args.dim)
+        print(f"{args.output_dir}: Hugging Face folder ({written}){_cut_to(args)}")
         return
-    signatures = export_saved_model(args.model_dir, args.output_dir, args.overwrite, args.precision, args.inputs)
-    print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}")
+    signatures = export_saved_model(
+        args.model_dir, args.output_dir, args.overwrite, args.precision, args.inputs, dim=args.dim
+    )
+    print(f"{args.output_dir}: SavedModel with signatures {', '.join(signatures)}{_cut_to(args)}")
+
+
+def _cut_to(args: argparse.Namespace) -> str:
+    """What an export says of ``--dim``."""
+    return "" if args.dim is None else f"; vectors cut to their first {args.dim} dimensions, renormalised"
 
 
 def _train(args):
@@ -529,6 +807,11 @@ def _evaluate(args):
     outputs = evaluation_outputs(args.output) if args.output else ()
     if args.reliability is not None and not args.file:
         raise ConfigError("--reliability draws the pairs of a labelled pair FILE: pass one")
+    if args.reliability is not None and args.dim is not None:
+        raise ConfigError(
+            f"--reliability with --dim {args.dim}: the diagram draws the model's calibration map, fitted on cosines "
+            "of its full width, which does not hold for cut vectors; drop one of them"
+        )
     for path in [*outputs[: 2 if args.file else 1], args.reliability]:  # the .tsv holds the pair file's scores
         if path is not None:
             check_output_file(path, inputs, output_kinds(), args.overwrite)
@@ -539,6 +822,7 @@ def _evaluate(args):
         raise CosentError(
             f"{args.model_dir}: retrieval metrics need a feature model (sentence vectors), this one is {spec.kind}"
         )
+    _check_dim_kind(args)
     if args.rerank is not None:  # a wrong folder is said before any weights load
         PairScorer.check_folder(args.rerank, "--rerank", args.runtime)
     # Bad input files are said before the model's load.
@@ -553,7 +837,12 @@ def _evaluate(args):
         if args.rerank is None
         else PairScorer.load(args.rerank, args.precision, option="--rerank", runtime=args.runtime)
     )
+    dim = _width(args, matcher)
+    # A decision fitted on full-width cosines says nothing of cut vectors' cosines.
+    decision = matcher.decision if dim is None else None
     metrics, lines = {"model_dir": args.model_dir}, None
+    if dim is not None:
+        metrics["dim"] = dim
     if pairs is not None:
         pair_metrics, scores, predictions = evaluate_pairs(
             matcher,
@@ -563,18 +852,27 @@ def _evaluate(args):
             args.batch_size,
             scorer if args.retrieval else None,
             rerank_top,
+            dim=dim,
         )
         metrics.update(file=args.file, **pair_metrics)
         if pairs.label_kind == "binary" and predictions is None:
-            print(
-                "no accuracy: the model folder has no match decision; pass --threshold, or fit one: cosent-tf "
-                f"calibrate {args.model_dir} LABELLED_FILE",
-                file=sys.stderr,
-            )
-        measured = decision_metrics(scores, pairs.labels, matcher.decision)
+            if dim is None:
+                print(
+                    "no accuracy: the model folder has no match decision; pass --threshold, or fit one: cosent-tf "
+                    f"calibrate {args.model_dir} LABELLED_FILE",
+                    file=sys.stderr,
+                )
+            else:
+                print(
+                    f"no accuracy at a shipped threshold: {args.model_dir}'s thresholds were fitted on cosines of its "
+                    f"full {matcher.width} dimensions, not of vectors cut to {dim}; this file's own best threshold "
+                    "follows, or pass --threshold",
+                    file=sys.stderr,
+                )
+        measured = decision_metrics(scores, pairs.labels, decision)
         if measured:
             metrics["decision"] = measured
-            print("\n".join(_decision_report(measured, matcher.decision)), file=sys.stderr)
+            print("\n".join(_decision_report(measured, decision, dim)), file=sys.stderr)
         if args.reliability is not None:
             _plot_reliability(args, scores, pairs.labels, matcher.decision)
         columns = [pairs.texts_a, pairs.texts_b, [f"{y:g}" for y in pairs.labels], [f"{x:.6f}" for x in scores]]
@@ -585,7 +883,7 @@ def _evaluate(args):
         queries, corpus, relevant = retrieval_data
 
         def encode(texts):
-            return matcher.encode(texts, args.batch_size)
+            return matcher.encode(texts, args.batch_size, dim=dim)
 
         if scorer is None:
             metrics["beir"] = retrieval_by(encode, queries, corpus, relevant)
@@ -631,11 +929,18 @@ def _plot_reliability(args: argparse.Namespace, scores: np.ndarray, labels: np.n
     print(f"{args.reliability}: the reliability diagram of {len(matches)} pairs", file=sys.stderr)
 
 
-def _decision_report(measured: dict, decision) -> list[str]:
+def _decision_report(measured: dict, decision, dim: Optional[int] = None) -> list[str]:
     """Lines for people of what ``evaluate`` measured of the model's match decision: accuracy and F1
     at the shipped thresholds next to the best ones on the file itself, and the calibration's
-    log-loss, Brier score and ECE next to the ECE of the score read as a probability."""
-    lines = ["match decision:" if decision is None else f"match decision (fitted on {decision.fitted_on.get('file')}):"]
+    log-loss, Brier score and ECE next to the ECE of the score read as a probability. At a width
+    (``dim``) only the file's own: the shipped decision was fitted on full-width cosines."""
+    if dim is not None:
+        heading = f"match decision at --dim {dim} (the shipped one was fitted on full-width cosines, so not applied):"
+    elif decision is None:
+        heading = "match decision:"
+    else:
+        heading = f"match decision (fitted on {decision.fitted_on.get('file')}):"
+    lines = [heading]
     for name, threshold in (("accuracy", "threshold"), ("f1", "f1_threshold")):
         if name in measured:
             lines.append(
@@ -714,6 +1019,51 @@ def argument_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
 
+    def dim_option(sub, what, after=""):
+        sub.add_argument(
+            "--dim",
+            type=number_in_range(int, 1),
+            metavar="D",
+            help=f"{what} the first D dimensions of each vector, renormalised to unit length (a model trained with "
+            f"--matryoshka-dims loses least at its widths; another width works, with a warning){after}",
+        )
+
+    def vector_precision_option(sub, what):
+        sub.add_argument(
+            "--vector-precision",
+            default=VECTOR_PRECISIONS[0],
+            choices=list(VECTOR_PRECISIONS),
+            help=f"{what}: float32 (default); int8, one byte a dimension, 256 steps between its minimum and "
+            "maximum over the vectors; binary, one bit a dimension (its sign), packed 8 to a byte",
+        )
+
+    def strategy_option(sub):
+        sub.add_argument(
+            "--strategy",
+            default="default",
+            choices=["default", "mirrored"],
+            help="mirrored: encode on every local device (each GPU; without one, the logical CPU devices of "
+            "COSENT_TF_CPU_DEVICES=N), each a share of every batch, as training's --strategy mirrored; the vectors "
+            "are one device's (default: one device)",
+        )
+
+    def ann_options(sub, building):
+        setting = "the index's own (recorded in its index.json)"
+        helps = {
+            "--hnsw-m": f"with --index hnsw: the links each vector keeps in the graph (default: {ann.HNSW_M}); "
+            "more: better recall, a larger index",
+            "--ef-construction": "with --index hnsw: the candidates weighed for each vector's links while building "
+            f"(default: {ann.HNSW_EF_CONSTRUCTION})",
+            "--ef-search": "hnsw: the candidates the graph search keeps, never fewer than the candidates asked for; "
+            f"more: better recall, slower (default: {ann.HNSW_EF_SEARCH if building else setting})",
+            "--nlist": "with --index ivf: the k-means cells, each a list of vectors (default: about 4 sqrt(count), "
+            f"at most count/{ann.IVF_TRAIN_PER_LIST})",
+            "--nprobe": f"ivf: the lists searched per query (default: {ann.IVF_NPROBE if building else setting})",
+        }
+        for option, name, _ in ANN_OPTIONS:
+            if building or name in ("ef_search", "nprobe"):
+                sub.add_argument(option, dest=name, type=number_in_range(int, 1), metavar="N", help=helps[option])
+
     def overwrite_option(sub, replaced="OUTPUT if it exists"):
         sub.add_argument("--overwrite", action="store_true", help=f"replace {replaced} (refused without this)")
 
@@ -780,6 +1130,12 @@ def argument_parser() -> argparse.ArgumentParser:
         "for the score read as a probability and for the model's calibration map (needs 0/1 labels, or "
         "a decision with a cut, and a calibration map)",
     )
+    dim_option(
+        sub,
+        "score and search with",
+        "; a feature model only. The shipped match decision was fitted at full width, so accuracy and F1 come at "
+        "this file's own best thresholds (or --threshold)",
+    )
     overwrite_option(sub, "the --output and --reliability files if they exist")
     add_run_options(sub, FILE_FORMAT)
     inference_options(sub)
@@ -818,11 +1174,38 @@ def argument_parser() -> argparse.ArgumentParser:
     sub.add_argument("--strict", action="store_true", help="an empty line or text is an error, not a warning")
     add_run_options(sub, FILE_FORMAT)
 
-    sub = command("encode", _encode, "Embed a text file (one sentence a line) into an .npy matrix.")
+    sub = command(
+        "encode",
+        _encode,
+        "Embed a text file (one sentence a line) into an .npy matrix; with --shard, one part of it, for search "
+        "build --parts (N machines each encode a shard, one builds the index).",
+    )
     sub.add_argument("model_dir")
     sub.add_argument("texts", help="UTF-8 text file, one sentence a line (row i of the output is line i)")
-    sub.add_argument("output", help=".npy file to write (float32, one row per line)")
+    sub.add_argument(
+        "output",
+        help=".npy file to write: one row per line, float32 (int8 or uint8 with --vector-precision); with int8 "
+        "also NAME.ranges.npy beside NAME.npy, with --shard NAME.part.json",
+    )
     sub.add_argument("--no-normalize", action="store_true", help="keep raw vectors instead of unit length")
+    dim_option(sub, "write")
+    vector_precision_option(sub, "how OUTPUT stores the vectors")
+    sub.add_argument(
+        "--int8-ranges",
+        metavar="FILE.npy",
+        help="with --vector-precision int8: the ranges to quantise with (float32, shape (2, D): each dimension's "
+        "minimum, then maximum), such as an int8 index's ranges.npy or another encode's NAME.ranges.npy, so that "
+        "these codes compare with those (default: the ranges of these vectors)",
+    )
+    sub.add_argument(
+        "--shard",
+        type=shard_spec,
+        metavar="I/N",
+        help="encode shard I (counted from 0) of N: lines floor(I*n/N)+1 to floor((I+1)*n/N) of the n of TEXTS, "
+        "written as OUTPUT with its record NAME.part.json (TEXTS' digest, the model, the width, the vectors' "
+        "digest) for search build --parts; float32 unit vectors only",
+    )
+    strategy_option(sub)
     overwrite_option(sub)
     inference_options(sub)
 
@@ -855,6 +1238,12 @@ def argument_parser() -> argparse.ArgumentParser:
         "decision's own) and the probability of a match (9 decimals), from the model folder's decision.json; "
         "put it after the texts or files, or write --decide=RULE",
     )
+    dim_option(
+        sub,
+        "score the cosine of",
+        "; a feature model only, without the 0/1 column or --decide (the model's threshold and decision were "
+        "fitted at full width)",
+    )
     overwrite_option(sub)
     add_run_options(
         sub,
@@ -869,11 +1258,37 @@ def argument_parser() -> argparse.ArgumentParser:
 
     search = command("search", None, "Build a vector index of a corpus, or query one.")
     actions = search.add_subparsers(dest="action", required=True, metavar="ACTION")
-    sub = command("build", _search_build, "Encode a corpus file (one text a line) into an index folder.", actions)
+    sub = command(
+        "build",
+        _search_build,
+        "Encode a corpus file (one text a line) into an index folder, or (--parts) build it from the parts that "
+        "encode --shard wrote. The index keeps the float32 vectors; with --vector-precision int8 or binary it "
+        "first searches their smaller codes, and with --index hnsw or ivf an approximate structure (faiss), "
+        "then re-scores the candidates with the float32 vectors.",
+        actions,
+    )
     sub.add_argument("model_dir")
-    sub.add_argument("corpus")
+    sub.add_argument("corpus", help="UTF-8 text file, one text a line (with --parts: the file the parts encoded)")
     sub.add_argument("index_dir", help="a new or empty folder (or an earlier index, with --overwrite)")
     sub.add_argument("--overwrite", action="store_true", help="replace INDEX_DIR if it holds an earlier index")
+    dim_option(sub, "index")
+    vector_precision_option(sub, "how the index stores the vectors it searches first (it keeps float32 to re-score)")
+    sub.add_argument(
+        "--index",
+        choices=list(INDEX_KINDS),
+        help="exact: every vector scored; hnsw: a graph of neighbours; ivf: lists of k-means cells, a few of them "
+        'searched (hnsw and ivf are approximate, and need the [ann] extra: pip install "cosent-tf[ann]"); '
+        f"default: exact up to {EXACT_INDEX_LIMIT} vectors, hnsw above",
+    )
+    ann_options(sub, building=True)
+    sub.add_argument(
+        "--parts",
+        nargs="+",
+        metavar="PART.npy",
+        help="build from the parts of encode --shard I/N instead of encoding: one for each shard 0 to N-1, each with "
+        "its NAME.part.json, encoded from CORPUS by MODEL_DIR at one width",
+    )
+    strategy_option(sub)
     inference_options(sub)
     sub = command(
         "query",
@@ -891,6 +1306,21 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--model-dir", help="model folder (default: the one that built the index)")
     sub.add_argument("--top-k", type=number_in_range(int, 1), default=10)
+    sub.add_argument(
+        "--rescore-multiplier",
+        type=number_in_range(int, 1),
+        metavar="M",
+        help="an index of int8 or binary vectors, or an approximate one, takes M times the hits asked for as "
+        "candidates and re-scores them with its float32 vectors: more finds more of the exact top hits, and "
+        f"takes longer (default: {RESCORE_MULTIPLIER}; 1: no more candidates than hits)",
+    )
+    ann_options(sub, building=False)
+    sub.add_argument(
+        "--dim",
+        type=number_in_range(int, 1),
+        metavar="D",
+        help="the width of the index's vectors, checked (queries are cut to the index's own width without it)",
+    )
     rerank_options(sub, "the best --top-k of them by that score are written")
     overwrite_option(sub)
     inference_options(sub)
@@ -1006,6 +1436,14 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--strict", action="store_true", help="in --check's FILE, an empty text is an error")
     sub.add_argument("--overwrite", action="store_true", help="replace OUTPUT_DIR if it holds an earlier export")
+    sub.add_argument(
+        "--dim",
+        type=number_in_range(int, 1),
+        metavar="D",
+        help="a feature model's vectors cut to their first D dimensions and renormalised, in every format (the "
+        "SavedModel's outputs, sentence-transformers' modules, the ONNX sentence_embedding); the match decision, "
+        "fitted at full width, is left out",
+    )
     sub.add_argument(
         "--inputs",
         default="strings",

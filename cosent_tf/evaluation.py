@@ -274,6 +274,7 @@ def evaluate_pairs(
     batch_size: int = 64,
     rerank: Any = None,
     rerank_top: int = RERANK_TOP,
+    dim: Optional[int] = None,
 ) -> tuple[dict[str, Any], np.ndarray, Optional[np.ndarray]]:
     """Score labelled pairs with a loaded :class:`~cosent_tf.inference.matchers.SentenceEncoder` or
     :class:`~cosent_tf.inference.matchers.PairScorer`: ``(metrics, scores, predictions)``.
@@ -285,18 +286,25 @@ def evaluate_pairs(
     re-ordered by it (:func:`retrieval_with_rerank`) under ``retrieval_reranked``, from the
     same encoding of queries and corpus.
 
+    With ``dim`` (a sentence encoder only), every score and search is of the vectors cut to their
+    first ``dim`` dimensions (``SentenceEncoder.encode(dim=...)``), and the model's tuned threshold,
+    fitted on full-width cosines, is not used: accuracy only at a ``threshold`` given.
+
     Raises:
         ValueError: ``rerank`` without ``retrieval``, or ``retrieval`` on pairs with no positive one.
+        ConfigError: ``dim`` above the encoder's width.
     """
     if rerank is not None and not retrieval:
         raise ValueError("rerank re-orders retrieval results: pass retrieval=True with it")
-    scores = matcher.similarity(pairs.texts_a, pairs.texts_b, batch_size)
+    widths = {} if dim is None else {"dim": dim}
+    scores = matcher.similarity(pairs.texts_a, pairs.texts_b, batch_size, **widths)
     metrics: dict[str, Any] = {
         "pairs": len(pairs),
         "labels": pairs.label_kind,
         **correlation_metrics(scores, pairs.labels),
     }
-    threshold = matcher.threshold if threshold is None else threshold
+    if threshold is None and dim is None:
+        threshold = matcher.threshold
     predictions = None
     if pairs.label_kind == "binary" and threshold is not None:
         predictions = (np.asarray(scores, dtype=np.float64) > threshold).astype(int)
@@ -308,7 +316,7 @@ def evaluate_pairs(
             raise ValueError(f"{pairs.source}: no positive pair, so nothing to retrieve")
 
         def encode(texts: Sequence[str]) -> np.ndarray:
-            return matcher.encode(texts, batch_size)
+            return matcher.encode(texts, batch_size, **widths)
 
         if rerank is None:
             metrics["retrieval"] = retrieval_by(encode, queries, corpus, relevant)

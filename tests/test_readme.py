@@ -272,8 +272,10 @@ def hugging_face_cases(tmp_path):
         '{"name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]',
     )
     yield (
-        "PATH: module '2' (sentence_transformers.models.Dense) is not supported; cosent-tf reads one each of "
-        "Transformer, Pooling, Normalize (Normalize optional)",
+        "PATH: module '2' (sentence_transformers.models.Dense) is not supported: a Dense module changes the pooled "
+        "vectors (the one cosent-tf export --dim writes keeps their first dimensions), and cosent-tf reads a "
+        "sentence-transformers folder's pooled vectors only; load the model folder it was exported from, or an "
+        "export at full width, and cut its vectors with --dim (dim= in Python)",
         lambda: build_encoder(None, str(tmp_path / "hf")),
     )
     make_model_dir(tmp_path / "cross", config, kind="interaction")

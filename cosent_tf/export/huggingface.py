@@ -6,6 +6,12 @@ A model folder's match decision (``decision.json``, :mod:`cosent_tf.calibration`
 stamped for the exported weights, so that cosent-tf reading the export as a model folder takes it;
 the model card then says what it was fitted on, its thresholds and calibration, and how to apply it
 with NumPy and sentence-transformers alone. Without a decision the card has no such section.
+
+A feature model exported at a width (``dim``) is the same folder with a Dense module between its
+Pooling and Normalize that keeps the first ``dim`` dimensions (``2_Dense``, an identity slice;
+Normalize moves to ``3_Normalize``): ``SentenceTransformer(folder).encode`` gives the vectors
+``SentenceEncoder.encode(texts, dim=dim)`` gives. It carries no match decision (one fitted on the
+full vectors' cosines does not hold for the cut ones); the card's "Width" section says so.
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ from .. import huggingface
 from ..backend import keras
 from ..calibration import DECISION_FILE, MatchDecision, write_decision
 from ..errors import ConfigError
+from ..huggingface.folders import ST_MODULE_FOLDERS
 from ..inference.model_dir import load_model_dir, read_model_decision
 from ..io import FolderKind, atomic_directory
 from ..models.builders import head_layer_name
 from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec, read_spec
-from .savedmodel import EXPORT_RECORD, check_export_folder, write_export_record
+from .savedmodel import EXPORT_RECORD, check_export_folder, decision_at_width, export_width, write_export_record
 
 HF_FOLDER = FolderKind(
     "a Hugging Face export",
@@ -40,8 +47,7 @@ HF_FOLDER = FolderKind(
         "special_tokens_map.json",
         huggingface.MODULES_FILE,
         huggingface.SENTENCE_CONFIG,
-        "1_Pooling",
-        "2_Normalize",
+        *ST_MODULE_FOLDERS,
         "README.md",
         DECISION_FILE,
         EXPORT_RECORD,
@@ -53,7 +59,7 @@ HF_FOLDER = FolderKind(
 HF_ARCHITECTURES = ("bert", "roberta")
 
 
-def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
+def export_hf(model_dir: str, out_dir: str, overwrite: bool = False, dim: Optional[int] = None) -> str:
     """Write ``out_dir`` (atomically) as a Hugging Face folder of the model folder ``model_dir``.
 
     A feature model becomes a sentence-transformers folder (``BertModel`` weights as
@@ -73,6 +79,10 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
         out_dir: the folder to write; an existing one must be empty, or this tool's export and
             ``overwrite`` true (:func:`~cosent_tf.export.savedmodel.check_export_folder`).
         overwrite: replace an earlier export in ``out_dir``.
+        dim: a feature model's vectors cut to their first ``dim`` dimensions and renormalised
+            (a Dense slice before Normalize; checked by
+            :func:`~cosent_tf.export.savedmodel.export_width`); the export then carries no match
+            decision. None (or the model's width): the full vectors.
 
     Returns:
         What was written: ``"sentence-transformers"`` or ``"sequence-classification"``.
@@ -81,13 +91,18 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
         ConfigError: the model cannot be expressed as a Hugging Face BERT folder (another
             architecture, a word-level vocabulary, a pooling sentence-transformers lacks, an
             interaction head that does not read BERT's pooler), its ``decision.json`` is malformed
-            or was fitted for another model, or ``out_dir`` may not be written. Nothing is written then.
+            or was fitted for another model, ``dim`` is above the model's width or given for an
+            interaction model, or ``out_dir`` may not be written. Nothing is written then.
 
     Example:
         >>> export_hf("runs/bq-cosent/model", "exports/bq-cosent-hf")
         'sentence-transformers'
         >>> from sentence_transformers import SentenceTransformer
         >>> vectors = SentenceTransformer("exports/bq-cosent-hf").encode(["花呗如何还钱"])
+        >>> export_hf("runs/bq-cosent/model", "exports/bq-cosent-hf-128", dim=128)
+        'sentence-transformers'
+        >>> SentenceTransformer("exports/bq-cosent-hf-128").encode(["花呗如何还钱"]).shape
+        (1, 128)
     """
     check_export_folder(out_dir, HF_FOLDER, overwrite, model_dir)
     # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
@@ -98,9 +113,11 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False) -> str:
     if problem is not None:
         also = "" if spec.word_level else " (or as ONNX: --format onnx)"  # ONNX carries WordPiece files too
         raise ConfigError(f"{model_dir}: {problem}; export it as a SavedModel{also}")
+    dim = export_width(spec, model, dim, model_dir)
+    decision = decision_at_width(decision, dim, model_dir)
     with atomic_directory(out_dir, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
-        write_hf_files(tmp, model_dir, spec, model, tokenizer, decision)
-        write_export_record(tmp, HF_FORMATS[spec.kind].written, model_dir, spec)
+        write_hf_files(tmp, model_dir, spec, model, tokenizer, decision, dim=dim)
+        write_export_record(tmp, HF_FORMATS[spec.kind].written, model_dir, spec, dim=dim)
     return HF_FORMATS[spec.kind].written
 
 
@@ -122,18 +139,21 @@ def write_hf_files(
     tokenizer: Any,
     decision: Optional[MatchDecision],
     card_sections: tuple[str, ...] = (),
+    dim: Optional[int] = None,
 ) -> None:
     """Write the Hugging Face folder of a loaded model into ``folder`` (a temporary folder that
     becomes the export): weights and config, tokenizer, the decision stamped for these weights and the
-    model card with ``card_sections`` appended. The model must pass :func:`hf_problem`."""
+    model card with ``card_sections`` appended; a feature model's vectors cut to ``dim`` (checked by
+    the caller, :func:`~cosent_tf.export.savedmodel.export_width`, which leaves no decision at a
+    width). The model must pass :func:`hf_problem`."""
     hf_format = HF_FORMATS[spec.kind]
     config = read_config(checkpoint_files(model_dir)[0])
     arrays = model_arrays(model, config, spec.architecture)
-    hf_format.write(folder, spec, model, config, arrays)
+    hf_format.write(folder, spec, model, config, arrays, dim)
     huggingface.write_tokenizer(folder, list(tokenizer.token_dict), spec.do_lower_case, spec.maxlen)
     if decision is not None:
         write_decision(folder, decision)  # after the weights: it is stamped with theirs
-    card = _model_card(spec, hf_format, model_dir, decision)
+    card = _model_card(spec, hf_format, model_dir, decision, dim, int(model.output_shape[-1]))
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join([card, *card_sections]))
 
@@ -148,7 +168,12 @@ def _sentence_transformers_pooling_problem(spec: ModelSpec) -> Optional[str]:
 
 
 def _write_sentence_transformers(
-    folder: str, spec: ModelSpec, model: keras.Model, config: dict[str, Any], arrays: dict[str, np.ndarray]
+    folder: str,
+    spec: ModelSpec,
+    model: keras.Model,
+    config: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    dim: Optional[int] = None,
 ) -> None:
     if "bert/pooler/dense/kernel" not in arrays:
         # BertModel always has a pooler, which sentence-transformers' pooling never reads: zeros
@@ -159,7 +184,7 @@ def _write_sentence_transformers(
     weights = huggingface.hf_weights(arrays, config["num_hidden_layers"])
     huggingface.write_hf_folder(folder, weights, huggingface.hf_config(config))
     huggingface.write_sentence_transformers_modules(
-        folder, spec.pooling, config["hidden_size"], spec.maxlen, spec.do_lower_case
+        folder, spec.pooling, config["hidden_size"], spec.maxlen, spec.do_lower_case, dim
     )
 
 
@@ -174,9 +199,15 @@ def _head_problem(spec: ModelSpec) -> Optional[str]:
 
 
 def _write_sequence_classification(
-    folder: str, spec: ModelSpec, model: keras.Model, config: dict[str, Any], arrays: dict[str, np.ndarray]
+    folder: str,
+    spec: ModelSpec,
+    model: keras.Model,
+    config: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    dim: Optional[int] = None,
 ) -> None:
     assert spec.head is not None  # an interaction model's spec names its head (ModelSpec checks it)
+    assert dim is None  # a width is refused for an interaction model (export_width)
     scope = HEAD_SCOPE + head_layer_name(spec.head)
     head = model.get_layer(head_layer_name(spec.head))
     arrays[scope + "/kernel"], arrays[scope + "/bias"] = (w.numpy() for w in head.weights)
@@ -192,8 +223,9 @@ class _HfFormat:
 
     written: str  # export_hf's answer and the export record's "export"
     problem: Callable[[ModelSpec], Optional[str]]  # why a model cannot be expressed so, or None
-    # Writes the weights (the model's arrays, by checkpoint name) and config.json into the folder.
-    write: Callable[[str, ModelSpec, keras.Model, dict[str, Any], dict[str, np.ndarray]], None]
+    # Writes the weights (the model's arrays, by checkpoint name) and config.json into the folder, and
+    # for a feature model the modules that cut its vectors to a width (the last argument; None: full).
+    write: Callable[[str, ModelSpec, keras.Model, dict[str, Any], dict[str, np.ndarray], Optional[int]], None]
     usage: str  # the model card's example
 
 
@@ -219,8 +251,16 @@ HF_FORMATS = {
 }
 
 
-def _model_card(spec: ModelSpec, hf_format: _HfFormat, model_dir: str, decision: Optional[MatchDecision]) -> str:
-    """The README.md of an export: where it came from, how to load it, and its match decision."""
+def _model_card(
+    spec: ModelSpec,
+    hf_format: _HfFormat,
+    model_dir: str,
+    decision: Optional[MatchDecision],
+    dim: Optional[int] = None,
+    width: Optional[int] = None,
+) -> str:
+    """The README.md of an export: where it came from, how to load it, its width (a feature
+    model's, of ``width`` dimensions in full) and its match decision."""
     source = json.dumps(spec.source, ensure_ascii=False, sort_keys=True)
     card = (
         f"# {hf_format.written} model exported by cosent-tf\n\n"
@@ -228,7 +268,65 @@ def _model_card(spec: ModelSpec, hf_format: _HfFormat, model_dir: str, decision:
         f"({spec.kind} model, {spec.pooling or spec.head}, maxlen {spec.maxlen}).\n\n"
         f"Training record: `{source}`\n\n```python\n{hf_format.usage}\n```\n"
     )
+    if spec.kind == FEATURE.name and width is not None and (dim is not None or spec.matryoshka_dims):
+        card += "\n" + width_section(spec, width, dim)
     return card if decision is None else card + "\n" + decision_section(spec, decision)
+
+
+def width_section(spec: ModelSpec, width: int, dim: Optional[int]) -> str:
+    """The model card's "Width" section of a feature model whose full vectors have ``width``
+    dimensions: for an export at width ``dim``, how the folder cuts them, whether the model was
+    trained for that width, and why the export carries no match decision; at full width
+    (``dim`` None), the widths a Matryoshka-trained model may be cut to with ``truncate_dim``.
+
+    Args:
+        spec: the exported model's description (``matryoshka_dims``: the widths it was trained for).
+        width: the model's full width.
+        dim: the export's width, or None.
+
+    Returns:
+        Markdown, from the section's heading on.
+
+    Example:
+        >>> print(width_section(ModelSpec("feature", pooling="cls", matryoshka_dims=[312, 128]), 312, 128))
+        ## Width
+        ...
+    """
+    trained = spec.matryoshka_dims
+    trained_text = (
+        f"trained with Matryoshka losses at the widths {', '.join(map(str, trained))} (`--matryoshka-dims`)"
+        if trained
+        else f"trained at its full width {width} only"
+    )
+    if dim is None:
+        some = min(trained or [width])
+        return (
+            "## Width\n\n"
+            f"The vectors have {width} dimensions; the model was {trained_text}. Cut them to one of those widths "
+            f"with sentence-transformers' `truncate_dim`, renormalising, as `cosent-tf encode --dim` does:\n\n"
+            "```python\n"
+            f"model = SentenceTransformer('THIS_FOLDER', truncate_dim={some})\n"
+            "vectors = model.encode(['第一句', '第二句'], normalize_embeddings=True)\n"
+            "```\n"
+        )
+    if not trained:
+        fit = f"The model was {trained_text}, so its cut vectors lose more of their quality than a Matryoshka model's."
+    elif dim in trained:
+        fit = f"The model was {trained_text}: {dim} is one of them."
+    else:
+        fit = f"The model was {trained_text}: {dim} is not one of them, so its cut vectors lose more of their quality."
+    return (
+        "## Width\n\n"
+        f"The vectors are the first {dim} of the model's {width} dimensions, renormalised to unit length: "
+        f"the modules are Transformer, Pooling, Dense (`2_Dense`: the first {dim} rows of the identity, a zero "
+        "bias, no activation) and Normalize, so `SentenceTransformer('THIS_FOLDER').encode(...)` gives them with "
+        f"no argument. An export at full width gives the same vectors with `truncate_dim={dim}` and "
+        "`encode(..., normalize_embeddings=True)`.\n\n"
+        f"{fit}\n\n"
+        "No match decision comes with this export: thresholds and probabilities fitted on the cosines of the "
+        f"full vectors do not hold for vectors cut to {dim} dimensions. Calibrate the cut vectors' scores on "
+        f"labelled pairs (`cosent-tf evaluate MODEL_DIR LABELLED_FILE --dim {dim}` gives their best threshold).\n"
+    )
 
 
 # What the model card calls each rule of cosent_tf.calibration.RULES.

@@ -17,6 +17,11 @@ not normalised) and, in the sentence-transformers layout, ``last_hidden_state`` 
 sentence-transformers pools and normalises itself); an interaction model's gives ``logits``
 (the score head's score, or the softmax head's two logits).
 
+An export at a width (``dim``) cuts ``sentence_embedding`` to its first ``dim`` dimensions and
+renormalises it to unit length in the graph (what ``SentenceEncoder.encode(texts, dim=dim)`` gives);
+``last_hidden_state`` stays whole, and the sentence-transformers folder around it cuts its pooled
+vector with a Dense slice (:mod:`.huggingface`). It carries no match decision.
+
 Why tf2onnx: it converts the graph the engine runs, so the export computes what the engine
 computes for every architecture it can express (BERT, RoBERTa, ALBERT, NEZHA, RoFormer); an export
 through the Hugging Face folder and torch would exist only for models that folder holds. Three of
@@ -43,12 +48,13 @@ from ..evaluation import pair_scores, spearman
 from ..inference.model_dir import load_model_dir, read_model_decision
 from ..inference.onnx_model import INPUT_NAMES, ONNX_DIR, ONNX_FILES, OnnxModel, require
 from ..inference.runtime import batched_outputs, l2_normalize
+from ..inference.vectors import truncate
 from ..io import FolderKind, atomic_directory, file_digest
 from ..models.builders import head_layer_name
 from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec, read_spec
 from .huggingface import HF_FOLDER, HF_FORMATS, hf_problem, write_hf_files
-from .savedmodel import EXPORT_RECORD, check_export_folder, write_export_record
+from .savedmodel import EXPORT_RECORD, check_export_folder, decision_at_width, export_width, write_export_record
 
 logger = logging.getLogger(__name__)
 
@@ -83,12 +89,14 @@ class OnnxExport:
         check: with ``check_file``, the float32 and int8 files' Spearman and accuracy on it
             (:func:`quality_check`); else None.
         reason: for the ``onnx`` layout, why the model has no Hugging Face folder; else None.
+        dim: the width ``sentence_embedding`` is cut to; None for the full vectors.
     """
 
     layout: str
     files: dict[str, str]
     check: Optional[dict[str, Any]] = None
     reason: Optional[str] = None
+    dim: Optional[int] = None
 
 
 def export_onnx(
@@ -99,6 +107,7 @@ def export_onnx(
     check_file: Optional[str] = None,
     file_format: Optional[PairFileFormat] = None,
     check_pairs: Any = None,
+    dim: Optional[int] = None,
 ) -> OnnxExport:
     """Write ``out_dir`` (atomically) as an ONNX export of the model folder ``model_dir``.
 
@@ -115,6 +124,10 @@ def export_onnx(
         file_format: how ``check_file`` is read (default: by its extension).
         check_pairs: ``check_file``'s labelled pairs, already read (the command line reads them as
             ``evaluate`` does); None reads them here.
+        dim: a feature model's ``sentence_embedding`` cut to its first ``dim`` dimensions and
+            renormalised in the graph, and the sentence-transformers folder's vectors cut alike
+            (checked by :func:`~.savedmodel.export_width`); the export then carries no match
+            decision. None (or the model's width): the full vectors.
 
     Returns:
         What was written (:class:`OnnxExport`).
@@ -123,7 +136,8 @@ def export_onnx(
         ConfigError: tf2onnx or onnxruntime is missing; the converter cannot express the model (the
             operations it lacks are named), or the converted graph differs from the engine's outputs;
             the model's decision.json cannot be used; ``check_file`` is unreadable or unlabelled;
-            ``out_dir`` may not be written. Nothing is written then.
+            ``dim`` is above the model's width or given for an interaction model; ``out_dir`` may
+            not be written. Nothing is written then.
 
     Example:
         >>> export_onnx("runs/bq-cosent/model", "exports/bq-cosent-onnx", quantize="int8").files
@@ -146,6 +160,8 @@ def export_onnx(
         )
     decision = read_model_decision(model_dir, described.kind, described.threshold)
     spec, model, tokenizer = load_model_dir(model_dir)
+    dim = export_width(spec, model, dim, model_dir)
+    decision = decision_at_width(decision, dim, model_dir)
     reason = hf_problem(spec)
     layout = "onnx" if reason is not None else HF_FORMATS[spec.kind].written
     files = {ONNX_FILES["float32"]: "float32"}
@@ -155,17 +171,17 @@ def export_onnx(
         os.makedirs(os.path.join(tmp, ONNX_DIR))
         float_path = os.path.join(tmp, ONNX_FILES["float32"])
         with_sequence = layout == HF_FORMATS[FEATURE.name].written  # what sentence-transformers pools
-        convert(serving_model(model, spec, with_sequence), float_path, model_dir)
-        check_parity(float_path, spec, model, tokenizer, model_dir)
+        convert(serving_model(model, spec, with_sequence, dim), float_path, model_dir)
+        check_parity(float_path, spec, model, tokenizer, model_dir, dim)
         if quantize is not None:
             quantize_int8(float_path, os.path.join(tmp, ONNX_FILES[quantize]))
             check_quantized(float_path, os.path.join(tmp, ONNX_FILES[quantize]), spec, tokenizer, model_dir)
         check = None
         if check_pairs is not None and check_file is not None:
             check = quality_check(tmp, files, spec, tokenizer, check_pairs, check_file, decision, out_dir)
-        card = onnx_card_section(spec, layout, reason, files, check)
+        card = onnx_card_section(spec, layout, reason, files, check, dim)
         if reason is None:
-            write_hf_files(tmp, model_dir, spec, model, tokenizer, decision, card_sections=(card,))
+            write_hf_files(tmp, model_dir, spec, model, tokenizer, decision, card_sections=(card,), dim=dim)
         else:
             huggingface.write_tokenizer(tmp, list(tokenizer.token_dict), spec.do_lower_case, spec.maxlen)
             if decision is not None:
@@ -186,17 +202,21 @@ def export_onnx(
             model_spec=dataclasses.asdict(spec),
             check=check,
             reason=reason,
+            dim=dim,
         )
-    return OnnxExport(layout, files, check, reason)
+    return OnnxExport(layout, files, check, reason, dim)
 
 
 # --- the graph ---------------------------------------------------------------------------------
 
 
-def serving_model(model: keras.Model, spec: ModelSpec, with_sequence: bool = False) -> keras.Model:
+def serving_model(
+    model: keras.Model, spec: ModelSpec, with_sequence: bool = False, dim: Optional[int] = None
+) -> keras.Model:
     """The Keras model the ONNX file is converted from: the engine's ``model`` behind the inputs and
     outputs of :mod:`this module <cosent_tf.export.onnx_export>`. ``with_sequence``: a feature model
-    also gives ``last_hidden_state``, the last block's output (the sentence-transformers layout)."""
+    also gives ``last_hidden_state``, the last block's output (the sentence-transformers layout).
+    ``dim``: ``sentence_embedding`` is the first ``dim`` dimensions, renormalised."""
     input_ids, attention_mask, token_type_ids = (
         keras.Input(shape=(None,), dtype="int64", name=name) for name in INPUT_NAMES
     )
@@ -220,10 +240,17 @@ def serving_model(model: keras.Model, spec: ModelSpec, with_sequence: bool = Fal
         inner.get_layer("logits_dense").set_weights(head.get_weights())
     values = inner([token_ids, segment_ids])
     values = values if isinstance(values, list) else [values]
-    outputs = [
-        keras.layers.Lambda(lambda t: tf.cast(t, tf.float32), name=name)(value) for name, value in zip(named, values)
-    ]
+    outputs = [keras.layers.Lambda(_output_function(name, dim), name=name)(value) for name, value in zip(named, values)]
     return keras.Model(inputs, outputs, name="onnx_serving")
+
+
+def _output_function(name: str, dim: Optional[int]) -> Any:
+    """What the graph does to the engine's output ``name`` last: float32, and at a width ``dim``
+    (``sentence_embedding`` only) its first ``dim`` dimensions at unit length."""
+    if name != "sentence_embedding" or dim is None:
+        return lambda t: tf.cast(t, tf.float32)
+    # the cut before the norm, as SentenceEncoder.encode(dim=) takes it; epsilon: its 1e-12 floor, squared
+    return lambda t: tf.math.l2_normalize(tf.cast(t, tf.float32)[:, :dim], axis=1, epsilon=1e-24)
 
 
 def _depth(model: keras.Model) -> int:
@@ -366,19 +393,24 @@ def _probe_inputs(spec: ModelSpec, tokenizer: Any) -> tuple[list, Optional[int]]
     return ids, tokenizer.sep_id if spec.pair_segments else None
 
 
-def check_parity(path: str, spec: ModelSpec, model: keras.Model, tokenizer: Any, model_dir: str) -> None:
+def check_parity(
+    path: str, spec: ModelSpec, model: keras.Model, tokenizer: Any, model_dir: str, dim: Optional[int] = None
+) -> None:
     """Refuse an ONNX file whose outputs on :data:`PROBE_TEXTS` differ from the engine's by more than
-    :data:`PARITY_TOLERANCE` (unit vectors for a feature model, scores for an interaction model)."""
+    :data:`PARITY_TOLERANCE` (unit vectors for a feature model, cut to ``dim`` if given; scores for an
+    interaction model)."""
     onnx_model = OnnxModel.from_file(path, spec)
     ids, sep_id = _probe_inputs(spec, tokenizer)
     expected = batched_outputs(model, ids, batch_size=len(ids), sep_id=sep_id)
     got = batched_outputs(onnx_model, ids, batch_size=len(ids), sep_id=sep_id)
     if spec.kind == FEATURE.name:
-        expected, got = l2_normalize(expected), l2_normalize(got)
+        expected = l2_normalize(expected) if dim is None else truncate(expected, dim)
+        got = l2_normalize(got)
     difference = _largest_difference(expected, got)
     if "last_hidden_state" in [output.name for output in onnx_model.session.get_outputs()]:
         # what sentence-transformers pools: checked pooled as it pools it, with the attention mask
-        difference = max(difference, _largest_difference(expected, _pooled_sequence(onnx_model, ids, spec.pooling)))
+        pooled = _pooled_sequence(onnx_model, ids, spec.pooling, dim)
+        difference = max(difference, _largest_difference(expected, pooled))
     if not difference <= PARITY_TOLERANCE:
         raise ConfigError(
             f"{model_dir}: the converted ONNX graph's outputs differ from the model's by {difference:.3g} on probe "
@@ -391,9 +423,10 @@ def _largest_difference(expected: np.ndarray, got: np.ndarray) -> float:
     return float(np.max(np.abs(expected - got))) if np.all(np.isfinite(got)) else float("inf")
 
 
-def _pooled_sequence(onnx_model: OnnxModel, ids: list, pooling: Optional[str]) -> np.ndarray:
+def _pooled_sequence(onnx_model: OnnxModel, ids: list, pooling: Optional[str], dim: Optional[int] = None) -> np.ndarray:
     """Unit vectors of ``last_hidden_state`` pooled as sentence-transformers pools it (cls, mean or max
-    over the tokens its attention mask keeps)."""
+    over the tokens its attention mask keeps), cut to their first ``dim`` dimensions if given (as the
+    folder's Dense slice cuts them)."""
     length = max(len(row) for row in ids)
     token_ids = np.zeros((len(ids), length), np.int64)
     for row, sequence in zip(token_ids, ids):
@@ -408,7 +441,7 @@ def _pooled_sequence(onnx_model: OnnxModel, ids: list, pooling: Optional[str]) -
         pooled = np.where(kept, hidden, -np.inf).max(axis=1)
     else:
         pooled = (hidden * kept).sum(axis=1) / kept.sum(axis=1)
-    return l2_normalize(pooled)
+    return l2_normalize(pooled) if dim is None else truncate(pooled, dim)
 
 
 def check_quantized(float_path: str, int8_path: str, spec: ModelSpec, tokenizer: Any, model_dir: str) -> None:
@@ -520,14 +553,25 @@ def quality_check(
 
 
 def onnx_card_section(
-    spec: ModelSpec, layout: str, reason: Optional[str], files: dict[str, str], check: Optional[dict[str, Any]]
+    spec: ModelSpec,
+    layout: str,
+    reason: Optional[str],
+    files: dict[str, str],
+    check: Optional[dict[str, Any]],
+    dim: Optional[int] = None,
 ) -> str:
-    """The model card's "ONNX" section: the files, the graph's inputs and outputs, how to load them,
-    and the int8 check."""
+    """The model card's "ONNX" section: the files, the graph's inputs and outputs (``dim``: the width
+    ``sentence_embedding`` is cut to), how to load them, and the int8 check."""
     feature = spec.kind == FEATURE.name
     lines = ["## ONNX", ""]
     lines += [f"- `{path}`: {precision}" for path, precision in files.items()]
-    if feature:
+    if feature and dim is not None:
+        outputs = (
+            f"`sentence_embedding` [batch, {dim}], the sentence vector's first {dim} dimensions, renormalised to "
+            "unit length (a dot product is their cosine). No match decision comes with this export: one fitted on "
+            "the full vectors' cosines does not hold for the cut ones"
+        )
+    elif feature:
         outputs = (
             "`sentence_embedding` [batch, hidden], the sentence vector (not normalised: normalise it for a cosine)"
         )

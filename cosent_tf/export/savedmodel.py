@@ -31,6 +31,13 @@ itself is ``assets.extra/decision.json``. A model folder without a decision expo
 ``decide``; a ``decision.json`` fitted for other weights, or edited to be malformed, is refused
 (:func:`cosent_tf.calibration.read_decision`) and nothing is written.
 
+An export at a width (``dim``, ``--dim D``) serves a feature model's vectors cut to their first D
+dimensions and renormalised to unit length, in the graph (``embeddings``: float32[batch, D]), as
+``SentenceEncoder.encode(texts, dim=D)`` gives them. A match decision was fitted on the cosines of the
+full vectors, so such an export carries none (no ``decide`` signatures; a warning says so):
+``cosent-tf evaluate MODEL_DIR PAIRS --dim D`` measures the cut vectors' own threshold.
+``assets.extra/cosent_model.json`` and the export record say the width (``dim``; null at full width).
+
 An ids export (``inputs="ids"``) holds only the ids functions, as ``serving_default`` and under
 their names above: a graph of TensorFlow's own ops, which any TensorFlow runtime loads. The client
 tokenises: int32 ``token_ids`` [batch, width], [CLS] ... [SEP] (a pair: [CLS] a [SEP] b [SEP]),
@@ -56,6 +63,7 @@ a folder holding it, and no other (a downloaded checkpoint has the same file nam
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
@@ -68,10 +76,13 @@ from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
 from ..inference.model_dir import load_model_dir, read_model_decision
 from ..inference.onnx_model import EXPORT_RECORD
+from ..inference.vectors import check_dim
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import ModelSpec, read_spec
 from .graph_tokenization import GraphTokenizer
+
+logger = logging.getLogger(__name__)
 
 # No declared shape: a SavedModel signature does not enforce one (a [2, 2] request was served as
 # 4 sentences), so the served functions check the rank themselves (:func:`_batch_of_strings`).
@@ -224,12 +235,20 @@ def decision_outputs(decision: MatchDecision, scores: tf.Tensor) -> dict[str, tf
 class _ServedIds(tf.Module):
     """What an ids export serves: the model's functions of token ids, which use TensorFlow's own
     ops only (saving traces every function of the module, so this one has no string function).
-    With a ``decision``, the module also holds ``decide_ids`` for its model's ``kind``."""
+    With a ``decision``, the module also holds ``decide_ids`` for its model's ``kind``; with a
+    ``dim``, a feature model's vectors are their first ``dim`` dimensions, renormalised."""
 
-    def __init__(self, model: keras.Model, kind: str = FEATURE.name, decision: Optional[MatchDecision] = None) -> None:
+    def __init__(
+        self,
+        model: keras.Model,
+        kind: str = FEATURE.name,
+        decision: Optional[MatchDecision] = None,
+        dim: Optional[int] = None,
+    ) -> None:
         super().__init__(name="cosent_tf")
         self.model = model
         self._decision = decision
+        self._dim = dim
         self._by_vectors = get_kind(kind).scored_by == "cosine"
         if decision is not None:
             # only a folder with a decision has these, so they are made here, not declared on the class
@@ -246,7 +265,10 @@ class _ServedIds(tf.Module):
         return in_length_buckets(self._model_outputs, token_ids, segment_ids)
 
     def _vectors(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
-        return tf.math.l2_normalize(self._outputs(token_ids, segment_ids), axis=1, epsilon=1e-24)
+        outputs = self._outputs(token_ids, segment_ids)
+        if self._dim is not None:
+            outputs = outputs[:, : self._dim]  # cut before normalising, as SentenceEncoder.encode(dim=) does
+        return tf.math.l2_normalize(outputs, axis=1, epsilon=1e-24)
 
     def _scores(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return self._outputs(token_ids, segment_ids)[:, -1]
@@ -286,8 +308,9 @@ class _Served(_ServedIds):
         pair_segments: bool = False,
         kind: str = FEATURE.name,
         decision: Optional[MatchDecision] = None,
+        dim: Optional[int] = None,
     ) -> None:
-        super().__init__(model, kind, decision)
+        super().__init__(model, kind, decision, dim)
         self.tokenizer = tokenizer
         self.pair_segments = pair_segments
         if decision is not None:
@@ -397,6 +420,56 @@ def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overw
     check_output_folder(out_dir, kind, overwrite, inputs=[model_dir])
 
 
+def export_width(spec: ModelSpec, model: keras.Model, dim: Optional[int], model_dir: str) -> Optional[int]:
+    """The width an export of the model folder ``model_dir`` cuts its vectors to: ``dim`` checked
+    against the model's own width (:func:`~cosent_tf.inference.vectors.check_dim`: a logged warning
+    when the model was not trained for it, ``ModelSpec.matryoshka_dims``).
+
+    Args:
+        spec: the model's description.
+        model: the loaded model.
+        dim: the width asked for (``--dim``), or None.
+        model_dir: the model folder, for messages.
+
+    Returns:
+        ``dim``, or None for the full width (``dim`` None or the model's width).
+
+    Raises:
+        ConfigError: ``dim`` for an interaction model, which has no vectors; ``dim`` below 1 or
+            above the model's width.
+
+    Example:
+        >>> export_width(spec, model, 128, "runs/bq-cosent/model")
+        128
+    """
+    if dim is None:
+        return None
+    if spec.kind != FEATURE.name:
+        raise ConfigError(
+            f"{model_dir}: --dim {dim} cuts a feature model's vectors, and this {spec.kind} model scores pairs "
+            "without them; nothing was written: export it without --dim"
+        )
+    return check_dim(dim, int(model.output_shape[-1]), spec.matryoshka_dims, model_dir)
+
+
+def decision_at_width(decision: Optional[MatchDecision], dim: Optional[int], model_dir: str) -> Optional[MatchDecision]:
+    """The match decision an export at width ``dim`` carries: ``decision`` at full width, none at a
+    width (its thresholds and maps were fitted on the cosines of the full vectors, which the cut
+    vectors' cosines are not), with a logged warning when that leaves one behind."""
+    if dim is None or decision is None:
+        return decision
+    logger.warning(
+        "%s: its match decision was fitted on the cosines of the model's full vectors and does not hold for "
+        "vectors cut to %d dimensions, so the export carries none; measure the cut vectors' own threshold with "
+        "cosent-tf evaluate %s LABELLED_FILE --dim %d",
+        model_dir,
+        dim,
+        model_dir,
+        dim,
+    )
+    return None
+
+
 def write_export_record(folder: str, written: str, model_dir: str, spec: ModelSpec, **extra: Any) -> None:
     """Write the file that marks ``folder`` as this tool's export (see :func:`check_export_folder`):
     what was ``written``, from which model folder, of which kind, by which version, and ``extra``."""
@@ -412,7 +485,12 @@ def write_export_record(folder: str, written: str, model_dir: str, spec: ModelSp
 
 
 def export_saved_model(
-    model_dir: str, out_dir: str, overwrite: bool = False, precision: str = "float32", inputs: str = "strings"
+    model_dir: str,
+    out_dir: str,
+    overwrite: bool = False,
+    precision: str = "float32",
+    inputs: str = "strings",
+    dim: Optional[int] = None,
 ) -> list[str]:
     """Write ``out_dir`` (atomically) as a SavedModel of the model folder ``model_dir``.
 
@@ -433,6 +511,9 @@ def export_saved_model(
         inputs: what the signatures take (:data:`cosent_tf.choices.EXPORT_INPUTS`):
             ``"strings"``, tokenised in the graph by tensorflow-text's ops, or ``"ids"``,
             tokenised by the client, for a server without those ops.
+        dim: serve a feature model's vectors cut to their first ``dim`` dimensions and
+            renormalised (checked by :func:`export_width`); the export then carries no match
+            decision. None (or the model's width): the full vectors.
 
     Returns:
         The signature names, sorted.
@@ -441,7 +522,8 @@ def export_saved_model(
         ConfigError: an unknown ``inputs``; a string export of a word-level (jieba) model, which
             cannot tokenise inside a graph; an ``out_dir`` that may not be written; a
             ``decision.json`` that is malformed or was fitted for another model
-            (:func:`~cosent_tf.inference.model_dir.read_model_decision`). Nothing is written then.
+            (:func:`~cosent_tf.inference.model_dir.read_model_decision`); a ``dim`` above the
+            model's width, or for an interaction model. Nothing is written then.
 
     Example:
         >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent")
@@ -455,6 +537,8 @@ def export_saved_model(
         ['matches', 'probabilities', 'scores', 'truncated']
         >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent-ids", inputs="ids")
         ['decide_ids', 'encode_ids', 'serving_default']
+        >>> export_saved_model("runs/bq-cosent/model", "exports/bq-cosent-128", dim=128)
+        ['encode_ids', 'serving_default']
     """
     lookup(EXPORT_INPUTS, inputs, "export inputs")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
@@ -462,10 +546,12 @@ def export_saved_model(
     described = read_spec(model_dir)
     decision = read_model_decision(model_dir, described.kind, described.threshold)
     spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
+    dim = export_width(spec, model, dim, model_dir)
+    decision = decision_at_width(decision, dim, model_dir)
     token_dict = sentence_tokenizer.token_dict
     served: _ServedIds
     if inputs == "ids":
-        served = _ServedIds(model, spec.kind, decision)
+        served = _ServedIds(model, spec.kind, decision, dim)
     elif spec.word_level:
         raise ConfigError(
             f"{model_dir}: a word-level ({spec.architecture}) model pre-tokenises with jieba, which "
@@ -474,7 +560,7 @@ def export_saved_model(
         )
     else:
         tokenizer = GraphTokenizer(token_dict, spec.maxlen, spec.do_lower_case)
-        served = _Served(model, tokenizer, spec.pair_segments, spec.kind, decision)
+        served = _Served(model, tokenizer, spec.pair_segments, spec.kind, decision, dim)
     functions = {**SIGNATURES[spec.kind][inputs], **(DECISION_SIGNATURES[inputs] if decision is not None else {})}
     signatures = {name: getattr(served, function) for name, function in functions.items()}
     with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
@@ -494,6 +580,8 @@ def export_saved_model(
                     "pair_segments": spec.pair_segments,
                     "sep_id": sentence_tokenizer.sep_id,
                     "precision": precision,
+                    "dim": dim,
+                    "matryoshka_dims": spec.matryoshka_dims,
                     "threshold": decision.threshold() if decision is not None and decision.binary else None,
                     "source": spec.source,
                 },
@@ -505,5 +593,5 @@ def export_saved_model(
             write_json(os.path.join(extra, DECISION_FILE), decision.to_json())
         with open(os.path.join(extra, "vocab.txt"), "w", encoding="utf-8") as f:
             f.writelines(f"{token}\n" for token in sorted(token_dict, key=token_dict.__getitem__))
-        write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision, inputs=inputs)
+        write_export_record(tmp, "savedmodel", model_dir, spec, precision=precision, inputs=inputs, dim=dim)
     return sorted(signatures)

@@ -4,7 +4,9 @@ A Hugging Face model folder holds ``config.json`` (``model_type: bert``), the we
 (``model.safetensors``, possibly sharded, or ``pytorch_model.bin``) and the tokenizer
 (``vocab.txt``, or only ``tokenizer.json`` as transformers 5 saves it, and
 ``tokenizer_config.json``). A sentence-transformers folder adds ``modules.json``,
-``sentence_bert_config.json`` and a pooling module (and optionally ``Normalize``) around one.
+``sentence_bert_config.json`` and a pooling module (and optionally ``Normalize``) around one;
+this tool's exports at a width add a Dense module that keeps the pooled vector's first dimensions,
+which it writes but does not read (it reads the model folder and cuts the vectors itself).
 
 This module knows those files and nothing of Keras. The BERT config and the weight names
 are :mod:`cosent_tf.huggingface.bert`; reading the weight files is
@@ -18,6 +20,8 @@ import json
 import os
 from collections.abc import Iterable
 from typing import Any, Optional, Union
+
+import numpy as np
 
 from ..errors import ConfigError
 from ..io import json_field, read_json
@@ -39,6 +43,13 @@ WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_FILE)
 # sentence-transformers pooling modes and the Pooling layer mode each one is.
 ST_POOLING = {"cls": "cls", "mean": "last-avg", "max": "max"}
 ST_MODULE_TYPES = ("Transformer", "Pooling", "Normalize")
+# The module folders of the sentence-transformers folders written here, as sentence-transformers
+# names them (index_type): Pooling and Normalize at full width; Pooling, Dense and Normalize when the
+# vectors are cut to a width (:func:`write_sentence_transformers_modules`).
+ST_MODULE_FOLDERS = ("1_Pooling", "2_Normalize", "2_Dense", "3_Normalize")
+# The Dense module's activation that leaves its output as it is (``fullname(torch.nn.Identity())``):
+# sentence-transformers imports an activation named under torch. without trust_remote_code.
+IDENTITY_ACTIVATION = "torch.nn.modules.linear.Identity"
 # The type json_field accepts for JSON null.
 NOTHING = type(None)
 
@@ -178,6 +189,14 @@ def read_sentence_transformers(folder: PathLike) -> SentenceTransformersModules:
             raise ConfigError(f"{modules_path}: module {number} is not a JSON object with a 'type'")
         where = f"module {number}'s"
         kind = json_field(module, "type", str, modules_path, f"{where} 'type'").rsplit(".", 1)[-1]
+        if kind == "Dense":
+            raise ConfigError(
+                f"{modules_path}: module {module.get('name', module.get('idx'))!r} ({module['type']}) is not "
+                "supported: a Dense module changes the pooled vectors (the one cosent-tf export --dim writes "
+                "keeps their first dimensions), and cosent-tf reads a sentence-transformers folder's pooled "
+                "vectors only; load the model folder it was exported from, or an export at full width, and cut "
+                "its vectors with --dim (dim= in Python)"
+            )
         if kind not in ST_MODULE_TYPES or kind in found:
             raise ConfigError(
                 f"{modules_path}: module {module.get('name', module.get('idx'))!r} ({module['type']}) is not "
@@ -460,25 +479,30 @@ def write_hf_folder(folder: PathLike, weights: dict, config: dict) -> None:
 
 
 def write_sentence_transformers_modules(
-    folder: PathLike, pooling: str, dimension: int, maxlen: int, lower_case: bool
+    folder: PathLike, pooling: str, dimension: int, maxlen: int, lower_case: bool, dim: Optional[int] = None
 ) -> None:
     """The sentence-transformers files around a transformer saved in ``folder`` itself.
 
     ``modules.json`` (Transformer, Pooling, Normalize), ``sentence_bert_config.json`` and the
-    pooling config, in the layout every sentence-transformers version since 2 reads.
+    pooling config, in the layout every sentence-transformers version since 2 reads. With ``dim``,
+    a Dense module between Pooling and Normalize keeps the first ``dim`` dimensions of the pooled
+    vector (:func:`write_slice_module`), so that the folder's vectors are those dimensions
+    renormalised, with no argument to ``SentenceTransformer`` or ``encode``.
 
     Args:
         folder: the Hugging Face folder to complete.
         pooling: a :data:`cosent_tf.layers.POOLING_MODES` name that :data:`ST_POOLING` has.
-        dimension: the vector size.
+        dimension: the pooled vector's size.
         maxlen: ``max_seq_length``.
         lower_case: unused: the tokenizer config carries lower-casing.
+        dim: the width the vectors are cut to, below ``dimension``; None keeps them whole.
 
     Raises:
         ConfigError: a pooling sentence-transformers cannot express.
 
     Example:
         >>> write_sentence_transformers_modules("out", "cls", 768, 64, True)  # doctest: +SKIP
+        >>> write_sentence_transformers_modules("out-128", "cls", 768, 64, True, dim=128)  # doctest: +SKIP
     """
     mode = {layer_mode: st_mode for st_mode, layer_mode in ST_POOLING.items()}.get(pooling)
     if mode is None:
@@ -486,18 +510,20 @@ def write_sentence_transformers_modules(
             f"pooling {pooling!r} cannot be expressed in sentence-transformers, which pools with "
             f"{', '.join(ST_POOLING)} ({', '.join(ST_POOLING.values())} here)"
         )
-    _write_json(
-        os.path.join(folder, MODULES_FILE),
-        [
-            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-        ],
-    )
+    pooling_folder, *after = ("1_Pooling", "2_Normalize") if dim is None else ("1_Pooling", "2_Dense", "3_Normalize")
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": pooling_folder, "type": "sentence_transformers.models.Pooling"},
+    ]
+    for idx, path in enumerate(after, start=2):
+        modules.append(
+            {"idx": idx, "name": str(idx), "path": path, "type": f"sentence_transformers.models.{path.split('_')[1]}"}
+        )
+    _write_json(os.path.join(folder, MODULES_FILE), modules)
     _write_json(os.path.join(folder, SENTENCE_CONFIG), {"max_seq_length": maxlen, "do_lower_case": False})
-    os.makedirs(os.path.join(folder, "1_Pooling"))
+    os.makedirs(os.path.join(folder, pooling_folder))
     _write_json(
-        os.path.join(folder, "1_Pooling", CONFIG_FILE),
+        os.path.join(folder, pooling_folder, CONFIG_FILE),
         {
             "word_embedding_dimension": dimension,
             "pooling_mode_cls_token": mode == "cls",
@@ -506,4 +532,40 @@ def write_sentence_transformers_modules(
             "pooling_mode_mean_sqrt_len_tokens": False,
         },
     )
-    os.makedirs(os.path.join(folder, "2_Normalize"))
+    if dim is not None:
+        write_slice_module(os.path.join(folder, after[0]), dimension, dim)
+    os.makedirs(os.path.join(folder, after[-1]))
+
+
+def write_slice_module(folder: PathLike, dimension: int, dim: int) -> None:
+    """A sentence-transformers Dense module that keeps the first ``dim`` of ``dimension`` inputs:
+    weight the first ``dim`` rows of the identity, bias zero, no activation (each output is one
+    input times 1 plus zeros, so the slice is exact in float32).
+
+    ``config.json`` holds the keys every version's Dense takes (``in_features``, ``out_features``,
+    ``bias``, ``activation_function``), and ``model.safetensors`` its ``linear.weight``
+    (``dim`` x ``dimension``) and ``linear.bias``, which sentence-transformers reads since 2.3
+    (before ``pytorch_model.bin``, which needs torch to write).
+
+    Args:
+        folder: the module's folder, made here.
+        dimension: the pooled vector's size.
+        dim: how many of its first dimensions to keep, 1 to ``dimension``.
+
+    Raises:
+        ValueError: ``dim`` outside 1 .. ``dimension``.
+
+    Example:
+        >>> write_slice_module("out/2_Dense", 768, 128)  # doctest: +SKIP
+    """
+    from safetensors.numpy import save_file
+
+    if not 1 <= dim <= dimension:
+        raise ValueError(f"a slice of {dimension} dimensions keeps 1 to {dimension} of them, not {dim}")
+    os.makedirs(folder)
+    _write_json(
+        os.path.join(folder, CONFIG_FILE),
+        {"in_features": dimension, "out_features": dim, "bias": True, "activation_function": IDENTITY_ACTIVATION},
+    )
+    weights = {"linear.weight": np.eye(dim, dimension, dtype=np.float32), "linear.bias": np.zeros(dim, np.float32)}
+    save_file(weights, os.path.join(folder, SAFETENSORS_FILE), metadata={"format": "pt"})

@@ -10,6 +10,7 @@ of similar length (:mod:`.runtime`); results come back in input order. Search ru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,7 @@ from typing import Any, Self, overload
 
 import numpy as np
 
-from ..backend import keras
+from ..backend import keras, tf
 from ..calibration import RULES, MatchDecision, are_binary, fit_decision, read_decision, write_decision
 from ..choices import PRECISIONS, RUNTIMES
 from ..errors import ConfigError
@@ -99,9 +100,12 @@ class _Matcher:
         spec: ModelSpec | None = None,
         path: str | None = None,
         decision: MatchDecision | None = None,
+        strategy: tf.distribute.Strategy | None = None,
     ) -> None:
         self.model, self.tokenizer, self.spec, self.path = model, tokenizer, spec, path
         self.decision = decision
+        self.strategy = strategy
+        self._checked_dims: dict[int, int | None] = {}
 
     @classmethod
     def check_folder(
@@ -149,6 +153,7 @@ class _Matcher:
         option: str | None = None,
         with_decision: bool = True,
         runtime: str = "tensorflow",
+        strategy: tf.distribute.Strategy | None = None,
     ) -> Self:
         """Load a model folder; ``precision='bf16'`` computes in bfloat16, with the weights
         stored in bfloat16 (see :func:`cosent_tf.inference.model_dir.load_model_dir`).
@@ -161,14 +166,28 @@ class _Matcher:
         export written by ``cosent-tf export --format onnx`` with ONNX Runtime
         (:func:`~cosent_tf.inference.onnx_model.load_onnx_dir`), in ``precision`` ``float32`` or
         ``int8`` (written with ``--quantize int8``).
+        ``strategy``: a ``tf.distribute`` strategy (the command line's ``--strategy mirrored``:
+        :func:`cosent_tf.training.distribute.get_strategy`): the model is built in its scope, and
+        every batch is shared among its replicas (:func:`~cosent_tf.inference.runtime.batched_outputs`);
+        the outputs are the one-device ones. None: one device.
 
         Raises:
             ConfigError: ``path`` is not a readable model folder (for ``onnx``: no ONNX export, or one
                 whose file is not the one it wrote), holds the other kind of model, or (``with_decision``)
-                a decision.json that cannot be used; an unknown runtime or a precision it does not run.
+                a decision.json that cannot be used; an unknown runtime or a precision it does not run;
+                a strategy of several replicas with the onnx runtime.
+
+        Example:
+            >>> from cosent_tf.training.distribute import get_strategy
+            >>> encoder = SentenceEncoder.load("runs/bq-cosent/model", strategy=get_strategy("mirrored"))
         """
         if runtime not in RUNTIMES:
             raise ConfigError(f"unknown runtime {runtime!r}; choose {' or '.join(RUNTIMES)}")
+        if runtime == "onnx" and strategy is not None and strategy.num_replicas_in_sync > 1:
+            raise ConfigError(
+                "a tf.distribute strategy (--strategy mirrored) runs the tensorflow runtime; ONNX Runtime uses "
+                "the CPU's cores by itself: drop --strategy, or run the model folder with --runtime tensorflow"
+            )
         if runtime == "tensorflow" and precision not in PRECISIONS:
             raise ConfigError(
                 f"the tensorflow runtime computes in {', '.join(PRECISIONS)}, not {precision!r} "
@@ -181,8 +200,9 @@ class _Matcher:
         if runtime == "onnx":
             spec, model, tokenizer = load_onnx_dir(path, precision)
         else:
-            spec, model, tokenizer = load_model_dir(path, precision)
-        return cls(model, tokenizer, spec, os.path.abspath(path), decision)
+            with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                spec, model, tokenizer = load_model_dir(path, precision)
+        return cls(model, tokenizer, spec, os.path.abspath(path), decision, strategy)
 
     @property
     def threshold(self) -> float | None:
@@ -374,6 +394,9 @@ class SentenceEncoder(_Matcher):
         tokenizer: the :class:`cosent_tf.SentenceTokenizer` of the model's vocabulary.
         spec: the model folder's description (set by :meth:`load`).
         path: the model folder (set by :meth:`load`), named in messages and recorded in indexes.
+        decision: the match decision shipped with the model (set by :meth:`load`).
+        strategy: the ``tf.distribute`` strategy the model was built under (set by :meth:`load`): its
+            replicas share every batch.
 
     Example:
         >>> encoder = SentenceEncoder.load("runs/bq-cosent/model")
@@ -410,7 +433,11 @@ class SentenceEncoder(_Matcher):
         dim = self.check_dim(dim)
         texts = check_texts(texts)
         vectors = batched_outputs(
-            self.model, self.tokenizer.encode_all(texts), batch_size, _show(show_progress, len(texts))
+            self.model,
+            self.tokenizer.encode_all(texts),
+            batch_size,
+            _show(show_progress, len(texts)),
+            strategy=self.strategy,
         )
         if dim is not None:
             vectors = vectors[:, :dim]
@@ -423,9 +450,16 @@ class SentenceEncoder(_Matcher):
 
     def check_dim(self, dim: int | None) -> int | None:
         """``dim`` for this model (:func:`~cosent_tf.inference.vectors.check_dim`): None for the full
-        width; a ConfigError above it; a warning when the model was not trained for it."""
+        width; a ConfigError above it; a warning, once per encoder and width, when the model was not
+        trained for it (a search or an evaluation encodes several times at one width)."""
+        if dim is None:
+            return None
+        if isinstance(dim, (int, np.integer)) and dim in self._checked_dims:
+            return self._checked_dims[dim]
         trained = self.spec.matryoshka_dims if self.spec is not None else None
-        return check_dim(dim, self.width, trained, self.path or "this model")
+        checked = check_dim(dim, self.width, trained, self.path or "this model")
+        self._checked_dims[int(dim)] = checked  # reached only by a width check_dim took
+        return checked
 
     def similarity(
         self,
@@ -446,11 +480,45 @@ class SentenceEncoder(_Matcher):
         batch_size: int = 64,
         show_progress: bool | None = None,
         dim: int | None = None,
+        precision: str = "float32",
+        kind: str | None = None,
+        **ann_settings: Any,
     ) -> VectorIndex:
-        """A :class:`VectorIndex` of ``corpus`` (vectors cut to ``dim`` if given), recording this
-        encoder's model folder."""
+        """A :class:`VectorIndex` of ``corpus``, recording this encoder's model folder
+        (:meth:`VectorIndex.build`).
+
+        Args:
+            corpus: the texts.
+            batch_size: texts per model call.
+            show_progress: progress bars of the encoding and of an approximate index's build; None
+                shows them from :data:`PROGRESS_FROM` texts on.
+            dim: the vectors' width: cut to their first ``dim`` dimensions (:meth:`check_dim`).
+            precision: how the index stores and first searches its vectors
+                (:data:`~cosent_tf.choices.VECTOR_PRECISIONS`); the float32 vectors are kept too, to
+                re-score candidates.
+            kind: the search structure (:data:`~cosent_tf.choices.INDEX_KINDS`); None chooses by
+                the corpus's size.
+            **ann_settings: an approximate index's settings (:meth:`VectorIndex.build`).
+
+        Raises:
+            TypeError: ``corpus`` is not a sequence of strings.
+            ConfigError: ``dim`` above the model's width, an unknown precision or kind.
+
+        Example:
+            >>> index = encoder.build_index(corpus, dim=128, precision="binary", kind="hnsw")
+        """
         corpus = check_texts(corpus, "corpus")
-        return VectorIndex(self.encode(corpus, batch_size, True, show_progress, dim), corpus, model_dir=self.path)
+        vectors = self.encode(corpus, batch_size, True, show_progress, dim)
+        return VectorIndex.build(
+            vectors,
+            corpus,
+            model_dir=self.path,
+            precision=precision,
+            kind=kind,
+            show_progress=_show(show_progress, len(corpus)),
+            model_width=self.width,
+            **ann_settings,
+        )
 
     @overload
     def search(
@@ -464,6 +532,8 @@ class SentenceEncoder(_Matcher):
         rerank_top: None = None,
         dim: int | None = None,
         rescore_multiplier: int | None = None,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
     ) -> list[list[Hit]]: ...
 
     @overload
@@ -479,6 +549,8 @@ class SentenceEncoder(_Matcher):
         rerank_top: int | None = None,
         dim: int | None = None,
         rescore_multiplier: int | None = None,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
     ) -> list[list[RerankedHit]]: ...
 
     @overload
@@ -493,6 +565,8 @@ class SentenceEncoder(_Matcher):
         rerank_top: int | None = None,
         dim: int | None = None,
         rescore_multiplier: int | None = None,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
     ) -> list[list[Hit]] | list[list[RerankedHit]]: ...
 
     def search(
@@ -506,8 +580,11 @@ class SentenceEncoder(_Matcher):
         rerank_top: int | None = None,
         dim: int | None = None,
         rescore_multiplier: int | None = None,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
     ) -> list[list[Hit]] | list[list[RerankedHit]]:
-        """The ``top_k`` most similar corpus texts of each query, by exact cosine, or reranked by an
+        """The ``top_k`` most similar corpus texts of each query by cosine (exact for a list of texts;
+        an index searches as it was built, :meth:`VectorIndex.search`), or reranked by an
         interaction model.
 
         With ``rerank``, the first ``max(top_k, rerank_top)`` texts by cosine are all re-scored by
@@ -525,10 +602,12 @@ class SentenceEncoder(_Matcher):
                 (default :data:`~cosent_tf.inference.index.RERANK_TOP`, or ``top_k`` when larger).
             dim: the vectors' width: a corpus is encoded cut to it; an index's own width is used
                 when None, and another one is refused.
-            rescore_multiplier: an index of int8 or binary vectors takes this many times the hits
-                asked for as candidates and re-scores them with its float32 vectors
-                (:meth:`VectorIndex.search`; default
+            rescore_multiplier: an index of int8 or binary vectors, or an approximate one, takes
+                this many times the hits asked for as candidates and re-scores them with its float32
+                vectors (:meth:`VectorIndex.search`; default
                 :data:`~cosent_tf.choices.RESCORE_MULTIPLIER`).
+            ef_search: an hnsw index's candidate list for this search (default: the index's own).
+            nprobe: the lists an ivf index searches this time (default: the index's own).
 
         Returns:
             One list per query, best first: :class:`Hit` (index, score, text), ties to the lower
@@ -564,10 +643,13 @@ class SentenceEncoder(_Matcher):
                 )
             dim = index.dimension if index.dimension != self.width else None
         else:
-            index = self.build_index(corpus_or_index, batch_size, show_progress, dim)
+            # a list is searched exactly, whatever its size, as it always was
+            index = self.build_index(corpus_or_index, batch_size, show_progress, dim, kind="exact")
         queries = check_texts(queries, "queries")
         query_vectors = self.encode(queries, batch_size, True, show_progress, dim)
-        scores, indices = index.search(query_vectors, depth, rescore_multiplier=rescore_multiplier)
+        scores, indices = index.search(
+            query_vectors, depth, rescore_multiplier=rescore_multiplier, ef_search=ef_search, nprobe=nprobe
+        )
         hits = [
             [Hit(int(i), float(s), index.texts[i]) for s, i in zip(row_scores, row_indices)]
             for row_scores, row_indices in zip(scores, indices)
@@ -588,6 +670,9 @@ class PairScorer(_Matcher):
         tokenizer: the :class:`cosent_tf.SentenceTokenizer` of the model's vocabulary.
         spec: the model folder's description (set by :meth:`load`).
         path: the model folder (set by :meth:`load`), named in messages.
+        decision: the match decision shipped with the model (set by :meth:`load`).
+        strategy: the ``tf.distribute`` strategy the model was built under (set by :meth:`load`): its
+            replicas share every batch.
 
     Example:
         >>> scorer = PairScorer.load("runs/bq-interaction/model")
@@ -608,6 +693,7 @@ class PairScorer(_Matcher):
             batch_size,
             _show(show_progress, len(texts_a)),
             self.tokenizer.sep_id if self.spec is not None and self.spec.pair_segments else None,
+            self.strategy,
         )
 
     score = similarity

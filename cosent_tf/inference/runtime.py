@@ -1,5 +1,9 @@
 """A Keras model run for its outputs: the batched, length-sorted inference that the matchers,
 evaluation and training's validation share, and the cosine and cross-encoder scores built on it.
+
+On several devices, a ``tf.distribute`` strategy (made by the caller: the command line takes the
+training engine's, :func:`cosent_tf.training.distribute.get_strategy`) shares each batch among
+its replicas (:func:`replicated_function`); the outputs are the one-device ones, in input order.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from ..console import live_progress_on
 from ..data.pipeline import length_sorted_batches, restore_order, segment_ids
 
 _INFERENCE_FUNCTIONS: weakref.WeakKeyDictionary[keras.Model, Callable[..., Any]] = weakref.WeakKeyDictionary()
+_REPLICATED_FUNCTIONS: weakref.WeakKeyDictionary[
+    keras.Model, tuple[tf.distribute.Strategy, Callable[..., np.ndarray]]
+] = weakref.WeakKeyDictionary()
 
 
 _IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
@@ -43,15 +50,74 @@ def inference_function(model: Any) -> Callable[..., Any]:
 
     @tf.function(input_signature=[_IDS, _IDS])
     def function(token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
-        half = (tf.shape(token_ids)[0] + 1) // 2
-        with model_precision(model):  # runs while tracing
-            halves = [
-                model([token_ids[:half], segment_ids[:half]], training=False),
-                model([token_ids[half:], segment_ids[half:]], training=False),
-            ]
-        return tf.cast(tf.concat(halves, axis=0), tf.float32)
+        return _in_halves(model, token_ids, segment_ids)
 
     _INFERENCE_FUNCTIONS[model] = function
+    return function
+
+
+def _in_halves(model: keras.Model, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
+    """The model's float32 outputs of a batch run as two independent halves (see
+    :func:`inference_function`); traced inside a tf.function."""
+    half = (tf.shape(token_ids)[0] + 1) // 2
+    with model_precision(model):  # runs while tracing
+        halves = [
+            model([token_ids[:half], segment_ids[:half]], training=False),
+            model([token_ids[half:], segment_ids[half:]], training=False),
+        ]
+    return tf.cast(tf.concat(halves, axis=0), tf.float32)
+
+
+def replicated_function(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[..., np.ndarray]:
+    """``model`` in inference mode on every replica of ``strategy``: a function of one padded batch
+    (token ids, segment ids; numpy) that gives each replica an equal share of its rows (the first
+    replica the first rows; a replica may get none) and returns the outputs of the whole batch in
+    its own order, float32 numpy.
+
+    The model must have been built in ``strategy.scope()``, so that every replica holds a copy of
+    its weights. Each replica runs its share as :func:`inference_function` runs a batch.
+
+    Args:
+        model: a Keras model of (token ids, segment ids), built in ``strategy.scope()``.
+        strategy: the strategy whose replicas share each batch (a ``MirroredStrategy``).
+
+    Returns:
+        The function, made once per model and strategy.
+
+    Raises:
+        ValueError: ``model`` is no Keras model (an ONNX model runs on ONNX Runtime's own threads).
+
+    Example:
+        >>> with strategy.scope():
+        ...     spec, model, tokenizer = load_model_dir("runs/bq-cosent/model")
+        >>> ids = np.array([[101, 2769, 102], [101, 872, 102]], dtype=np.int32)
+        >>> replicated_function(model, strategy)(ids, np.zeros_like(ids)).shape
+        (2, 768)
+    """
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"a tf.distribute strategy runs a Keras model, not a {type(model).__name__}")
+    cached = _REPLICATED_FUNCTIONS.get(model)
+    if cached is not None and cached[0] is strategy:
+        return cached[1]
+    replicas = strategy.num_replicas_in_sync
+
+    # reduce_retracing: each batch has its own length, and the replicas' shares their own sizes
+    @tf.function(reduce_retracing=True)
+    def on_every_replica(token_ids: Any, segment_ids: Any) -> Any:
+        return strategy.run(lambda ids, segments: _in_halves(model, ids, segments), args=(token_ids, segment_ids))
+
+    def function(token_ids: np.ndarray, segment_ids: np.ndarray) -> np.ndarray:
+        shares = np.array_split(np.arange(len(token_ids)), replicas)
+
+        def shared(rows: np.ndarray) -> Any:
+            return strategy.experimental_distribute_values_from_function(
+                lambda context: tf.constant(rows[shares[context.replica_id_in_sync_group]], tf.int32)
+            )
+
+        outputs = on_every_replica(shared(token_ids), shared(segment_ids))
+        return np.concatenate([np.asarray(share) for share in strategy.experimental_local_results(outputs)])
+
+    _REPLICATED_FUNCTIONS[model] = (strategy, function)
     return function
 
 
@@ -61,6 +127,7 @@ def batched_outputs(
     batch_size: int = 64,
     show_progress: bool = False,
     sep_id: int | None = None,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> np.ndarray:
     """A model's outputs (float32 numpy) in input order, computed in length-sorted batches.
 
@@ -74,14 +141,23 @@ def batched_outputs(
         batch_size: inputs per model call.
         show_progress: show a progress bar on stderr, when it is a terminal (or a Jupyter cell).
         sep_id: the [SEP] id, for models that mark a pair's second text with segment id 1.
+        strategy: a ``tf.distribute`` strategy ``model`` was built under: each batch is shared
+            among its replicas (:func:`replicated_function`), so ``batch_size`` is the batch of all
+            devices together. None (or a strategy of one replica): one device.
 
     Returns:
         float32 array, one row of outputs per input, in input order.
 
+    Raises:
+        ValueError: a strategy of several replicas with a model that is no Keras model.
+
     Example:
         >>> vectors = batched_outputs(encoder, tokenizer.encode_all(["花呗如何还钱", "借呗额度"]))
     """
-    function = inference_function(model)
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        function = replicated_function(model, strategy)
+    else:
+        function = inference_function(model)
     order, batches = length_sorted_batches(list(token_ids), batch_size)
     drawn = show_progress and live_progress_on(sys.stderr)  # tqdm's stream; a log file would keep every redraw
     outputs = [
@@ -133,6 +209,7 @@ def interaction_scores(
     batch_size: int = 64,
     show_progress: bool = False,
     sep_id: int | None = None,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> np.ndarray:
     """A cross-encoder's score per pair: the scalar, or P(similar) for a two-way softmax.
 
@@ -142,6 +219,8 @@ def interaction_scores(
         batch_size: pairs per model call.
         show_progress: show a progress bar.
         sep_id: marks the second text with segment id 1 (models with ``pair_segments``).
+        strategy: the strategy ``model`` was built under, whose replicas share each batch
+            (:func:`batched_outputs`).
 
     Returns:
         float32 array, one score per pair.
@@ -149,4 +228,4 @@ def interaction_scores(
     Example:
         >>> interaction_scores(model, tokenizer.encode_pairs(["花呗如何还钱"], ["花呗怎么还款"]))
     """
-    return batched_outputs(model, pair_ids, batch_size, show_progress, sep_id)[:, -1]
+    return batched_outputs(model, pair_ids, batch_size, show_progress, sep_id, strategy)[:, -1]

@@ -1,0 +1,141 @@
+"""The issue's parity at a width: vectors cut to D dimensions and renormalised agree within 1e-5
+whether they come from the SavedModel export (``dim=D``), the Python API
+(``SentenceEncoder.encode(texts, dim=D)``) or the sentence-transformers export, loaded by
+sentence-transformers itself: ``SentenceTransformer(folder).encode`` with no argument (6.x, in the
+reference environment of tests/huggingface/test_parity.py, ``COSENT_REFERENCE_PYTHON``), and an ONNX
+export with ``SentenceTransformer(folder, backend="onnx")`` (5.x, the environment of
+tests/export/test_onnx_sentence_transformers.py, ``COSENT_ONNX_REFERENCE_PYTHON``). Without those
+environments these tests fail, saying so, rather than skip.
+
+The texts are the shared STS-B sentences (many past the models' maxlen) and edge cases; the
+reference encodes them in batches of 7 and the SavedModel in one, so rows are padded differently.
+"""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from cosent_tf import SentenceEncoder
+from cosent_tf.backend import import_tensorflow_text, keras, tf
+from cosent_tf.export.huggingface import export_hf
+from cosent_tf.export.onnx_export import export_onnx
+from cosent_tf.export.savedmodel import export_saved_model
+from tests.export.test_export_dim import WIDTH, cut, lively_model_dir
+from tests.export.test_onnx_sentence_transformers import assert_onnx_backend_ran, run_reference, sts_texts
+from tests.helpers import ROOT, requires_shared_data, write_config
+
+DIM = 5
+TOLERANCE = 1e-5
+POOLINGS = ("cls", "last-avg")
+pytestmark = [pytest.mark.slow, requires_shared_data]
+
+# Runs in the reference environment: sentence-transformers 6, torch; never cosent_tf or TensorFlow.
+REFERENCE = """
+import json, sys
+import numpy as np
+from sentence_transformers import SentenceTransformer
+cut_folder, full_folder, dim, texts_path, out = sys.argv[1:6]
+with open(texts_path, encoding="utf-8") as f:
+    sentences = json.load(f)["sentences"]
+cut = SentenceTransformer(cut_folder, device="cpu")
+full = SentenceTransformer(full_folder, device="cpu", truncate_dim=int(dim))
+np.savez(
+    out,
+    cut=cut.encode(sentences, batch_size=7, convert_to_numpy=True),
+    truncated=full.encode(sentences, batch_size=7, convert_to_numpy=True, normalize_embeddings=True),
+    modules=np.array([type(module).__name__ for module in cut]),
+    dimension=cut.get_embedding_dimension(),
+)
+"""
+
+
+def reference_python():
+    python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
+    if not os.path.exists(python):
+        pytest.fail(
+            f"{python} does not exist: these tests load the exports with sentence-transformers in an environment "
+            "of its own; run them with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
+        )
+    return python
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """pooling -> (model folder, SavedModel at DIM, Hugging Face export at DIM, what
+    sentence-transformers gave), and the texts."""
+    root = tmp_path_factory.mktemp("dim-st")
+    texts = sts_texts()
+    texts_path = root / "texts.json"
+    texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    config = write_config(root / "config.json")
+    keras.utils.set_random_seed(41)  # module fixtures run before the suite's seeding one
+    made = {}
+    for pooling in POOLINGS:
+        model_dir = lively_model_dir(root / pooling, config, pooling)
+        saved, hf, full = (root / f"{pooling}-{name}" for name in ("savedmodel", "hf", "hf-full"))
+        export_saved_model(model_dir, str(saved), dim=DIM)
+        export_hf(model_dir, str(hf), dim=DIM)
+        export_hf(model_dir, str(full))
+        out = root / f"{pooling}.npz"
+        command = [reference_python(), "-c", REFERENCE, str(hf), str(full), str(DIM), str(texts_path), str(out)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            pytest.fail(f"sentence-transformers failed on {hf}:\n{result.stderr[-4000:]}")
+        with np.load(out) as loaded:
+            made[pooling] = (model_dir, saved, {name: loaded[name] for name in loaded.files})
+    return made, texts, texts_path
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_the_savedmodel_the_python_api_and_sentence_transformers_agree_at_a_width(pooling, made):
+    models, texts, _ = made
+    model_dir, saved, reference = models[pooling]
+    sentences = texts["sentences"]
+    encoder = SentenceEncoder.load(model_dir)
+    python_api = encoder.encode(sentences, dim=DIM)
+    import_tensorflow_text()  # registers the graph's WordPiece op, which loading needs
+    served = tf.saved_model.load(str(saved)).signatures["serving_default"](sentences=tf.constant(sentences))
+    savedmodel = served["embeddings"].numpy()
+    theirs = reference["cut"]
+    assert [str(name) for name in reference["modules"]] == ["Transformer", "Pooling", "Dense", "Normalize"]
+    assert int(reference["dimension"]) == DIM
+    assert python_api.shape == savedmodel.shape == theirs.shape == (len(sentences), DIM)
+    differences = {
+        "SavedModel - Python API": np.abs(savedmodel - python_api).max(),
+        "sentence-transformers - Python API": np.abs(theirs - python_api).max(),
+        "sentence-transformers - SavedModel": np.abs(theirs - savedmodel).max(),
+    }
+    print(f"{pooling} at {DIM} of {WIDTH}: " + ", ".join(f"{k} {v:.3g}" for k, v in differences.items()))
+    for vectors in (savedmodel, theirs):
+        np.testing.assert_allclose(vectors, python_api, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(theirs, savedmodel, atol=TOLERANCE, rtol=0)
+    # an independent cut of the full vectors; and the texts differ by far more than the tolerance
+    np.testing.assert_allclose(python_api, cut(encoder.encode(sentences), DIM), atol=TOLERANCE, rtol=0)
+    assert np.std(python_api, axis=0).max() > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_the_full_width_export_with_truncate_dim_gives_the_same_vectors(pooling, made):
+    """What the card says: truncate_dim on the full-width export, renormalised, is the cut export."""
+    models, _, _ = made
+    _, _, reference = models[pooling]
+    np.testing.assert_allclose(reference["truncated"], reference["cut"], atol=1e-6, rtol=0)
+
+
+def test_sentence_transformers_onnx_backend_gives_the_cut_vectors(made, tmp_path):
+    models, texts, texts_path = made
+    model_dir = models["last-avg"][0]
+    out = tmp_path / "onnx"
+    assert export_onnx(model_dir, str(out), dim=DIM).dim == DIM
+    reference = run_reference(out, texts_path, tmp_path / "onnx.npz")
+    assert_onnx_backend_ran("last-avg", out, reference, "float32")
+    expected = SentenceEncoder.load(model_dir).encode(texts["sentences"], dim=DIM)
+    theirs = reference["float32"]
+    assert theirs.shape == expected.shape == (len(texts["sentences"]), DIM)
+    print(f"ONNX backend at {DIM} against SentenceEncoder.encode(dim): {np.abs(theirs - expected).max():.3g}")
+    np.testing.assert_allclose(theirs, expected, atol=TOLERANCE, rtol=0)
+    onnx_runtime = SentenceEncoder.load(str(out), runtime="onnx").encode(texts["sentences"])
+    np.testing.assert_allclose(onnx_runtime, expected, atol=TOLERANCE, rtol=0)
