@@ -52,8 +52,9 @@ setup(
         # ONNX export (tf2onnx converts the Keras graph; pinned: cosent_tf/export/onnx_export.py passes it
         # a list of its optimizers, a private table) and serving with --runtime onnx (onnxruntime alone)
         "onnx": ["tf2onnx>=1.17,<1.18", "onnx>=1.16", "onnxruntime>=1.20"],
-        # approximate search indexes (search build --index hnsw|ivf): HNSW, IVF and binary indexes
-        "ann": ["faiss-cpu>=1.8"],
+        # approximate search indexes (search build --index hnsw|ivf): HNSW, IVF and binary indexes; 1.15
+        # reads all six structures memory-mapped (IO_FLAG_MMAP_IFC, cosent_tf/inference/ann.py)
+        "ann": ["faiss-cpu>=1.15"],
     },
     entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:console_main"]},
 )

@@ -16,6 +16,7 @@ command with one ``error: ...`` line naming the file (:func:`cosent_tf.console.e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -69,6 +70,7 @@ from .io import (
     check_output_file,
     check_output_folder,
     json_text,
+    output_target,
     write_json,
     write_text,
 )
@@ -95,13 +97,23 @@ def summary_stream(output: str) -> TextIO:
     return sys.stdout
 
 
+def _remove_stale(path):
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
 def _encode(args):
     from .inference.matchers import SentenceEncoder
     from .inference.vectors import int8_ranges, quantize
 
     outputs = _encode_outputs(args)
     inputs = [args.model_dir, args.texts, args.int8_ranges]
-    for path in outputs:
+    # an earlier int8 encode's ranges beside OUTPUT would describe codes no longer there
+    stale_ranges = ranges_path(args.output) if args.vector_precision != "int8" or args.shard is not None else None
+    if stale_ranges is not None and (output_target(args.output)[1] or not os.path.exists(stale_ranges)):
+        stale_ranges = None
+    for path in outputs + ([stale_ranges] if stale_ranges else []):
         check_output_file(path, inputs, output_kinds(), args.overwrite)
     said = summary_stream(args.output)
     texts = read_lines(args.texts, args.strict)  # bad files are said before the model's load
@@ -123,6 +135,7 @@ def _encode(args):
         shard, shards = args.shard
         record = PartRecord.for_shard(args.texts, len(texts), shard, shards, args.model_dir, dimension, encoder.width)
         write_part(args.output, vectors, record)
+        _remove_stale(stale_ranges)
         which = f"lines {first + 1} to {stop}" if stop > first else "none of the lines"
         print(
             f"{args.output}: {len(vectors)} vectors of dimension {dimension}, {which} of {args.texts} (shard "
@@ -136,6 +149,7 @@ def _encode(args):
     stored = quantize(vectors, args.vector_precision, ranges)
     # int8 to a file: the ranges beside it, never a codes file with other ranges
     save_vectors(args.output, stored, ranges if len(outputs) > 1 else None)
+    _remove_stale(stale_ranges)
     stored_as = {
         "float32": "",
         "int8": f" as int8 codes, the ranges {'given' if given_ranges is not None else 'of these vectors'}"
@@ -148,7 +162,6 @@ def _encode(args):
 def _encode_outputs(args: argparse.Namespace) -> list[str]:
     """The files ``encode`` writes: OUTPUT, then its ranges (int8) or its part record (``--shard``);
     the option combinations that cannot be written are refused first."""
-    from .io import output_target
 
     if args.int8_ranges is not None and args.vector_precision != "int8":
         raise ConfigError(
@@ -451,13 +464,15 @@ ANN_OPTIONS = (
 def _index_settings(args: argparse.Namespace, kind: Optional[str]) -> dict:
     """The approximate structure's settings given on the command line, as
     :meth:`~cosent_tf.inference.index.VectorIndex.build` takes them; an option of another kind of
-    index than ``kind`` (the one built or searched; None: chosen by size) is refused."""
+    index than ``kind`` (the one built or searched), or with no ``--index`` to say which, is refused."""
     given = {}
     for option, name, owner in ANN_OPTIONS:
         value = getattr(args, name, None)
         if value is None:
             continue
-        if kind is not None and kind != owner:
+        if kind is None:  # chosen by the corpus's size, it might not be the structure the option sets
+            raise ConfigError(f"{option} is a setting of an {owner} index: pass --index {owner} with it")
+        if kind != owner:
             raise ConfigError(
                 f"{option} is a setting of an {owner} index, and this index is {kind}: drop it"
                 + (f", or pass --index {owner}" if args.command == "search" and args.action == "build" else "")

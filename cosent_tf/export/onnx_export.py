@@ -199,7 +199,8 @@ def export_onnx(
             model_dir,
             spec,
             onnx=onnx_record,
-            model_spec=dataclasses.asdict(spec),
+            # an old folder's threshold was fitted on full-width cosines: none rides along at a width
+            model_spec=dataclasses.asdict(spec if dim is None else dataclasses.replace(spec, threshold=None)),
             check=check,
             reason=reason,
             dim=dim,

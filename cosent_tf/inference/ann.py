@@ -67,6 +67,8 @@ HNSW_EF_SEARCH = 64
 IVF_NPROBE = 16
 # k-means of the IVF lists: vectors drawn to train it, per list (faiss warns below 39).
 IVF_TRAIN_PER_LIST = 50
+# ... and at most this many in all, held in memory at once whatever --nlist asks for.
+IVF_TRAIN_MOST = 1 << 18
 # Vectors added to a structure a call at a time: one progress step, and one chunk of a memory
 # map read into memory.
 ADD_CHUNK = 16384
@@ -231,9 +233,10 @@ def _set_int8_ranges(faiss: Any, holder: Any, ranges: Optional[np.ndarray]) -> N
 
 
 def _training_sample(vectors: np.ndarray, nlist: int) -> np.ndarray:
-    """Up to :data:`IVF_TRAIN_PER_LIST` vectors a list, drawn without replacement with a fixed
-    seed (the same corpus trains the same lists), in row order (a memory map is read forwards)."""
-    size = min(len(vectors), IVF_TRAIN_PER_LIST * nlist)
+    """Up to :data:`IVF_TRAIN_PER_LIST` vectors a list (and :data:`IVF_TRAIN_MOST` in all), drawn
+    without replacement with a fixed seed (the same corpus trains the same lists), in row order (a
+    memory map is read forwards)."""
+    size = min(len(vectors), IVF_TRAIN_PER_LIST * nlist, IVF_TRAIN_MOST)
     if size == len(vectors):
         return np.asarray(vectors[:], dtype=np.float32)
     rows = np.sort(np.random.default_rng(0).choice(len(vectors), size=size, replace=False))

@@ -571,6 +571,9 @@ class VectorIndex:
             )
         count = json_field(info, "count", int, info_path)
         dimension = json_field(info, "dimension", int, info_path)
+        missing = [key for key, value in (("count", count), ("dimension", dimension)) if value is None]
+        if missing:
+            raise ConfigError(f"{info_path}: no {' or '.join(map(repr, missing))} recorded; rebuild the index")
         precision = json_field(info, "precision", str, info_path, default="float32")
         kind = json_field(info, "kind", str, info_path, default="exact")
         if precision not in VECTOR_PRECISIONS or kind not in INDEX_KINDS:
@@ -590,7 +593,11 @@ class VectorIndex:
         needed += [cls.RANGES] if precision == "int8" else []
         needed += [cls.ANN] if kind != "exact" else []
         cls._check_complete(directory, paths, needed)
-        vectors = cls._load_vectors(paths[cls.VECTORS], mmap, dimension)
+        # a float32 exact search reads every vector anyway; the others read the float32 vectors of their
+        # candidates only (and refuse a non-finite score then), so scanning them all here would read
+        # the whole file that memory-mapping keeps on disk
+        scan = precision == "float32" and kind == "exact"
+        vectors = cls._load_vectors(paths[cls.VECTORS], mmap, dimension, scan)
         texts = cls._load_texts(paths[cls.TEXTS])
         if len(texts) != len(vectors) or count != len(vectors):
             raise ConfigError(
@@ -640,7 +647,7 @@ class VectorIndex:
         return settings
 
     @classmethod
-    def _load_vectors(cls, path: str, mmap: bool, dimension: int | None) -> np.ndarray:
+    def _load_vectors(cls, path: str, mmap: bool, dimension: int | None, scan: bool = True) -> np.ndarray:
         try:
             vectors = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
@@ -654,7 +661,7 @@ class VectorIndex:
                 path,
                 f"holds vectors of dimension {vectors.shape[1]}, but the index records {dimension}; rebuild the index",
             )
-        for start in range(0, len(vectors), cls.CHECK_ROWS):
+        for start in range(0, len(vectors) if scan else 0, cls.CHECK_ROWS):
             finite = np.isfinite(vectors[start : start + cls.CHECK_ROWS]).all(axis=1)
             if not finite.all():
                 row = start + int(np.argmin(finite))
@@ -805,7 +812,7 @@ def _recorded_model(directory: str, recorded: str | None, from_index: str | None
 
 def _choose_kind(count: int, kind: str | None, settings: Mapping[str, Any]) -> str:
     """``kind``, checked; None: exact up to :data:`EXACT_INDEX_LIMIT` vectors, hnsw above (exact
-    when faiss is not installed), logged."""
+    when faiss is not installed), logged; None with settings of an approximate index is refused."""
     if kind is not None:
         check_kind(kind)
         if kind == "exact" and any(value is not None for value in settings.values()):
@@ -813,6 +820,11 @@ def _choose_kind(count: int, kind: str | None, settings: Mapping[str, Any]) -> s
                 f"{', '.join(sorted(settings))}: settings of an approximate index (hnsw, ivf); an exact index has none"
             )
         return kind
+    given = sorted(name for name, value in settings.items() if value is not None)
+    if given:  # a setting says which structure it was meant for; choosing by size could drop it
+        raise ConfigError(
+            f"{', '.join(given)}: settings of an approximate index; say which: kind 'hnsw' or 'ivf' (--index)"
+        )
     if count <= EXACT_INDEX_LIMIT:
         chosen = "exact"
         logger.info("index of %d vectors: exact search (approximate from %d vectors on)", count, EXACT_INDEX_LIMIT + 1)
@@ -828,10 +840,6 @@ def _choose_kind(count: int, kind: str | None, settings: Mapping[str, Any]) -> s
             EXACT_INDEX_LIMIT,
             approximate.INSTALL_HINT,
         )
-    given = sorted(name for name, value in settings.items() if value is not None)
-    if chosen == "exact" and given:
-        logger.warning("%s: settings of an approximate index, unused by this exact one", ", ".join(given))
-        return chosen
     return chosen
 
 

@@ -641,6 +641,14 @@ class SentenceEncoder(_Matcher):
                     f"{index.directory or 'the index'} holds vectors of {index.dimension} dimensions, not {dim}: "
                     f"query it without --dim, or build an index with --dim {dim}"
                 )
+            index.check_model(self.path, "search it with the model that built it")
+            built_width = index.model_width if index.model_width is not None else index.dimension
+            if built_width != self.width:
+                raise ConfigError(
+                    f"{index.directory or 'the index'} was built from a model whose vectors have {built_width} "
+                    f"dimensions, and this model ({self.path or 'in memory'}) makes {self.width}: another model's "
+                    "vectors cannot be compared with the index's; search it with the model that built it"
+                )
             dim = index.dimension if index.dimension != self.width else None
         else:
             # a list is searched exactly, whatever its size, as it always was

@@ -66,6 +66,15 @@ def check_dim(dim: Optional[int], width: int, trained_dims: Optional[Sequence[in
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise ConfigError(f"--dim {dim!r}: a width is a positive integer")
     if dim == width:
+        if trained_dims and width not in trained_dims:
+            logger.warning(
+                "--dim %d: %s was trained for the widths %s (--matryoshka-dims) and not its full width %d, whose "
+                "vectors are not what its loss trained",
+                dim,
+                where,
+                ", ".join(map(str, sorted(trained_dims, reverse=True))),
+                width,
+            )
         return None
     if dim > width:
         raise ConfigError(f"--dim {dim}: {where} makes vectors of {width} dimensions; ask for at most {width}")

@@ -90,6 +90,14 @@ class GroupInputs:
     group_size: int
 
 
+def trained_widths(dims: Optional[list[int]], weights: Optional[list[float]]) -> Optional[list[int]]:
+    """The widths a Matryoshka loss trains, widest first: those of ``dims`` with a weight above 0
+    (all of them without weights); None without ``dims``."""
+    if not dims:
+        return None
+    return sorted((dim for dim, weight in zip(dims, weights or [1.0] * len(dims)) if weight > 0), reverse=True)
+
+
 def _check_matryoshka_width(dims: list[int], width: int, model: str) -> None:
     """A ConfigError naming ``--matryoshka-dims`` when one of ``dims`` is above ``width``, the
     dimensions of ``model``'s sentence vectors (named in the message)."""
@@ -128,7 +136,7 @@ class Matcher:
                 self.kind.name,
                 cfg.architecture,
                 pooling=cfg.pooling,
-                matryoshka_dims=sorted(cfg.matryoshka_dims, reverse=True) if cfg.matryoshka_dims else None,
+                matryoshka_dims=trained_widths(cfg.matryoshka_dims, cfg.matryoshka_weights),
                 **settings,
             )
         else:

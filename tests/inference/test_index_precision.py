@@ -252,8 +252,8 @@ def test_kind_none_is_exact_up_to_the_limit_and_hnsw_above(corpus, monkeypatch, 
     monkeypatch.setattr(index_module, "EXACT_INDEX_LIMIT", 299)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="cosent_tf"):
-        index = VectorIndex.build(vectors, texts, precision="binary", ef_search=40)
-    assert index.kind == "hnsw" and index.ann_settings["ef_search"] == 40
+        index = VectorIndex.build(vectors, texts, precision="binary")
+    assert index.kind == "hnsw"
     assert "index of 300 vectors: hnsw, approximate (exact up to 299 vectors)" in caplog.text
     monkeypatch.setattr(approximate, "faiss_available", lambda: False)
     caplog.clear()
