@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx
+.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -74,11 +74,27 @@ $(ONNX_REF_VENV)/.installed:
 bench: $(STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/run.py --bench-python $(REF_PY)
 	$(MAKE) bench-onnx
+	$(MAKE) bench-matryoshka
+	$(MAKE) bench-ann
 
 # The ONNX export's encode speed against this engine, plain ONNX Runtime and sentence-transformers
 # (about 15 minutes on a quiet 2-core machine; writes benchmarks/ONNX.md and onnx_results.json).
 bench-onnx: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/onnx_bench.py --bench-python $(REF_PY) --onnx-reference-python $(ONNX_REF_PY)
+
+# Spearman and Recall@10 by vector width of a plain model cut, a PCA of its vectors and a Matryoshka
+# model cut, small and BERT-base-width models trained on STS-B (about 15 minutes on a quiet 2-core
+# machine; writes benchmarks/MATRYOSHKA.md, matryoshka_results.json and matryoshka.png; the models
+# stay in runs/matryoshka-bench).
+bench-matryoshka: $(STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/matryoshka_bench.py
+
+# The index's precisions and kinds on a million vectors (BQ encoded at 128 by bench-matryoshka's
+# small Matryoshka model, padded with random ones): recall@10, build time, memory, queries/s, and
+# where exact search stops being fast enough (writes benchmarks/ANN.md, ann_results.json and ann.png;
+# its steps are kept in runs/ann-bench, so a rerun goes on where one stopped).
+bench-ann: $(TEST_STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/ann_bench.py
 
 # The float32 jobs of both models with every contestant's kernels capped at AVX2, as on the
 # AVX2-only CPUs (about 12 minutes; writes benchmarks/AVX2_EMULATION.md).
