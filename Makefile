@@ -83,16 +83,17 @@ bench-onnx: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/onnx_bench.py --bench-python $(REF_PY) --onnx-reference-python $(ONNX_REF_PY)
 
 # Spearman and Recall@10 by vector width of a plain model cut, a PCA of its vectors and a Matryoshka
-# model cut, small and BERT-base-width models trained on STS-B (about 15 minutes on a quiet 2-core
-# machine; writes benchmarks/MATRYOSHKA.md, matryoshka_results.json and matryoshka.png; the models
-# stay in runs/matryoshka-bench).
+# model cut, small and BERT-base-width models trained on STS-B (36 + 19 minutes on the 2-core machine
+# beside other jobs; writes benchmarks/MATRYOSHKA.md, matryoshka_results.json and matryoshka.png; the
+# models stay in runs/matryoshka-bench).
 bench-matryoshka: $(STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/matryoshka_bench.py
 
 # The index's precisions and kinds on a million vectors (BQ encoded at 128 by bench-matryoshka's
 # small Matryoshka model, padded with random ones): recall@10, build time, memory, queries/s, and
-# where exact search stops being fast enough (writes benchmarks/ANN.md, ann_results.json and ann.png;
-# its steps are kept in runs/ann-bench, so a rerun goes on where one stopped).
+# where exact search stops being fast enough (45 minutes on the 2-core machine beside other jobs; writes
+# benchmarks/ANN.md, ann_results.json and ann.png; its steps are kept in runs/ann-bench, so a rerun goes
+# on where one stopped).
 bench-ann: $(TEST_STAMP)
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/ann_bench.py
 

@@ -56,8 +56,9 @@ RERANK_TOP = 20
 
 
 # Corpora up to this many vectors get an exact index when no kind is asked for, larger ones an
-# approximate (hnsw) one; benchmarks/ANN.md measures where exact search stops being fast enough.
-EXACT_INDEX_LIMIT = 200_000
+# approximate (hnsw) one: where one query's exact search of BERT-base-wide vectors stays within
+# about 50 ms on a 2-core CPU (benchmarks/ANN.md, "Exact against hnsw by corpus size").
+EXACT_INDEX_LIMIT = 80_000
 
 
 def rerank_depth(top_k: int, rerank_top: int | None = None) -> int:
