@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 from ..console import live_progress_on
 from ..errors import ConfigError, DataError
-from .vectors import quantize
+from .vectors import packed_bytes, quantize
 
 INSTALL_HINT = 'pip install "cosent-tf[ann]"'
 ANN_KINDS = ("hnsw", "ivf")
@@ -151,7 +151,7 @@ def check_setting(name: str, value: Any) -> int:
 def faiss_width(precision: str, dimension: int) -> int:
     """The ``d`` of the faiss structure: the dimension, or for binary codes its bits rounded up to
     whole bytes."""
-    return 8 * -(-dimension // 8) if precision == "binary" else dimension
+    return 8 * packed_bytes(dimension) if precision == "binary" else dimension
 
 
 def build_ann(

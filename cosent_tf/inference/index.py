@@ -25,7 +25,7 @@ from ..data.pairs import MAX_LINE_BYTES
 from ..errors import ConfigError, DataError
 from ..io import FolderKind, atomic_directory, json_field, json_type, read_json
 from . import ann as approximate
-from .vectors import approximate_scores, check_precision, int8_ranges, quantize
+from .vectors import approximate_scores, check_precision, int8_ranges, packed_bytes, quantize
 
 logger = logging.getLogger("cosent_tf")
 
@@ -679,7 +679,7 @@ class VectorIndex:
         except (ValueError, OSError, EOFError) as e:
             raise DataError(path, f"not a readable .npy matrix ({e}); rebuild the index") from None
         dtype, width = (
-            (np.dtype(np.int8), dimension) if precision == "int8" else (np.dtype(np.uint8), -(-dimension // 8))
+            (np.dtype(np.int8), dimension) if precision == "int8" else (np.dtype(np.uint8), packed_bytes(dimension))
         )
         if codes.dtype != dtype or codes.shape != (count, width):
             other = {np.dtype(np.int8): " (int8 codes)", np.dtype(np.uint8): " (binary codes)"}.get(codes.dtype, "")

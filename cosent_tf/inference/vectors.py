@@ -39,6 +39,17 @@ INT8_STEPS = 255  # int8 codes span 256 values: -128 .. 127
 BLOCK_ROWS = 65536
 
 
+def packed_bytes(dim: int) -> int:
+    """The bytes of one binary vector of ``dim`` dimensions: a bit each, eight to a byte, the last
+    byte padded.
+
+    Example:
+        >>> packed_bytes(128), packed_bytes(130)
+        (16, 17)
+    """
+    return -(-dim // 8)
+
+
 def check_dim(dim: Optional[int], width: int, trained_dims: Optional[Sequence[int]], where: str) -> Optional[int]:
     """``dim`` checked against a model whose vectors have ``width`` dimensions: a ConfigError when it
     is not a width the vectors have, a logged warning when the model was not trained for it. None
@@ -173,7 +184,7 @@ def quantize(vectors: np.ndarray, precision: str, ranges: Optional[np.ndarray] =
         raise ValueError(f"vectors of shape {vectors.shape} are not a matrix")
     count, width = vectors.shape
     if precision == "binary":
-        bits = np.empty((count, -(-width // 8)), dtype=np.uint8)
+        bits = np.empty((count, packed_bytes(width)), dtype=np.uint8)
         for start, block in _finite_blocks(vectors):
             bits[start : start + len(block)] = np.packbits(block > 0, axis=1)
         return bits
@@ -229,8 +240,10 @@ def hamming_scores(query_bits: np.ndarray, corpus_bits: np.ndarray, dim: int) ->
 def _signs(bits: np.ndarray, dim: int) -> np.ndarray:
     """Packed sign bits as float32 +1 (bit set) / -1 rows of ``dim``."""
     bits = np.asarray(bits, dtype=np.uint8)
-    if bits.ndim != 2 or bits.shape[1] != -(-dim // 8):
-        raise ValueError(f"packed bits of shape {bits.shape} do not hold {dim} dimensions ({-(-dim // 8)} bytes a row)")
+    if bits.ndim != 2 or bits.shape[1] != packed_bytes(dim):
+        raise ValueError(
+            f"packed bits of shape {bits.shape} do not hold {dim} dimensions ({packed_bytes(dim)} bytes a row)"
+        )
     signs = np.unpackbits(bits, axis=1, count=dim).astype(np.float32)
     signs *= 2  # in place: a block of the corpus is as large as its float32 vectors
     signs -= 1
