@@ -181,3 +181,17 @@ def localhost_workers(count):
         {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
         for index in range(count)
     ]
+
+
+def reference_python(what):
+    """The sentence-transformers reference environment's Python (``COSENT_REFERENCE_PYTHON``, default
+    ``.venv-reference/bin/python``), absolute; the test fails, saying ``what`` needs it, where it is missing."""
+    python = os.path.abspath(
+        os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
+    )
+    if not os.path.exists(python):
+        pytest.fail(
+            f"{python} does not exist: {what} with sentence-transformers in an environment of its own; run it with "
+            "`make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
+        )
+    return python

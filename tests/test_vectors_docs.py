@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from cosent_tf.cli import main as cosent_tf
-from tests.helpers import ROOT, distinct_texts, tiny_pairs, write_vocab
+from tests.helpers import distinct_texts, reference_python, tiny_pairs, write_vocab
 from tests.test_serving_docs import blocks, read_page, section
 
 GUIDE_HEADING = "## Smaller vectors and search past exact"
@@ -366,16 +366,6 @@ def test_the_shards_make_the_index_one_build_makes(guide_clone):
     )
 
 
-def reference_python():
-    python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
-    if not os.path.exists(python):
-        pytest.fail(
-            f"{python} does not exist: this test loads the export with sentence-transformers in its own environment; "
-            "run it with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
-        )
-    return python
-
-
 @pytest.mark.slow
 def test_the_exports_at_128_give_the_cut_vectors(guide_clone):
     import tensorflow as tf
@@ -397,7 +387,13 @@ def test_the_exports_at_128_give_the_cut_vectors(guide_clone):
     )
     env = {**os.environ, "PYTHONPATH": ""}
     completed = subprocess.run(
-        [reference_python(), "-c", code, str(clone / "exports" / "mat-bq-128-hf"), json.dumps(texts)],
+        [
+            reference_python("this test loads the export"),
+            "-c",
+            code,
+            str(clone / "exports" / "mat-bq-128-hf"),
+            json.dumps(texts),
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -29,7 +29,7 @@ from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import decision_outputs, export_saved_model, score_map_in_graph
 from cosent_tf.inference.matchers import load_matcher
 from tests.export.test_savedmodel import padded_batch
-from tests.helpers import ROOT, distinct_texts, make_model_dir, write_config
+from tests.helpers import distinct_texts, make_model_dir, reference_python, write_config
 
 # The steepest a test decision's maps rise per unit of score: float32 rounding of a score (about 2e-7
 # for a cosine) then moves a probability by at most 4e-7.
@@ -354,16 +354,6 @@ def test_a_decision_that_is_not_this_models_is_refused(export, name, spoil, mess
 # ---- the Hugging Face folder carries the decision, and its model card applies it
 
 
-def reference_python():
-    python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
-    if not os.path.exists(python):
-        pytest.fail(
-            f"{python} does not exist: these tests run the model card's Python with sentence-transformers in its "
-            "own environment; run them with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
-        )
-    return python
-
-
 def card_snippet(folder):
     """The Python of the model card's "Match decision" section."""
     card = (folder / "README.md").read_text(encoding="utf-8")
@@ -384,7 +374,13 @@ def run_card_snippet(folder, tmp_path):
         f"np.savez(sys.argv[2], **{{name: globals()[name] for name in {OUTPUTS!r} if name in globals()}})\n"
     )
     (tmp_path / "pairs.json").write_text(json.dumps(list(zip(FIRST, SECOND)), ensure_ascii=False), encoding="utf-8")
-    command = [reference_python(), "-c", "import sys\n" + code + saved, tmp_path / "pairs.json", tmp_path / "card.npz"]
+    command = [
+        reference_python("these tests run the model card's Python"),
+        "-c",
+        "import sys\n" + code + saved,
+        tmp_path / "pairs.json",
+        tmp_path / "card.npz",
+    ]
     result = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(np.load(tmp_path / "card.npz"))

@@ -12,7 +12,6 @@ reference encodes them in batches of 7 and the SavedModel in one, so rows are pa
 """
 
 import json
-import os
 import subprocess
 
 import numpy as np
@@ -25,7 +24,7 @@ from cosent_tf.export.onnx_export import export_onnx
 from cosent_tf.export.savedmodel import export_saved_model
 from tests.export.test_export_dim import WIDTH, cut, lively_model_dir
 from tests.export.test_onnx_sentence_transformers import assert_onnx_backend_ran, run_reference, sts_texts
-from tests.helpers import ROOT, requires_shared_data, write_config
+from tests.helpers import reference_python, requires_shared_data, write_config
 
 DIM = 5
 TOLERANCE = 1e-5
@@ -52,16 +51,6 @@ np.savez(
 """
 
 
-def reference_python():
-    python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
-    if not os.path.exists(python):
-        pytest.fail(
-            f"{python} does not exist: these tests load the exports with sentence-transformers in an environment "
-            "of its own; run them with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
-        )
-    return python
-
-
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """pooling -> (model folder, SavedModel at DIM, Hugging Face export at DIM, what
@@ -80,7 +69,16 @@ def made(tmp_path_factory):
         export_hf(model_dir, str(hf), dim=DIM)
         export_hf(model_dir, str(full))
         out = root / f"{pooling}.npz"
-        command = [reference_python(), "-c", REFERENCE, str(hf), str(full), str(DIM), str(texts_path), str(out)]
+        command = [
+            reference_python("these tests load the exports"),
+            "-c",
+            REFERENCE,
+            str(hf),
+            str(full),
+            str(DIM),
+            str(texts_path),
+            str(out),
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             pytest.fail(f"sentence-transformers failed on {hf}:\n{result.stderr[-4000:]}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import tracemalloc
 
@@ -26,7 +25,7 @@ from cosent_tf.inference.vectors import (
     quantize,
     truncate,
 )
-from tests.helpers import ROOT
+from tests.helpers import reference_python
 
 
 def units(rng, count, dim):
@@ -222,12 +221,7 @@ def test_approximate_scores_are_dot_products_with_what_the_codes_stand_for():
 def test_codes_agree_with_sentence_transformers_quantize_embeddings(tmp_path):
     """sentence-transformers' "ubinary" is cosent-tf's binary; its "int8" floors where cosent-tf rounds to
     the nearest step (so its codes are cosent-tf's or one lower), with the same ranges and step."""
-    python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
-    if not os.path.exists(python):
-        pytest.fail(
-            f"{python} does not exist: this test compares with sentence-transformers in its own environment; run "
-            "it with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
-        )
+    python = reference_python("this test compares")
     rng = np.random.default_rng(6)
     vectors = units(rng, 120, 30)
     ranges = ranges_of(vectors[:80])  # calibrated on part: the rest may fall outside
