@@ -63,6 +63,12 @@ def _startup_lines_held_back() -> Iterator[None]:
                 sys.stderr.flush()
 
 
+if "cosent_tf.keras3" in sys.modules:
+    raise ImportError(
+        "this process uses cosent_tf.keras3 (Keras 3); cosent_tf's Keras 2 engine would point `keras` at tf-keras "
+        "under it (bert4keras does): use one Keras per process, and run the Keras 2 code in a process of its own"
+    )
+
 with _startup_lines_held_back():
     import tensorflow as tf  # noqa: E402
 
@@ -71,8 +77,9 @@ import tf_keras as keras  # noqa: E402
 
 if os.environ["TF_USE_LEGACY_KERAS"] != "1" or tf.keras.__name__.split(".")[0] != "tf_keras":
     raise ImportError(
-        "cosent_tf needs Keras 2 (tf-keras): set TF_USE_LEGACY_KERAS=1 before TensorFlow "
-        "is first imported, or import cosent_tf first."
+        "cosent_tf's Keras 2 engine needs tf.keras to be tf-keras, but tf.keras was used before cosent_tf was "
+        "imported and is Keras 3: import cosent_tf first, or set TF_USE_LEGACY_KERAS=1 before TensorFlow is "
+        "first imported; for Keras 3 models use cosent_tf.keras3 instead"
     )
 
 from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402

@@ -8,20 +8,15 @@ user's ``import tensorflow``. Why each variable is set: docs/platform.md.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from .errors import ConfigError
 
-# TensorFlow resolves tf.keras (and bert4keras's Keras) at its own import: imported before
-# cosent_tf without TF_USE_LEGACY_KERAS=1, it has Keras 3, and models fail much later.
-if "tensorflow" in sys.modules and os.environ.get("TF_USE_LEGACY_KERAS") != "1":
-    raise ImportError(
-        "tensorflow was imported before cosent_tf, so it set up Keras 3, which bert4keras cannot use: "
-        "import cosent_tf first (it sets up Keras 2), or set TF_USE_LEGACY_KERAS=1 before importing tensorflow"
-    )
-
+# tf.keras (and so bert4keras's Keras) is resolved on first use of tf.keras, from TF_USE_LEGACY_KERAS
+# then: set here, it holds even where tensorflow (or Keras 3 on its TensorFlow backend) was imported
+# first, unless tf.keras was already used; cosent_tf.backend refuses that case by name. Keras 3
+# itself (the cosent_tf.keras3 route) does not read the variable.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

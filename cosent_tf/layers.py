@@ -7,11 +7,8 @@ from typing import Any, Optional
 from .backend import keras, tf
 from .choices import POOLING_MODES
 from .errors import ConfigError
-
-
-def _masked_mean(hidden: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    weights = mask[:, :, None]
-    return tf.reduce_sum(hidden * weights, axis=1) / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
+from .maths import pooling
+from .maths.ops import tensorflow_ops
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -53,23 +50,7 @@ class Pooling(keras.layers.Layer):
         self.supports_masking = True
 
     def call(self, inputs: Any, mask: Optional[tf.Tensor] = None) -> tf.Tensor:
-        if self.mode == "pooler":
-            return tf.cast(inputs, tf.float32)
-        if self.mode == "first-last-avg":
-            first, last = (tf.cast(x, tf.float32) for x in inputs)
-        else:
-            last = tf.cast(inputs, tf.float32)
-        if self.mode == "cls":
-            return last[:, 0]
-        if mask is None:
-            mask = tf.ones(tf.shape(last)[:2], tf.float32)
-        mask = tf.cast(mask, tf.float32)
-        if self.mode == "last-avg":
-            return _masked_mean(last, mask)
-        if self.mode == "first-last-avg":
-            return (_masked_mean(first, mask) + _masked_mean(last, mask)) / 2.0
-        lowest = tf.constant(tf.float32.min, tf.float32)
-        return tf.reduce_max(tf.where(mask[:, :, None] > 0, last, lowest), axis=1)
+        return pooling.pool(tensorflow_ops(), self.mode, inputs, mask)
 
     def compute_mask(self, inputs: Any, mask: Optional[tf.Tensor] = None) -> None:
         return None
@@ -97,7 +78,7 @@ class PaddingMask(keras.layers.Layer):
         self.padding_id = padding_id
 
     def call(self, token_ids: tf.Tensor) -> tf.Tensor:
-        return tf.cast(tf.not_equal(tf.cast(token_ids, tf.int32), self.padding_id), tf.float32)
+        return pooling.padding_mask(tensorflow_ops(), token_ids, self.padding_id)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "padding_id": self.padding_id}

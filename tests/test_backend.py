@@ -104,7 +104,7 @@ def test_tensorflow_start_up_lines_are_held_back_and_everything_else_passes(capf
 
 
 @pytest.mark.slow
-def test_importing_cosent_tf_prints_nothing_and_importing_tensorflow_first_is_refused():
+def test_importing_cosent_tf_prints_nothing_and_only_a_tf_keras_used_first_is_refused():
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS", "COSENT_TF_VERBOSE")}
     lazy = (
         "import sys, cosent_tf; print('tensorflow' in sys.modules); import tensorflow as tf; print(tf.keras.__name__)"
@@ -124,16 +124,27 @@ def test_importing_cosent_tf_prints_nothing_and_importing_tensorflow_first_is_re
         timeout=300,
     )
     assert TENSORFLOW_STARTUP_LINES.search(shown.stderr)  # the lines exist here, so their absence above counts
-    first = subprocess.run(
-        [sys.executable, "-c", "import tensorflow; import cosent_tf"],
+    # tensorflow imported first: tf.keras is resolved on first use, so the engine still gets Keras 2
+    tensorflow_first = subprocess.run(
+        [sys.executable, "-c", "import tensorflow as tf; import cosent_tf.backend; print(tf.keras.__name__)"],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
-    assert first.returncode != 0
-    assert "ImportError: tensorflow was imported before cosent_tf" in first.stderr
-    assert "import cosent_tf first" in first.stderr
+    assert tensorflow_first.returncode == 0, tensorflow_first.stderr
+    assert tensorflow_first.stdout.startswith("tf_keras")
+    # tf.keras used first: it is Keras 3 for good, and the engine says so by name
+    keras3_first = subprocess.run(
+        [sys.executable, "-c", "import tensorflow as tf; tf.keras.layers; import cosent_tf.backend"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert keras3_first.returncode != 0
+    assert "tf.keras was used before cosent_tf was imported and is Keras 3" in keras3_first.stderr
+    assert "import cosent_tf first" in keras3_first.stderr and "cosent_tf.keras3" in keras3_first.stderr
 
 
 def test_repeatable_dropout_draws_the_same_masks_for_the_same_seed():

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..backend import keras, tf
-from ._pairs import gather_across_replicas, interleaved_cosines, pair_labels
+from ..maths import pairs
+from ..maths.ops import tensorflow_ops
 
 
 def ranking_loss(scores: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    """log(1 + sum over label_i > label_j of exp(score_j - score_i)), computed stably.
-
-    ``scores`` and ``labels`` are vectors of one value per pair. Pairs whose labels are
-    not ordered contribute exp(-inf) = 0; the leading 0 is the "1 +" term, so the
-    log-sum-exp never overflows however large the score differences get.
-    """
-    differences = scores[None, :] - scores[:, None]  # [i, j] = score_j - score_i
-    ordered = labels[:, None] > labels[None, :]
-    masked = tf.where(ordered, differences, tf.constant(-np.inf, dtype=scores.dtype))
-    terms = tf.concat([tf.zeros([1], dtype=scores.dtype), tf.reshape(masked, [-1])], axis=0)
-    return tf.reduce_logsumexp(terms)
+    """:func:`cosent_tf.maths.pairs.ranking_loss` on TensorFlow."""
+    return pairs.ranking_loss(tensorflow_ops(), scores, labels)
 
 
 def cosent_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool = True) -> tf.Tensor:
@@ -29,11 +19,7 @@ def cosent_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: boo
 
     See :class:`CoSENTLoss` for the formula, the expected inputs and ``global_batch``.
     """
-    cosines = interleaved_cosines(y_pred)
-    labels = pair_labels(y_true, cosines.dtype)
-    if global_batch:
-        cosines, labels = gather_across_replicas(cosines, labels)
-    return ranking_loss(tf.cast(scale, cosines.dtype) * cosines, labels)
+    return pairs.cosent(tensorflow_ops(), y_true, y_pred, scale, global_batch)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -62,7 +48,7 @@ class CoSENTLoss(keras.losses.Loss):
             slice of the batch. When true (the default) the cosines and labels of every replica
             are gathered, so that every replica ranks the whole global batch and the update
             equals one device's on that batch (see
-            :func:`~cosent_tf.losses._pairs.gather_across_replicas`); when false each replica
+            :meth:`~cosent_tf.maths.ops.Ops.gather_across_replicas`); when false each replica
             ranks only the pairs of its own slice.
         name: the loss's name in Keras logs.
         **kwargs: further ``keras.losses.Loss`` arguments.

@@ -9,6 +9,7 @@ model is built.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from ..errors import lookup
 
@@ -25,6 +26,8 @@ class Architecture:
             bounds maxlen.
         first_token_only: its last block can be computed at [CLS] alone (BERT-style blocks
             with absolute positions).
+        keras_hub_backbone: the keras-hub backbone class the Keras 3 route builds it on
+            (:mod:`cosent_tf.keras3.backbones`), or None where only the Keras 2 engine has it.
 
     Example:
         >>> ARCHITECTURES["wobert"].word_level
@@ -35,14 +38,16 @@ class Architecture:
     word_level: bool = False
     learned_positions: bool = True
     first_token_only: bool = True
+    keras_hub_backbone: Optional[str] = None
 
 
 ARCHITECTURES = {
-    "bert": Architecture("BERT"),
-    "roberta": Architecture("BERT"),  # RoBERTa-wwm checkpoints are BERT format
+    "bert": Architecture("BERT", keras_hub_backbone="BertBackbone"),
+    "roberta": Architecture("BERT", keras_hub_backbone="BertBackbone"),  # RoBERTa-wwm checkpoints are BERT format
     "wobert": Architecture("BERT", word_level=True),
     "nezha": Architecture("NEZHA", learned_positions=False, first_token_only=False),
-    "albert": Architecture("ALBERT", first_token_only=False),  # one block shared by all depths
+    # one block shared by all depths
+    "albert": Architecture("ALBERT", first_token_only=False, keras_hub_backbone="AlbertBackbone"),
     "roformer": Architecture("RoFormer", word_level=True, learned_positions=False, first_token_only=False),
 }
 
