@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann
+.PHONY: install install-test demo test test-keras3 test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -25,11 +25,11 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q --no-deps bert4keras==0.11.5
 	touch $(STAMP)
 
-# What the tests and the linters need besides: the [test] extra, the [onnx] and [ann] extras whose
+# What the tests and the linters need besides: the [test] extra, the [onnx], [ann] and [keras3] extras whose
 # code they test, and torch so that the tests also read pytorch_model.bin (pinned: the CPU build on
 # this machine's disk).
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[test,onnx,ann]"
+	$(PY) -m pip install -q -e ".[test,onnx,ann,keras3]"
 	$(PY) -m pip install -q torch==2.13.0
 	touch $(TEST_STAMP)
 
@@ -43,6 +43,13 @@ demo: $(STAMP)
 
 test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) COSENT_ONNX_REFERENCE_PYTHON=$(ONNX_REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --durations=40 tests
+	$(MAKE) test-keras3
+
+# The Keras 3 suite, in processes of its own: once on the TensorFlow backend, once on JAX.
+test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
+	for backend in tensorflow jax; do \
+	  KERAS_BACKEND=$$backend COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --confcutdir=tests/keras3 --durations=10 tests/keras3 || exit 1; \
+	done
 
 # The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs.
 test-quick: $(TEST_STAMP)

@@ -55,6 +55,9 @@ setup(
         # approximate search indexes (search build --index hnsw|ivf): HNSW, IVF and binary indexes; 1.15
         # reads all six structures memory-mapped (IO_FLAG_MMAP_IFC, cosent_tf/inference/ann.py)
         "ann": ["faiss-cpu>=1.15"],
+        # the Keras 3 route (cosent_tf.keras3): Keras 3 beside tf-keras, keras-hub's backbones, and JAX
+        # (the CPU wheel) as its second backend; keras-hub 0.32 is the release its converters were written against
+        "keras3": ["keras>=3.15,<4", "keras-hub>=0.32,<0.33", "jax[cpu]>=0.10"],
     },
     entry_points={"console_scripts": ["cosent-tf=cosent_tf.cli:console_main"]},
 )

@@ -9,6 +9,10 @@ from cosent_tf.backend import keras
 
 from .helpers import SHARED_DATA, make_model_dir, make_tiny_setup, write_config
 
+# The Keras 3 suite runs in processes of its own (tests/keras3/conftest.py; `make test` runs it once
+# per backend): this process holds Keras 2.
+collect_ignore = ["keras3"]
+
 
 def pytest_configure(config):
     # Outside CI the data-dependent tests skip, saying why; in CI a skip would hide them.

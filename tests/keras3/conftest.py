@@ -1,0 +1,55 @@
+"""The Keras 3 suite: run in processes of its own, one per backend (``make test`` runs it twice,
+with ``KERAS_BACKEND=tensorflow`` and ``KERAS_BACKEND=jax``, and ``--confcutdir tests/keras3`` so
+that the Keras 2 suite's conftest is not loaded). What it compares with the Keras 2 engine comes
+from Keras 2 subprocesses (:func:`tests.keras3.support.run_keras2`).
+
+``@pytest.mark.backends("tensorflow")`` marks a test of what only that backend does
+(tf.distribute, SavedModel export); on another backend it is deselected, and the run's summary
+counts it.
+"""
+
+import os
+
+import pytest
+
+from cosent_tf.keras3.runtime import backend_name
+
+BACKENDS = ("tensorflow", "jax")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "backends(*names): runs only on these Keras 3 backends")
+    wanted = os.environ.get("KERAS_BACKEND")
+    if wanted not in BACKENDS:
+        raise pytest.UsageError(f"run the Keras 3 suite with KERAS_BACKEND set to one of {', '.join(BACKENDS)}")
+    if backend_name() != wanted:
+        raise pytest.UsageError(f"KERAS_BACKEND={wanted}, but Keras 3 runs on {backend_name()}")
+    if os.environ.get("CI", "").lower() in ("1", "true"):
+        from tests.keras3.support import SHARED_DATA
+
+        if not os.path.isdir(SHARED_DATA):
+            raise pytest.UsageError(f"CI is set but the shared data folder {SHARED_DATA} is missing")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = backend_name()
+    kept, deselected = [], []
+    for item in items:
+        marker = item.get_closest_marker("backends")
+        (kept if marker is None or here in marker.args else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    """Each test starts seeded, and fails if it leaves a dtype policy other than float32 behind."""
+    import keras
+
+    keras.utils.clear_session()
+    keras.utils.set_random_seed(1234)
+    yield
+    leaked = keras.config.dtype_policy().name
+    keras.config.set_dtype_policy("float32")
+    assert leaked == "float32", f"the test left the global dtype policy {leaked!r} set"
