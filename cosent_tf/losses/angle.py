@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import keras, tf
-from ._pairs import check_interleaved, compute_dtype, gather_across_replicas, pair_labels
-from .cosent import ranking_loss
+from ..maths import angle as maths
+from ..maths.ops import tensorflow_ops
 
 
 def angle_similarities(y_pred: Any) -> tf.Tensor:
@@ -15,19 +15,10 @@ def angle_similarities(y_pred: Any) -> tf.Tensor:
     Each vector is read as a complex vector: its first half the real parts, its second half the
     imaginary parts (an odd width gets a zero last dimension). For unit vectors ``x`` and ``y``
     the score is ``|Re + Im|`` of the sum of the components of ``x / y``, which is
-    ``|cos(x, y) + sum(Im(x) * Re(y) - Re(x) * Im(y))|``; it is not a geometric angle.
+    ``|cos(x, y) + sum(Im(x) * Re(y) - Re(x) * Im(y))|``; it is not a geometric angle
+    (:func:`cosent_tf.maths.angle.angle_similarities` on TensorFlow).
     """
-    checks = check_interleaved(y_pred)
-    with tf.control_dependencies(checks):  # identity: a cast to the same dtype makes no op to hold the check
-        vectors = tf.identity(tf.cast(y_pred, compute_dtype(y_pred)))
-    width = tf.shape(vectors)[1]
-    vectors = tf.pad(vectors, [[0, 0], [0, width % 2]])
-    vectors = tf.math.l2_normalize(vectors, axis=1)
-    half = (width + 1) // 2
-    first, second = vectors[::2], vectors[1::2]
-    cosines = tf.reduce_sum(first * second, axis=1)
-    sines = tf.reduce_sum(first[:, half:] * second[:, :half] - first[:, :half] * second[:, half:], axis=1)
-    return tf.abs(cosines + sines)
+    return maths.angle_similarities(tensorflow_ops(), y_pred)
 
 
 def angle_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool = True) -> tf.Tensor:
@@ -35,11 +26,7 @@ def angle_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool
 
     See :class:`AnglELoss` for the formula, the expected inputs and ``global_batch``.
     """
-    scores = angle_similarities(y_pred)
-    labels = pair_labels(y_true, scores.dtype)
-    if global_batch:
-        scores, labels = gather_across_replicas(scores, labels)
-    return ranking_loss(tf.cast(scale, scores.dtype) * scores, labels)
+    return maths.angle(tensorflow_ops(), y_true, y_pred, scale, global_batch)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

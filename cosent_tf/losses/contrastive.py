@@ -5,17 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import keras, tf
-from ._pairs import interleaved_cosines, pair_labels
+from ..maths.contrastive import threshold_contrastive
+from ..maths.ops import tensorflow_ops
 
 
 def threshold_contrastive_loss(
     y_true: Any, y_pred: Any, epsilon: float = 0.5, positive_above: float = 0.5
 ) -> tf.Tensor:
     """See :class:`ThresholdContrastiveLoss`."""
-    cosines = interleaved_cosines(y_pred)
-    positive = pair_labels(y_true, cosines.dtype) > positive_above
-    per_pair = tf.where(positive, 1.0 - cosines, tf.nn.relu(cosines - tf.cast(epsilon, cosines.dtype)))
-    return tf.reduce_mean(per_pair)
+    return threshold_contrastive(tensorflow_ops(), y_true, y_pred, epsilon, positive_above)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..backend import keras, tf
-from ._pairs import check_interleaved, compute_dtype, gather_across_replicas, interleaved_cosines, pair_labels
-from .angle import angle_similarities
-from .cosent import ranking_loss
-from .mnrl import QUERY_TO_DOC, check_directions, in_batch_negatives_loss
+from ..maths import cosent_ibn as maths
+from ..maths.mnrl import QUERY_TO_DOC, check_directions
+from ..maths.ops import tensorflow_ops
 
 
 def positive_pair_loss(
@@ -19,14 +18,7 @@ def positive_pair_loss(
     every pair whose label is above ``positive_above`` must pick its second sentence among the
     second sentences of all those pairs. The pairs that are not positive take no part; a batch
     without a positive pair gives 0."""
-    checks = check_interleaved(y_pred)
-    with tf.control_dependencies(checks):  # identity: a cast to the same dtype makes no op to hold the check
-        vectors = tf.identity(tf.cast(y_pred, compute_dtype(y_pred)))
-    positive = pair_labels(y_true, vectors.dtype) > tf.cast(positive_above, vectors.dtype)
-    chosen = tf.where(positive)[:, 0]
-    anchors = tf.gather(vectors[::2], chosen)
-    candidates = tf.gather(vectors[1::2], chosen)[:, None, :]
-    return in_batch_negatives_loss(anchors, candidates, scale, directions)
+    return maths.positive_pairs_in_batch(tensorflow_ops(), y_true, y_pred, scale, positive_above, directions)
 
 
 def cosent_ibn_loss(
@@ -47,22 +39,20 @@ def cosent_ibn_loss(
     See :class:`CoSENTIBNLoss` for the formula, the inputs and the options. A part whose
     weight is 0 is not computed.
     """
-    directions = check_directions(directions, "joint")
-    checks = check_interleaved(y_pred)
-    with tf.control_dependencies(checks):  # identity: a cast to the same dtype makes no op to hold the check
-        vectors = tf.identity(tf.cast(y_pred, compute_dtype(y_pred)))
-    labels = tf.cast(tf.reshape(y_true, [-1]), vectors.dtype)
-    if global_batch:
-        vectors, labels = gather_across_replicas(vectors, labels)
-    pairs = pair_labels(labels, vectors.dtype)
-    total = tf.zeros([], vectors.dtype)
-    if cosine_w:
-        total += cosine_w * ranking_loss(tf.cast(cosine_scale, vectors.dtype) * interleaved_cosines(vectors), pairs)
-    if ibn_w:
-        total += ibn_w * positive_pair_loss(labels, vectors, ibn_scale, positive_above, directions)
-    if angle_w:
-        total += angle_w * ranking_loss(tf.cast(angle_scale, vectors.dtype) * angle_similarities(vectors), pairs)
-    return total
+    return maths.cosent_ibn(
+        tensorflow_ops(),
+        y_true,
+        y_pred,
+        cosine_w,
+        ibn_w,
+        angle_w,
+        cosine_scale,
+        ibn_scale,
+        angle_scale,
+        positive_above,
+        directions,
+        global_batch,
+    )
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

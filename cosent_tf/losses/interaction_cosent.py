@@ -5,21 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import keras, tf
-from ._pairs import gather_across_replicas
-from .cosent import ranking_loss
-
-# The original clips scores so that a diverging model cannot produce inf - inf.
-SCORE_LIMIT = 1e6
+from ..maths.interaction import SCORE_LIMIT as SCORE_LIMIT  # the clip on scores, re-exported
+from ..maths.interaction import interaction_cosent
+from ..maths.ops import tensorflow_ops
 
 
 def interaction_cosent_loss(y_true: Any, y_pred: Any, global_batch: bool = True) -> tf.Tensor:
     """CoSENT over the scores of a cross-encoder; see :class:`InteractionCoSENTLoss`."""
-    dtype = tf.float64 if y_pred.dtype == tf.float64 else tf.float32
-    scores = tf.clip_by_value(tf.reshape(tf.cast(y_pred, dtype), [-1]), -SCORE_LIMIT, SCORE_LIMIT)
-    labels = tf.cast(tf.reshape(y_true, [-1]), dtype)
-    if global_batch:
-        scores, labels = gather_across_replicas(scores, labels)
-    return ranking_loss(scores, labels)
+    return interaction_cosent(tensorflow_ops(), y_true, y_pred, global_batch)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

@@ -3,48 +3,12 @@ sentence vectors at several widths, so that a vector cut to any of them still wo
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from ..backend import keras, tf
-
-
-def check_dims(dims: Sequence[Any], weights: Optional[Sequence[Any]] = None) -> tuple[list[int], list[float]]:
-    """``(dims, weights)`` as lists, or a ValueError naming what is wrong: each width a distinct
-    positive integer, one weight per width (default 1 each), finite, none negative, not all 0.
-
-    Example:
-        >>> check_dims([256, 64], [1, 0.5])
-        ([256, 64], [1.0, 0.5])
-    """
-    if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
-        raise ValueError(f"matryoshka dims: give a list of widths, got {dims!r}")
-    dims = list(dims)
-    if not dims:
-        raise ValueError("matryoshka dims: give at least one width")
-    for dim in dims:
-        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
-            raise ValueError(f"matryoshka dims: each width must be a positive integer, got {dim!r}")
-    dims = [int(dim) for dim in dims]
-    if len(set(dims)) != len(dims):
-        raise ValueError(f"matryoshka dims: {dims} names a width twice")
-    if weights is None:
-        weights = [1.0] * len(dims)
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
-        raise ValueError(f"matryoshka weights: give a list of weights, got {weights!r}")
-    try:
-        weights = [float(weight) for weight in weights]
-    except (TypeError, ValueError):
-        raise ValueError(f"matryoshka weights: each must be a number, got {list(weights)}") from None
-    if len(weights) != len(dims):
-        raise ValueError(f"matryoshka weights: {len(weights)} weights for {len(dims)} widths {dims}; give one each")
-    if any(not (math.isfinite(weight) and weight >= 0) for weight in weights):
-        raise ValueError(f"matryoshka weights: each must be a finite number of at least 0, got {weights}")
-    if not any(weights):
-        raise ValueError("matryoshka weights: every weight is 0, so the loss is 0: give one a weight")
-    return dims, weights
+from ..maths.matryoshka import check_dims, matryoshka
+from ..maths.ops import tensorflow_ops
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -98,15 +62,7 @@ class MatryoshkaLoss(keras.losses.Loss):
         self.loss, (self.dims, self.weights) = loss, check_dims(dims, weights)
 
     def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
-        vectors = tf.convert_to_tensor(y_pred)
-        width = vectors.shape[-1]
-        if width is not None and max(self.dims) > width:
-            raise ValueError(
-                f"matryoshka dims {self.dims}: the vectors have {width} dimensions, fewer than {max(self.dims)}"
-            )
-        terms = [self.loss.call(y_true, vectors[:, :dim]) for dim, weight in zip(self.dims, self.weights) if weight]
-        weights = [weight for weight in self.weights if weight]
-        return tf.add_n([tf.cast(weight, term.dtype) * term for weight, term in zip(weights, terms)])
+        return matryoshka(tensorflow_ops(), self.loss.call, y_true, y_pred, self.dims, self.weights)
 
     def get_config(self) -> dict[str, Any]:
         return {

@@ -5,76 +5,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..backend import keras, tf
-from ._pairs import compute_dtype, gather_across_replicas
-
-QUERY_TO_DOC, QUERY_TO_QUERY, DOC_TO_QUERY, DOC_TO_DOC = "query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc"
-DIRECTIONS = (QUERY_TO_DOC, QUERY_TO_QUERY, DOC_TO_QUERY, DOC_TO_DOC)
-PARTITION_MODES = ("joint", "per_direction")
-
-_BAD_ROWS = (
-    "a batch for an in-batch negatives loss holds groups of group_size={group_size} consecutive rows "
-    "(anchor, positive, negative_1 ...), but it has {rows} that is not a multiple of {group_size}. Under "
-    "tf.distribute each replica gets its own slice of the batch: make the examples per batch divisible by "
-    "the number of replicas (strategy.num_replicas_in_sync)"
+from ..maths import mnrl as maths
+from ..maths.mnrl import (  # noqa: F401 (the directions, re-exported)
+    DIRECTIONS,
+    DOC_TO_DOC,
+    DOC_TO_QUERY,
+    PARTITION_MODES,
+    QUERY_TO_DOC,
+    QUERY_TO_QUERY,
+    check_directions,
+    check_group_size,
 )
-
-
-def check_group_size(group_size: Any) -> int:
-    """``group_size`` as an int, or ValueError if it cannot hold an anchor and its positive."""
-    if isinstance(group_size, bool) or int(group_size) != group_size or group_size < 2:
-        raise ValueError(
-            f"group_size must be an integer of at least 2 (anchor, positive, then any hard negatives), "
-            f"got {group_size!r}"
-        )
-    return int(group_size)
-
-
-def check_directions(directions: Sequence[str], partition_mode: str) -> tuple[str, ...]:
-    """The directions as a tuple, or ValueError naming what is wrong with them."""
-    if isinstance(directions, str):
-        directions = (directions,)
-    directions = tuple(directions)
-    unknown = [direction for direction in directions if direction not in DIRECTIONS]
-    if unknown:
-        raise ValueError(f"unknown direction(s) {', '.join(map(repr, unknown))}; choose from {', '.join(DIRECTIONS)}")
-    if QUERY_TO_DOC not in directions:
-        raise ValueError(f"directions must include {QUERY_TO_DOC!r}, the term that holds each anchor's positive")
-    if len(set(directions)) != len(directions):
-        raise ValueError(f"directions name a direction twice: {directions}")
-    if partition_mode not in PARTITION_MODES:
-        raise ValueError(f"partition_mode must be one of {', '.join(PARTITION_MODES)}, got {partition_mode!r}")
-    if partition_mode == "per_direction" and set(directions) & {QUERY_TO_QUERY, DOC_TO_DOC}:
-        raise ValueError(
-            "partition_mode='per_direction' cannot take query_to_query or doc_to_doc: their candidates never "
-            "include the positive, so their own softmax has no target; use partition_mode='joint'"
-        )
-    return directions
+from ..maths.ops import tensorflow_ops
 
 
 def grouped_vectors(y_pred: Any, group_size: int) -> tf.Tensor:
     """``y_pred`` as (examples, group_size, d) in float32 (float64 stays float64), checking that the
     rows come in whole groups: at trace time when the batch size is static, else when run."""
-    vectors = tf.convert_to_tensor(y_pred)
-    rows = vectors.shape[0]
-    checks = []
-    if rows is not None:
-        if rows % group_size:
-            raise ValueError(_BAD_ROWS.format(group_size=group_size, rows=f"{rows} rows, a number"))
-    else:
-        checks.append(
-            tf.debugging.assert_equal(
-                tf.shape(vectors)[0] % group_size,
-                0,
-                message=_BAD_ROWS.format(group_size=group_size, rows="a number of rows"),
-            )
-        )
-    with tf.control_dependencies(checks):  # identity: a cast to the same dtype makes no op to hold the check
-        vectors = tf.identity(tf.cast(vectors, compute_dtype(vectors)))
-    width = vectors.shape[1] if vectors.shape[1] is not None else tf.shape(vectors)[1]
-    return tf.reshape(vectors, [-1, group_size, width])
+    return maths.grouped_vectors(tensorflow_ops(), y_pred, group_size)
 
 
 def in_batch_negatives_loss(
@@ -87,40 +36,9 @@ def in_batch_negatives_loss(
     """Mean over anchors of the softmax cross-entropy that picks each anchor's own positive.
 
     ``anchors`` is (B, d); ``candidates`` is (B, k, d) with each anchor's positive at index 0
-    and its hard negatives after it. Vectors need not be normalised. Every anchor's
-    candidates are every candidate of the batch; the other directions add the rows described
-    in :class:`MultipleNegativesRankingLoss`. With B = 0 the loss is 0.
+    and its hard negatives after it (:func:`cosent_tf.maths.mnrl.in_batch_negatives`).
     """
-    examples = tf.shape(anchors)[0]
-    columns = tf.shape(candidates)[1]
-    queries = tf.math.l2_normalize(anchors, axis=1)
-    normalised = tf.math.l2_normalize(candidates, axis=2)
-    positives = normalised[:, 0]
-    # column-major, as k blocks of B rows: candidate j belongs to anchor j % B
-    documents = tf.reshape(tf.transpose(normalised, [1, 0, 2]), [-1, tf.shape(anchors)[1]])
-    owner = tf.range(examples * columns) % examples
-    own = tf.equal(tf.range(examples)[:, None], owner[None, :])
-    dtype = queries.dtype
-    minus_infinity = tf.constant(-np.inf, dtype=dtype)
-    scale = tf.cast(scale, dtype)
-
-    scores = {QUERY_TO_DOC: scale * tf.matmul(queries, documents, transpose_b=True)}
-    if QUERY_TO_QUERY in directions:
-        to_queries = scale * tf.matmul(queries, queries, transpose_b=True)
-        scores[QUERY_TO_QUERY] = tf.where(tf.eye(examples, dtype=tf.bool), minus_infinity, to_queries)
-    if DOC_TO_QUERY in directions:
-        scores[DOC_TO_QUERY] = scale * tf.matmul(positives, queries, transpose_b=True)
-    if DOC_TO_DOC in directions:
-        to_documents = scale * tf.matmul(positives, documents, transpose_b=True)
-        scores[DOC_TO_DOC] = tf.where(own, minus_infinity, to_documents)
-    target = scale * tf.reduce_sum(queries * positives, axis=1)
-    ordered = [scores[direction] for direction in DIRECTIONS if direction in scores]
-    if partition_mode == "joint":
-        log_partition = tf.reduce_logsumexp(tf.concat(ordered, axis=1), axis=1)
-    else:
-        log_partition = tf.add_n([tf.reduce_logsumexp(block, axis=1) for block in ordered]) / len(ordered)
-    total = tf.reduce_sum(log_partition - target)
-    return total / tf.cast(tf.maximum(examples, 1), dtype)
+    return maths.in_batch_negatives(tensorflow_ops(), anchors, candidates, scale, directions, partition_mode)
 
 
 def multiple_negatives_ranking_loss(
@@ -137,13 +55,9 @@ def multiple_negatives_ranking_loss(
     See :class:`MultipleNegativesRankingLoss` for the formula, the inputs and the options;
     ``y_true`` is not read.
     """
-    del y_true  # in-batch negatives need no labels: the layout says which row is whose positive
-    group_size = check_group_size(group_size)
-    directions = check_directions(directions, partition_mode)
-    groups = grouped_vectors(y_pred, group_size)
-    if global_batch:
-        (groups,) = gather_across_replicas(groups)
-    return in_batch_negatives_loss(groups[:, 0], groups[:, 1:], scale, directions, partition_mode)
+    return maths.multiple_negatives_ranking(
+        tensorflow_ops(), y_true, y_pred, scale, group_size, directions, partition_mode, global_batch
+    )
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -189,7 +103,7 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
         global_batch: under a tf.distribute strategy with several replicas, gather every
             replica's vectors (with their gradients) so that each anchor sees the candidates of
             the whole global batch and the update equals one device's on that batch (see
-            :func:`~cosent_tf.losses._pairs.gather_across_replicas`); when false each replica
+            :meth:`~cosent_tf.maths.ops.Ops.gather_across_replicas`); when false each replica
             uses only its own slice.
         name: the loss's name in Keras logs.
         **kwargs: further ``keras.losses.Loss`` arguments.

@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import keras, tf
-from ._pairs import interleaved_cosines, pair_labels
+from ..maths.mse import cosine_mse
+from ..maths.ops import tensorflow_ops
 
 
 def cosine_mse_loss(y_true: Any, y_pred: Any, max_label: float = 1.0) -> tf.Tensor:
     """See :class:`CosineMSELoss`."""
-    cosines = interleaved_cosines(y_pred)
-    targets = pair_labels(y_true, cosines.dtype) / tf.cast(max_label, cosines.dtype)
-    return tf.reduce_mean(tf.square(cosines - targets))
+    return cosine_mse(tensorflow_ops(), y_true, y_pred, max_label)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

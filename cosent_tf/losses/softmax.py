@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import keras, tf
-from ._pairs import check_interleaved
+from ..maths import softmax as maths
+from ..maths.ops import tensorflow_ops
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
@@ -37,10 +38,7 @@ class SentenceBertHead(keras.layers.Layer):
         )
 
     def call(self, vectors: tf.Tensor) -> tf.Tensor:
-        with tf.control_dependencies(check_interleaved(vectors)):
-            vectors = tf.cast(vectors, tf.float32)
-        u, v = vectors[::2], vectors[1::2]
-        return self.classifier(tf.concat([u, v, tf.abs(u - v)], axis=1))
+        return self.classifier(maths.pair_features(tensorflow_ops(), vectors))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "num_classes": self.num_classes}
@@ -48,9 +46,7 @@ class SentenceBertHead(keras.layers.Layer):
 
 def sentence_bert_softmax_loss(y_true: Any, y_pred: Any) -> tf.Tensor:
     """Cross-entropy of the head's probabilities; see :class:`SentenceBertSoftmaxLoss`."""
-    labels = tf.cast(tf.reshape(y_true, [-1])[::2], tf.int32)
-    probs = tf.cast(y_pred, tf.float32)
-    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, probs))
+    return maths.sentence_bert_softmax(tensorflow_ops(), y_true, y_pred)
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

@@ -10,7 +10,7 @@ only run with the data (:meth:`Ops.check_rows`), and the dtypes the maths comput
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,10 @@ class Ops:
     """What every framework's ops share; subclasses give the tensor functions."""
 
     name = ""
+
+    if TYPE_CHECKING:  # the tensor functions, each subclass's own (keras.ops names)
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def compute_dtype(self, x: Any) -> str:
         """float64 stays float64 (for gradient checks); every other dtype is computed in float32."""
@@ -35,6 +39,11 @@ class Ops:
 
     def minus_infinity(self, like: Any) -> Any:
         return self.constant(-np.inf, like)
+
+    def dim(self, x: Any, axis: int) -> Any:
+        """The size of ``x`` along ``axis``: an int when it is static, else a tensor."""
+        size = x.shape[axis]
+        return size if size is not None else self.shape(x)[axis]
 
     def check_rows(self, x: Any, divisor: int, message: str) -> Any:
         """``x``, after making sure its first dimension is a multiple of ``divisor``.
@@ -120,6 +129,9 @@ class TensorFlowOps(Ops):
     def ones(self, shape: Any, dtype: str = "float32") -> Any:
         return self.tf.ones(shape, dtype)
 
+    def zeros_like(self, x: Any) -> Any:
+        return self.tf.zeros_like(x)
+
     def eye(self, n: Any, dtype: str = "float32") -> Any:
         return self.tf.eye(n, dtype=dtype)
 
@@ -156,6 +168,10 @@ class TensorFlowOps(Ops):
     def matmul(self, x: Any, y: Any) -> Any:
         return self.tf.matmul(x, y)
 
+    def matmul_transpose_b(self, x: Any, y: Any) -> Any:
+        """``x @ y.T`` for matrices, in one kernel (a transposed copy would round otherwise)."""
+        return self.tf.matmul(x, y, transpose_b=True)
+
     def normalize(self, x: Any, axis: int = -1) -> Any:
         """Rows of unit L2 norm; a zero row stays zero (``tf.math.l2_normalize``'s epsilon)."""
         return self.tf.math.l2_normalize(x, axis=axis)
@@ -180,6 +196,12 @@ class TensorFlowOps(Ops):
 
     def mean(self, x: Any, axis: Any = None) -> Any:
         return self.tf.reduce_mean(x, axis=axis)
+
+    def sparse_categorical_crossentropy(self, target: Any, output: Any) -> Any:
+        # tf-keras's own, which reads the logits behind a softmax layer's output as keras.ops does
+        from ..backend import keras
+
+        return keras.losses.sparse_categorical_crossentropy(target, output)
 
     def _check_rows_when_run(self, x: Any, divisor: int, message: str) -> Any:
         return _tf_check_rows_when_run(self.tf, x, divisor, message)
@@ -212,6 +234,15 @@ class KerasOps(Ops):
     def take_along_axis(self, x: Any, indices: Any, axis: int) -> Any:
         return self.ops.take_along_axis(x, indices, axis=axis)
 
+    def matmul_transpose_b(self, x: Any, y: Any) -> Any:
+        """``x @ y.T`` for matrices; on TensorFlow the kernel the Keras 2 maths runs, so that both
+        Kerases round alike (XLA folds the transpose into its dot on JAX)."""
+        if self.name == "tensorflow":
+            import tensorflow as tf
+
+            return tf.matmul(x, y, transpose_b=True)
+        return self.ops.matmul(x, self.ops.transpose(y))
+
     def _check_rows_when_run(self, x: Any, divisor: int, message: str) -> Any:
         if self.name == "tensorflow":
             import tensorflow as tf
@@ -225,6 +256,16 @@ class KerasOps(Ops):
         import tensorflow as tf
 
         return _replica_gather(tf, tensors)
+
+    def share_of_replicas(self, value: Any) -> Any:
+        """``value`` divided by the replicas of the ``tf.distribute`` strategy in use (TensorFlow
+        backend; unchanged on JAX, whose ``keras.distribution`` computes one loss on the global batch)."""
+        if self.name != "tensorflow":
+            return value
+        import tensorflow as tf
+
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return value if replicas == 1 else value * self.ops.cast(1.0 / replicas, self.dtype_name(value))
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""The losses over the global batch under tf.distribute (cosent_tf.losses._pairs.gather_across_replicas).
+"""The losses over the global batch under tf.distribute (cosent_tf.maths.ops.Ops.gather_across_replicas).
 
 Each case runs in its own process: the CPU is split into two logical devices, which must
 happen before TensorFlow starts, and MirroredStrategy uses them as two replicas. The

@@ -1,0 +1,569 @@
+"""The Keras 3 losses (cosent_tf.keras3.losses) on this process's backend: values and gradients
+against float64 NumPy brute forces, the same values and gradients as the Keras 2 classes (from one
+Keras 2 subprocess), serialisation, bad options, and model.fit learning with each feature loss."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+
+from cosent_tf.keras3 import losses as k3
+from tests.keras3.support import run_keras2
+
+ALL_DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+
+
+# ---------------------------------------------------------------- float64 brute forces
+
+
+def cosine(u, v):
+    return float(np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+
+def pair_cosines(vectors):
+    return [cosine(vectors[k], vectors[k + 1]) for k in range(0, len(vectors), 2)]
+
+
+def ranking(scores, labels):
+    """log(1 + sum over label_i > label_j of exp(score_j - score_i)), one pair of pairs at a time."""
+    terms = [
+        math.exp(scores[j] - scores[i]) for i in range(len(scores)) for j in range(len(scores)) if labels[i] > labels[j]
+    ]
+    return math.log1p(sum(terms))
+
+
+def brute_cosent(y, v, scale=20.0):
+    return ranking([scale * c for c in pair_cosines(v)], list(y[::2]))
+
+
+def brute_interaction(y, scores):
+    return ranking([min(max(float(s), -1e6), 1e6) for s in np.reshape(scores, -1)], list(np.reshape(y, -1)))
+
+
+def angle_score(x, y):
+    """|Re + Im| of sum(x / y) for unit complex vectors: cos(x, y) + sum(Im x Re y - Re x Im y)."""
+    if len(x) % 2:
+        x, y = np.append(x, 0.0), np.append(y, 0.0)
+    x, y = x / np.linalg.norm(x), y / np.linalg.norm(y)
+    half = len(x) // 2
+    real = sum(x[m] * y[m] + x[m + half] * y[m + half] for m in range(half))
+    imaginary = sum(x[m + half] * y[m] - x[m] * y[m + half] for m in range(half))
+    return abs(real + imaginary)
+
+
+def brute_angle(y, v, scale=20.0):
+    return ranking([scale * angle_score(v[k], v[k + 1]) for k in range(0, len(v), 2)], list(y[::2]))
+
+
+def brute_mse(y, v, max_label=1.0):
+    return float(np.mean([(c - label / max_label) ** 2 for c, label in zip(pair_cosines(v), y[::2])]))
+
+
+def brute_contrastive(y, v, epsilon=0.5, positive_above=0.5):
+    terms = [1 - c if label > positive_above else max(c - epsilon, 0.0) for c, label in zip(pair_cosines(v), y[::2])]
+    return float(np.mean(terms))
+
+
+def log_sum_exp(values):
+    peak = max(values)
+    return peak + math.log(sum(math.exp(value - peak) for value in values))
+
+
+def brute_mnrl(v, group_size=2, scale=20.0, directions=("query_to_doc",), partition_mode="joint"):
+    examples = len(v) // group_size
+
+    def row(i, c):
+        return v[i * group_size + c]
+
+    total = 0.0
+    for i in range(examples):
+        anchor, positive = row(i, 0), row(i, 1)
+        blocks = [[scale * cosine(anchor, row(j, c)) for j in range(examples) for c in range(1, group_size)]]
+        if "query_to_query" in directions:
+            blocks.append([scale * cosine(anchor, row(j, 0)) for j in range(examples) if j != i])
+        if "doc_to_query" in directions:
+            blocks.append([scale * cosine(positive, row(j, 0)) for j in range(examples)])
+        if "doc_to_doc" in directions:
+            blocks.append(
+                [scale * cosine(positive, row(j, c)) for j in range(examples) if j != i for c in range(1, group_size)]
+            )
+        blocks = [block for block in blocks if block]
+        if partition_mode == "joint":
+            partition = log_sum_exp([value for block in blocks for value in block])
+        else:
+            partition = sum(log_sum_exp(block) for block in blocks) / len(blocks)
+        total += partition - scale * cosine(anchor, positive)
+    return total / max(examples, 1)
+
+
+def brute_cosent_ibn(y, v, cosine_w, ibn_w, angle_w, cosine_scale, ibn_scale, angle_scale, positive_above, directions):
+    positive_rows = np.repeat(y[::2] > positive_above, 2)
+    ibn = brute_mnrl(v[positive_rows], 2, ibn_scale, directions) if positive_rows.any() else 0.0
+    return cosine_w * brute_cosent(y, v, cosine_scale) + ibn_w * ibn + angle_w * brute_angle(y, v, angle_scale)
+
+
+def brute_softmax(y, probabilities):
+    labels = y[::2].astype(int)
+    rows = range(len(labels))
+    return -float(np.mean([math.log(probabilities[k, labels[k]] / probabilities[k].sum()) for k in rows]))
+
+
+def numerical_gradient(function, x, step=1e-6):
+    """Central differences of a float64 function, one coordinate at a time."""
+    x = np.array(x, np.float64)
+    gradient = np.zeros_like(x)
+    for index in np.ndindex(*x.shape):
+        up, down = x.copy(), x.copy()
+        up[index] += step
+        down[index] -= step
+        gradient[index] = (function(up) - function(down)) / (2 * step)
+    return gradient
+
+
+# ---------------------------------------------------------------- the backend's value and gradient
+
+
+def value_and_gradient(function, x):
+    """function(x) and its gradient with respect to x (float32), on this process's backend."""
+    x = np.asarray(x, np.float32)
+    if keras.backend.backend() == "jax":
+        import jax
+
+        # compiled once as a whole: eager JAX compiles every primitive for every new shape
+        value, gradient = jax.jit(jax.value_and_grad(function))(jax.numpy.asarray(x))
+        return float(value), np.asarray(gradient)
+    import tensorflow as tf
+
+    tensor = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(tensor)
+        value = function(tensor)
+    return float(value), tape.gradient(value, tensor).numpy()
+
+
+# ---------------------------------------------------------------- the cases
+
+IBN = dict(cosine_w=0.3, ibn_w=2.0, angle_w=0.7, cosine_scale=15.0, ibn_scale=25.0, angle_scale=10.0)
+
+
+def pair_batch(seed, pairs, width, labels="binary"):
+    rng = np.random.default_rng(seed)
+    if labels == "binary":
+        pair_labels = rng.integers(0, 2, pairs).astype(np.float64)
+        pair_labels[:2] = (1.0, 0.0)  # a positive and a negative pair
+    elif labels == "ties":
+        pair_labels = rng.choice([0.0, 2.5, 5.0], pairs)
+        pair_labels[:3] = (5.0, 0.0, 0.0)[:pairs]  # ordered pairs and a tie
+    else:
+        pair_labels = np.full(pairs, 3.0)
+    vectors = rng.normal(size=(2 * pairs, width))
+    vectors[1::2] += 0.5 * vectors[::2]  # matches near, so the softmax is far from uniform
+    return np.repeat(pair_labels, 2), vectors
+
+
+# name: (Keras class name, its options, brute force (y, v), batch from (seed, labels))
+SHAPES = [(2, 4), (5, 3)]  # (pairs, width): odd widths too (AnglE pads them)
+CASES = {
+    "cosent": ("CoSENTLoss", dict(scale=20.0), lambda y, v: brute_cosent(y, v, 20.0)),
+    "cosent-scale-7": ("CoSENTLoss", dict(scale=7.0, global_batch=False), lambda y, v: brute_cosent(y, v, 7.0)),
+    "angle": ("AnglELoss", dict(scale=12.0), lambda y, v: brute_angle(y, v, 12.0)),
+    "mse": ("CosineMSELoss", dict(max_label=5.0), lambda y, v: brute_mse(y, v, 5.0)),
+    "contrastive": (
+        "ThresholdContrastiveLoss",
+        dict(epsilon=0.2, positive_above=0.5),
+        lambda y, v: brute_contrastive(y, v, 0.2, 0.5),
+    ),
+    "cosent-ibn": (
+        "CoSENTIBNLoss",
+        dict(IBN, positive_above=0.5),
+        lambda y, v: brute_cosent_ibn(y, v, **IBN, positive_above=0.5, directions=("query_to_doc",)),
+    ),
+    "cosent-ibn-both-ways": (
+        "CoSENTIBNLoss",
+        dict(IBN, positive_above=2.0, directions=["query_to_doc", "doc_to_query"]),
+        lambda y, v: brute_cosent_ibn(y, v, **IBN, positive_above=2.0, directions=("query_to_doc", "doc_to_query")),
+    ),
+    "mnrl": ("MultipleNegativesRankingLoss", dict(scale=20.0), lambda y, v: brute_mnrl(v, 2, 20.0)),
+}
+# MNRL with hard negatives, every direction and partition mode: (group_size, directions, mode)
+MNRL_VARIANTS = {
+    "g3-forward": (3, ("query_to_doc",), "joint"),
+    "g2-symmetric-joint": (2, ("query_to_doc", "doc_to_query"), "joint"),
+    "g3-symmetric-per-direction": (3, ("query_to_doc", "doc_to_query"), "per_direction"),
+    "g4-all-four": (4, ALL_DIRECTIONS, "joint"),
+}
+MATRYOSHKA = {
+    "matryoshka-cosent": (
+        dict(loss=("CoSENTLoss", dict(scale=10.0)), dims=[5, 3, 2], weights=[1.0, 0.5, 2.0]),
+        lambda y, v: sum(w * brute_cosent(y, v[:, :d], 10.0) for d, w in ((5, 1.0), (3, 0.5), (2, 2.0))),
+    ),
+    "matryoshka-angle": (
+        dict(loss=("AnglELoss", dict(scale=12.0)), dims=[4, 3], weights=None),
+        lambda y, v: brute_angle(y, v[:, :4], 12.0) + brute_angle(y, v[:, :3], 12.0),
+    ),
+}
+
+
+def keras3_loss(class_name, options):
+    options = dict(options)
+    if "loss" in options:
+        inner_name, inner_options = options.pop("loss")
+        return k3.MatryoshkaLoss(keras3_loss(inner_name, inner_options), **options)
+    return getattr(k3, class_name)(**options)
+
+
+def check_against_brute_force(loss, brute_force, y, v):
+    value, gradient = value_and_gradient(lambda x: loss(y.astype(np.float32), x), v)
+    v32 = v.astype(np.float32).astype(np.float64)  # the brute force on exactly the inputs the loss saw
+    expected = brute_force(y, v32)
+    assert value == pytest.approx(expected, rel=2e-5, abs=2e-5)
+    expected_gradient = numerical_gradient(lambda x: brute_force(y, x), v32)
+    scale = max(1.0, np.abs(expected_gradient).max())
+    np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-3, atol=2e-4 * scale)
+    return value, expected_gradient
+
+
+@pytest.mark.parametrize("labels", ["binary", "ties"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{p}pairs-{w}wide" for p, w in SHAPES])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pair_losses_equal_the_brute_force_in_value_and_gradient(name, shape, labels):
+    class_name, options, brute_force = CASES[name]
+    y, v = pair_batch(len(name) + shape[0], *shape, labels=labels)
+    value, expected_gradient = check_against_brute_force(keras3_loss(class_name, options), brute_force, y, v)
+    assert abs(value) > 1e-3 and np.abs(expected_gradient).max() > 1e-3  # the comparison means something
+
+
+@pytest.mark.parametrize("examples", [1, 4])
+@pytest.mark.parametrize("variant", sorted(MNRL_VARIANTS))
+def test_mnrl_with_hard_negatives_and_every_direction_equals_the_brute_force(variant, examples):
+    group_size, directions, mode = MNRL_VARIANTS[variant]
+    v = np.random.default_rng(examples).normal(size=(examples * group_size, 5))
+    loss = k3.MultipleNegativesRankingLoss(9.0, group_size, directions, mode)
+    check_against_brute_force(loss, lambda y, x: brute_mnrl(x, group_size, 9.0, directions, mode), np.zeros(len(v)), v)
+
+
+@pytest.mark.parametrize("name", sorted(MATRYOSHKA))
+def test_matryoshka_equals_the_weighted_brute_force_on_the_cut_vectors(name):
+    options, brute_force = MATRYOSHKA[name]
+    y, v = pair_batch(3, 5, 6, labels="ties")
+    check_against_brute_force(keras3_loss("MatryoshkaLoss", options), brute_force, y, v)
+
+
+@pytest.mark.parametrize("pairs", [1, 4])
+def test_interaction_cosent_equals_the_brute_force(pairs):
+    rng = np.random.default_rng(pairs)
+    scores, labels = rng.normal(size=(2 * pairs, 1)) * 3, rng.choice([0.0, 1.0, 2.0], 2 * pairs)
+    labels[:2] = (0.0, 2.0)
+    check_against_brute_force(k3.InteractionCoSENTLoss(), brute_interaction, labels, scores)
+
+
+def test_sentence_bert_softmax_equals_the_brute_force():
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(4, 3))
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    y = np.repeat([0.0, 2.0, 1.0, 2.0], 2)
+    check_against_brute_force(k3.SentenceBertSoftmaxLoss(), brute_softmax, y, probabilities)
+
+
+def test_the_head_is_softmax_of_a_dense_layer_on_u_v_and_their_distance():
+    vectors = np.random.default_rng(6).normal(size=(6, 4)).astype(np.float32)
+    head = k3.SentenceBertHead(3)
+    probabilities = keras.ops.convert_to_numpy(head(vectors))
+    kernel, bias = (keras.ops.convert_to_numpy(w) for w in head.classifier.weights)
+    u, v = vectors[::2].astype(np.float64), vectors[1::2].astype(np.float64)
+    logits = np.concatenate([u, v, np.abs(u - v)], axis=1) @ kernel + bias
+    np.testing.assert_allclose(probabilities, np.exp(logits) / np.exp(logits).sum(1, keepdims=True), rtol=1e-5)
+    assert probabilities.dtype == np.float32 and head.classifier.name == "classifier"
+
+
+@pytest.mark.parametrize("class_name", ["CoSENTLoss", "AnglELoss", "InteractionCoSENTLoss"])
+def test_a_batch_whose_labels_are_all_equal_has_loss_and_gradient_zero(class_name):
+    y, v = pair_batch(0, 4, 5, labels="equal")
+    if class_name == "InteractionCoSENTLoss":
+        v = v[:, :1]
+    value, gradient = value_and_gradient(lambda x: getattr(k3, class_name)()(y.astype(np.float32), x), v)
+    assert value == 0.0 and np.all(gradient == 0.0)
+
+
+def test_cosent_ibn_without_a_positive_pair_adds_nothing_for_its_in_batch_part():
+    # the in-batch part masks the pairs that are not positive (no gather: JAX traces it)
+    y, v = pair_batch(1, 4, 5, labels="equal")
+    y = np.zeros_like(y)
+    value, gradient = value_and_gradient(lambda x: k3.CoSENTIBNLoss(0.0, 20.0, 0.0)(y.astype(np.float32), x), v)
+    assert value == 0.0 and np.all(gradient == 0.0)
+
+
+@pytest.mark.backends("tensorflow")
+def test_the_losses_run_in_a_graph_with_an_unknown_batch_size():
+    """Under tf.function (as model.fit traces them) the batch size may be unknown: the masks and
+    checks must hold without it. On JAX every test here runs jit-compiled (value_and_gradient)."""
+    import tensorflow as tf
+
+    y, v = pair_batch(2, 4, 6)
+    loss = k3.CoSENTIBNLoss(cosine_w=1.0, directions=("query_to_doc", "doc_to_query"))
+    eager, eager_gradient = value_and_gradient(lambda x: loss(y.astype(np.float32), x), v)
+
+    @tf.function(input_signature=[tf.TensorSpec([None]), tf.TensorSpec([None, 6])])
+    def traced(labels, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = loss(labels, x)
+        return value, tape.gradient(value, x)
+
+    value, gradient = traced(tf.constant(y, tf.float32), tf.constant(v, tf.float32))
+    assert float(value) == pytest.approx(eager, rel=1e-6)
+    np.testing.assert_allclose(gradient.numpy(), eager_gradient, rtol=1e-5, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="even number of rows"):
+        traced(tf.zeros(5), tf.ones((5, 6)))
+
+
+# ---------------------------------------------------------------- the same as Keras 2
+
+PARITY_CASES = {
+    **{name: (class_name, options) for name, (class_name, options, _) in CASES.items()},
+    **{
+        f"mnrl-{variant}": (
+            "MultipleNegativesRankingLoss",
+            dict(scale=9.0, group_size=g, directions=list(d), partition_mode=m),
+        )
+        for variant, (g, d, m) in MNRL_VARIANTS.items()
+    },
+    **{name: ("MatryoshkaLoss", options) for name, (options, _) in MATRYOSHKA.items()},
+    "interaction": ("InteractionCoSENTLoss", {}),
+    "softmax": ("SentenceBertSoftmaxLoss", {}),
+}
+
+
+def parity_inputs(name):
+    """(y_true, y_pred) of one parity case, float32."""
+    class_name, options = PARITY_CASES[name]
+    if class_name == "MultipleNegativesRankingLoss":
+        v = np.random.default_rng(len(name)).normal(size=(4 * options.get("group_size", 2), 6))
+        return np.zeros(len(v), np.float32), v.astype(np.float32)
+    if class_name == "InteractionCoSENTLoss":
+        rng = np.random.default_rng(9)
+        return rng.choice([0.0, 1.0, 2.0], 8).astype(np.float32), (3 * rng.normal(size=(8, 1))).astype(np.float32)
+    if class_name == "SentenceBertSoftmaxLoss":
+        logits = np.random.default_rng(10).normal(size=(5, 3))
+        probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        return np.repeat([0.0, 2.0, 1.0, 2.0, 0.0], 2).astype(np.float32), probabilities.astype(np.float32)
+    y, v = pair_batch(len(name), 6, 7, labels="ties" if "ibn" not in name else "binary")
+    return y.astype(np.float32), v.astype(np.float32)
+
+
+KERAS2_LOSSES = """
+import json
+from cosent_tf import losses
+from cosent_tf.backend import tf
+
+def build(class_name, options):
+    options = dict(options)
+    if "loss" in options:
+        inner, inner_options = options.pop("loss")
+        return losses.MatryoshkaLoss(build(inner, inner_options), **options)
+    return getattr(losses, class_name)(**options)
+
+for name, (class_name, options) in json.loads(CASES).items():
+    loss = build(class_name, options)
+    y_pred = tf.constant(inputs[name + ".y_pred"])
+    with tf.GradientTape() as tape:
+        tape.watch(y_pred)
+        value = loss(tf.constant(inputs[name + ".y_true"]), y_pred)
+    outputs[name + ".value"] = value.numpy()
+    outputs[name + ".gradient"] = tape.gradient(value, y_pred).numpy()
+
+# the head: its probabilities and their gradient on the vectors, with given weights
+head = losses.SentenceBertHead(3)
+vectors = tf.constant(inputs["head.vectors"])
+head(vectors)
+head.set_weights([inputs["head.kernel"], inputs["head.bias"]])
+with tf.GradientTape() as tape:
+    tape.watch(vectors)
+    value = losses.SentenceBertSoftmaxLoss()(tf.constant(inputs["head.y_true"]), head(vectors))
+outputs["head.value"] = value.numpy()
+outputs["head.gradient"] = tape.gradient(value, vectors).numpy()
+"""
+
+
+def head_inputs():
+    rng = np.random.default_rng(11)
+    return {
+        "head.vectors": rng.normal(size=(8, 4)).astype(np.float32),
+        "head.kernel": (0.5 * rng.normal(size=(12, 3))).astype(np.float32),
+        "head.bias": rng.normal(size=3).astype(np.float32),
+        "head.y_true": np.repeat([0.0, 1.0, 2.0, 1.0], 2).astype(np.float32),
+    }
+
+
+@pytest.fixture(scope="module")
+def keras2(tmp_path_factory):
+    """Every parity case's value and gradient from one Keras 2 process."""
+    arrays = head_inputs()
+    for name in PARITY_CASES:
+        arrays[f"{name}.y_true"], arrays[f"{name}.y_pred"] = parity_inputs(name)
+    code = f"CASES = {json.dumps(json.dumps(PARITY_CASES))}\n" + KERAS2_LOSSES
+    return run_keras2(code, tmp_path_factory.mktemp("keras2-losses"), **arrays)
+
+
+def same(actual, expected):
+    """Within 1e-6 of the Keras 2 number, relative to the largest (float32 rounds at ~1e-7 of it)."""
+    expected = np.asarray(expected)
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6 * max(1.0, float(np.abs(expected).max())))
+
+
+@pytest.mark.parametrize("name", sorted(PARITY_CASES))
+def test_value_and_gradient_equal_the_keras2_class(name, keras2):
+    class_name, options = PARITY_CASES[name]
+    y, v = parity_inputs(name)
+    value, gradient = value_and_gradient(lambda x: keras3_loss(class_name, options)(y, x), v)
+    same(value, keras2[f"{name}.value"])
+    same(gradient, keras2[f"{name}.gradient"])
+    assert np.abs(gradient).max() > 1e-3  # a gradient that is there
+
+
+def test_the_head_and_its_loss_equal_keras2_with_the_same_weights(keras2):
+    arrays = head_inputs()
+    head = k3.SentenceBertHead(3)
+    head(arrays["head.vectors"])
+    head.set_weights([arrays["head.kernel"], arrays["head.bias"]])
+    loss = k3.SentenceBertSoftmaxLoss()
+    value, gradient = value_and_gradient(lambda x: loss(arrays["head.y_true"], head(x)), arrays["head.vectors"])
+    same(value, keras2["head.value"])
+    same(gradient, keras2["head.gradient"])
+
+
+# ---------------------------------------------------------------- serialisation and bad options
+
+SERIALISED = [
+    k3.CoSENTLoss(scale=13.0, global_batch=False),
+    k3.InteractionCoSENTLoss(global_batch=False),
+    k3.SentenceBertSoftmaxLoss(name="sbert"),
+    k3.CosineMSELoss(max_label=5.0),
+    k3.ThresholdContrastiveLoss(epsilon=0.3, positive_above=2.5),
+    k3.MultipleNegativesRankingLoss(10.0, 3, ("query_to_doc", "doc_to_query"), "per_direction", False),
+    k3.AnglELoss(scale=11.0),
+    k3.CoSENTIBNLoss(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.7, ("query_to_doc", "doc_to_doc"), False),
+    k3.MatryoshkaLoss(k3.AnglELoss(9.0), dims=[4, 2], weights=[1.0, 0.25]),
+]
+
+
+@pytest.mark.parametrize("loss", SERIALISED, ids=[type(loss).__name__ for loss in SERIALISED])
+def test_serialisation_round_trip_keeps_the_class_config_and_value(loss):
+    serialised = keras.saving.serialize_keras_object(loss)
+    assert serialised["registered_name"] == f"cosent_tf>{type(loss).__name__}"
+    rebuilt = keras.saving.deserialize_keras_object(json.loads(json.dumps(serialised)))
+    assert type(rebuilt) is type(loss) and rebuilt.get_config() == loss.get_config()
+    if isinstance(loss, k3.InteractionCoSENTLoss):
+        y, v = np.array([0.0, 1.0, 2.0], np.float32), np.array([[0.3], [0.1], [-0.2]], np.float32)
+    elif isinstance(loss, k3.SentenceBertSoftmaxLoss):
+        y, v = np.array([0.0, 0.0, 1.0, 1.0], np.float32), np.array([[0.7, 0.3], [0.4, 0.6]], np.float32)
+    else:
+        y, v = pair_batch(0, 3, 4, labels="ties")
+        y, v = y.astype(np.float32), v.astype(np.float32)
+    assert float(rebuilt(y, v)) == float(loss(y, v))
+
+
+def test_the_configs_are_the_keras2_ones():
+    config = k3.CoSENTIBNLoss(directions=("query_to_doc", "doc_to_query")).get_config()
+    assert config["directions"] == ["query_to_doc", "doc_to_query"] and config["ibn_w"] == 20.0
+    inner = k3.MatryoshkaLoss(k3.CoSENTLoss(), [8, 4]).get_config()["loss"]
+    assert inner["registered_name"] == "cosent_tf>CoSENTLoss" and inner["config"]["scale"] == 20.0
+    assert k3.SentenceBertHead(3, name="h").get_config()["num_classes"] == 3
+
+
+@pytest.mark.parametrize(
+    "loss", [k3.CoSENTLoss(), k3.AnglELoss(), k3.CosineMSELoss(), k3.ThresholdContrastiveLoss(), k3.CoSENTIBNLoss()]
+)
+def test_an_odd_number_of_rows_is_refused_naming_the_pair_layout(loss):
+    with pytest.raises(ValueError, match="needs an even number of rows .* got 5"):
+        loss(np.zeros(5, np.float32), np.ones((5, 4), np.float32))
+
+
+def test_the_head_refuses_an_odd_batch():
+    with pytest.raises(ValueError, match="even number of rows"):
+        k3.SentenceBertHead(2)(np.ones((3, 4), np.float32))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(group_size=1), "group_size must be an integer of at least 2"),
+        (dict(group_size=2.5), "group_size must be an integer of at least 2"),
+        (dict(directions=("query_to_doc", "doc_to_answer")), "unknown direction.*doc_to_answer"),
+        (dict(directions=("doc_to_query",)), "must include 'query_to_doc'"),
+        (dict(directions=ALL_DIRECTIONS, partition_mode="per_direction"), "use partition_mode='joint'"),
+    ],
+)
+def test_bad_mnrl_options_are_refused_when_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        k3.MultipleNegativesRankingLoss(**options)
+
+
+def test_rows_that_are_not_whole_groups_are_refused_naming_group_size():
+    with pytest.raises(ValueError, match="group_size=3 .* it has 7 rows, a number that is not a multiple of 3"):
+        k3.MultipleNegativesRankingLoss(group_size=3)(np.zeros(7), np.ones((7, 4), np.float32))
+
+
+def test_bad_matryoshka_options_are_refused():
+    with pytest.raises(ValueError, match="names a width twice"):
+        k3.MatryoshkaLoss(k3.CoSENTLoss(), [4, 4])
+    with pytest.raises(ValueError, match="wraps a Keras 3 loss"):
+        k3.MatryoshkaLoss(lambda y, x: 0.0, [4])
+    with pytest.raises(ValueError, match="the vectors have 4 dimensions, fewer than 8"):
+        k3.MatryoshkaLoss(k3.CoSENTLoss(), [8, 2])(np.zeros(4), np.ones((4, 4), np.float32))
+
+
+# ---------------------------------------------------------------- model.fit learns
+
+FIT_LOSSES = {
+    "cosent": lambda: k3.CoSENTLoss(),
+    "angle": lambda: k3.AnglELoss(),
+    "mse": lambda: k3.CosineMSELoss(),
+    "contrastive": lambda: k3.ThresholdContrastiveLoss(0.2),
+    "mnrl": lambda: k3.MultipleNegativesRankingLoss(10.0),
+    "cosent-ibn": lambda: k3.CoSENTIBNLoss(cosine_w=1.0, ibn_w=1.0),
+    "matryoshka": lambda: k3.MatryoshkaLoss(k3.CoSENTLoss(), [4, 2]),
+    "sbert": lambda: k3.SentenceBertSoftmaxLoss(),
+}
+
+
+def synonym_pairs():
+    """Interleaved pairs of 6-wide features: a match is a noisy copy, a mismatch another row."""
+    rng = np.random.default_rng(0)
+    firsts = rng.normal(size=(64, 6))
+    matches = np.arange(64) % 2 == 0
+    seconds = np.where(matches[:, None], firsts + 0.3 * rng.normal(size=(64, 6)), rng.normal(size=(64, 6)))
+    x = np.stack([firsts, seconds], axis=1).reshape(128, 6).astype(np.float32)
+    return x, np.repeat(matches, 2).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(FIT_LOSSES))
+def test_model_fit_with_each_feature_loss_learns(name):
+    x, y = synonym_pairs()
+    if name == "mnrl":  # (anchor, positive) groups: the matches only
+        keep = np.repeat(y[::2] > 0, 2)
+        x, y = x[keep], y[keep]
+    inputs = keras.Input((6,))
+    outputs = keras.layers.Dense(4, use_bias=False)(inputs)
+    if name == "sbert":
+        outputs = k3.SentenceBertHead(2)(outputs)
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.Adam(0.03), loss=FIT_LOSSES[name]())
+    history = model.fit(x, y, batch_size=16, epochs=8, shuffle=False, verbose=0).history["loss"]
+    assert all(math.isfinite(value) for value in history)
+    assert history[-1] < 0.85 * history[0], history
+
+
+def test_the_head_survives_serialisation_with_its_weights(tmp_path):
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, k3.SentenceBertHead(3, name="head")(inputs))
+    vectors = np.random.default_rng(12).normal(size=(6, 4)).astype(np.float32)
+    model.save(tmp_path / "head.keras")
+    loaded = keras.saving.load_model(tmp_path / "head.keras")
+    assert type(loaded.get_layer("head")) is k3.SentenceBertHead
+    assert loaded.get_layer("head").get_config() == model.get_layer("head").get_config()
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(vectors)), keras.ops.convert_to_numpy(model(vectors)))
