@@ -30,6 +30,9 @@ _HOMES = {
     "PaddingMask": ".layers",
     # keras-hub backbones from this project's readers and converters, and encoders on them
     "load_backbone": ".backbones",
+    "backbone_from_config": ".backbones",
+    "google_arrays": ".backbones",
+    "LoadedBackbone": ".backbones",
     "build_encoder": ".encoder",
     "SentenceEncoder": ".encoder",
     # training and export

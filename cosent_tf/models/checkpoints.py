@@ -5,6 +5,9 @@ Two formats are read: Google-format TF checkpoints (``bert_config.json``,
 ``bert_model.ckpt.*``, ``vocab.txt``), which is also what cosent-tf writes, and Hugging Face
 (or sentence-transformers) folders, whose weights :mod:`cosent_tf.huggingface.folders` renames to the
 Google names first. Either way the weights arrive as a :class:`CheckpointVariables`.
+
+The folder's file names, its config and its arrays as files are
+:mod:`cosent_tf.models.checkpoint_files`' (Keras-free, shared with the Keras 3 route), re-exported here.
 """
 
 from __future__ import annotations
@@ -25,70 +28,28 @@ import numpy as np
 from .. import huggingface
 from ..backend import keras, tf
 from ..compat import renamed_keyword
-from ..errors import CheckpointError, ConfigError, where
-from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
+from ..errors import CheckpointError, where
+from ..io import atomic_directory, is_inside
 from .architectures import transformer_class
+from .checkpoint_files import (  # noqa: F401  (their home is checkpoint_files, which the Keras 3 route imports)
+    CHECKPOINT_ENTRIES,
+    CHECKPOINT_FOLDER,
+    CHECKPOINT_PREFIX,
+    CHECKPOINT_STATE,
+    CONFIG_FILE,
+    HEAD_SCOPE,
+    REQUIRED_CONFIG,
+    RUN_MARKER,
+    RUN_MODEL_FOLDER,
+    SAVED_MODEL_FILE,
+    VOCAB_FILE,
+    check_config,
+    read_config,
+    write_checkpoint_arrays,
+)
+from .checkpoint_files import first_line as _first_line
 
-CONFIG_FILE = "bert_config.json"
-CHECKPOINT_PREFIX = "bert_model.ckpt"
-VOCAB_FILE = "vocab.txt"
-CHECKPOINT_ENTRIES = (CONFIG_FILE, CHECKPOINT_PREFIX + ".*", "checkpoint", VOCAB_FILE)
-CHECKPOINT_FOLDER = FolderKind("a checkpoint folder", CHECKPOINT_PREFIX + ".index", CHECKPOINT_ENTRIES)
-REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-# A layer outside the transformer (an interaction model's head) is saved as HEAD_SCOPE<layer>/kernel|bias.
-HEAD_SCOPE = "cosent/"
-# A training run's folder (cosent_tf.training.run_folder) holds this marker, written first, and its
-# best model as a model folder under RUN_MODEL_FOLDER; named here, below training, so that a run
-# folder given where a checkpoint is expected is recognised.
-RUN_MARKER = ".cosent-run"
-RUN_MODEL_FOLDER = "model"
-# The file that makes a folder a TensorFlow SavedModel (tf.saved_model.SAVED_MODEL_FILENAME_PB).
-SAVED_MODEL_FILE = "saved_model.pb"
 logger = logging.getLogger(__name__)
-
-
-def read_config(config_path: str) -> dict:
-    """A BERT-style config json as a dict, checked as :func:`check_config` does.
-
-    Args:
-        config_path: a Google-format ``bert_config.json``, or a Hugging Face ``config.json``
-            (it has ``model_type``), which is translated to the Google format.
-
-    Returns:
-        The Google-format config.
-
-    Raises:
-        ConfigError: the file is missing, no JSON object, or a size or rate is wrong; the
-            message names the file (and line, or key).
-
-    Example:
-        >>> config = read_config("cosent_tf/configs/bert-small-random.json")
-        >>> config["hidden_size"] > 0
-        True
-    """
-    if not os.path.exists(config_path):
-        raise ConfigError(f"{where(config_path)}: cannot read the model config (No such file or directory)")
-    return check_config(read_json(config_path, "the model config"), config_path)
-
-
-def check_config(config: dict, config_path: str) -> dict:
-    """The parsed model config ``config`` (of ``config_path``, for messages) in the Google format,
-    its sizes (positive integers) and rates (numbers from 0 to 1) checked; a Hugging Face config
-    (it has ``model_type``) is translated first. A caller that has read the file once passes its
-    content here instead of reading it again."""
-    if "model_type" in config:
-        config = huggingface.bert_config(config, config_path)
-    missing = [k for k in (*REQUIRED_CONFIG, "hidden_act") if k not in config]
-    if missing:
-        raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
-    huggingface.check_bert_values(config, config_path)
-    json_field(config, "hidden_act", (str, list), config_path)
-    if config["hidden_size"] % config["num_attention_heads"]:
-        raise ConfigError(
-            f"{config_path}: hidden_size {config['hidden_size']} is not a multiple of "
-            f"num_attention_heads {config['num_attention_heads']}"
-        )
-    return config
 
 
 def list_checkpoint_variables(checkpoint_prefix: str, shown: Optional[str] = None) -> dict:
@@ -100,11 +61,6 @@ def list_checkpoint_variables(checkpoint_prefix: str, shown: Optional[str] = Non
             f"{shown or checkpoint_prefix}: cannot read this checkpoint ({_first_line(e)}); "
             "it may be truncated or corrupted"
         ) from None
-
-
-def _first_line(error):
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def resolve_checkpoint(checkpoint_path: str) -> str:
@@ -426,10 +382,7 @@ def _write_variables(keras_model, config, architecture, prefix, extra=None):
     loaders that do not know them ignore them.
     """
     arrays = {**model_arrays(keras_model, config, architecture), **(extra or {})}
-    names = list(arrays)
-    values = [tf.constant(value) for value in arrays.values()]
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=values)
-    return names
+    return write_checkpoint_arrays(prefix, arrays)
 
 
 def save_checkpoint(
@@ -467,7 +420,7 @@ def write_checkpoint_folder(model, directory, config, architecture="bert", vocab
         config = read_config(config)
     names = _write_variables(model, config, architecture, os.path.join(directory, CHECKPOINT_PREFIX), extra)
     with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
-        f.write(f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n')
+        f.write(CHECKPOINT_STATE)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
     if vocab_path is not None and os.fspath(vocab_path).endswith(".json"):  # a Hugging Face tokenizer.json

@@ -21,8 +21,8 @@ from typing import Any, Optional, Protocol, Union
 from .. import huggingface
 from ..errors import ConfigError
 from ..io import is_inside, json_field, read_json
-from .architectures import get_architecture
-from .checkpoints import CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
+from .checkpoint_files import CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
+from .families import get_architecture
 from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, KINDS
 
 SPEC_FILE = "cosent_model.json"

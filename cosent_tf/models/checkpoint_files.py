@@ -1,0 +1,132 @@
+"""Google-format checkpoint folders as files: their names, their config, and their arrays read and
+written as ``{Google checkpoint name: numpy array}``, without Keras.
+
+The Keras 2 engine (:mod:`cosent_tf.models.checkpoints`, which re-exports all of this) and the
+Keras 3 route (:mod:`cosent_tf.keras3.backbones`) both read and write these folders; the latter
+must not import :mod:`cosent_tf.backend`, which points ``keras`` at tf-keras, so what the two share
+lives here. TensorFlow is imported only by the functions that read or write arrays (its checkpoint
+format is TensorFlow's); importing TensorFlow changes no Keras.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import huggingface
+from ..errors import CheckpointError, ConfigError, where
+from ..io import FolderKind, json_field, read_json
+
+CONFIG_FILE = "bert_config.json"
+CHECKPOINT_PREFIX = "bert_model.ckpt"
+VOCAB_FILE = "vocab.txt"
+CHECKPOINT_ENTRIES = (CONFIG_FILE, CHECKPOINT_PREFIX + ".*", "checkpoint", VOCAB_FILE)
+CHECKPOINT_FOLDER = FolderKind("a checkpoint folder", CHECKPOINT_PREFIX + ".index", CHECKPOINT_ENTRIES)
+REQUIRED_CONFIG = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+# A layer outside the transformer (an interaction model's head) is saved as HEAD_SCOPE<layer>/kernel|bias.
+HEAD_SCOPE = "cosent/"
+# A training run's folder (cosent_tf.training.run_folder) holds this marker, written first, and its
+# best model as a model folder under RUN_MODEL_FOLDER; named here, below training, so that a run
+# folder given where a checkpoint is expected is recognised.
+RUN_MARKER = ".cosent-run"
+RUN_MODEL_FOLDER = "model"
+# The file that makes a folder a TensorFlow SavedModel (tf.saved_model.SAVED_MODEL_FILENAME_PB).
+SAVED_MODEL_FILE = "saved_model.pb"
+# The 'checkpoint' file of a folder whose one checkpoint is CHECKPOINT_PREFIX (tf.train.latest_checkpoint reads it).
+CHECKPOINT_STATE = f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n'
+
+
+def read_config(config_path: str) -> dict:
+    """A BERT-style config json as a dict, checked as :func:`check_config` does.
+
+    Args:
+        config_path: a Google-format ``bert_config.json``, or a Hugging Face ``config.json``
+            (it has ``model_type``), which is translated to the Google format.
+
+    Returns:
+        The Google-format config.
+
+    Raises:
+        ConfigError: the file is missing, no JSON object, or a size or rate is wrong; the
+            message names the file (and line, or key).
+
+    Example:
+        >>> config = read_config("cosent_tf/configs/bert-small-random.json")
+        >>> config["hidden_size"] > 0
+        True
+    """
+    if not os.path.exists(config_path):
+        raise ConfigError(f"{where(config_path)}: cannot read the model config (No such file or directory)")
+    return check_config(read_json(config_path, "the model config"), config_path)
+
+
+def check_config(config: dict, config_path: str) -> dict:
+    """The parsed model config ``config`` (of ``config_path``, for messages) in the Google format,
+    its sizes (positive integers) and rates (numbers from 0 to 1) checked; a Hugging Face config
+    (it has ``model_type``) is translated first. A caller that has read the file once passes its
+    content here instead of reading it again."""
+    if "model_type" in config:
+        config = huggingface.bert_config(config, config_path)
+    missing = [k for k in (*REQUIRED_CONFIG, "hidden_act") if k not in config]
+    if missing:
+        raise ConfigError(f"{config_path}: model config lacks {', '.join(missing)}")
+    huggingface.check_bert_values(config, config_path)
+    json_field(config, "hidden_act", (str, list), config_path)
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ConfigError(
+            f"{config_path}: hidden_size {config['hidden_size']} is not a multiple of "
+            f"num_attention_heads {config['num_attention_heads']}"
+        )
+    return config
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (TensorFlow's run on for pages), or its type's name."""
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def write_checkpoint_arrays(prefix: str, arrays: Mapping[str, Any]) -> list:
+    """Write ``arrays`` ({Google checkpoint name: array}) as the TensorFlow checkpoint ``prefix``
+    (``prefix.index`` and ``prefix.data-*``), each array with its own dtype.
+
+    bert4keras's own writer needs TF1 sessions, so the arrays go through the ``SaveV2`` op, which
+    both Kerases' processes can run: it makes no variable and touches no Keras.
+
+    Returns:
+        The names written, in order.
+    """
+    import tensorflow as tf
+
+    names = list(arrays)
+    values = [tf.constant(np.asarray(value)) for value in arrays.values()]
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=values)
+    return names
+
+
+def read_checkpoint_arrays(prefix: str, shown: str | None = None) -> dict[str, np.ndarray]:
+    """Every variable of the TensorFlow checkpoint ``prefix`` as {name: numpy array}.
+
+    Args:
+        prefix: the checkpoint's prefix (``.../bert_model.ckpt``), readable by TensorFlow (see
+            :func:`cosent_tf.models.checkpoints.readable_prefix` for paths with glob characters).
+        shown: what to name in messages instead of ``prefix``.
+
+    Raises:
+        CheckpointError: no such checkpoint, or an unreadable (truncated, corrupted) one, naming it.
+    """
+    import tensorflow as tf
+
+    shown = shown or prefix
+    if not os.path.exists(prefix + ".index"):
+        raise CheckpointError(f"{where(shown)}: checkpoint not found (no {os.path.basename(prefix)}.index)")
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        return {name: np.asarray(reader.get_tensor(name)) for name in sorted(reader.get_variable_to_shape_map())}
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise CheckpointError(
+            f"{shown}: cannot read this checkpoint ({first_line(e)}); it may be truncated or corrupted"
+        ) from None
