@@ -80,6 +80,12 @@ def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) ->
     Example:
         >>> run_training(RunConfig(task="BQ", output_dir="runs/bq"), overwrite=False)  # doctest: +SKIP
     """
+    if cfg.keras == 3:
+        # Nothing imported so far holds Keras 2 (cosent_tf.backend), so the Keras 3 route may start
+        # here; cosent_tf.keras3 refuses by name a process where it does.
+        from ..keras3.training import run_training as run_on_keras3
+
+        return run_on_keras3(cfg, overwrite, print_config)
     if print_config:
         settings = dataclasses.asdict(cfg.resolved())
         print(json_text(settings, indent=2, ensure_ascii=False))

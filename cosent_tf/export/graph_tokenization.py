@@ -28,8 +28,13 @@ from __future__ import annotations
 import functools
 import unicodedata
 from collections.abc import Mapping
+from typing import Any
 
-from ..backend import import_tensorflow_text, tf
+# TensorFlow itself, not cosent_tf.backend (which holds Keras 2): the Keras 3 route's SavedModel
+# export tokenises with this module too, in a process where the Keras 2 engine may not be imported.
+import tensorflow as tf
+
+from ..errors import ConfigError
 
 MAX_WORD_CHARS = 200  # bert4keras Tokenizer(word_maxlen=200)
 _CJK_RANGES = (
@@ -105,6 +110,19 @@ def character_table(do_lower_case: bool = True) -> dict[str, str]:
         if replacement != unchanged:
             table[ch] = replacement
     return table
+
+
+def import_tensorflow_text() -> Any:
+    """The ``tensorflow_text`` module (:func:`cosent_tf.backend.import_tensorflow_text`, which a Keras 3
+    process cannot import), or a ConfigError naming the version to install."""
+    try:
+        import tensorflow_text
+    except ImportError as e:
+        raise ConfigError(
+            "in-graph tokenisation (export) needs tensorflow-text: "
+            f"pip install tensorflow-text=={tf.__version__.rsplit('.', 1)[0]}.*"
+        ) from e
+    return tensorflow_text
 
 
 class GraphTokenizer(tf.Module):

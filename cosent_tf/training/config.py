@@ -34,6 +34,11 @@ from ..models.families import ARCHITECTURES
 from ..models.kinds import HEAD_INPUTS, KINDS, get_kind
 from .recipes import RECIPES, get_recipe
 
+# The Kerases a run may train on (--keras), and the losses the Keras 3 route trains
+# (cosent_tf.keras3.training builds them; named here, where the option's help needs them without Keras).
+KERAS_VERSIONS = [2, 3]
+KERAS3_LOSSES = ("cosent", "angle", "mse", "contrastive")
+
 if TYPE_CHECKING:  # it imports TensorFlow, which a parser of these options does not need
     from ..models.sources import ModelSource
 
@@ -216,6 +221,16 @@ class RunConfig:
         "the transformer family (--model is its old name)",
         flags=("--architecture", "--model"),
         choices=sorted(ARCHITECTURES),
+    )
+    keras: Optional[int] = _option(
+        None,
+        ENGINE,
+        "2: the Keras 2 engine (tf-keras and bert4keras; the default); 3: the Keras 3 route on a keras-hub "
+        "backbone, on the backend KERAS_BACKEND names (tensorflow or jax), which writes the same model folder: "
+        f"feature models, --loss {', '.join(KERAS3_LOSSES)}, architectures with a keras-hub backbone; an option "
+        "it cannot honour is refused by name",
+        choices=KERAS_VERSIONS,
+        type=int,
     )
     pooling: Optional[str] = _option(
         None,
@@ -435,6 +450,10 @@ class RunConfig:
             Traceback (most recent call last):
             cosent_tf.errors.ConfigError: --epochs (RunConfig.epochs) is 0: the number of epochs must be at least 1
         """
+        if self.keras is not None and (isinstance(self.keras, bool) or self.keras not in KERAS_VERSIONS):
+            raise ConfigError(
+                f"--keras (RunConfig.keras) is {self.keras!r}: choose {' or '.join(map(str, KERAS_VERSIONS))}"
+            )
         for name, (low, low_included, high, high_included, what) in RANGES.items():
             value: Any = getattr(self, name)
             option = f"--{name.replace('_', '-')} (RunConfig.{name})"
@@ -497,6 +516,11 @@ class RunConfig:
             True
         """
         self.check()
+        if self.keras == 3:  # this resolves for the Keras 2 engine, which would train on Keras 2 all the same
+            raise ConfigError(
+                "--keras 3: this run was handed to the Keras 2 engine; train it with `cosent-tf train --keras 3` "
+                "or cosent_tf.keras3.train"
+            )
         task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
         loss = get_loss(self.kind, self.loss)
         kind = get_kind(self.kind)
