@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-keras3 test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann
+.PHONY: install install-test demo test test-keras3 test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann bench-keras3
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -83,11 +83,18 @@ bench: $(STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	$(MAKE) bench-onnx
 	$(MAKE) bench-matryoshka
 	$(MAKE) bench-ann
+	$(MAKE) bench-keras3
 
 # The ONNX export's encode speed against this engine, plain ONNX Runtime and sentence-transformers
 # (about 15 minutes on a quiet 2-core machine; writes benchmarks/ONNX.md and onnx_results.json).
 bench-onnx: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/onnx_bench.py --bench-python $(REF_PY) --onnx-reference-python $(ONNX_REF_PY)
+
+# Training and encoding speed of the small model on Keras 3, TensorFlow and JAX backends, against the
+# Keras 2 engine, each contestant and job in a process of its own (one Keras per process; 12 minutes
+# on the 2-core machine beside other jobs; writes benchmarks/KERAS3.md, keras3_results.json and keras3.png).
+bench-keras3: $(TEST_STAMP)
+	COSENT_SHARED_DATA=$(DATA) $(PY) benchmarks/keras3_bench.py
 
 # Spearman and Recall@10 by vector width of a plain model cut, a PCA of its vectors and a Matryoshka
 # model cut, small and BERT-base-width models trained on STS-B (36 + 19 minutes on the 2-core machine

@@ -42,6 +42,7 @@ PAGES = (
     "docs/performance.md",
     "docs/architecture.md",
     "docs/platform.md",
+    "docs/keras3.md",
     "CONTRIBUTING.md",
 )
 

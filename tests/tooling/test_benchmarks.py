@@ -496,3 +496,91 @@ def test_a_child_that_ran_on_other_cores_than_it_was_pinned_to_fails_the_measure
     args = scaling.argparse.Namespace(pairs=8, steps=2, rounds=1)
     with pytest.raises(SystemExit, match="ran on 64 cores, not the 1 it was pinned to"):
         scaling.pinned_step_ms({0}, args, "config.json")
+
+
+# --- benchmarks/keras3_bench.py: the Keras 3 route against the Keras 2 engine ---------------------
+
+
+def keras3_results(path, failed=None, rates_of=None):
+    """A keras3_results.json: each contestant's steps/s and sentences/s are ``rates_of(name, job)``
+    (median of three), and the job ``failed`` (a (name, job) pair) failed."""
+    bench = bench_module("keras3_bench")
+    rates_of = rates_of or (lambda name, job: 10.0)
+    contestants = {}
+    for name in bench.CONTESTANTS:
+        contestants[name] = {}
+        for job in bench.JOBS:
+            if (name, job) == failed:
+                contestants[name][job] = {"error": "exit status 1: Traceback ...\nValueError: boom", "command": "x"}
+                continue
+            rate = rates_of(name, job)
+            key = "train_steps_per_second" if job == "train" else "encode_sentences_per_second"
+            figures = {key: [rate - 1, rate, rate + 2], "peak_rss_mib": 900.0, "jit_compile": name != "keras2"}
+            if job == "train":
+                figures["first_step_seconds"] = 4.0
+            contestants[name][job] = {**figures, "keras": "3.15.1" if name != "keras2" else "2.21.0"}
+    raw = {
+        "started": "2026-11-25T04:00:00+00:00",
+        "cpu": "Test CPU",
+        "cpu_flags": ["avx2"],
+        "cores": 2,
+        "python": "3.11.7",
+        "nice": 19,
+        "command": ".venv/bin/python benchmarks/keras3_bench.py",
+        "args": {},
+        "setup": {
+            "train_pairs": 3200,
+            "encode_sentences": 2722,
+            "mean_tokens_train": 12.3,
+            "mean_tokens_encode": 19.7,
+            "mean_width_train": 30.0,
+            "mean_width_encode": 26.0,
+        },
+        "contestants": contestants,
+    }
+    (path / "keras3_results.json").write_text(json.dumps(raw), encoding="utf-8")
+    return bench, path / "keras3_results.json"
+
+
+def test_the_keras3_report_gives_ratios_to_the_keras2_engine_of_the_same_run(tmp_path):
+    speeds = {"keras2": 4.0, "keras3-tensorflow": 5.0, "keras3-jax": 6.0}
+    bench, path = keras3_results(tmp_path, rates_of=lambda name, job: speeds[name] * (100 if job == "encode" else 1))
+    assert bench.write_report(str(path)) == 0
+    text = (tmp_path / "KERAS3.md").read_text(encoding="utf-8")
+    assert "| Keras 3, TensorFlow backend (keras-hub BertBackbone) | 1.25× | 1.25× |" in text
+    assert "| Keras 3, JAX backend (keras-hub BertBackbone) | 1.50× | 1.50× |" in text
+    assert "| Keras 2 engine (tf-keras, bert4keras) | 4.00 (3.00–6.00) | 4.0 | 900.0 | 400 (399–402) |" in text
+    assert "Failed jobs" not in text and (tmp_path / "keras3.png").stat().st_size > 0
+
+
+def test_a_failed_keras3_job_is_reported_and_the_other_jobs_still_are(tmp_path):
+    bench, path = keras3_results(tmp_path, failed=("keras3-jax", "train"))
+    assert bench.write_report(str(path)) == 1
+    text = (tmp_path / "KERAS3.md").read_text(encoding="utf-8")
+    assert "| Keras 3, JAX backend (keras-hub BertBackbone) | — (a job failed) | 1.00× |" in text
+    assert "| Keras 3, TensorFlow backend (keras-hub BertBackbone) | 1.00× | 1.00× |" in text
+    assert "### keras3-jax train" in text and "ValueError: boom" in text
+
+
+def test_each_keras3_bench_process_gets_its_own_keras(monkeypatch):
+    bench = bench_module("keras3_bench")
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    assert "KERAS_BACKEND" not in bench.environment("keras2")  # tf-keras: no Keras 3 backend to pick
+    assert bench.environment("keras3-tensorflow")["KERAS_BACKEND"] == "tensorflow"
+    assert bench.environment("keras3-jax")["KERAS_BACKEND"] == "jax"
+
+
+def test_keras3_bench_batches_take_a_few_widths_and_warm_each_up_first():
+    import numpy as np
+
+    bench = bench_module("keras3_bench")
+    assert [bench.bucket(n) for n in (1, 16, 17, 33, 64)] == [16, 16, 32, 48, 64]
+    ids = np.arange(10 * 64).reshape(10, 64)
+    labels = np.arange(10.0)
+    widths = np.array([32, 32, 16, 32, 64])  # five batches of two rows
+    cut = bench.batches(ids, widths, 2, labels)
+    # the first batch of each width (0, 2, 4) first, then the rest in order, labels with their rows
+    assert [batch.shape[1] for batch, _ in cut] == [32, 16, 64, 32, 32]
+    assert [batch[0, 0] for batch, _ in cut] == [0, 256, 512, 128, 384]
+    assert [list(rows) for _, rows in cut] == [[0, 1], [4, 5], [8, 9], [2, 3], [6, 7]]
+    assert all((batch == ids[2 * n : 2 * n + 2, : widths[n]]).all() for n, (batch, _) in zip([0, 2, 4, 1, 3], cut))
