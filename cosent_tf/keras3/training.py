@@ -38,6 +38,7 @@ from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError, DataError, NonFiniteLossError
 from ..io import FolderKind, atomic_directory, read_json, write_json
+from ..losses.registry import get_loss, keras3_losses
 from ..models.checkpoint_files import CHECKPOINT_ENTRIES
 from ..models.families import get_architecture
 from ..models.kinds import FEATURE, get_kind
@@ -64,17 +65,6 @@ BACKUP = "backup"
 # imports the Keras 2 engine): its marker, cosent_model.json, and its entries.
 MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE, DECISION_FILE))
 
-# The feature losses this route trains, each with how it is built from the run's settings.
-# The loss classes are cosent_tf.keras3.losses', the Keras 2 engine's under the same names.
-_LOSS_BUILDERS: dict[str, Callable[[Any, RunConfig, Task], Any]] = {
-    "cosent": lambda losses, cfg, task: losses.CoSENTLoss(cfg.scale, cfg.global_batch_loss),
-    "angle": lambda losses, cfg, task: losses.AnglELoss(cfg.scale, cfg.global_batch_loss),
-    "mse": lambda losses, cfg, task: losses.CosineMSELoss(max_label=task.max_label),
-    "contrastive": lambda losses, cfg, task: losses.ThresholdContrastiveLoss(
-        cfg.epsilon, positive_above=task.positive_above
-    ),
-}
-
 # Variables that decoupled weight decay skips, as the Keras 2 engine (cosent_tf.optimizers.NOT_DECAYED)
 # does: every variable but a kernel (embeddings, layer norms and biases).
 DECAYED_SUFFIX = "kernel"
@@ -90,9 +80,9 @@ def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
             f"--kind {cfg.kind}: the Keras 3 route trains sentence encoders (feature models) only; train "
             "cross-encoders with the Keras 2 engine (leave out --keras 3)"
         )
-    elif cfg.loss not in _LOSS_BUILDERS:
+    elif cfg.loss not in keras3_losses():
         problems.append(
-            f"--loss {cfg.loss}: not trained on Keras 3 yet (it takes {', '.join(_LOSS_BUILDERS)}): its batches "
+            f"--loss {cfg.loss}: not trained on Keras 3 yet (it takes {', '.join(keras3_losses())}): its batches "
             "(groups, a classification head or in-batch negatives kept apart) are the Keras 2 engine's"
         )
     if cfg.matryoshka_dims:
@@ -327,10 +317,14 @@ def build_optimizer(keras: Any, cfg: RunConfig, total_steps: int, variables: lis
 
 
 def build_loss(cfg: RunConfig, task: Task) -> Any:
-    """The run's feature loss from :mod:`cosent_tf.keras3.losses`."""
-    from . import losses
-
-    return _LOSS_BUILDERS[cfg.loss](losses, cfg, task)
+    """The run's feature loss from :mod:`cosent_tf.keras3.losses`, made by its row of the loss table."""
+    return get_loss(cfg.kind, cfg.loss).build_keras3(
+        scale=cfg.scale,
+        epsilon=cfg.epsilon,
+        max_label=task.max_label,
+        positive_above=task.positive_above,
+        global_batch=cfg.global_batch_loss,
+    )
 
 
 def compiled_encoder(keras: Any, cfg: RunConfig, backbone: Any, task: Task, total_steps: int) -> Any:

@@ -35,16 +35,21 @@ def _imported_when_called(module: str, name: str) -> Callable[..., Any]:
     return make
 
 
-# The classes the rows' factories make, each imported on its factory's first call.
-CoSENTLoss = _imported_when_called(".cosent", "CoSENTLoss")
-InteractionCoSENTLoss = _imported_when_called(".interaction_cosent", "InteractionCoSENTLoss")
-CosineMSELoss = _imported_when_called(".mse", "CosineMSELoss")
-ThresholdContrastiveLoss = _imported_when_called(".contrastive", "ThresholdContrastiveLoss")
-SentenceBertSoftmaxLoss = _imported_when_called(".softmax", "SentenceBertSoftmaxLoss")
-SentenceBertHead = _imported_when_called(".softmax", "SentenceBertHead")
-MultipleNegativesRankingLoss = _imported_when_called(".mnrl", "MultipleNegativesRankingLoss")
-AnglELoss = _imported_when_called(".angle", "AnglELoss")
-CoSENTIBNLoss = _imported_when_called(".cosent_ibn", "CoSENTIBNLoss")
+class Keras2Losses:
+    """The loss classes of the Keras 2 engine (:mod:`cosent_tf.losses`), each imported on its first
+    call; :mod:`cosent_tf.keras3.losses` has the same names for Keras 3. A row's ``make`` builds its
+    loss from one of the two."""
+
+    CoSENTLoss = _imported_when_called(".cosent", "CoSENTLoss")
+    InteractionCoSENTLoss = _imported_when_called(".interaction_cosent", "InteractionCoSENTLoss")
+    CosineMSELoss = _imported_when_called(".mse", "CosineMSELoss")
+    ThresholdContrastiveLoss = _imported_when_called(".contrastive", "ThresholdContrastiveLoss")
+    SentenceBertSoftmaxLoss = _imported_when_called(".softmax", "SentenceBertSoftmaxLoss")
+    SentenceBertHead = _imported_when_called(".softmax", "SentenceBertHead")
+    MultipleNegativesRankingLoss = _imported_when_called(".mnrl", "MultipleNegativesRankingLoss")
+    AnglELoss = _imported_when_called(".angle", "AnglELoss")
+    CoSENTIBNLoss = _imported_when_called(".cosent_ibn", "CoSENTIBNLoss")
+
 
 # What a loss's batches hold: interleaved (or concatenated) labelled pairs, or groups of an anchor,
 # its positive and its hard negatives (MultipleNegativesRankingLoss's layout).
@@ -65,9 +70,10 @@ class LossEntry:
         kind: the model it trains: ``feature`` (a siamese encoder, batches of interleaved
             sentences) or ``interaction`` (a cross-encoder, batches of concatenated pairs).
         title: its name in result tables.
-        build: ``build(scale=, epsilon=, max_label=, positive_above=, global_batch=, group_size=,
-            symmetric=, weights=)`` -> a Keras loss; it takes the options it needs and ignores the
-            others.
+        make: ``make(losses, scale=, epsilon=, max_label=, positive_above=, global_batch=, group_size=,
+            symmetric=, weights=)`` -> the loss made from the classes of ``losses`` (:class:`Keras2Losses`
+            or :mod:`cosent_tf.keras3.losses`, which have the same names); it takes the options it needs
+            and ignores the others. :meth:`build` and :meth:`build_keras3` call it.
         on_classes: trained on class labels (a task's graded scores are split first).
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
@@ -87,12 +93,14 @@ class LossEntry:
             why not (said when it is asked for with ``--kind interaction``).
         mix_weights: for a weighted mix (cosine, in-batch, angle), its default weights, which
             ``build(weights=)`` replaces.
+        on_keras3: ``cosent-tf train --keras 3`` trains it (:mod:`cosent_tf.keras3.training`: labelled
+            pair batches, no training head); every loss has a Keras 3 class all the same.
     """
 
     name: str
     kind: str
     title: str
-    build: Callable[..., keras.losses.Loss]
+    make: Callable[..., keras.losses.Loss]
     on_classes: bool = False
     training_head: Optional[Callable[[int], keras.layers.Layer]] = None
     interaction_head: Optional[str] = None
@@ -104,6 +112,17 @@ class LossEntry:
     ranks_labels: bool = False
     feature_only_because: str = ""
     mix_weights: Optional[tuple[float, float, float]] = None
+    on_keras3: bool = False
+
+    def build(self, **options: Any) -> keras.losses.Loss:
+        """The Keras 2 loss of this row with the run's ``options`` (see ``make``)."""
+        return self.make(Keras2Losses, **options)
+
+    def build_keras3(self, **options: Any) -> Any:
+        """The same loss on Keras 3 (:mod:`cosent_tf.keras3.losses`); for a process that holds Keras 3."""
+        from ..keras3 import losses
+
+        return self.make(losses, **options)
 
     def check_batch(self, batch_size: int, replicas: int = 1, global_batch: bool = True) -> None:
         """Raise ConfigError if batches of ``batch_size`` pairs, shared by ``replicas`` (each ranking
@@ -142,10 +161,10 @@ class LossEntry:
 
 
 def _sentence_bert_head(num_classes: int) -> keras.layers.Layer:
-    return SentenceBertHead(num_classes, name="SentenceBert-Head")
+    return Keras2Losses.SentenceBertHead(num_classes, name="SentenceBert-Head")
 
 
-def _cross_entropy(**_: Any) -> keras.losses.Loss:
+def _cross_entropy(losses: Any, **_: Any) -> keras.losses.Loss:
     from ..backend import keras
 
     return keras.losses.SparseCategoricalCrossentropy()
@@ -158,31 +177,43 @@ LOSSES = {
             "cosent",
             FEATURE,
             "CoSENT",
-            lambda scale, global_batch=True, **_: CoSENTLoss(scale, global_batch),
+            lambda losses, scale, global_batch=True, **_: losses.CoSENTLoss(scale, global_batch),
             min_pairs=2,
             ranks_labels=True,
+            on_keras3=True,
         ),
         LossEntry(
             "sbert",
             FEATURE,
             "Sentence-BERT",
-            lambda **_: SentenceBertSoftmaxLoss(),
+            lambda losses, **_: losses.SentenceBertSoftmaxLoss(),
             on_classes=True,
             training_head=_sentence_bert_head,
         ),
-        LossEntry("mse", FEATURE, "MSE", lambda max_label, **_: CosineMSELoss(max_label=max_label)),
+        LossEntry(
+            "mse",
+            FEATURE,
+            "MSE",
+            lambda losses, max_label, **_: losses.CosineMSELoss(max_label=max_label),
+            on_keras3=True,
+        ),
         LossEntry(
             "contrastive",
             FEATURE,
             "Contrastive",
-            lambda epsilon, positive_above, **_: ThresholdContrastiveLoss(epsilon, positive_above=positive_above),
+            lambda losses, epsilon, positive_above, **_: losses.ThresholdContrastiveLoss(
+                epsilon, positive_above=positive_above
+            ),
+            on_keras3=True,
         ),
         LossEntry(
             "mnrl",
             FEATURE,
             "MNRL",
-            lambda scale, group_size=2, symmetric=False, global_batch=True, **_: MultipleNegativesRankingLoss(
-                scale, group_size, BOTH_WAYS if symmetric else ONE_WAY, global_batch=global_batch
+            lambda losses, scale, group_size=2, symmetric=False, global_batch=True, **_: (
+                losses.MultipleNegativesRankingLoss(
+                    scale, group_size, BOTH_WAYS if symmetric else ONE_WAY, global_batch=global_batch
+                )
             ),
             min_pairs=2,
             batch_role="takes the other examples of a batch as each anchor's negatives",
@@ -197,9 +228,10 @@ LOSSES = {
             "angle",
             FEATURE,
             "AnglE",
-            lambda scale, global_batch=True, **_: AnglELoss(scale, global_batch),
+            lambda losses, scale, global_batch=True, **_: losses.AnglELoss(scale, global_batch),
             min_pairs=2,
             ranks_labels=True,
+            on_keras3=True,
             feature_only_because=(
                 "AnglE ranks pairs by the angle between their two sentence vectors, and an interaction model "
                 "scores a pair at once, without a vector per text"
@@ -209,14 +241,16 @@ LOSSES = {
             "cosent-ibn",
             FEATURE,
             "CoSENT + IBN + AnglE",
-            lambda scale, positive_above, weights=MIX_WEIGHTS, symmetric=False, global_batch=True, **_: CoSENTIBNLoss(
-                *weights,
-                cosine_scale=scale,
-                ibn_scale=scale,
-                angle_scale=scale,
-                positive_above=positive_above,
-                directions=BOTH_WAYS if symmetric else ONE_WAY,
-                global_batch=global_batch,
+            lambda losses, scale, positive_above, weights=MIX_WEIGHTS, symmetric=False, global_batch=True, **_: (
+                losses.CoSENTIBNLoss(
+                    *weights,
+                    cosine_scale=scale,
+                    ibn_scale=scale,
+                    angle_scale=scale,
+                    positive_above=positive_above,
+                    directions=BOTH_WAYS if symmetric else ONE_WAY,
+                    global_batch=global_batch,
+                )
             ),
             min_pairs=2,
             in_batch=True,
@@ -239,7 +273,7 @@ LOSSES = {
             "cosent",
             INTERACTION,
             "CoSENT",
-            lambda global_batch=True, **_: InteractionCoSENTLoss(global_batch),
+            lambda losses, global_batch=True, **_: losses.InteractionCoSENTLoss(global_batch),
             interaction_head="score",
             batch_size=64,
             min_pairs=2,
@@ -262,6 +296,11 @@ def in_batch_losses() -> tuple[str, ...]:
 def group_losses() -> tuple[str, ...]:
     """The ``--loss`` values that train on groups (an anchor, its positive, its hard negatives)."""
     return tuple(name for (_, name), entry in LOSSES.items() if entry.examples == GROUPS)
+
+
+def keras3_losses() -> tuple[str, ...]:
+    """The ``--loss`` values that ``cosent-tf train --keras 3`` trains (feature losses)."""
+    return tuple(name for (kind, name), entry in LOSSES.items() if entry.on_keras3 and kind == FEATURE)
 
 
 def mix_losses() -> tuple[str, ...]:

@@ -29,15 +29,22 @@ from ..data.benchmarks import shared_vocab
 from ..data.files import FILE_FORMATS
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError
-from ..losses.registry import GROUPS, MIX_WEIGHTS, get_loss, group_losses, in_batch_losses, loss_names, mix_losses
+from ..losses.registry import (
+    GROUPS,
+    MIX_WEIGHTS,
+    get_loss,
+    group_losses,
+    in_batch_losses,
+    keras3_losses,
+    loss_names,
+    mix_losses,
+)
 from ..models.families import ARCHITECTURES
 from ..models.kinds import HEAD_INPUTS, KINDS, get_kind
 from .recipes import RECIPES, get_recipe
 
-# The Kerases a run may train on (--keras), and the losses the Keras 3 route trains
-# (cosent_tf.keras3.training builds them; named here, where the option's help needs them without Keras).
+# The Kerases a run may train on (--keras).
 KERAS_VERSIONS = [2, 3]
-KERAS3_LOSSES = ("cosent", "angle", "mse", "contrastive")
 
 if TYPE_CHECKING:  # it imports TensorFlow, which a parser of these options does not need
     from ..models.sources import ModelSource
@@ -227,7 +234,7 @@ class RunConfig:
         ENGINE,
         "2: the Keras 2 engine (tf-keras and bert4keras; the default); 3: the Keras 3 route on a keras-hub "
         "backbone, on the backend KERAS_BACKEND names (tensorflow or jax), which writes the same model folder: "
-        f"feature models, --loss {', '.join(KERAS3_LOSSES)}, architectures with a keras-hub backbone; an option "
+        f"feature models, --loss {', '.join(keras3_losses())}, architectures with a keras-hub backbone; an option "
         "it cannot honour is refused by name",
         choices=KERAS_VERSIONS,
         type=int,

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from cosent_tf.keras3.training import (
-    _LOSS_BUILDERS,
+    build_loss,
     fit_input,
     pair_batch_order,
     resolve,
     save_model_folder,
     train,
 )
-from cosent_tf.training.config import KERAS3_LOSSES, RunConfig
+from cosent_tf.losses.registry import keras3_losses
+from cosent_tf.training.config import RunConfig
 from tests.keras3.support import ROOT, SHARED_VOCAB, run_keras2
 
 TINY = {
@@ -101,8 +102,19 @@ def texts_of(path):
         return [text for line in f for text in line.split("\t")[:2]]
 
 
-def test_the_losses_offered_are_the_ones_built():
-    assert tuple(_LOSS_BUILDERS) == KERAS3_LOSSES
+@pytest.mark.parametrize("loss", keras3_losses())
+def test_each_loss_offered_is_built_from_its_table_row_with_the_runs_options(loss):
+    """The loss table's row makes the Keras 3 class of the Keras 2 one's name, with the run's settings."""
+    import keras
+
+    from cosent_tf.data.tasks import get_task
+
+    built = build_loss(RunConfig(loss=loss, scale=7.0, epsilon=0.25, keras=3), get_task("STS-B"))
+    assert isinstance(built, keras.losses.Loss) and type(built).__module__ == "cosent_tf.keras3.losses"
+    expected = {"cosent": ("scale", 7.0), "angle": ("scale", 7.0), "mse": ("max_label", 5.0)}
+    expected["contrastive"] = ("epsilon", 0.25)
+    name, value = expected[loss]
+    assert getattr(built, name) == value
 
 
 def test_each_epoch_is_a_seeded_shuffle_of_whole_batches():
