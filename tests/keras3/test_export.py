@@ -10,6 +10,7 @@ import pytest
 from cosent_tf.errors import ConfigError
 from cosent_tf.keras3.export import export_saved_model, export_sentence_transformers
 from cosent_tf.keras3.training import save_model_folder
+from tests.helpers import reference_python  # Keras-free at import, as support.py is
 from tests.keras3.support import SHARED_VOCAB
 
 TINY = {
@@ -93,9 +94,7 @@ def test_sentence_transformers_folder_loads_back_with_the_same_weights_and_vecto
 def test_sentence_transformers_encode_the_same(model_dir, tmp_path):
     """sentence-transformers itself, in the reference environment (COSENT_REFERENCE_PYTHON), encodes
     the export as the Keras 3 SentenceEncoder encodes the folder."""
-    reference = os.environ.get("COSENT_REFERENCE_PYTHON")
-    if not reference:
-        pytest.skip("COSENT_REFERENCE_PYTHON is not set: no sentence-transformers environment to compare with")
+    reference = reference_python("the sentence-transformers export is checked")
     from cosent_tf.keras3.encoder import SentenceEncoder
 
     out = export_sentence_transformers(model_dir, str(tmp_path / "st"))
