@@ -2,8 +2,9 @@
 
 Both Kerases tokenise with it (the Keras 3 route too: keras-hub's tokenizer lower-cases with NFKC,
 which changes Chinese punctuation). In a Keras 2 process it comes through :mod:`cosent_tf.backend`
-as always; in a process of the Keras 3 route (one that imported :mod:`cosent_tf.keras3` first)
-bert4keras's tokenizer module is imported beside Keras 3 by :func:`tokenizer_beside_keras3`.
+as always; in a process that holds Keras 3 (it imported :mod:`cosent_tf.keras3`, or ``keras`` 3 and
+not the Keras 2 engine) bert4keras's tokenizer module is imported beside Keras 3 by
+:func:`tokenizer_beside_keras3`.
 """
 
 from __future__ import annotations
@@ -63,7 +64,16 @@ def tokenizer_beside_keras3() -> Any:
     return Tokenizer
 
 
-if "cosent_tf.keras3" in sys.modules:  # the Keras 3 route's process
+def _keras3_process() -> bool:
+    """Whether this process holds Keras 3: it imported cosent_tf.keras3, or Keras 3 itself and not the
+    Keras 2 engine (which would otherwise be loaded here, and point ``keras`` at tf-keras under it)."""
+    if "cosent_tf.keras3" in sys.modules:
+        return True
+    keras = sys.modules.get("keras")
+    return "cosent_tf.backend" not in sys.modules and str(getattr(keras, "__version__", "")).startswith("3.")
+
+
+if _keras3_process():
     Bert4kerasTokenizer = tokenizer_beside_keras3()
 else:  # the Keras 2 engine's, as always
     from ..backend import Bert4kerasTokenizer
