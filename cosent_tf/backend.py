@@ -63,10 +63,12 @@ def _startup_lines_held_back() -> Iterator[None]:
                 sys.stderr.flush()
 
 
+# Keras 3 imported without cosent_tf.keras3 cannot be told from TensorFlow's own import of it (tensorflow
+# imports keras when TF_USE_LEGACY_KERAS is unset), so only the route is refused here.
 if "cosent_tf.keras3" in sys.modules:
     raise ImportError(
-        "this process uses cosent_tf.keras3 (Keras 3); cosent_tf's Keras 2 engine would point `keras` at tf-keras "
-        "under it (bert4keras does): use one Keras per process, and run the Keras 2 code in a process of its own"
+        "this process uses cosent_tf.keras3; cosent_tf's Keras 2 engine would point `keras` at tf-keras under it "
+        "(bert4keras does): use one Keras per process, and run the Keras 2 code in a process of its own"
     )
 
 with _startup_lines_held_back():

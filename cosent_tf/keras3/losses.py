@@ -30,7 +30,12 @@ class BatchLoss(keras.losses.Loss):
     """
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
-        return keras_ops().share_of_replicas(super().__call__(y_true, y_pred, sample_weight))
+        if sample_weight is not None:  # Keras would weight the batch's one value and divide it by R itself
+            raise ValueError(
+                f"{type(self).__name__} gives one value for the whole batch, which per-example weights "
+                "(sample_weight, class_weight) cannot weight: fit without them"
+            )
+        return keras_ops().share_of_replicas(super().__call__(y_true, y_pred))
 
 
 @serializable
@@ -68,9 +73,11 @@ class InteractionCoSENTLoss(BatchLoss):
 
 @serializable
 class SentenceBertHead(keras.layers.Layer):
-    """Sentence-BERT's training head: softmax(W [u, v, |u - v|] + b) for every pair of the
+    """Sentence-BERT's training head: log softmax(W [u, v, |u - v|] + b) for every pair of the
     interleaved vectors (2B, d) -> (B, classes) in float32 (:mod:`cosent_tf.maths.softmax`); see
     :class:`cosent_tf.losses.SentenceBertHead`. Its Dense layer is named ``classifier``, as there.
+    It returns log-probabilities where the Keras 2 head returns probabilities, so that the loss is
+    exact on every backend (JAX cannot recover the logits from probabilities).
     """
 
     def __init__(self, num_classes: int = 2, **kwargs: Any) -> None:
@@ -79,7 +86,6 @@ class SentenceBertHead(keras.layers.Layer):
         self.num_classes = num_classes
         self.classifier = keras.layers.Dense(
             num_classes,
-            activation="softmax",
             dtype="float32",
             name="classifier",
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
@@ -89,7 +95,7 @@ class SentenceBertHead(keras.layers.Layer):
         self.classifier.build((None, 3 * input_shape[-1]))
 
     def call(self, vectors: Any) -> Any:
-        return self.classifier(softmax.pair_features(keras_ops(), vectors))
+        return keras.ops.log_softmax(self.classifier(softmax.pair_features(keras_ops(), vectors)), axis=-1)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Optional[int], int]:
         rows = input_shape[0]
@@ -101,14 +107,14 @@ class SentenceBertHead(keras.layers.Layer):
 
 @serializable
 class SentenceBertSoftmaxLoss(BatchLoss):
-    """Cross-entropy of :class:`SentenceBertHead`'s probabilities (:mod:`cosent_tf.maths.softmax`);
+    """Cross-entropy of :class:`SentenceBertHead`'s log-probabilities (:mod:`cosent_tf.maths.softmax`);
     see :class:`cosent_tf.losses.SentenceBertSoftmaxLoss`."""
 
     def __init__(self, name: str = "sentence_bert_softmax", **kwargs: Any) -> None:
         super().__init__(name=name, **kwargs)
 
     def call(self, y_true: Any, y_pred: Any) -> Any:
-        return softmax.sentence_bert_softmax(keras_ops(), y_true, y_pred)
+        return softmax.sentence_bert_log_softmax(keras_ops(), y_true, y_pred)
 
 
 @serializable

@@ -39,9 +39,23 @@ def checked_keras() -> Any:
     return keras
 
 
+# The Keras 3 backends the route is tested on.
+BACKENDS = ("tensorflow", "jax")
+
+
 def backend_name() -> str:
-    """The Keras 3 backend this process runs on: ``tensorflow`` or ``jax``."""
-    return str(checked_keras().backend.backend())
+    """The Keras 3 backend this process runs on: ``tensorflow`` or ``jax``.
+
+    Raises:
+        ConfigError: another backend (``KERAS_BACKEND=torch``, ``numpy``): the route is not tested there.
+    """
+    name = str(checked_keras().backend.backend())
+    if name not in BACKENDS:
+        raise ConfigError(
+            f"Keras 3 runs on its {name} backend here (KERAS_BACKEND), on which cosent_tf.keras3 is not tested: "
+            f"set KERAS_BACKEND to {' or '.join(BACKENDS)} before keras is imported"
+        )
+    return name
 
 
 def keras_hub_backbone(architecture: str) -> str:

@@ -28,15 +28,16 @@ BERT4KERAS_ENVIRONMENT = {"TF_KERAS": "1", "TF_USE_LEGACY_KERAS": "1"}
 
 
 def _is_keras_module(name: str) -> bool:
-    return name == "keras" or name.startswith("keras.")
+    """``keras``, ``keras.*`` and ``tensorflow.keras*``: the names bert4keras's backend points at tf-keras."""
+    return name in ("keras", "tensorflow.keras") or name.startswith(("keras.", "tensorflow.keras."))
 
 
 def tokenizer_beside_keras3() -> Any:
     """bert4keras's ``Tokenizer`` class, imported without taking ``keras`` from Keras 3.
 
     bert4keras's tokenizers import its backend, which sets ``sys.modules["keras"]`` to tf-keras
-    (under ``TF_KERAS=1``, which it needs beside a Keras 3 install): every ``keras`` and
-    ``keras.*`` entry of ``sys.modules`` is put back as it was afterwards, and ``bert4keras.backend``
+    (under ``TF_KERAS=1``, which it needs beside a Keras 3 install): every ``keras``, ``keras.*``
+    and ``tensorflow.keras*`` entry of ``sys.modules`` is put back as it was afterwards, and ``bert4keras.backend``
     is taken out of ``sys.modules`` (the tokenizer keeps what it imported from it), so that
     :func:`cosent_tf.keras3.runtime.checked_keras` still finds Keras 3 and no Keras 2 engine. The
     environment variables are restored too.

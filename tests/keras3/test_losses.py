@@ -266,18 +266,42 @@ def test_sentence_bert_softmax_equals_the_brute_force():
     logits = rng.normal(size=(4, 3))
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     y = np.repeat([0.0, 2.0, 1.0, 2.0], 2)
-    check_against_brute_force(k3.SentenceBertSoftmaxLoss(), brute_softmax, y, probabilities)
+    # the Keras 3 head gives log-probabilities, which the loss reads
+    def brute_log_softmax(y, log_probabilities):
+        return -np.mean(log_probabilities[np.arange(len(log_probabilities)), y[::2].astype(int)])
+
+    assert brute_log_softmax(y, np.log(probabilities)) == pytest.approx(brute_softmax(y, probabilities))
+    check_against_brute_force(k3.SentenceBertSoftmaxLoss(), brute_log_softmax, y, np.log(probabilities))
 
 
-def test_the_head_is_softmax_of_a_dense_layer_on_u_v_and_their_distance():
+def test_sentence_bert_softmax_of_a_confidently_wrong_pair_is_not_clipped():
+    """Probabilities would lose it: Keras 3 clips their cross-entropy at -log(1e-7) = 16.1 on JAX
+    (tf-keras and Keras 3 on TensorFlow take the logits behind a softmax); log-probabilities keep it."""
+    logits = np.array([[30.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    log_probabilities = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    y = np.repeat([1.0, 0.0], 2).astype(np.float32)
+    value = float(keras.ops.convert_to_numpy(k3.SentenceBertSoftmaxLoss()(y, log_probabilities.astype(np.float32))))
+    assert value == pytest.approx((np.log(np.exp(30.0) + 2.0) + np.log(3.0)) / 2, rel=1e-5)  # mean of 2 pairs
+
+
+def test_a_batch_loss_refuses_per_example_weights():
+    """One value for the batch cannot be weighted per example (Keras would also divide it by the
+    replicas a second time)."""
+    y, v = pair_batch(0, 4, 5)
+    with pytest.raises(ValueError, match="CoSENTLoss gives one value for the whole batch"):
+        k3.CoSENTLoss()(y.astype(np.float32), v.astype(np.float32), sample_weight=np.ones(8, np.float32))
+
+
+def test_the_head_is_log_softmax_of_a_dense_layer_on_u_v_and_their_distance():
     vectors = np.random.default_rng(6).normal(size=(6, 4)).astype(np.float32)
     head = k3.SentenceBertHead(3)
-    probabilities = keras.ops.convert_to_numpy(head(vectors))
+    log_probabilities = keras.ops.convert_to_numpy(head(vectors))
     kernel, bias = (keras.ops.convert_to_numpy(w) for w in head.classifier.weights)
     u, v = vectors[::2].astype(np.float64), vectors[1::2].astype(np.float64)
     logits = np.concatenate([u, v, np.abs(u - v)], axis=1) @ kernel + bias
-    np.testing.assert_allclose(probabilities, np.exp(logits) / np.exp(logits).sum(1, keepdims=True), rtol=1e-5)
-    assert probabilities.dtype == np.float32 and head.classifier.name == "classifier"
+    expected = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    np.testing.assert_allclose(log_probabilities, expected, rtol=1e-5, atol=1e-6)
+    assert log_probabilities.dtype == np.float32 and head.classifier.name == "classifier"
 
 
 @pytest.mark.parametrize("class_name", ["CoSENTLoss", "AnglELoss", "InteractionCoSENTLoss"])
@@ -334,7 +358,8 @@ PARITY_CASES = {
     },
     **{name: ("MatryoshkaLoss", options) for name, (options, _) in MATRYOSHKA.items()},
     "interaction": ("InteractionCoSENTLoss", {}),
-    "softmax": ("SentenceBertSoftmaxLoss", {}),
+    # SentenceBertSoftmaxLoss reads the Keras 3 head's log-probabilities, the Keras 2 one's probabilities:
+    # the head and its loss together are compared (test_the_head_and_its_loss_equal_keras2_with_the_same_weights)
 }
 
 

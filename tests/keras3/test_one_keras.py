@@ -32,7 +32,23 @@ def test_the_keras3_route_is_refused_after_bert4keras():
 def test_the_keras2_engine_is_refused_after_the_keras3_route():
     done = run("import cosent_tf.keras3\nimport cosent_tf.backend")
     assert done.returncode != 0
-    assert "this process uses cosent_tf.keras3 (Keras 3)" in done.stderr
+    assert (
+        "this process uses cosent_tf.keras3; cosent_tf's Keras 2 engine would point `keras` at tf-keras" in done.stderr
+    )
+
+
+def test_a_backend_the_route_is_not_tested_on_is_refused():
+    done = subprocess.run(
+        [sys.executable, "-c", "from cosent_tf.keras3.runtime import backend_name\nbackend_name()"],
+        cwd=ROOT,
+        env={**os.environ, "KERAS_BACKEND": "numpy"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert "Keras 3 runs on its numpy backend here (KERAS_BACKEND)" in done.stderr
+    assert "set KERAS_BACKEND to tensorflow or jax" in done.stderr
 
 
 def test_every_module_of_the_route_leaves_keras_3_in_place():
@@ -42,6 +58,8 @@ def test_every_module_of_the_route_leaves_keras_3_in_place():
         "import cosent_tf.keras3.encoder, cosent_tf.keras3.training, cosent_tf.keras3.export\n"
         "from cosent_tf.models.tokenization import SentenceTokenizer\n"
         "loaded = ('cosent_tf.backend' in sys.modules, 'bert4keras.backend' in sys.modules)\n"
+        "backend = sys.modules.get('tensorflow.keras.backend')\n"
+        "assert backend is None or 'tf_keras' not in backend.__name__, backend\n"
         "print(*loaded, sys.modules['keras'].__version__)"
     )
     done = run(code)
