@@ -1,6 +1,6 @@
 """Time of keeping examples that share a text in different batches, on 100k examples.
 
-:func:`cosent_tf.data.pipeline.keep_duplicates_apart` rearranges one epoch's batches (of
+:func:`cosent_tf.data.batching.keep_duplicates_apart` rearranges one epoch's batches (of
 ``--batch-size`` examples, cut from length-grouped examples as a training run cuts them) so
 that no batch holds two examples sharing a text where it can. Its work is bounded per
 example; this measures it on data where no text is shared, where 10% of the examples share
@@ -25,7 +25,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from cosent_tf.data.pipeline import batch_indices, keep_duplicates_apart, text_keys  # noqa: E402
+from cosent_tf.data.batching import batch_indices, keep_duplicates_apart, text_keys  # noqa: E402
 from cosent_tf.io import write_text  # noqa: E402
 
 import common  # noqa: E402

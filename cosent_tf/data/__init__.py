@@ -1,6 +1,7 @@
 """From files to labelled pairs: the tasks (tasks), pairs and the line reading every reader
 shares (pairs), the benchmarks' files (benchmarks), a user's own files (files), the examples of
-in-batch negatives (groups), retrieval tests (retrieval), and the tf.data pipelines (pipeline)."""
+in-batch negatives (groups), retrieval tests (retrieval), the batch order (batching) and the
+tf.data pipelines (pipeline)."""
 
 from __future__ import annotations
 
@@ -41,15 +42,15 @@ _HOMES = {
     "GroupData": ".groups",
     "read_group_file": ".groups",
     "groups_from_pairs": ".groups",
-    "LENGTH_POOL_BATCHES": ".pipeline",
-    "pad_batch": ".pipeline",
-    "batches_per_epoch": ".pipeline",
-    "batch_indices": ".pipeline",
+    "LENGTH_POOL_BATCHES": ".batching",
+    "pad_batch": ".batching",
+    "batches_per_epoch": ".batching",
+    "batch_indices": ".batching",
     "pair_dataset": ".pipeline",
     "group_dataset": ".pipeline",
-    "text_keys": ".pipeline",
-    "keep_duplicates_apart": ".pipeline",
-    "duplicates_moved": ".pipeline",
+    "text_keys": ".batching",
+    "keep_duplicates_apart": ".batching",
+    "duplicates_moved": ".batching",
     "pair_segment_ids": ".pipeline",
     "segment_ids": ".pipeline",
     "interaction_dataset": ".pipeline",

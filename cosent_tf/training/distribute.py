@@ -94,7 +94,7 @@ def partial_batch_note(pairs: int, batch_size: int, replicas: int) -> Optional[s
     under a strategy cannot follow a one-device run step for step; None where it can.
 
     Each replica gets an equal slice of whole pairs, so the pass's last, partial batch is cut to
-    a multiple of ``replicas`` (:func:`cosent_tf.data.pipeline.batch_indices`): its other pairs
+    a multiple of ``replicas`` (:func:`cosent_tf.data.batching.batch_indices`): its other pairs
     sit the pass out, different ones each pass, where one device trains on all of them.
     """
     rest = pairs % batch_size

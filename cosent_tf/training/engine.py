@@ -30,18 +30,10 @@ from ..backend import dtype_policy, keras, policy_name, random_seed, tf
 from ..calibration import decision_metrics, fit_decision, plot_reliability, reliability_curves
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from ..console import live_progress_on
+from ..data.batching import batches_per_epoch, duplicates_moved, text_keys
 from ..data.groups import GroupData
 from ..data.pairs import PairData
-from ..data.pipeline import (
-    batches_per_epoch,
-    duplicates_moved,
-    group_dataset,
-    group_lengths,
-    interaction_dataset,
-    pair_dataset,
-    pair_lengths,
-    text_keys,
-)
+from ..data.pipeline import group_dataset, group_lengths, interaction_dataset, pair_dataset, pair_lengths
 from ..data.tasks import CNSD, FILES, Task
 from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics

@@ -8,13 +8,8 @@ from hypothesis import example as hypothesis_example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cosent_tf.data.pipeline import (
-    batch_indices,
-    duplicates_moved,
-    group_dataset,
-    keep_duplicates_apart,
-    text_keys,
-)
+from cosent_tf.data.batching import batch_indices, duplicates_moved, keep_duplicates_apart, text_keys
+from cosent_tf.data.pipeline import group_dataset
 
 
 def clashing(batch, keys):

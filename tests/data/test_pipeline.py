@@ -5,15 +5,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import interaction_dataset, pair_dataset
-from cosent_tf.data.pipeline import (
-    batch_indices,
-    batches_per_epoch,
-    length_sorted_batches,
-    pad_batch,
-    pair_segment_ids,
-    restore_order,
-    text_keys,
-)
+from cosent_tf.data.batching import batch_indices, batches_per_epoch, pad_batch, text_keys
+from cosent_tf.data.pipeline import length_sorted_batches, pair_segment_ids, restore_order
 
 
 def make_pairs(count, seed=0):

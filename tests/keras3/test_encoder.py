@@ -37,7 +37,7 @@ KERAS2 = """
 import json, os
 from cosent_tf import ModelSpec, SentenceEncoder, SentenceTokenizer, build_encoder, save_checkpoint, save_model_dir
 from cosent_tf.choices import POOLING_MODES
-from cosent_tf.data.pipeline import pad_batch
+from cosent_tf.data.batching import pad_batch
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.models.sources import open_source
 

@@ -363,7 +363,7 @@ print(get_strategy("mirrored").num_replicas_in_sync)
 
 @pytest.mark.parametrize("pairs", [48, 46, 45, 41])
 def test_the_pairs_the_replicas_leave_out_of_each_pass_are_said(pairs):
-    from cosent_tf.data.pipeline import batch_indices
+    from cosent_tf.data.batching import batch_indices
     from cosent_tf.training.distribute import partial_batch_note
 
     one_device = batch_indices([1] * pairs, 8, epoch=0)

@@ -14,7 +14,7 @@ import pytest
 from cosent_tf import SentenceEncoder
 from cosent_tf.backend import tf
 from cosent_tf.cli import main
-from cosent_tf.data.pipeline import duplicates_moved, text_keys
+from cosent_tf.data.batching import duplicates_moved, text_keys
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.training.engine import Matcher
 from cosent_tf.training.gradient_cache import GradientCacheModel
