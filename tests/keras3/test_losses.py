@@ -266,6 +266,7 @@ def test_sentence_bert_softmax_equals_the_brute_force():
     logits = rng.normal(size=(4, 3))
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     y = np.repeat([0.0, 2.0, 1.0, 2.0], 2)
+
     # the Keras 3 head gives log-probabilities, which the loss reads
     def brute_log_softmax(y, log_probabilities):
         return -np.mean(log_probabilities[np.arange(len(log_probabilities)), y[::2].astype(int)])
