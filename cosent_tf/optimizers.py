@@ -7,6 +7,10 @@ from typing import Any, Union
 from .backend import keras, tf
 from .choices import SCHEDULES
 
+# Decoupled weight decay skips embeddings, layer norms and biases: regular expressions on bert4keras's
+# variable names, whose home is the Keras-free cosent_tf.training.weight_decay (the Keras 3 trainer's rule too).
+from .training.weight_decay import NOT_DECAYED
+
 
 @keras.utils.register_keras_serializable(package="cosent_tf")
 class FusedAdam(keras.optimizers.Adam):
@@ -56,11 +60,6 @@ class FusedAdam(keras.optimizers.Adam):
             epsilon=epsilon,
             grad=tf.cast(gradient, dtype),
         )
-
-
-# Decoupled weight decay skips these, as is usual for BERT (and as the CoSENT journal paper's
-# AdamW recipe does): embeddings, layer norms and biases. Regular expressions on variable names.
-NOT_DECAYED = (r"^Embedding-", r"-Norm/", r"/bias:")
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

@@ -30,21 +30,32 @@ from typing import Any, Callable, Optional
 import numpy as np
 from scipy import stats
 
-from ..calibration import DECISION_FILE
 from ..choices import CPU_DEVICES_VARIABLE
+from ..data.batching import batch_indices, batches_per_epoch, pair_lengths
 from ..data.benchmarks import load_task, senteval_dir, shared_vocab, task_file
 from ..data.files import PairFileFormat, read_pair_file
 from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError, DataError, NonFiniteLossError
-from ..io import FolderKind, atomic_directory, read_json, write_json
+from ..io import atomic_directory, atomic_path, folder_lock, read_json, write_json
 from ..losses.registry import get_loss, keras3_losses
-from ..models.checkpoint_files import CHECKPOINT_ENTRIES
 from ..models.families import get_architecture
 from ..models.kinds import FEATURE, get_kind
-from ..models.spec import SPEC_FILE
 from ..training.config import RunConfig
 from ..training.recipes import get_recipe
+from ..training.run_rules import (
+    BACKUP,
+    BEST_WEIGHTS,
+    METRICS,
+    MODEL,
+    MODEL_FOLDER,
+    RUN_CONFIG,
+    VALIDATION_STATE,
+    check_run_folder,
+    fingerprints,
+    prepare_run_folder,
+)
+from ..training.weight_decay import decayed
 from .runtime import backend_name, checked_keras, keras_hub_backbone
 
 logger = logging.getLogger(__name__)
@@ -52,22 +63,9 @@ logger = logging.getLogger(__name__)
 # The bundled small random BERT (cosent_tf/configs), used when a run names no config or checkpoint.
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
 
-# What a run writes into its output folder; the names are the Keras 2 engine's
-# (cosent_tf.training.run_folder), which the Keras 3 route cannot import.
-RUN_CONFIG = "config.json"
-BEST_WEIGHTS = "best.weights.h5"  # Keras 3's own weights file of the best epoch (not the Keras 2 engine's)
-VALIDATION_STATE = "validation.json"  # the best epoch so far and every validation, kept for a resumed run
-METRICS = "metrics.json"
-MODEL = "model"
-BACKUP = "backup"
-
-# The folder a model is written as: what cosent_tf.inference.model_dir.MODEL_FOLDER says (that module
-# imports the Keras 2 engine): its marker, cosent_model.json, and its entries.
-MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE, DECISION_FILE))
-
-# Variables that decoupled weight decay skips, as the Keras 2 engine (cosent_tf.optimizers.NOT_DECAYED)
-# does: every variable but a kernel (embeddings, layer norms and biases).
-DECAYED_SUFFIX = "kernel"
+# A run's output folder is the Keras 2 engine's kind (cosent_tf.training.run_rules: its marker,
+# lock, fingerprints of the inputs, and the outputs --overwrite may remove); its best weights
+# (BEST_WEIGHTS) are Keras 3's own file, and VALIDATION_STATE keeps every validation for a resumed run.
 
 
 def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
@@ -103,6 +101,30 @@ def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
         problems.append("--micro-batch-size: the gradient cache is the Keras 2 engine's (GradientCacheModel) only")
     if cfg.eval_every:
         problems.append("--eval-every: the Keras 3 route validates at epoch ends only")
+    if cfg.backup_every:
+        problems.append(
+            "--backup-every: Keras 3's BackupAndRestore restores the epoch but not the batch within it, so a run "
+            "resumed from a mid-epoch backup would train that epoch's first batches twice; the Keras 3 route "
+            "saves its state at epoch ends only"
+        )
+    if cfg.train_from_valid:
+        problems.append(
+            "--train-from-valid: the Keras 3 route trains on a task's own train split or on --train files; "
+            "hold out part of valid with the Keras 2 engine"
+        )
+    if cfg.matryoshka_weights and not cfg.matryoshka_dims:
+        problems.append("--matryoshka-weights: weights of --matryoshka-dims, which the Keras 3 route does not train")
+    # Options of the losses the Keras 3 route does not train (groups, in-batch negatives, mixes).
+    for option, value in (
+        ("--group-size", cfg.group_size),
+        ("--hard-negatives-from-labels", cfg.hard_negatives_from_labels),
+        ("--symmetric", cfg.symmetric or None),
+        ("--cosine-weight", cfg.cosine_weight),
+        ("--ibn-weight", cfg.ibn_weight),
+        ("--angle-weight", cfg.angle_weight),
+    ):
+        if value is not None and cfg.loss in keras3_losses():
+            problems.append(f"{option}: an option of losses the Keras 3 route does not train, not of --loss {cfg.loss}")
     if cfg.task and not cfg.train_file and get_task(cfg.task).data == CNSD:
         problems.append(f"{cfg.task}: NLI training (evaluated on every matching task) is the Keras 2 engine's only")
     return problems
@@ -152,6 +174,7 @@ class _RunData:
     test: PairData
     task: Task
     notes: list
+    files: list  # every data file read, fingerprinted in the run's marker
 
 
 def _load_data(cfg: RunConfig) -> _RunData:
@@ -159,6 +182,7 @@ def _load_data(cfg: RunConfig) -> _RunData:
     with a seeded hold-out), sampled with ``max_train_pairs`` and ``max_eval_pairs``."""
     notes: list[str] = []
     if cfg.train_file:
+        files = [cfg.train_file, cfg.valid_file, cfg.test_file]
         file_format = PairFileFormat(cfg.file_format, cfg.text_a_field, cfg.text_b_field, cfg.label_field)
         train = read_pair_file(cfg.train_file, file_format, cfg.strict)
         task = Task.for_labels(cfg.task, train.label_kind, float(train.labels.min()), float(train.labels.max()))
@@ -185,12 +209,13 @@ def _load_data(cfg: RunConfig) -> _RunData:
         if not os.path.exists(task_file(folder, cfg.task, "train")):
             raise DataError(task_file(folder, cfg.task, "train"), "the train split is not here (file does not exist)")
         train, valid, test = (load_task(folder, cfg.task, split, cfg.strict) for split in ("train", "valid", "test"))
+        files = [task_file(folder, cfg.task, split) for split in ("train", "valid", "test")]
     train = train.sample(cfg.max_train_pairs, cfg.seed)
     valid, test = valid.sample(cfg.max_eval_pairs, cfg.seed), test.sample(cfg.max_eval_pairs, cfg.seed)
     for pairs in (train, valid):
         if len(np.unique(pairs.labels)) < 2 and not (pairs is train and cfg.allow_single_label):
             raise DataError(pairs.source, f"all {len(pairs)} pairs have one label: there is nothing to rank")
-    return _RunData(train, valid, test, task, notes)
+    return _RunData(train, valid, test, task, notes, [path for path in files if path])
 
 
 def padded(rows: Sequence[Sequence[int]], multiple: int = 8) -> np.ndarray:
@@ -204,32 +229,45 @@ def padded(rows: Sequence[Sequence[int]], multiple: int = 8) -> np.ndarray:
     return out
 
 
-def pair_batch_order(count: int, batch_size: int, seed: int, epoch: int) -> np.ndarray:
-    """The pairs of each batch of ``epoch``: a (batches, batch_size) array of pair indices, a seeded
-    shuffle of its own for every epoch (so that a resumed run sees the batches an uninterrupted
-    one would); the last partial batch is left out, so that every batch splits evenly over replicas."""
-    order = np.random.default_rng([seed, epoch]).permutation(count)
-    batches = max(1, count // batch_size)
-    return order[: batches * batch_size].reshape(batches, -1) if count >= batch_size else order[None, :]
-
-
-def pair_batches(keras: Any, ids_a: list, ids_b: list, labels: np.ndarray, batch_size: int, seed: int) -> Any:
+def pair_batches(
+    keras: Any,
+    ids_a: list,
+    ids_b: list,
+    labels: np.ndarray,
+    batch_size: int,
+    seed: int,
+    group_by_length: bool = True,
+    replicas: int = 1,
+) -> Any:
     """A ``keras.utils.PyDataset`` of interleaved pair batches: x (2B, T) int32 token ids, rows 2k
     and 2k+1 the two texts of pair k, and y (2B,) float32, each pair's label on both its rows.
-    Its ``epoch`` is set by :class:`_EpochSetter` before each epoch draws its batches."""
+
+    An epoch's batches are the Keras 2 engine's (:func:`cosent_tf.data.batching.batch_indices`: a
+    seeded shuffle of its own for every epoch, grouped by length when asked, each batch a multiple of
+    ``replicas`` pairs), so that a run on either Keras with one seed sees the same batches, and a
+    resumed run the ones an uninterrupted one would. Its ``epoch`` is set by :class:`_EpochSetter`
+    before each epoch draws its batches."""
+    lengths = pair_lengths(ids_a, ids_b)
+    labels = np.asarray(labels, np.float32)
 
     class PairBatches(keras.utils.PyDataset):
         def __init__(self) -> None:
             super().__init__()
             self.epoch = 0
+            self._cut: tuple[int, list] = (-1, [])
 
         def __len__(self) -> int:
-            return len(pair_batch_order(len(ids_a), batch_size, seed, 0))
+            return batches_per_epoch(len(lengths), batch_size, replicas)
 
         def __getitem__(self, index: int) -> tuple:
-            pairs = pair_batch_order(len(ids_a), batch_size, seed, self.epoch)[index]
+            if self._cut[0] != self.epoch:
+                self._cut = (
+                    self.epoch,
+                    batch_indices(lengths, batch_size, self.epoch, True, group_by_length, seed, replicas),
+                )
+            pairs = self._cut[1][index]
             rows = [ids for i in pairs for ids in (ids_a[i], ids_b[i])]
-            return padded(rows), np.repeat(np.asarray(labels, np.float32)[pairs], 2)
+            return padded(rows), np.repeat(labels[pairs], 2)
 
     return PairBatches()
 
@@ -301,18 +339,17 @@ class _LinearWarmup:
         return WarmupSchedule()
 
 
-def build_optimizer(keras: Any, cfg: RunConfig, total_steps: int, variables: list) -> Any:
-    """The engine's recipe on Keras 3: Adam at ``lr``, AdamW-style decoupled weight decay of the
-    kernels when ``weight_decay`` is set, under the warm-up / linear schedule when asked for."""
+def build_optimizer(keras: Any, cfg: RunConfig, total_steps: int, not_decayed: list) -> Any:
+    """The engine's recipe on Keras 3: Adam at ``lr``, AdamW-style decoupled weight decay (when
+    ``weight_decay`` is set) of every variable but ``not_decayed`` (the Keras 2 engine's rule,
+    :func:`cosent_tf.training.weight_decay.decayed`), under the warm-up / linear schedule when asked for."""
     assert cfg.lr is not None and cfg.schedule is not None, "a resolved RunConfig"
     rate: Any = cfg.lr
     if cfg.warmup or cfg.schedule != "constant":
         rate = _LinearWarmup.make(keras, cfg.lr, total_steps, round((cfg.warmup or 0.0) * total_steps), cfg.schedule)
     optimizer = keras.optimizers.Adam(rate, weight_decay=cfg.weight_decay or None)
     if cfg.weight_decay:
-        optimizer.exclude_from_weight_decay(
-            var_list=[v for v in variables if not v.path.split("/")[-1].startswith(DECAYED_SUFFIX)]
-        )
+        optimizer.exclude_from_weight_decay(var_list=list(not_decayed))
     return optimizer
 
 
@@ -327,6 +364,16 @@ def build_loss(cfg: RunConfig, task: Task) -> Any:
     )
 
 
+def not_decayed_variables(encoder: Any, backbone: Any) -> list:
+    """The trainable variables of ``encoder`` that weight decay skips: those whose Google checkpoint
+    name (:func:`cosent_tf.keras3.backbones.weight_table`) :func:`~cosent_tf.training.weight_decay.decayed`
+    rejects, and any variable outside the table (none today; never decayed unasked)."""
+    from .backbones import weight_table
+
+    decayed_ids = {id(variable) for name, variable, _ in weight_table(backbone) if decayed(name)}
+    return [variable for variable in encoder.trainable_variables if id(variable) not in decayed_ids]
+
+
 def compiled_encoder(keras: Any, cfg: RunConfig, backbone: Any, task: Task, total_steps: int) -> Any:
     """The encoder on ``backbone`` with ``cfg.pooling``, compiled with the run's loss and optimizer
     (under the active distribution strategy's scope when the caller opened one)."""
@@ -335,7 +382,8 @@ def compiled_encoder(keras: Any, cfg: RunConfig, backbone: Any, task: Task, tota
     assert cfg.pooling is not None, "the run's pooling is resolved before the encoder is built"
     encoder = build_encoder(backbone, pooling=cfg.pooling)
     loss = build_loss(cfg, task)
-    encoder.compile(optimizer=build_optimizer(keras, cfg, total_steps, encoder.trainable_variables), loss=loss)
+    optimizer = build_optimizer(keras, cfg, total_steps, not_decayed_variables(encoder, backbone))
+    encoder.compile(optimizer=optimizer, loss=loss)
     return encoder
 
 
@@ -379,7 +427,10 @@ class _EpochSetter:
 
 def _validation(keras: Any, score: Callable[[], float], folder: str) -> Any:
     """A callback that scores valid after every epoch, keeps the best epoch's weights in
-    ``folder``/best.weights.h5 and its record in validation.json (read back by a resumed run)."""
+    ``folder``/best.weights.h5 and its record in validation.json (read back by a resumed run).
+
+    The weights are written to a temporary file beside their place and moved there whole, and the
+    record after them: a run killed while saving keeps the earlier best weights, never a torn file."""
     weights_path, state_path = os.path.join(folder, BEST_WEIGHTS), os.path.join(folder, VALIDATION_STATE)
 
     class Validation(keras.callbacks.Callback):
@@ -397,42 +448,12 @@ def _validation(keras: Any, score: Callable[[], float], folder: str) -> Any:
             logger.info("epoch %d: valid spearman %.4f", epoch + 1, value)
             self.state["history"].append({"epoch": epoch + 1, "spearman": value, "loss": loss})
             if math.isfinite(value) and (self.state["best"] is None or value > self.state["best"]):
-                self.model.save_weights(weights_path)
+                with atomic_path(weights_path) as tmp:  # keeps the .weights.h5 ending Keras reads the format from
+                    self.model.save_weights(tmp)
                 self.state.update(best=value, best_epoch=epoch + 1)
             write_json(state_path, self.state)
 
     return Validation()
-
-
-def _prepare_folder(cfg: RunConfig, overwrite: bool) -> str:
-    """Check the output folder: new, empty, this run's unfinished folder (resumed), or a finished
-    one with ``overwrite`` (emptied); a ConfigError otherwise. Returns what happens, for the log."""
-    folder = cfg.output_dir
-    assert folder is not None
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    if not names:
-        os.makedirs(folder, exist_ok=True)
-        return "a new run"
-    if RUN_CONFIG not in names:
-        raise ConfigError(f"{folder}: already exists and is not a cosent-tf run (it holds {', '.join(names[:8])})")
-    if overwrite:
-        for name in names:
-            path = os.path.join(folder, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        return "--overwrite: the earlier run's outputs were removed"
-    if METRICS in names:
-        raise ConfigError(f"{folder}: holds a finished run (metrics.json): pass --overwrite, or another --output-dir")
-    saved = read_json(os.path.join(folder, RUN_CONFIG), "the run's settings")
-    changed = [
-        key for key in sorted(set(saved) | set(settings)) if key != "epochs" and saved.get(key) != settings.get(key)
-    ]
-    if changed:
-        raise ConfigError(
-            f"{folder}: holds an unfinished run with other settings ({', '.join(changed)}): resume it with its own "
-            "settings, or pass --overwrite"
-        )
-    return "resuming the unfinished run in this folder"
 
 
 def train(
@@ -485,17 +506,18 @@ def train(
 
 
 def _backbone(cfg: RunConfig) -> tuple:
-    """(keras-hub backbone, BERT config dict, vocab path, lower-cases, pooling the source names)."""
+    """(keras-hub backbone, BERT config dict, vocab path, lower-cases, pooling the source names,
+    whether the source held BERT's pooler)."""
     from .backbones import backbone_from_config, load_backbone
 
     if cfg.checkpoint:
         loaded = load_backbone(cfg.checkpoint, cfg.architecture)
         vocab = cfg.vocab or loaded.vocab_path or shared_vocab(cfg.data_dir, RunConfig.data_dir)
-        return loaded.backbone, dict(loaded.config), vocab, loaded.do_lower_case, loaded.pooling
+        return loaded.backbone, dict(loaded.config), vocab, loaded.do_lower_case, loaded.pooling, loaded.has_pooler
     assert cfg.config is not None
     config = read_json(cfg.config, "the BERT config")
     vocab = cfg.vocab or shared_vocab(cfg.data_dir, RunConfig.data_dir)
-    return backbone_from_config(config, cfg.architecture), config, vocab, True, None
+    return backbone_from_config(config, cfg.architecture), config, vocab, True, None, False
 
 
 def _train(
@@ -503,96 +525,133 @@ def _train(
 ) -> dict:
     from ..models.tokenization import SentenceTokenizer
 
-    strategy = _strategy(cfg)
-    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    output_dir, batch_size, epochs, maxlen = cfg.output_dir, cfg.batch_size, cfg.epochs, cfg.maxlen
-    assert output_dir is not None and batch_size is not None and epochs is not None and maxlen is not None
-    if batch_size % replicas:
-        raise ConfigError(f"--batch-size {batch_size} cannot be shared equally by {replicas} replicas")
-    with _scope(strategy):
-        backbone, config, vocab, lower, source_pooling = _backbone(cfg)
-    pooling = cfg.pooling or source_pooling or get_recipe(cfg.recipe).pooling
-    cfg = dataclasses.replace(cfg, pooling=pooling, vocab=vocab)
-    note = _prepare_folder(cfg, overwrite)
-    logger.info("%s: %s (Keras 3, %s backend)", output_dir, note, backend)
-    write_json(os.path.join(output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
-    tokenizer = SentenceTokenizer(vocab, maxlen, get_architecture(cfg.architecture).word_level, lower)
-    ids = {
-        name: (tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"), tokenizer.encode_all(pairs.texts_b))
-        for name, pairs in (("train", data.train), ("valid", data.valid), ("test", data.test))
-    }
-    batches = pair_batches(keras, *ids["train"], data.train.labels, batch_size, cfg.seed)
-    steps_per_epoch = cfg.steps_per_epoch or len(batches)
-    with _scope(strategy):
-        encoder = compiled_encoder(keras, cfg, backbone, data.task, steps_per_epoch * epochs)
+    with contextlib.ExitStack() as held:  # the run folder's lock, once taken
+        strategy = _strategy(cfg)
+        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+        output_dir, batch_size, epochs, maxlen = cfg.output_dir, cfg.batch_size, cfg.epochs, cfg.maxlen
+        assert output_dir is not None and batch_size is not None and epochs is not None and maxlen is not None
+        if batch_size % replicas:
+            raise ConfigError(f"--batch-size {batch_size} cannot be shared equally by {replicas} replicas")
+        # A batch too small for the loss to learn from is refused by name, before anything is written.
+        get_loss(cfg.kind, cfg.loss).check_batch(batch_size, replicas, cfg.global_batch_loss)
+        with _scope(strategy):
+            backbone, config, vocab, lower, source_pooling, has_pooler = _backbone(cfg)
+        pooling = cfg.pooling or source_pooling or get_recipe(cfg.recipe).pooling
+        cfg = dataclasses.replace(cfg, pooling=pooling, vocab=vocab)
+        # The Keras 2 engine's run folder rules: refused before the lock if it is not a run's (nothing
+        # written); then locked, marked with the inputs' fingerprints, resumed only over the same
+        # settings and inputs, and --overwrite removes the run's own outputs only.
+        settings = dataclasses.asdict(cfg)
+        paths = [*data.files, cfg.config if not cfg.checkpoint else None, vocab, *_checkpoint_files(cfg.checkpoint)]
+        check_run_folder(output_dir, (*paths, cfg.checkpoint), settings)
+        inputs = fingerprints(paths)
+        held.enter_context(folder_lock(output_dir, "training run"))
+        note = prepare_run_folder(output_dir, settings, overwrite, inputs) or "a new run"
+        logger.info("%s: %s (Keras 3, %s backend)", output_dir, note, backend)
+        write_json(os.path.join(output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
+        tokenizer = SentenceTokenizer(vocab, maxlen, get_architecture(cfg.architecture).word_level, lower)
+        ids = {
+            name: (
+                tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"),
+                tokenizer.encode_all(pairs.texts_b),
+            )
+            for name, pairs in (("train", data.train), ("valid", data.valid), ("test", data.test))
+        }
+        batches = pair_batches(
+            keras, *ids["train"], data.train.labels, batch_size, cfg.seed, cfg.group_by_length, replicas
+        )
+        steps_per_epoch = cfg.steps_per_epoch or len(batches)
+        with _scope(strategy):
+            encoder = compiled_encoder(keras, cfg, backbone, data.task, steps_per_epoch * epochs)
 
-    def score_valid() -> float:
-        return spearman(cosines(encoder, *ids["valid"]), data.valid.labels)
+        def score_valid() -> float:
+            return spearman(cosines(encoder, *ids["valid"]), data.valid.labels)
 
-    validation = _validation(keras, score_valid, output_dir)
-    backup = keras.callbacks.BackupAndRestore(
-        os.path.join(output_dir, BACKUP), save_freq=cfg.backup_every or "epoch", delete_checkpoint=False
+        validation = _validation(keras, score_valid, output_dir)
+        backup = keras.callbacks.BackupAndRestore(
+            os.path.join(output_dir, BACKUP), save_freq=cfg.backup_every or "epoch", delete_checkpoint=False
+        )
+        encoder.fit(
+            fit_input(keras, batches),
+            epochs=epochs,
+            steps_per_epoch=cfg.steps_per_epoch,
+            callbacks=[_EpochSetter.make(keras, batches), validation, backup, *callbacks],
+            verbose=2,
+            shuffle=False,
+        )
+        state = validation.state
+        if state["best_epoch"] is None:
+            raise NonFiniteLossError("validation never gave a finite Spearman: the model diverged; nothing was saved")
+        steps = int(np.asarray(encoder.optimizer.iterations))  # before the best weights (and their step) return
+        encoder.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
+        valid = spearman(cosines(encoder, *ids["valid"]), data.valid.labels)
+        test = spearman(cosines(encoder, *ids["test"]), data.test.labels)
+        metrics = {
+            "task": cfg.task,
+            "kind": cfg.kind,
+            "loss": cfg.loss,
+            "architecture": cfg.architecture,
+            "keras": 3,
+            "backend": backend,
+            "best_epoch": state["best_epoch"],
+            "steps": steps,
+            "train_pairs": len(data.train),
+            "replicas": replicas,
+            "random_weights": not cfg.checkpoint,
+            "notes": data.notes,
+            "valid": {"spearman": valid},
+            "test": {"spearman": test},
+            "history": state["history"],
+            "wall_seconds": round(time.time() - started, 1),
+        }
+        source = {
+            "task": cfg.task,
+            "loss": cfg.loss,
+            "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
+            "random_weights": not cfg.checkpoint,
+            "run": os.path.abspath(output_dir),
+            "best_epoch": state["best_epoch"],
+            "test": metrics["test"],
+            "keras": keras.__version__,
+            "backend": backend,
+            "precision": cfg.precision,
+        }
+        save_model_folder(
+            os.path.join(output_dir, MODEL),
+            backbone,
+            cfg.architecture,
+            config,
+            vocab,
+            pooling=pooling,
+            maxlen=maxlen,
+            do_lower_case=lower,
+            has_pooler=has_pooler,
+            source=source,
+        )
+        write_json(os.path.join(output_dir, METRICS), metrics)
+        shutil.rmtree(os.path.join(output_dir, BACKUP), ignore_errors=True)  # last: until metrics.json, a rerun resumes
+        logger.info("%s: test spearman %.4f (best valid %.4f at epoch %d)", cfg.task, test, valid, state["best_epoch"])
+        return metrics
+
+
+def _checkpoint_files(checkpoint: Optional[str]) -> list:
+    """The files a run reads its starting weights from, fingerprinted in the run's marker: a
+    folder's files (a sentence-transformers folder's transformer folder's too), or a Google
+    checkpoint prefix's ``.index`` and data files; none without a checkpoint."""
+    import glob
+
+    from .. import huggingface
+
+    if not checkpoint:
+        return []
+    if not os.path.isdir(checkpoint):
+        return sorted(p for p in glob.glob(glob.escape(checkpoint) + ".*") if os.path.isfile(p))
+    folders = [checkpoint]
+    if huggingface.is_hf_folder(checkpoint):
+        folders.append(huggingface.transformer_folder(checkpoint))
+    return sorted(
+        {os.path.join(f, name) for f in folders for name in os.listdir(f) if os.path.isfile(os.path.join(f, name))}
     )
-    encoder.fit(
-        fit_input(keras, batches),
-        epochs=epochs,
-        steps_per_epoch=cfg.steps_per_epoch,
-        callbacks=[_EpochSetter.make(keras, batches), validation, backup, *callbacks],
-        verbose=2,
-        shuffle=False,
-    )
-    state = validation.state
-    if state["best_epoch"] is None:
-        raise NonFiniteLossError("validation never gave a finite Spearman: the model diverged; nothing was saved")
-    steps = int(np.asarray(encoder.optimizer.iterations))  # before the best weights (and their step) return
-    encoder.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
-    valid = spearman(cosines(encoder, *ids["valid"]), data.valid.labels)
-    test = spearman(cosines(encoder, *ids["test"]), data.test.labels)
-    metrics = {
-        "task": cfg.task,
-        "kind": cfg.kind,
-        "loss": cfg.loss,
-        "architecture": cfg.architecture,
-        "keras": 3,
-        "backend": backend,
-        "best_epoch": state["best_epoch"],
-        "steps": steps,
-        "train_pairs": len(data.train),
-        "replicas": replicas,
-        "random_weights": not cfg.checkpoint,
-        "notes": data.notes,
-        "valid": {"spearman": valid},
-        "test": {"spearman": test},
-        "history": state["history"],
-        "wall_seconds": round(time.time() - started, 1),
-    }
-    source = {
-        "task": cfg.task,
-        "loss": cfg.loss,
-        "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
-        "random_weights": not cfg.checkpoint,
-        "run": os.path.abspath(output_dir),
-        "best_epoch": state["best_epoch"],
-        "test": metrics["test"],
-        "keras": keras.__version__,
-        "backend": backend,
-        "precision": cfg.precision,
-    }
-    save_model_folder(
-        os.path.join(output_dir, MODEL),
-        backbone,
-        cfg.architecture,
-        config,
-        vocab,
-        pooling=pooling,
-        maxlen=maxlen,
-        do_lower_case=lower,
-        source=source,
-    )
-    write_json(os.path.join(output_dir, METRICS), metrics)
-    shutil.rmtree(os.path.join(output_dir, BACKUP), ignore_errors=True)  # last: until metrics.json, a rerun resumes
-    logger.info("%s: test spearman %.4f (best valid %.4f at epoch %d)", cfg.task, test, valid, state["best_epoch"])
-    return metrics
 
 
 def _scope(strategy: Any) -> Any:
@@ -610,12 +669,18 @@ def save_model_folder(
     pooling: str,
     maxlen: int,
     do_lower_case: bool,
+    has_pooler: bool = True,
     source: Optional[dict] = None,
     overwrite: bool = True,
 ) -> None:
     """Write the Keras 2 engine's model folder for a keras-hub ``backbone``, atomically:
     ``cosent_model.json``, ``bert_config.json``, a Google-format ``bert_model.ckpt`` (Google's
-    variable names, :func:`cosent_tf.keras3.backbones.google_arrays`) and ``vocab.txt``."""
+    variable names, :func:`cosent_tf.keras3.backbones.google_arrays`) and ``vocab.txt``.
+
+    A keras-hub backbone always has BERT's pooler, random unless its source held one: pass
+    ``has_pooler=False`` for such a backbone (the trainer does, from its source) and the pooler is
+    written only when the pooling is ``pooler`` (then trained), as the Keras 2 builder does, so
+    that a random pooler is never shipped as if it were trained. The default writes the backbone whole."""
     from ..models.checkpoint_files import (
         CHECKPOINT_PREFIX,
         CHECKPOINT_STATE,
@@ -624,7 +689,7 @@ def save_model_folder(
         write_checkpoint_arrays,
     )
     from ..models.spec import ModelSpec, write_spec
-    from .backbones import google_arrays
+    from .backbones import POOLER_NAMES, google_arrays
 
     spec = ModelSpec(
         FEATURE.name,
@@ -637,6 +702,8 @@ def save_model_folder(
     )
     spec.check("cosent_model.json")
     arrays = {name: np.asarray(value, np.float32) for name, value in google_arrays(backbone, architecture).items()}
+    if not has_pooler and pooling != "pooler":
+        arrays = {name: value for name, value in arrays.items() if name not in POOLER_NAMES}
     with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
         write_checkpoint_arrays(os.path.join(tmp, CHECKPOINT_PREFIX), arrays)
         with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:

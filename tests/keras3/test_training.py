@@ -15,7 +15,7 @@ import pytest
 from cosent_tf.keras3.training import (
     build_loss,
     fit_input,
-    pair_batch_order,
+    pair_batches,
     resolve,
     save_model_folder,
     train,
@@ -117,12 +117,31 @@ def test_each_loss_offered_is_built_from_its_table_row_with_the_runs_options(los
     assert getattr(built, name) == value
 
 
-def test_each_epoch_is_a_seeded_shuffle_of_whole_batches():
-    first, again, other = (pair_batch_order(20, 4, 42, epoch) for epoch in (0, 0, 1))
-    assert first.shape == (5, 4) and sorted(first.ravel()) == list(range(20))
-    np.testing.assert_array_equal(first, again)
-    assert not np.array_equal(first, other)
-    assert pair_batch_order(10, 4, 42, 0).shape == (2, 4)  # the partial batch is left out
+@pytest.mark.parametrize("group_by_length", [True, False])
+def test_an_epochs_batches_are_the_keras2_engines(group_by_length):
+    """The batches of each epoch are the Keras 2 pipeline's for the same seed (grouped by length or
+    not, whole pairs per replica), so that runs on either Keras see the same batches."""
+    import keras
+
+    from cosent_tf.data.batching import batch_indices, pair_lengths
+
+    rng = np.random.default_rng(0)
+    ids_a = [[101] + [872] * int(rng.integers(1, 30)) + [102] for _ in range(90)]
+    ids_b = [[101] + [6821] * int(rng.integers(1, 30)) + [102] for _ in range(90)]
+    labels = np.arange(90, dtype=np.float32)
+    batches = pair_batches(keras, ids_a, ids_b, labels, 8, 42, group_by_length, replicas=2)
+    seen = []
+    for epoch in (0, 1):
+        batches.epoch = epoch
+        expected = batch_indices(pair_lengths(ids_a, ids_b), 8, epoch, True, group_by_length, 42, 2)
+        assert len(batches) == len(expected)
+        for index, pairs in enumerate(expected):
+            x, y = batches[index]
+            np.testing.assert_array_equal(y, np.repeat(labels[pairs], 2))  # label k is pair k's
+            assert x.shape[0] == 2 * len(pairs) and len(pairs) % 2 == 0
+            assert x.shape[1] % 8 == 0 and x.shape[1] >= max(len(ids_a[i]) for i in pairs)
+        seen.append(np.concatenate([batches[i][1][::2] for i in range(len(batches))]))
+    assert not np.array_equal(seen[0], seen[1])  # each epoch its own shuffle
 
 
 def test_fit_takes_batches_whose_width_changes_after_the_first_two():
@@ -207,7 +226,7 @@ class _Interrupted(Exception):
 def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_run, tmp_path):
     import keras
 
-    from cosent_tf.keras3.backbones import load_backbone
+    from cosent_tf.keras3.backbones import google_arrays, load_backbone
 
     cfg, _ = tiny_run
     whole = train(RunConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "whole")}))
@@ -221,17 +240,26 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_
         train(cfg, callbacks=[StopAtSecondEpoch()])
     assert os.listdir(os.path.join(cfg.output_dir, "backup"))
     assert not os.path.exists(os.path.join(cfg.output_dir, "metrics.json"))
+    assert os.path.exists(os.path.join(cfg.output_dir, ".cosent-run"))  # the Keras 2 engine's run marker
+    with open(cfg.train_file, encoding="utf-8") as f:
+        original = f.read()
+    with open(cfg.train_file, "a", encoding="utf-8") as f:
+        f.write("我\t你\t1\n")
+    with pytest.raises(Exception, match="input files differ now"):  # its fingerprint in the marker
+        train(cfg)
+    with open(cfg.train_file, "w", encoding="utf-8") as f:
+        f.write(original)
     resumed = train(cfg)
 
     assert [row["epoch"] for row in resumed["history"]] == [1, 2]
     assert resumed["steps"] == whole["steps"]
     assert resumed["valid"]["spearman"] == pytest.approx(whole["valid"]["spearman"], abs=1e-6)
-    arrays = [
-        load_backbone(os.path.join(folder, "model")).backbone.get_weights()
-        for folder in (cfg.output_dir, str(tmp_path / "whole"))
-    ]
-    for a, b in zip(*arrays):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    loaded = [load_backbone(os.path.join(folder, "model")) for folder in (cfg.output_dir, str(tmp_path / "whole"))]
+    assert all(one.has_pooler for one in loaded)  # the start folder's, kept
+    arrays = [google_arrays(one.backbone) for one in loaded]
+    assert arrays[0].keys() == arrays[1].keys()
+    for name in arrays[0]:
+        np.testing.assert_allclose(arrays[0][name], arrays[1][name], atol=1e-6, err_msg=name)
 
     with pytest.raises(Exception, match="holds a finished run"):
         train(cfg)
@@ -258,6 +286,9 @@ def test_options_keras3_cannot_honour_are_refused_by_name(tiny_run):
         ({"micro_batch_size": 2}, "--micro-batch-size: the gradient cache"),
         ({"eval_every": 3}, "--eval-every"),
         ({"matryoshka_dims": [8]}, "--matryoshka-dims"),
+        ({"backup_every": 2}, "--backup-every: Keras 3's BackupAndRestore restores the epoch but not the batch"),
+        ({"train_from_valid": 0.5}, "--train-from-valid: the Keras 3 route trains on"),
+        ({"group_size": 3}, "--group-size: an option of losses the Keras 3 route does not train"),
     ):
         with pytest.raises(ConfigError, match=named):
             resolve(RunConfig(**{**cfg.__dict__, **option}))
@@ -350,3 +381,126 @@ def test_the_command_trains_on_keras3_on_this_backend(tmp_path):
         assert json.load(f)["source"]["backend"] == backend
     with open(tmp_path / "run" / "config.json", encoding="utf-8") as f:
         assert json.load(f)["keras"] == 3
+
+
+def test_overwrite_removes_only_a_runs_own_outputs_and_refuses_a_folder_of_the_users(tiny_run, tmp_path):
+    """A folder with a config.json is not a run (a Hugging Face folder has one): --overwrite refuses
+    it and removes nothing; a run's folder gets the Keras 2 engine's marker, and --overwrite there
+    refuses a file the run did not write, before removing anything."""
+    from cosent_tf.errors import ConfigError
+
+    cfg, _ = tiny_run
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
+    (users / "model.safetensors").write_text("weights", encoding="utf-8")
+    with pytest.raises(ConfigError, match="does not look like a cosent-tf training run"):
+        train(RunConfig(**{**cfg.__dict__, "output_dir": str(users)}), overwrite=True)
+    assert sorted(os.listdir(users)) == ["config.json", "model.safetensors"]
+
+    train(RunConfig(**{**cfg.__dict__, "epochs": 1}))
+    assert ".cosent-run" in os.listdir(cfg.output_dir)
+    with open(os.path.join(cfg.output_dir, "notes.txt"), "w", encoding="utf-8") as f:
+        f.write("mine")
+    with pytest.raises(ConfigError, match="not a cosent-tf training run"):
+        train(RunConfig(**{**cfg.__dict__, "epochs": 1}), overwrite=True)
+    assert os.path.exists(os.path.join(cfg.output_dir, "metrics.json"))
+
+
+def test_a_batch_the_loss_cannot_learn_from_is_refused_by_name_before_anything_is_written(tiny_run):
+    from cosent_tf.errors import ConfigError
+
+    cfg, _ = tiny_run
+    with pytest.raises(ConfigError, match="--batch-size 1: the cosent loss"):
+        train(RunConfig(**{**cfg.__dict__, "batch_size": 1}))
+    assert not os.path.exists(cfg.output_dir)
+
+
+def test_the_best_weights_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A save that fails part-way (a full disk, a kill) leaves the earlier best weights readable."""
+    import keras
+
+    from cosent_tf.keras3.training import _validation
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    scores = iter([0.1, 0.5])
+    callback = _validation(keras, lambda: next(scores), str(tmp_path))
+    callback.set_model(model)
+    callback.on_epoch_end(0, {"loss": 1.0})
+    first = [np.asarray(w) for w in model.get_weights()]
+    model.set_weights([w + 1 for w in first])
+
+    def torn(path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"torn")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model, "save_weights", torn)
+    with pytest.raises(OSError):
+        callback.on_epoch_end(1, {"loss": 1.0})
+    monkeypatch.undo()
+    model.load_weights(str(tmp_path / "best.weights.h5"))
+    for a, b in zip(model.get_weights(), first):
+        np.testing.assert_array_equal(a, b)
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+
+
+def test_a_run_from_a_config_with_cls_pooling_ships_no_random_pooler(tiny_run, tmp_path):
+    from cosent_tf.keras3.backbones import load_backbone
+
+    cfg, _ = tiny_run
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY), encoding="utf-8")
+    values = {**cfg.__dict__, "checkpoint": None, "config": str(config), "vocab": SHARED_VOCAB}
+    train(RunConfig(**{**values, "pooling": "cls", "epochs": 1}))
+    assert load_backbone(os.path.join(cfg.output_dir, "model")).has_pooler is False
+
+
+DECAY_RULE_ON_KERAS2 = """
+import re
+from cosent_tf.models.architectures import transformer_class
+from cosent_tf.optimizers import NOT_DECAYED
+names, decayed = [], []
+for architecture, config in ({architectures}):
+    config = dict(config, max_position=32, segment_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0,
+                  with_pool=True)
+    transformer = transformer_class(architecture)(**config)
+    transformer.build(**config)
+    for layer, google in transformer.variable_mapping().items():
+        if layer not in transformer.layers:  # BERT's mapping names an Embedding-Mapping it has only when
+            continue  # embedding_size differs from hidden_size (as bert4keras's loader skips it)
+        for weight, name in zip(transformer.layers[layer].trainable_weights, google):
+            names.append(name)
+            decayed.append(not any(re.search(pattern, weight.name) for pattern in NOT_DECAYED))
+outputs["names"], outputs["decayed"] = np.array(names), np.array(decayed)
+"""
+
+
+def test_weight_decay_skips_what_the_keras2_engine_skips_albert_embedding_mapping_included(tmp_path):
+    """The Keras 3 rule over Google names and the Keras 2 rule over bert4keras names are one rule:
+    compared on every weight of a BERT and an ALBERT, and applied to the Keras 3 encoder's variables."""
+    from cosent_tf.keras3 import build_encoder
+    from cosent_tf.keras3.backbones import backbone_from_config, weight_table
+    from cosent_tf.keras3.training import not_decayed_variables
+    from cosent_tf.training.weight_decay import decayed
+
+    albert = {**TINY, "embedding_size": 8}
+    keras2 = run_keras2(
+        DECAY_RULE_ON_KERAS2.format(architectures=f"('bert', {TINY!r}), ('albert', {albert!r})"), tmp_path
+    )
+    rule = dict(zip(keras2["names"].tolist(), keras2["decayed"].tolist()))
+    assert (
+        "bert/encoder/embedding_hidden_mapping_in/kernel" in rule
+        and not rule["bert/encoder/embedding_hidden_mapping_in/kernel"]
+    )
+    assert {name: decayed(name) for name in rule} == rule
+    for architecture, config in (("bert", TINY), ("albert", albert)):
+        backbone = backbone_from_config(config, architecture)
+        table = weight_table(backbone)
+        assert {name for name, _, _ in table} <= set(rule)
+        encoder = build_encoder(backbone, pooling="cls")
+        trained = {id(v) for v in encoder.trainable_variables}
+        skipped = {id(v) for v in not_decayed_variables(encoder, backbone)}
+        assert {name for name, v, _ in table if id(v) in skipped} == {
+            name for name, v, _ in table if id(v) in trained and not rule[name]
+        }
