@@ -26,6 +26,7 @@ import pytest
 from cosent_tf import ConfigError, SentenceEncoder, VectorIndex
 from cosent_tf.cli import _run_training, argument_parser, main, output_kinds, report_main, train_main
 from cosent_tf.io import FolderKind, atomic_directory, write_json, write_text
+from cosent_tf.training.config import RunConfig
 from cosent_tf.training.run_folder import RUN_FOLDER
 from tests.helpers import ROOT, make_model_dir
 
@@ -307,7 +308,7 @@ def test_training_prints_its_final_metrics_as_strict_json(monkeypatch, capsys):
     def no_bare_constants(name):
         raise AssertionError(f"bare {name} in the printed JSON")
 
-    _run_training(None, False)
+    _run_training(RunConfig(), False)
     printed = json.loads(capsys.readouterr().out, parse_constant=no_bare_constants)
     assert printed == {"valid": {"spearman": None}, "test": {"spearman": None}, "best_epoch": 1, "wall_seconds": 2.5}
 
