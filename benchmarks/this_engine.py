@@ -21,8 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import cosent_tf as ct  # noqa: E402
-from cosent_tf.backend import import_tensorflow_text, keras, tf  # noqa: E402
+from cosent_tf.backend import keras, tf  # noqa: E402
 from cosent_tf.environment import weights_assumed_frozen  # noqa: E402
+from cosent_tf.export.graph_tokenization import import_tensorflow_text  # noqa: E402
 
 import common  # noqa: E402
 

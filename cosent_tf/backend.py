@@ -117,31 +117,6 @@ def _split_cpu() -> None:
 _split_cpu()
 
 
-def import_tensorflow_text() -> Any:
-    """The ``tensorflow_text`` module, imported on first need.
-
-    It registers ops at import and only in-graph tokenisation (export) needs it, so training
-    never imports it.
-
-    Returns:
-        The module.
-
-    Raises:
-        ConfigError: it is not installed; the message names the version to install.
-
-    Example:
-        >>> text = import_tensorflow_text()  # doctest: +SKIP
-    """
-    try:
-        import tensorflow_text
-    except ImportError as e:
-        raise ConfigError(
-            "in-graph tokenisation (export) needs tensorflow-text: "
-            f"pip install tensorflow-text=={tf.__version__.rsplit('.', 1)[0]}.*"
-        ) from e
-    return tensorflow_text
-
-
 def policy_name(precision: str) -> str:
     """The Keras dtype policy of a ``--precision`` value.
 

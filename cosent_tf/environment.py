@@ -8,6 +8,7 @@ user's ``import tensorflow``. Why each variable is set: docs/platform.md.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -34,6 +35,21 @@ FROZEN_WEIGHTS_AT_IMPORT = os.environ.get(FROZEN_WEIGHTS_VARIABLE)
 # Commands of the cosent-tf script that only run models forward: their processes never change
 # a model's weights.
 INFERENCE_COMMANDS = ("evaluate", "encode", "similarity", "search")
+
+
+def keras3_process() -> bool:
+    """Whether this process holds Keras 3: it imported :mod:`cosent_tf.keras3`, or Keras 3 itself and
+    not the Keras 2 engine. A module both routes use then imports what it needs without
+    :mod:`cosent_tf.backend`, which would point ``keras`` at tf-keras (bert4keras does).
+
+    Example:
+        >>> keras3_process()  # doctest: +SKIP
+        False
+    """
+    if "cosent_tf.keras3" in sys.modules:
+        return True
+    keras = sys.modules.get("keras")
+    return "cosent_tf.backend" not in sys.modules and str(getattr(keras, "__version__", "")).startswith("3.")
 
 
 def weights_assumed_frozen() -> bool:

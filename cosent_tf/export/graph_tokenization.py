@@ -30,11 +30,15 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-# TensorFlow itself, not cosent_tf.backend (which holds Keras 2): the Keras 3 route's SavedModel
-# export tokenises with this module too, in a process where the Keras 2 engine may not be imported.
-import tensorflow as tf
-
+from ..environment import keras3_process
 from ..errors import ConfigError
+
+# The Keras 3 route's SavedModel export tokenises with this module too, in a process where the Keras 2
+# engine (cosent_tf.backend, which holds TensorFlow's start-up lines back) may not be imported.
+if keras3_process():
+    import tensorflow as tf
+else:
+    from ..backend import tf
 
 MAX_WORD_CHARS = 200  # bert4keras Tokenizer(word_maxlen=200)
 _CJK_RANGES = (
@@ -113,8 +117,12 @@ def character_table(do_lower_case: bool = True) -> dict[str, str]:
 
 
 def import_tensorflow_text() -> Any:
-    """The ``tensorflow_text`` module (:func:`cosent_tf.backend.import_tensorflow_text`, which a Keras 3
-    process cannot import), or a ConfigError naming the version to install."""
+    """The ``tensorflow_text`` module, imported on first need: it registers ops at import and only
+    in-graph tokenisation (export) needs it, so training never imports it.
+
+    Raises:
+        ConfigError: it is not installed; the message names the version to install.
+    """
     try:
         import tensorflow_text
     except ImportError as e:

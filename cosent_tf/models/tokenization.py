@@ -19,6 +19,7 @@ from typing import Any, Optional, Protocol, Union
 import numpy as np
 
 from ..data.pairs import decoded_lines
+from ..environment import keras3_process
 from ..errors import ConfigError, DataError
 from ..huggingface import folders as huggingface
 from .checkpoint_files import read_config
@@ -65,16 +66,7 @@ def tokenizer_beside_keras3() -> Any:
     return Tokenizer
 
 
-def _keras3_process() -> bool:
-    """Whether this process holds Keras 3: it imported cosent_tf.keras3, or Keras 3 itself and not the
-    Keras 2 engine (which would otherwise be loaded here, and point ``keras`` at tf-keras under it)."""
-    if "cosent_tf.keras3" in sys.modules:
-        return True
-    keras = sys.modules.get("keras")
-    return "cosent_tf.backend" not in sys.modules and str(getattr(keras, "__version__", "")).startswith("3.")
-
-
-if _keras3_process():
+if keras3_process():
     Bert4kerasTokenizer = tokenizer_beside_keras3()
 else:  # the Keras 2 engine's, as always
     from ..backend import Bert4kerasTokenizer

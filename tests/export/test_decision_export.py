@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder
-from cosent_tf.backend import import_tensorflow_text, tf
+from cosent_tf.backend import tf
 from cosent_tf.calibration import DECISION_FILE, MatchDecision, ScoreMap, read_decision, write_decision
 from cosent_tf.data.pipeline import pair_segment_ids
+from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import decision_outputs, export_saved_model, score_map_in_graph
 from cosent_tf.inference.matchers import load_matcher

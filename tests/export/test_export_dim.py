@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, ModelSpec, SentenceEncoder, build_encoder, save_model_dir
-from cosent_tf.backend import import_tensorflow_text, keras, tf
+from cosent_tf.backend import keras, tf
 from cosent_tf.calibration import DECISION_FILE, MatchDecision, write_decision
+from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import HF_FOLDER, export_hf
 from cosent_tf.export.onnx_export import export_onnx
 from cosent_tf.export.savedmodel import EXPORT_RECORD, export_saved_model

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import SentenceEncoder
-from cosent_tf.backend import import_tensorflow_text, keras, tf
+from cosent_tf.backend import keras, tf
+from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.onnx_export import export_onnx
 from cosent_tf.export.savedmodel import export_saved_model

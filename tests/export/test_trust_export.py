@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder
-from cosent_tf.backend import import_tensorflow_text, tf
+from cosent_tf.backend import tf
+from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
 from tests.helpers import make_model_dir

@@ -12,6 +12,7 @@ import pytest
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS
+from cosent_tf.training.run_rules import VALIDATION_STATE
 from tests.helpers import ROOT, make_tiny_setup, run_until, write_config
 from tests.training.run_helpers import RUN_FILES, read_csv
 
@@ -208,8 +209,9 @@ def test_every_output_of_a_run_arrives_whole_by_rename(tiny_setup, monkeypatch):
     assert renamed[0][1] == RUN_MARKER  # first: the folder is a run's before it holds anything else
     targets = {target: source for source, target in renamed}
     # the training state is a folder Keras writes and removes; the reliability diagram is drawn only
-    # for a calibration map, which these 24 valid pairs are too few for (test_decision_run draws one)
+    # for a calibration map, which these 24 valid pairs are too few for (test_decision_run draws one);
+    # validation.json is the Keras 3 trainer's (tests/keras3/test_training.py)
     assert not (out / "reliability.png").exists()
-    for name in set(RUN_OUTPUTS) - {"backup", "reliability.png"}:
+    for name in set(RUN_OUTPUTS) - {"backup", "reliability.png", VALIDATION_STATE}:
         assert name in targets and targets[name].startswith(".tmp-"), (name, renamed)
     assert not [name for name in os.listdir(out) if name.startswith((".tmp-", ".old-"))]
