@@ -30,20 +30,29 @@ from typing import Any, Optional, Union
 from ..backend import dtype_policy, inference_policy_name, keras
 from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision, write_decision
 from ..errors import ConfigError
-from ..io import FolderKind, atomic_directory
+from ..io import atomic_directory
 from ..models.builders import build_from_spec, head_layer_name
-from ..models.checkpoints import CHECKPOINT_ENTRIES, head_variables, write_checkpoint_folder
+from ..models.checkpoints import head_variables, write_checkpoint_folder
 from ..models.kinds import get_kind
 
 # The spec's home (hf_spec's too) is cosent_tf.models.spec; this module names them too, as it did
 # before 0.4.
 from ..models.sources import ModelSource, open_model_folder
-from ..models.spec import FORMAT, FORMAT_VERSION, SPEC_FILE, SPEC_TYPES, ModelSpec, hf_spec, read_spec, write_spec
+from ..models.spec import (
+    FORMAT,
+    FORMAT_VERSION,
+    MODEL_FOLDER,
+    SPEC_FILE,
+    SPEC_TYPES,
+    ModelSpec,
+    hf_spec,
+    read_spec,
+    write_spec,
+)
 from ..models.tokenization import SentenceTokenizer
 
 logger = logging.getLogger(__name__)
 
-MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE, DECISION_FILE))
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",

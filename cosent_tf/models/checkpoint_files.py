@@ -35,6 +35,9 @@ RUN_MARKER = ".cosent-run"
 RUN_MODEL_FOLDER = "model"
 # The file that makes a folder a TensorFlow SavedModel (tf.saved_model.SAVED_MODEL_FILENAME_PB).
 SAVED_MODEL_FILE = "saved_model.pb"
+# TensorFlow's checkpoint readers look a prefix up as a glob pattern first (GetMatchingPaths), and
+# then open it as a plain path: a prefix holding these characters cannot be read, escaped or not.
+TF_GLOB_CHARACTERS = "*?[\\"
 # The 'checkpoint' file of a folder whose one checkpoint is CHECKPOINT_PREFIX (tf.train.latest_checkpoint reads it).
 CHECKPOINT_STATE = f'model_checkpoint_path: "{CHECKPOINT_PREFIX}"\nall_model_checkpoint_paths: "{CHECKPOINT_PREFIX}"\n'
 

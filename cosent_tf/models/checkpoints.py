@@ -42,6 +42,7 @@ from .checkpoint_files import (  # noqa: F401  (their home is checkpoint_files, 
     RUN_MARKER,
     RUN_MODEL_FOLDER,
     SAVED_MODEL_FILE,
+    TF_GLOB_CHARACTERS,
     VOCAB_FILE,
     check_config,
     read_config,
@@ -132,11 +133,6 @@ def open_checkpoint(checkpoint_path: str, head_scope: Optional[str] = None) -> C
     if links is not None:  # the links live as long as the variables read through them
         weakref.finalize(checkpoint, shutil.rmtree, links, True)
     return checkpoint
-
-
-# TensorFlow's checkpoint readers look a prefix up as a glob pattern first (GetMatchingPaths), and
-# then open it as a plain path: a prefix holding these characters cannot be read, escaped or not.
-TF_GLOB_CHARACTERS = "*?[\\"
 
 
 def readable_prefix(prefix: str) -> tuple:

@@ -19,13 +19,17 @@ import os
 from typing import Any, Optional, Protocol, Union
 
 from .. import huggingface
+from ..calibration import DECISION_FILE
 from ..errors import ConfigError
-from ..io import is_inside, json_field, read_json
-from .checkpoint_files import CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
+from ..io import FolderKind, is_inside, json_field, read_json
+from .checkpoint_files import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
 from .families import get_architecture
 from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, KINDS
 
 SPEC_FILE = "cosent_model.json"
+# A model folder: a Google-format checkpoint folder plus SPEC_FILE (and the match decision), what
+# cosent_tf.inference.model_dir writes for the Keras 2 engine and cosent_tf.keras3.training for Keras 3.
+MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE, DECISION_FILE))
 FORMAT = "cosent-tf-model"
 FORMAT_VERSION = 3
 

@@ -27,18 +27,10 @@ import stat
 from collections.abc import Iterable
 from typing import Optional
 
-from ..calibration import DECISION_FILE
 from ..errors import ConfigError, DataError
 from ..io import FolderKind, is_inside, json_field, read_json, write_json
-from ..models.checkpoint_files import CHECKPOINT_ENTRIES, RUN_MARKER, RUN_MODEL_FOLDER
-from ..models.spec import SPEC_FILE
-
-# The model folder a run writes under MODEL: cosent_tf.inference.model_dir.MODEL_FOLDER, which
-# imports the Keras 2 engine; tests/training/test_run_folder.py checks that the two are one.
-MODEL_FOLDER = FolderKind("a cosent-tf model folder", SPEC_FILE, CHECKPOINT_ENTRIES + (SPEC_FILE, DECISION_FILE))
-# TensorFlow's checkpoint readers look a prefix up as a glob pattern: cosent_tf.models.checkpoints
-# .TF_GLOB_CHARACTERS (Keras 2 engine), checked equal by the same test.
-TF_GLOB_CHARACTERS = "*?[\\"
+from ..models.checkpoint_files import RUN_MARKER, RUN_MODEL_FOLDER, TF_GLOB_CHARACTERS
+from ..models.spec import MODEL_FOLDER, SPEC_FILE
 
 # RUN_MARKER is written first into a new run's folder; it records the fingerprints of the run's
 # inputs (named in cosent_tf.models.checkpoints, which tells a run folder from a checkpoint).

@@ -127,11 +127,11 @@ def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     assert json.loads((out / "metrics.json").read_text())["test"] == again["test"] != first["test"]
 
 
-def test_the_keras_free_run_rules_name_the_keras2_engines_model_folder_and_glob_characters():
-    """run_rules (imported by the Keras 3 trainer too) cannot import the modules that define these."""
+def test_the_keras_free_run_rules_are_the_keras2_engines():
+    """run_rules (imported by the Keras 3 trainer too) and the Keras 2 engine name one model folder."""
     from cosent_tf.inference.model_dir import MODEL_FOLDER
     from cosent_tf.models.checkpoints import TF_GLOB_CHARACTERS
     from cosent_tf.training import run_folder, run_rules
 
-    assert run_rules.MODEL_FOLDER == MODEL_FOLDER and run_rules.TF_GLOB_CHARACTERS == TF_GLOB_CHARACTERS
+    assert run_rules.MODEL_FOLDER is MODEL_FOLDER and run_rules.TF_GLOB_CHARACTERS is TF_GLOB_CHARACTERS
     assert run_folder.prepare_run_folder is run_rules.prepare_run_folder
