@@ -637,7 +637,7 @@ def mine_hard_negatives(
         check_index_model(corpus, encoder.path)
         corpus_size, described = len(corpus), corpus.directory or f"an index of {len(corpus)} texts"
     else:
-        from .inference.matchers import check_texts
+        from .inference.texts import check_texts
 
         if corpus is None:
             corpus, described = default_corpus(data), "the data's distinct second texts"

@@ -14,7 +14,7 @@ _HOMES = {
     "l2_normalize": ".runtime",
     "cosine_scores": ".runtime",
     "interaction_scores": ".runtime",
-    "check_texts": ".matchers",
+    "check_texts": ".texts",
     "check_pairs": ".matchers",
     "SentenceEncoder": ".matchers",
     "PairScorer": ".matchers",

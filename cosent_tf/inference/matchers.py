@@ -29,25 +29,11 @@ from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir, read_model_decision
 from .onnx_model import load_onnx_dir, read_onnx_spec
 from .runtime import batched_outputs, interaction_scores, l2_normalize
+from .texts import check_texts
 from .vectors import check_dim
 
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
-
-
-def check_texts(texts: Iterable[str], name: str = "texts") -> list[str]:
-    """``texts`` as a list of str; a clear TypeError for anything else (one string, bytes, a
-    non-string item), naming ``name``."""
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, not a single {type(texts).__name__}; wrap it in a list")
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}") from None
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}] is a {type(text).__name__} ({text!r:.40}), not a str")
-    return texts
 
 
 def check_pairs(texts_a: Iterable[str], texts_b: Iterable[str]) -> tuple[list[str], list[str]]:

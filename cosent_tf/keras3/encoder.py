@@ -16,6 +16,7 @@ import numpy as np
 
 from ..choices import POOLING_MODES
 from ..errors import CheckpointError, ConfigError
+from ..inference.texts import check_texts
 from ..models.checkpoint_files import VOCAB_FILE
 from ..models.tokenization import SentenceTokenizer
 from .backbones import LoadedBackbone, load_backbone
@@ -85,20 +86,6 @@ def build_encoder(backbone: Any, pooling: str = "cls", name: str = "encoder") ->
     hidden = hidden_states(_BackboneInputs(name="backbone_inputs")(token_ids, mask))
     vectors = Pooling(pooling, name="pooling")(hidden, mask=mask)
     return keras.Model(token_ids, vectors, name=name)
-
-
-def check_texts(texts: Iterable[str], name: str = "texts") -> list:
-    """``texts`` as a list of str; a TypeError naming ``name`` for one string, bytes, or a non-string item."""
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{name} must be a sequence of strings, not a single {type(texts).__name__}; wrap it in a list")
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}") from None
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}] is a {type(text).__name__} ({text!r:.40}), not a str")
-    return texts
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
