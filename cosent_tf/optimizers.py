@@ -8,8 +8,8 @@ from .backend import keras, tf
 from .choices import SCHEDULES
 
 # Decoupled weight decay skips embeddings, layer norms and biases: regular expressions on bert4keras's
-# variable names, whose home is the Keras-free cosent_tf.training.weight_decay (the Keras 3 trainer's rule too).
-from .training.weight_decay import NOT_DECAYED
+# variable names, whose home is the Keras-free cosent_tf.weight_decay (the Keras 3 trainer's rule too).
+from .weight_decay import NOT_DECAYED
 
 
 @keras.utils.register_keras_serializable(package="cosent_tf")

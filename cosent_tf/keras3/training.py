@@ -55,7 +55,7 @@ from ..training.run_rules import (
     fingerprints,
     prepare_run_folder,
 )
-from ..training.weight_decay import decayed
+from ..weight_decay import decayed
 from .runtime import backend_name, checked_keras, keras_hub_backbone
 
 logger = logging.getLogger(__name__)
@@ -342,7 +342,7 @@ class _LinearWarmup:
 def build_optimizer(keras: Any, cfg: RunConfig, total_steps: int, not_decayed: list) -> Any:
     """The engine's recipe on Keras 3: Adam at ``lr``, AdamW-style decoupled weight decay (when
     ``weight_decay`` is set) of every variable but ``not_decayed`` (the Keras 2 engine's rule,
-    :func:`cosent_tf.training.weight_decay.decayed`), under the warm-up / linear schedule when asked for."""
+    :func:`cosent_tf.weight_decay.decayed`), under the warm-up / linear schedule when asked for."""
     assert cfg.lr is not None and cfg.schedule is not None, "a resolved RunConfig"
     rate: Any = cfg.lr
     if cfg.warmup or cfg.schedule != "constant":
@@ -355,7 +355,10 @@ def build_optimizer(keras: Any, cfg: RunConfig, total_steps: int, not_decayed: l
 
 def build_loss(cfg: RunConfig, task: Task) -> Any:
     """The run's feature loss from :mod:`cosent_tf.keras3.losses`, made by its row of the loss table."""
-    return get_loss(cfg.kind, cfg.loss).build_keras3(
+    from . import losses
+
+    return get_loss(cfg.kind, cfg.loss).make(
+        losses,
         scale=cfg.scale,
         epsilon=cfg.epsilon,
         max_label=task.max_label,
@@ -366,7 +369,7 @@ def build_loss(cfg: RunConfig, task: Task) -> Any:
 
 def not_decayed_variables(encoder: Any, backbone: Any) -> list:
     """The trainable variables of ``encoder`` that weight decay skips: those whose Google checkpoint
-    name (:func:`cosent_tf.keras3.backbones.weight_table`) :func:`~cosent_tf.training.weight_decay.decayed`
+    name (:func:`cosent_tf.keras3.backbones.weight_table`) :func:`~cosent_tf.weight_decay.decayed`
     rejects, and any variable outside the table (none today; never decayed unasked)."""
     from .backbones import weight_table
 

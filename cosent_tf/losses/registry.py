@@ -73,7 +73,8 @@ class LossEntry:
         make: ``make(losses, scale=, epsilon=, max_label=, positive_above=, global_batch=, group_size=,
             symmetric=, weights=)`` -> the loss made from the classes of ``losses`` (:class:`Keras2Losses`
             or :mod:`cosent_tf.keras3.losses`, which have the same names); it takes the options it needs
-            and ignores the others. :meth:`build` and :meth:`build_keras3` call it.
+            and ignores the others. :meth:`build` calls it for Keras 2; the Keras 3 trainer with
+            :mod:`cosent_tf.keras3.losses`.
         on_classes: trained on class labels (a task's graded scores are split first).
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
@@ -117,12 +118,6 @@ class LossEntry:
     def build(self, **options: Any) -> keras.losses.Loss:
         """The Keras 2 loss of this row with the run's ``options`` (see ``make``)."""
         return self.make(Keras2Losses, **options)
-
-    def build_keras3(self, **options: Any) -> Any:
-        """The same loss on Keras 3 (:mod:`cosent_tf.keras3.losses`); for a process that holds Keras 3."""
-        from ..keras3 import losses
-
-        return self.make(losses, **options)
 
     def check_batch(self, batch_size: int, replicas: int = 1, global_batch: bool = True) -> None:
         """Raise ConfigError if batches of ``batch_size`` pairs, shared by ``replicas`` (each ranking

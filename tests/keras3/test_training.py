@@ -482,7 +482,7 @@ def test_weight_decay_skips_what_the_keras2_engine_skips_albert_embedding_mappin
     from cosent_tf.keras3 import build_encoder
     from cosent_tf.keras3.backbones import backbone_from_config, weight_table
     from cosent_tf.keras3.training import not_decayed_variables
-    from cosent_tf.training.weight_decay import decayed
+    from cosent_tf.weight_decay import decayed
 
     albert = {**TINY, "embedding_size": 8}
     keras2 = run_keras2(
