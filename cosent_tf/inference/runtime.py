@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ..backend import keras, model_precision, tf
 from ..console import live_progress_on
 from ..data.pipeline import length_sorted_batches, restore_order, segment_ids
+from .vectors import l2_normalize
 
 _INFERENCE_FUNCTIONS: weakref.WeakKeyDictionary[keras.Model, Callable[..., Any]] = weakref.WeakKeyDictionary()
 _REPLICATED_FUNCTIONS: weakref.WeakKeyDictionary[
@@ -169,11 +170,6 @@ def batched_outputs(
     if not outputs:
         return np.zeros((0,) + tuple(model.output_shape[1:]), dtype=np.float32)
     return restore_order(np.concatenate(outputs), order)
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (a zero row stays zero)."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def cosine_scores(

@@ -102,6 +102,11 @@ def check_dim(dim: Optional[int], width: int, trained_dims: Optional[Sequence[in
     return int(dim)
 
 
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (a zero row stays zero): the vectors both Kerases' encoders return."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
 def truncate(vectors: np.ndarray, dim: Optional[int]) -> np.ndarray:
     """The first ``dim`` dimensions of each row, renormalised to unit length (float32); ``vectors``
     as float32 when ``dim`` is None. A row of zeros stays zeros.

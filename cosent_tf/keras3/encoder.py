@@ -17,6 +17,7 @@ import numpy as np
 from ..choices import POOLING_MODES
 from ..errors import CheckpointError, ConfigError
 from ..inference.texts import check_texts
+from ..inference.vectors import l2_normalize
 from ..models.checkpoint_files import VOCAB_FILE
 from ..models.tokenization import SentenceTokenizer
 from .backbones import LoadedBackbone, load_backbone
@@ -69,7 +70,8 @@ def build_encoder(backbone: Any, pooling: str = "cls", name: str = "encoder") ->
         ConfigError: an unknown pooling.
 
     Example:
-        >>> encoder = build_encoder(load_backbone("bge-small-zh").backbone, "cls")  # doctest: +SKIP
+        >>> backbone = load_backbone("checkpoints/chinese-roberta-wwm-ext").backbone  # doctest: +SKIP
+        >>> encoder = build_encoder(backbone, "cls")  # doctest: +SKIP
     """
     if pooling not in POOLING_MODES:
         raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
@@ -86,11 +88,6 @@ def build_encoder(backbone: Any, pooling: str = "cls", name: str = "encoder") ->
     hidden = hidden_states(_BackboneInputs(name="backbone_inputs")(token_ids, mask))
     vectors = Pooling(pooling, name="pooling")(hidden, mask=mask)
     return keras.Model(token_ids, vectors, name=name)
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (a zero row stays zero), as the Keras 2 engine's."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 class SentenceEncoder:
