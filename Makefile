@@ -41,19 +41,32 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(PY) scripts/cosent.py STS-B --data-dir $(DATA) --epochs 1 --lr 1e-4 --output-dir runs/demo-cosent-STS-B --overwrite
 
-test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
-	COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) COSENT_ONNX_REFERENCE_PYTHON=$(ONNX_REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --durations=40 tests
-	$(MAKE) test-keras3
+# Every test on every core: pytest-xdist hands whole modules to its workers (module fixtures are
+# built once), slowest first (tests/module_seconds.json); tests/workers.py gives each worker its
+# share of the cores' threads. Each run's times go to $(TIMES), and the end prints the suite's
+# total and its ten slowest modules (tools/suite_times.py; docs/testing.md has the budget).
+TIMES := .cache/suite-times
+WORKERS ?= auto
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile
+TEST_ENV := COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(abspath $(REF_PY)) COSENT_ONNX_REFERENCE_PYTHON=$(abspath $(ONNX_REF_PY))
 
-# The Keras 3 suite, in processes of its own: once on the TensorFlow backend, once on JAX.
+test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
+	rm -rf $(TIMES) && mkdir -p $(TIMES)
+	$(TEST_ENV) $(PYTEST) -m "" --durations=20 --timing-json $(TIMES)/keras2.json tests
+	$(MAKE) test-keras3
+	$(PY) tools/suite_times.py $(TIMES)/*.json
+
+# The Keras 3 suite, in processes of its own: once on the TensorFlow backend, once on JAX (after
+# TensorFlow, so that JAX's run reads the Keras 2 references that TensorFlow's computed).
 test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
+	mkdir -p $(TIMES)
 	for backend in tensorflow jax; do \
-	  KERAS_BACKEND=$$backend COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(REF_PY) $(PY) -m pytest -q -p no:cacheprovider -m "" --confcutdir=tests/keras3 --durations=10 tests/keras3 || exit 1; \
+	  KERAS_BACKEND=$$backend $(TEST_ENV) $(PYTEST) -m "" --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$$backend.json tests/keras3 || exit 1; \
 	done
 
-# The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs.
+# The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs, on every core.
 test-quick: $(TEST_STAMP)
-	COSENT_SHARED_DATA=$(DATA) $(PY) -m pytest -q -p no:cacheprovider tests
+	COSENT_SHARED_DATA=$(DATA) $(PYTEST) tests
 
 # Lint, format check and type check (settings in pyproject.toml); `ruff format .` applies the
 # format. .pre-commit-config.yaml runs the same three before each commit.

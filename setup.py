@@ -46,7 +46,8 @@ setup(
         "safetensors>=0.4",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10"],
+        # pytest-xdist runs the suite on every core; filelock lets its workers share the fixture zoo
+        "test": ["pytest>=7", "pytest-xdist>=3.6", "filelock>=3.12", "hypothesis>=6", "ruff>=0.6", "mypy>=1.10"],
         # reading a Hugging Face folder's pytorch_model.bin (model.safetensors needs no torch)
         "torch": ["torch>=2.1"],
         # ONNX export (tf2onnx converts the Keras graph; pinned: cosent_tf/export/onnx_export.py passes it

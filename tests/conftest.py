@@ -2,12 +2,16 @@
 
 import os
 
+from . import workers  # noqa: F401  (sizes the thread pools before TensorFlow starts them)
+
+# isort: split
 import pytest
 
 import cosent_tf  # noqa: F401  (sets up Keras 2 before TensorFlow is imported anywhere)
 from cosent_tf.backend import keras
 
 from .helpers import SHARED_DATA, make_model_dir, make_tiny_setup, write_config
+from .zoo import built_once, changed_folders
 
 # The Keras 3 suite runs in processes of its own (tests/keras3/conftest.py; `make test` runs it once
 # per backend): this process holds Keras 2.
@@ -38,6 +42,8 @@ def _fresh_keras_state():
     leaked = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy("float32")  # so that one leak does not fail every later test
     assert leaked == "float32", f"the test left the global dtype policy {leaked!r} set"
+    changed = changed_folders()
+    assert not changed, f"the test changed the zoo's {changed}: a test that writes takes tests.zoo.copy_of(folder)"
 
 
 @pytest.fixture
@@ -49,10 +55,12 @@ def tiny_setup(tmp_path):
 def mining_models(tmp_path_factory):
     """Model folders of the mining and rerank tests: ``encoder`` and ``other``, two feature models,
     and ``scorer``, an interaction model; small and random."""
-    root = tmp_path_factory.mktemp("mining-models")
-    config = write_config(root / "config.json")
-    # Mean pooling: a random model's [CLS] vectors are all nearly the same, which would rank nothing.
-    make_model_dir(root / "encoder", config, pooling="last-avg", maxlen=16)
-    make_model_dir(root / "scorer", config, kind="interaction", maxlen=32)
-    make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
-    return root
+
+    def build(root):
+        config = write_config(root / "config.json")
+        # Mean pooling: a random model's [CLS] vectors are all nearly the same, which would rank nothing.
+        make_model_dir(root / "encoder", config, pooling="last-avg", maxlen=16)
+        make_model_dir(root / "scorer", config, kind="interaction", maxlen=32)
+        make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
+
+    return built_once(tmp_path_factory, "mining-models", build)

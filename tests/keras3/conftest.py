@@ -10,6 +10,9 @@ counts it.
 
 import os
 
+import tests.workers  # noqa: F401  (sizes the thread pools before Keras 3's backend starts them)
+
+# isort: split
 import pytest
 
 from cosent_tf.keras3.runtime import backend_name

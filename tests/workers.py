@@ -1,0 +1,30 @@
+"""Thread pools sized for the pytest-xdist worker this process is (imported by both suites'
+conftest.py before TensorFlow or JAX is).
+
+A worker's TensorFlow would otherwise size its intra-op pool to every core of the machine, as
+would oneDNN's OpenMP and XLA's Eigen pool, so two workers on two cores would each run two
+threads per op and spend their time switching. Each worker takes its share of the cores; the
+inter-op pool stays TensorFlow's own, since collective ops across logical devices wait on it.
+Subprocesses that tests start inherit the setting. A variable already set is left as it is.
+"""
+
+import os
+
+
+def share_of_cores():
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def size_thread_pools():
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    threads = str(share_of_cores())
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", threads)
+    os.environ.setdefault("OMP_NUM_THREADS", threads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", threads)
+    if "XLA_FLAGS" not in os.environ:
+        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={threads}"
+
+
+size_thread_pools()
