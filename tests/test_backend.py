@@ -46,6 +46,7 @@ def test_onednn_primitive_cache_is_off_unless_the_user_sets_it(preset):
     env.update(ONEDNN_VERBOSE="2", PYTHONPATH=ROOT, **ONEDNN_ON_ANY_CPU)  # the cache is oneDNN's ops'
     if preset is not None:
         env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = preset
+    # A process per setting: oneDNN reads its cache capacity and verbose switch once, when it loads.
     result = subprocess.run(
         [sys.executable, "-c", TRAIN_A_FEW_STEPS], env=env, capture_output=True, text=True, timeout=300
     )
@@ -106,6 +107,8 @@ def test_tensorflow_start_up_lines_are_held_back_and_everything_else_passes(capf
 @pytest.mark.slow
 def test_importing_cosent_tf_prints_nothing_and_only_a_tf_keras_used_first_is_refused():
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS", "COSENT_TF_VERBOSE")}
+    # A fresh interpreter for each check below: each is what one import order, or one environment,
+    # does at import, which a single process can show only once (and this one has seen already).
     lazy = (
         "import sys, cosent_tf; print('tensorflow' in sys.modules); import tensorflow as tf; print(tf.keras.__name__)"
     )
@@ -288,6 +291,8 @@ def test_frozen_weights_process_encodes_the_same_vectors_and_refuses_to_train(tm
     make_model_dir(tmp_path / "model", tiny_config)
     texts = ["我们是中国人", "你好", "他在这里说话了", "大"]
     env = dict(os.environ, TF_ONEDNN_ASSUME_FROZEN_WEIGHTS="1", PYTHONPATH=ROOT, **ONEDNN_ON_ANY_CPU)
+    # A process of its own: oneDNN reads the variable when TensorFlow starts, and it would leave
+    # this process's training with stale weights.
     result = subprocess.run(
         [
             sys.executable,

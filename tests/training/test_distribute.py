@@ -1,7 +1,8 @@
 """Strategies (cosent_tf.training.distribute) and the engine under them.
 
 The engine runs under MirroredStrategy on two logical CPU devices (COSENT_TF_CPU_DEVICES=2),
-each case in its own process: the CPU is split when cosent_tf is imported.
+which cosent_tf makes when imported: one process (two_device_steps.py, the ``two_devices``
+fixture) runs every case of this module that needs them and nothing more of its own.
 """
 
 import json
@@ -18,7 +19,8 @@ import pytest
 from cosent_tf.backend import tf
 from cosent_tf.errors import ConfigError
 from cosent_tf.training.distribute import get_strategy, is_chief
-from tests.helpers import ROOT, localhost_workers, run_until
+from tests.helpers import ROOT, localhost_workers, make_tiny_setup, run_until
+from tests.training.two_device_steps import MIRRORED_STRATEGY
 
 
 def two_cpus():
@@ -44,84 +46,89 @@ def test_multi_worker_needs_tf_config(monkeypatch):
 @pytest.mark.parametrize("value", ["two", "0"])
 def test_a_bad_cpu_device_count_is_refused_at_import(value):
     env = {**os.environ, "COSENT_TF_CPU_DEVICES": value}
+    # A process per value: the count is read, and refused, when cosent_tf is imported.
     done = subprocess.run([sys.executable, "-c", "import cosent_tf.backend"], env=env, capture_output=True, text=True)
     assert done.returncode != 0
     assert f"COSENT_TF_CPU_DEVICES='{value}': give a number of devices, 1 or more" in done.stderr
 
 
-ENGINE_STEP = """
-import dataclasses, json, sys
-from cosent_tf.backend import keras, random_seed
-from cosent_tf.training.distribute import get_strategy
-from cosent_tf.training.config import RunConfig
-from cosent_tf.training.engine import Matcher
-from cosent_tf.training.run_data import load_run_data
+TWO_DEVICE_STEPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "two_device_steps.py")
 
-root, kind, loss_name, micro_batch_size, options = sys.argv[1:6]
-cfg = RunConfig(
-    task="BQ", kind=kind, loss=loss_name, data_dir=f"{root}/data", config=f"{root}/config.json",
-    vocab=f"{root}/vocab.txt", batch_size=8, pooling="last-avg" if kind == "feature" else None,
-    **json.loads(options),
-).resolved()
-data = load_run_data(cfg)
-
-
-def one_step(strategy, cfg):
-    # the engine's model, loss and batches under the strategy; plain SGD at rate 1, so that the
-    # weights move by minus the gradient
-    with random_seed(cfg.seed), strategy.scope():
-        matcher = Matcher(cfg, data.task)
-        # A random BERT's [CLS] vectors are nearly equal for every text (cosines 1 - 1e-7), where
-        # float32 rounding decides the gradient: spread the weights as a trained model's are.
-        matcher.model.set_weights([w * 20 if w.ndim == 2 else w for w in matcher.model.get_weights()])
-        model, loss, labels = matcher.training_model(data.train)
-        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
-    before = [w.copy() for w in model.get_weights()]
-    keys = matcher.duplicate_keys(data.train)
-    batches = matcher.dataset(matcher.prepare(data.train), labels, 0, strategy.num_replicas_in_sync, keys)
-    history = model.fit(batches, steps_per_epoch=1, epochs=1, verbose=0)
-    moved = [(b - a).tolist() for b, a in zip(before, model.get_weights())]
-    return {"replicas": strategy.num_replicas_in_sync, "loss": history.history["loss"][0], "gradients": moved}
+ENGINE_CASES = [
+    ("feature", "cosent", 0, {}),
+    ("feature", "sbert", 0, {}),
+    ("interaction", "cosent", 0, {}),
+    ("interaction", "ce", 0, {}),
+    ("feature", "cosent", 3, {}),  # each replica's 4 pairs in micro-batches of 3 and 1
+    ("interaction", "cosent", 1, {}),
+    # mnrl: BQ's positive pairs, 8 a batch; with hard negatives from labels, groups of 3 rows
+    ("feature", "mnrl", 0, {}),
+    ("feature", "mnrl", 3, {}),
+    ("feature", "mnrl", 3, {"hard_negatives_from_labels": True, "symmetric": True}),
+    ("feature", "cosent-ibn", 0, {}),
+    ("feature", "angle", 0, {}),
+]
 
 
-mirrored_cfg = dataclasses.replace(cfg, micro_batch_size=int(micro_batch_size) or None)
-print(json.dumps({
-    "group_size": data.group_size,
-    "one_device": one_step(get_strategy("default"), cfg),
-    "mirrored": one_step(get_strategy("mirrored"), mirrored_cfg),
-}))
-"""
+def engine_case_id(kind, loss, micro_batch_size, options):
+    return f"{kind}-{loss}-{micro_batch_size}-{json.dumps(options, sort_keys=True)}"
+
+
+class TwoDeviceProcess:
+    """What two_device_steps.py wrote for each check it ran, and how the process ended."""
+
+    def __init__(self, results_path, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
+        self.lines = {}
+        if results_path.exists():
+            for line in results_path.read_text().splitlines():
+                written = json.loads(line)
+                self.lines[written["case"]] = written
+
+    def result(self, case):
+        """The check's result; the test fails with the check's traceback where it raised, or the
+        process's stderr where the process ended before writing it."""
+        written = self.lines.get(case)
+        if written is None:
+            pytest.fail(
+                f"the two-device process ended (exit status {self.returncode}) before case {case!r} was written:\n"
+                + self.stderr[-3000:],
+                pytrace=False,
+            )
+        if "error" in written:
+            pytest.fail(f"case {case!r} raised in the two-device process:\n{written['error']}", pytrace=False)
+        return written["result"]
+
+
+@pytest.fixture(scope="module")
+def two_devices(request, tmp_path_factory):
+    """The module's one two-logical-device process, run once: the mirrored strategy's check and
+    the engine step of each engine case this session runs (none in a run without the slow tests)."""
+    setup, _ = make_tiny_setup(tmp_path_factory.mktemp("two-devices"))
+    engine_test = test_an_engine_step_on_two_replicas_equals_one_on_one_device
+    selected = [
+        item.callspec.params for item in request.session.items if getattr(item, "function", None) is engine_test
+    ]
+    cases = {
+        engine_case_id(**params): [params[name] for name in ("kind", "loss", "micro_batch_size", "options")]
+        for params in selected
+    }
+    results_path = setup / "results.jsonl"
+    command = [sys.executable, TWO_DEVICE_STEPS, str(setup), json.dumps(cases), str(results_path)]
+    try:
+        done = subprocess.run(command, env=two_cpus(), capture_output=True, text=True, timeout=120 + 120 * len(cases))
+        returncode, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired as late:
+        # what the process wrote before it was killed, as bytes where Python did not decode it yet
+        stderr = late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else late.stderr or ""
+        returncode = "none: killed after its timeout"
+    return TwoDeviceProcess(results_path, returncode, stderr)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "kind, loss, micro_batch_size, options",
-    [
-        ("feature", "cosent", 0, {}),
-        ("feature", "sbert", 0, {}),
-        ("interaction", "cosent", 0, {}),
-        ("interaction", "ce", 0, {}),
-        ("feature", "cosent", 3, {}),  # each replica's 4 pairs in micro-batches of 3 and 1
-        ("interaction", "cosent", 1, {}),
-        # mnrl: BQ's positive pairs, 8 a batch; with hard negatives from labels, groups of 3 rows
-        ("feature", "mnrl", 0, {}),
-        ("feature", "mnrl", 3, {}),
-        ("feature", "mnrl", 3, {"hard_negatives_from_labels": True, "symmetric": True}),
-        ("feature", "cosent-ibn", 0, {}),
-        ("feature", "angle", 0, {}),
-    ],
-)
-def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, micro_batch_size, options, tiny_setup):  # noqa: F811
-    tmp_path, _ = tiny_setup
-    done = subprocess.run(
-        [sys.executable, "-c", ENGINE_STEP, str(tmp_path), kind, loss, str(micro_batch_size), json.dumps(options)],
-        env=two_cpus(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    steps = json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.mark.parametrize("kind, loss, micro_batch_size, options", ENGINE_CASES)
+def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, micro_batch_size, options, two_devices):
+    steps = two_devices.result(engine_case_id(kind, loss, micro_batch_size, options))
     one_device, mirrored = steps["one_device"], steps["mirrored"]
     assert (one_device["replicas"], mirrored["replicas"]) == (1, 2)
     # groups of anchor and positive, and one hard negative (a labelled or a drawn one) when asked for
@@ -139,6 +146,7 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
     out = tmp_path / "mirrored"
     # 45 pairs in batches of 8 on 2 replicas: 5 full batches and one of 4 pairs (one pair left out).
     argv = ["--max-train-pairs", "45", "--epochs", "2", "--output-dir", str(out)]
+    # The script as a user runs it (both runs): its exit status and log are what is checked.
     done = subprocess.run(script + argv, env=two_cpus(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 replicas (--strategy mirrored), 4 pairs each a step; CoSENT ranks the global batch" in done.stderr
@@ -162,6 +170,7 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
 def start_workers(command, own_options=((), ())):
     """``command`` as the two workers of a localhost cluster (TF_CONFIG); worker 0 is the chief.
     ``own_options``: what each worker adds to the command."""
+    # A cluster's workers are processes, each with its own TF_CONFIG read at start-up.
     return [
         subprocess.Popen(
             command + ["--strategy", "multi-worker", *options],
@@ -215,6 +224,7 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
     at --lr 1e-3 end within 1e-6 in every weight."""
     tmp_path, command = worker_command
     command = command + ["--epochs", "9"]
+    # The reference starts from a fresh TensorFlow, as each worker does: the runs must agree to 1e-6.
     single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
     assert single.returncode == 0, single.stderr[-3000:]
     (chief_out, chief_log), (worker_out, _) = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
@@ -234,6 +244,7 @@ def test_two_workers_train_mnrl_with_hard_negatives_as_one_process(worker_comman
     tmp_path, command = worker_command
     # BQ's 24 positive pairs, each anchor with a drawn negative (the tiny data label none): 3 steps an epoch
     command = command + ["--loss", "mnrl", "--hard-negatives-from-labels", "--epochs", "4"]
+    # The reference starts from a fresh TensorFlow, as each worker does: the runs must agree to 1e-6.
     single = subprocess.run(command + ["--output-dir", str(tmp_path / "single")], capture_output=True, text=True)
     assert single.returncode == 0, single.stderr[-3000:]
     (_, chief_log), _ = finish(start_workers(command + ["--output-dir", str(tmp_path / "two")]))
@@ -276,7 +287,8 @@ def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result_on_the
     assert int(re.search(r"resumed at step (\d+)", chief_log).group(1)) in (6, 8)
     assert same_result(tmp_path / "whole", out, 1e-6)["steps"] == 12
 
-    # The chief's backup holds no trace of the cluster: the run goes on in one process.
+    # The chief's backup holds no trace of the cluster: the run goes on in one process (a fresh
+    # one, as the runs it must match to 1e-5 had).
     alone = subprocess.run(command + ["--output-dir", str(tmp_path / "moved")], capture_output=True, text=True)
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert "resuming the unfinished run in this folder with strategy 'multi-worker' -> 'default'" in alone.stderr
@@ -318,6 +330,7 @@ def test_a_worker_that_cannot_start_ends_every_worker_before_training(refusing, 
 @pytest.mark.slow
 def test_a_run_stopped_on_one_device_resumes_on_two_replicas_to_the_same_result(worker_command):
     tmp_path, command = worker_command
+    # Each run a process: the reference from a fresh TensorFlow, one killed, one on two devices made at import.
     whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-3000:]
     out = tmp_path / "moved"  # 6 steps an epoch: by step 8's validation, step 6's state is saved
@@ -349,16 +362,9 @@ def test_mirrored_on_one_device_says_it_trains_on_one_replica_once(monkeypatch, 
     assert "COSENT_TF_CPU_DEVICES=N" in caplog.messages[0]
 
 
-def test_mirrored_on_two_devices_says_nothing_of_them():
-    quiet = """
-import logging
-logging.basicConfig(level=logging.WARNING)
-from cosent_tf.training.distribute import get_strategy
-print(get_strategy("mirrored").num_replicas_in_sync)
-"""
-    done = subprocess.run([sys.executable, "-c", quiet], env=two_cpus(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["2"] and "found one device" not in done.stderr
+def test_mirrored_on_two_devices_says_nothing_of_them(two_devices):
+    assert two_devices.result(MIRRORED_STRATEGY) == {"replicas": 2}
+    assert "found one device" not in two_devices.stderr
 
 
 @pytest.mark.parametrize("pairs", [48, 46, 45, 41])

@@ -43,6 +43,8 @@ def uninterrupted(tmp_path_factory):
         "linear",
         *options,
     ]
+    # The script as a user runs it, from a fresh TensorFlow as every run compared with it (to 1e-6)
+    # starts; its stderr must hold no TensorFlow start-up lines.
     reference = subprocess.run(
         command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
     )
@@ -65,7 +67,7 @@ def uninterrupted(tmp_path_factory):
 def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, uninterrupted):
     tmp_path, command = uninterrupted
     out = tmp_path / f"interrupted-{send.name}-{when.split()[0]}"
-    # By the time step 6's validation is printed, step 3's state is on disk.
+    # By the time step 6's validation is printed, step 3's state is on disk. A process, to be signalled.
     code, stderr = run_until(command + ["--output-dir", str(out)], when, send)
     assert not (out / "metrics.json").exists()
     if send == signal.SIGKILL:
@@ -76,6 +78,7 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, unin
         saved_at = int(re.search(rf"{send.name} received: training state saved after step (\d+)", stderr).group(1))
         assert saved_at >= (12 if when.startswith("epoch") else 6)
 
+    # The resumed run from a fresh TensorFlow too, as the reference it must match to 1e-6 ran.
     resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     step = int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1))
@@ -101,6 +104,7 @@ def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result
     )
     command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--config", dropout]
     command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2", "--micro-batch-size", "3"]
+    # Each run a process: one killed, and the other two from a fresh TensorFlow as it started, to agree to 1e-6.
     whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "the gradient of each batch is computed 3 pairs at a time" in whole.stderr
@@ -122,6 +126,7 @@ def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result
 def test_a_run_killed_after_training_finishes_without_training_again(uninterrupted):
     tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
     out = tmp_path / "killed"
+    # A process to kill, then the rerun from a fresh TensorFlow, as the reference it must match ran.
     code, _ = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit

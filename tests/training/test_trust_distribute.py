@@ -220,6 +220,7 @@ def test_a_script_whose_other_worker_never_starts_times_out_or_stops_on_sigterm(
     script = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--strategy", "multi-worker"]
     waiting = f"worker 0: waiting for worker 1 (127.0.0.1:{missing}) to start"
 
+    # The script as a user runs it: its exit status and last line of stderr are what is checked.
     timed_out = subprocess.run(
         script + ["--worker-timeout", "2", "--output-dir", str(tmp_path / "a")],
         env=env,
@@ -236,6 +237,7 @@ def test_a_script_whose_other_worker_never_starts_times_out_or_stops_on_sigterm(
     )
     assert not (tmp_path / "a").exists()
 
+    # A process of its own to receive SIGTERM and end with its exit status.
     process = subprocess.Popen(
         script + ["--output-dir", str(tmp_path / "b")],
         env=env,
@@ -562,6 +564,8 @@ print("built", flush=True)
 def test_tensorflows_start_with_a_worker_that_listens_but_never_joins_ends(ended_by):
     mine, other = free_port(), free_port()
     timeout = 3 if ended_by == "the timeout" else 300
+    # A process per way of ending: each one ends it with a SIGKILL it sends itself, after a signal
+    # to its process group where a signal ends it.
     process = subprocess.Popen(
         [sys.executable, "-c", LISTENS_BUT_NEVER_JOINS, str(mine), str(other), str(timeout)],
         stdout=subprocess.PIPE,
