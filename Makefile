@@ -27,11 +27,15 @@ $(STAMP): setup.py
 
 # What the tests and the linters need besides: the [test] extra, the [onnx], [ann] and [keras3] extras whose
 # code they test, and torch so that the tests also read pytorch_model.bin (pinned: the CPU build on
-# this machine's disk).
-$(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[test,onnx,ann,keras3]"
-	$(PY) -m pip install -q torch==2.13.0
-	touch $(TEST_STAMP)
+# this machine's disk). One resolver pass over the pins of .ci/constraints (what the suite last passed
+# with: nothing to backtrack over), then bert4keras without its metadata's pins; it makes the main
+# job's environment on the way.
+$(TEST_STAMP): setup.py .ci/constraints/test.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,onnx,ann,keras3]" torch==2.13.0 -c .ci/constraints/test.txt
+	$(PY) -m pip install -q --no-deps bert4keras==0.11.5
+	touch $(STAMP) $(TEST_STAMP)
 
 install: $(STAMP)
 
@@ -75,18 +79,16 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-$(REF_VENV)/.installed:
+$(REF_VENV)/.installed: .ci/constraints/reference.txt
 	python3 -m venv $(REF_VENV)
 	$(REF_PY) -m pip install -q --upgrade pip
-	$(REF_PY) -m pip install -q torch==2.13.0
-	$(REF_PY) -m pip install -q sentence-transformers==6.2.0
+	$(REF_PY) -m pip install -q torch==2.13.0 sentence-transformers==6.2.0 -c .ci/constraints/reference.txt
 	touch $@
 
-$(ONNX_REF_VENV)/.installed:
+$(ONNX_REF_VENV)/.installed: .ci/constraints/onnx-reference.txt
 	python3 -m venv $(ONNX_REF_VENV)
 	$(ONNX_REF_PY) -m pip install -q --upgrade pip
-	$(ONNX_REF_PY) -m pip install -q torch==2.13.0
-	$(ONNX_REF_PY) -m pip install -q "sentence-transformers[onnx]>=5,<6"
+	$(ONNX_REF_PY) -m pip install -q torch==2.13.0 "sentence-transformers[onnx]>=5,<6" -c .ci/constraints/onnx-reference.txt
 	touch $@
 
 # Speed against the original pipeline and sentence-transformers (about 35 minutes; writes
