@@ -113,6 +113,12 @@ def two_devices(request, tmp_path_factory):
         engine_case_id(**params): [params[name] for name in ("kind", "loss", "micro_batch_size", "options")]
         for params in selected
     }
+    return run_two_device_process(setup, cases)
+
+
+def run_two_device_process(setup, cases):
+    """two_device_steps.py run once on ``cases`` (case id -> [kind, loss, micro_batch_size,
+    options]) over the tiny set-up folder ``setup``; what it wrote, as a TwoDeviceProcess."""
     results_path = setup / "results.jsonl"
     command = [sys.executable, TWO_DEVICE_STEPS, str(setup), json.dumps(cases), str(results_path)]
     try:

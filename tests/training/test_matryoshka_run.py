@@ -25,9 +25,9 @@ from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import Matcher, train
 from cosent_tf.training.run_data import load_run_data
 from tests.experiments.test_report import fake_run
-from tests.helpers import run_until, write_config
+from tests.helpers import make_tiny_setup, run_until, write_config
 from tests.training.run_helpers import read_csv, tiny_config
-from tests.training.test_distribute import ENGINE_STEP, two_cpus
+from tests.training.test_distribute import engine_case_id, run_two_device_process
 from tests.training.test_learning import synonym_pairs, write_task
 from tests.training.test_scripts import SCRIPT_ENTRIES
 
@@ -250,27 +250,29 @@ def test_a_run_learns_at_its_narrow_width(tiny_setup):
     assert spearman["trained"] > spearman["untrained"] + 0.3, spearman
 
 
+MATRYOSHKA_ENGINE_CASES = [
+    ("cosent", 3, {"matryoshka_dims": [12, 4], "matryoshka_weights": [1.0, 0.5]}),
+    ("mnrl", 3, {"hard_negatives_from_labels": True, "symmetric": True, "matryoshka_dims": [16, 8, 2]}),
+]
+
+
+@pytest.fixture(scope="module")
+def two_device_widths(tmp_path_factory):
+    """One two-logical-device process for both cases (the CPU is split when cosent_tf is imported)."""
+    setup, _ = make_tiny_setup(tmp_path_factory.mktemp("two-device-widths"))
+    cases = {engine_case_id("feature", *case): ["feature", *case] for case in MATRYOSHKA_ENGINE_CASES}
+    return run_two_device_process(setup, cases)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "loss, micro_batch_size, options",
-    [
-        ("cosent", 3, {"matryoshka_dims": [12, 4], "matryoshka_weights": [1.0, 0.5]}),
-        ("mnrl", 3, {"hard_negatives_from_labels": True, "symmetric": True, "matryoshka_dims": [16, 8, 2]}),
-    ],
-)
+@pytest.mark.parametrize("loss, micro_batch_size, options", MATRYOSHKA_ENGINE_CASES)
 def test_an_engine_step_at_several_widths_on_two_replicas_in_micro_batches_equals_one_on_one_device(
-    loss, micro_batch_size, options, tiny_setup
+    loss, micro_batch_size, options, two_device_widths
 ):
     """tests/training/test_distribute.py's engine step with the widths: the one-device step takes the
     whole batch at once, the two-replica one gathers the global batch and computes each replica's
     gradient in micro-batches (GradientCacheModel)."""
-    tmp_path, _ = tiny_setup
-    arguments = [str(tmp_path), "feature", loss, str(micro_batch_size), json.dumps(options)]
-    done = subprocess.run(
-        [sys.executable, "-c", ENGINE_STEP, *arguments], env=two_cpus(), capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    steps = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = two_device_widths.result(engine_case_id("feature", loss, micro_batch_size, options))
     one_device, mirrored = steps["one_device"], steps["mirrored"]
     assert (one_device["replicas"], mirrored["replicas"]) == (1, 2)
     assert mirrored["loss"] == pytest.approx(one_device["loss"], rel=1e-5)
