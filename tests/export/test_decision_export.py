@@ -31,6 +31,7 @@ from cosent_tf.export.savedmodel import decision_outputs, export_saved_model, sc
 from cosent_tf.inference.matchers import load_matcher
 from tests.export.test_savedmodel import padded_batch
 from tests.helpers import distinct_texts, make_model_dir, reference_python, write_config
+from tests.reference_cache import cached, contents, interpreter
 
 # The steepest a test decision's maps rise per unit of score: float32 rounding of a score (about 2e-7
 # for a cosine) then moves a probability by at most 4e-7.
@@ -382,9 +383,16 @@ def run_card_snippet(folder, tmp_path):
         tmp_path / "pairs.json",
         tmp_path / "card.npz",
     ]
-    result = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return dict(np.load(tmp_path / "card.npz"))
+
+    def produce():
+        result = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return dict(np.load(tmp_path / "card.npz"))
+
+    # cached (tests/reference_cache.py) by the folder's content, not its tmp path, which the code names
+    keyed_code = command[2].replace(repr(str(folder)), "THIS_FOLDER")
+    key = [keyed_code, interpreter(command[0]), contents(folder, hide=[tmp_path]), contents(tmp_path / "pairs.json")]
+    return cached("model-card", key, produce)
 
 
 @pytest.mark.slow

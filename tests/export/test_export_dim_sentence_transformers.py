@@ -26,6 +26,7 @@ from cosent_tf.export.savedmodel import export_saved_model
 from tests.export.test_export_dim import WIDTH, cut, lively_model_dir
 from tests.export.test_onnx_sentence_transformers import assert_onnx_backend_ran, run_reference, sts_texts
 from tests.helpers import reference_python, requires_shared_data, write_config
+from tests.reference_cache import cached, contents, interpreter
 
 DIM = 5
 TOLERANCE = 1e-5
@@ -63,6 +64,7 @@ def made(tmp_path_factory):
     config = write_config(root / "config.json")
     keras.utils.set_random_seed(41)  # module fixtures run before the suite's seeding one
     made = {}
+    python = reference_python("these tests load the exports")
     for pooling in POOLINGS:
         model_dir = lively_model_dir(root / pooling, config, pooling)
         saved, hf, full = (root / f"{pooling}-{name}" for name in ("savedmodel", "hf", "hf-full"))
@@ -70,21 +72,20 @@ def made(tmp_path_factory):
         export_hf(model_dir, str(hf), dim=DIM)
         export_hf(model_dir, str(full))
         out = root / f"{pooling}.npz"
-        command = [
-            reference_python("these tests load the exports"),
-            "-c",
-            REFERENCE,
-            str(hf),
-            str(full),
-            str(DIM),
-            str(texts_path),
-            str(out),
-        ]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        if result.returncode != 0:
-            pytest.fail(f"sentence-transformers failed on {hf}:\n{result.stderr[-4000:]}")
-        with np.load(out) as loaded:
-            made[pooling] = (model_dir, saved, {name: loaded[name] for name in loaded.files})
+
+        def produce(hf=hf, full=full, out=out):
+            command = [python, "-c", REFERENCE, str(hf), str(full), str(DIM), str(texts_path), str(out)]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            if result.returncode != 0:
+                pytest.fail(f"sentence-transformers failed on {hf}:\n{result.stderr[-4000:]}")
+            with np.load(out) as loaded:
+                return {name: loaded[name] for name in loaded.files}
+
+        # cached (tests/reference_cache.py) by the exports' and the texts' content; the exports name
+        # their tmp source folder, which is hidden from the key
+        exports = [contents(folder, hide=[model_dir]) for folder in (hf, full)]
+        key = [REFERENCE, interpreter(python), *exports, DIM, contents(texts_path)]
+        made[pooling] = (model_dir, saved, cached("st-dim-reference", key, produce))
     return made, texts, texts_path
 
 

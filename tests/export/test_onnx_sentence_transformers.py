@@ -18,6 +18,7 @@ loosely, and must differ from float32, which shows that the int8 file is the one
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from cosent_tf import ModelSpec, PairScorer, SentenceEncoder, build_encoder, bui
 from cosent_tf.backend import keras
 from cosent_tf.export.onnx_export import export_onnx
 from tests.helpers import ROOT, SHARED_DATA, SHARED_VOCAB, requires_shared_data, write_config
+from tests.reference_cache import cached, contents, interpreter, package_sources
 
 REFERENCE_SCRIPT = os.path.join(ROOT, "tests", "reference", "onnx_reference.py")
 TOLERANCE = 1e-5
@@ -76,12 +78,37 @@ def sts_texts():
 
 def run_reference(folder, texts_path, out):
     """What onnx_reference.py writes for the export ``folder`` (a dict of arrays)."""
-    command = [reference_python(), REFERENCE_SCRIPT, str(folder), str(texts_path), str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        pytest.fail(f"onnx_reference.py failed on {folder}:\n{result.stderr[-4000:]}")
-    with np.load(out) as loaded:
-        return {name: loaded[name] for name in loaded.files}
+    python = reference_python()
+
+    def produce():
+        command = [python, REFERENCE_SCRIPT, str(folder), str(texts_path), str(out)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            pytest.fail(f"onnx_reference.py failed on {folder}:\n{result.stderr[-4000:]}")
+        with np.load(out) as loaded:
+            outputs = {name: loaded[name] for name in loaded.files}
+        # The files it loaded are kept relative to the folder, whose tmp path differs on every run.
+        for name in [name for name in outputs if name.endswith("_file")]:
+            outputs[name] = np.array(os.path.relpath(os.path.realpath(str(outputs[name])), os.path.realpath(folder)))
+        return outputs
+
+    # cached (tests/reference_cache.py) by what the export is made of. tf2onnx names nodes after
+    # Python object ids, so the .onnx files' bytes (and the record's hashes of them) differ on every
+    # run: they are keyed by their source folder, the export's options, cosent_tf's sources and this
+    # environment (tf2onnx, TensorFlow) instead; every other file by its content. The record and
+    # README name the tmp source folder, which is hidden from the key.
+    with open(os.path.join(folder, "cosent_tf_export.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    source = record.pop("model_dir")
+    record["onnx"] = {name: entry["precision"] for name, entry in record["onnx"].items()}
+    rest = sorted(set(os.listdir(folder)) - {"onnx", "cosent_tf_export.json"})
+    export = [json.dumps(record, sort_keys=True), contents(source), package_sources(), interpreter(sys.executable)]
+    export += [(name, contents(os.path.join(folder, name), hide=[source])) for name in rest]
+    key = [contents(REFERENCE_SCRIPT), interpreter(python), export, contents(texts_path)]
+    outputs = cached("onnx-reference", key, produce)
+    for name in [name for name in outputs if name.endswith("_file")]:
+        outputs[name] = np.array(os.path.join(os.fspath(folder), str(outputs[name])))
+    return outputs
 
 
 def make_lively_model_dir(directory, config, name, maxlen):

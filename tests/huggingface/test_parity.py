@@ -21,20 +21,33 @@ from cosent_tf.huggingface.weights import read_hf_weights
 from cosent_tf.inference.runtime import batched_outputs
 from cosent_tf.models.tokenization import SentenceTokenizer
 from tests.helpers import ROOT, SHARED_VOCAB, requires_shared_data
+from tests.reference_cache import cached, contents, interpreter
 
 REFERENCE_SCRIPT = os.path.join(ROOT, "tests", "reference", "hf_reference.py")
 TOLERANCE = 1e-5
 pytestmark = requires_shared_data
 
 
-def reference(*arguments):
+def reference_python():
     python = os.environ.get("COSENT_REFERENCE_PYTHON", os.path.join(ROOT, ".venv-reference", "bin", "python"))
     if not os.path.exists(python):
         pytest.fail(
             f"{python} does not exist: these tests compare with torch/transformers/sentence-transformers in their "
             "own environment; run them with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
         )
-    subprocess.run([python, REFERENCE_SCRIPT, *map(str, arguments)], check=True, capture_output=True)
+    return python
+
+
+def reference(*arguments):
+    subprocess.run([reference_python(), REFERENCE_SCRIPT, *map(str, arguments)], check=True, capture_output=True)
+
+
+def cached_reference(key_parts, produce, folder=None):
+    """``produce()``'s outputs, cached (tests/reference_cache.py) by ``key_parts``, the reference
+    script and the reference environment."""
+    with open(REFERENCE_SCRIPT, encoding="utf-8") as f:
+        script = f.read()
+    return cached("hf-reference", [script, interpreter(reference_python()), *key_parts], produce, folder=folder)
 
 
 def sts_texts():
@@ -56,7 +69,12 @@ def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
     texts = sts_texts()
     (root / "texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    reference("make", root, SHARED_VOCAB, root / "texts.json")
+    # the folders made, with reference.npz, come back from the cache too: the tests load them
+    cached_reference(
+        ["make", contents(SHARED_VOCAB), contents(root / "texts.json")],
+        lambda: reference("make", root, SHARED_VOCAB, root / "texts.json"),
+        folder=root,
+    )
     return root, dict(np.load(root / "reference.npz")), texts
 
 
@@ -120,10 +138,23 @@ def test_models_trained_here_export_to_what_sentence_transformers_and_cross_enco
         assert cosent_tf_main(["export", "--format", "hf", str(model_dir), str(tmp_path / name)]) == 0
     texts = sts_texts()
     (tmp_path / "texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    reference(
-        "predict", tmp_path / "out.npz", tmp_path / "texts.json", "--st", tmp_path / "st", "--cross", tmp_path / "cross"
-    )
-    theirs = np.load(tmp_path / "out.npz")
+
+    def predict():
+        reference(
+            "predict",
+            tmp_path / "out.npz",
+            tmp_path / "texts.json",
+            "--st",
+            tmp_path / "st",
+            "--cross",
+            tmp_path / "cross",
+        )
+        return dict(np.load(tmp_path / "out.npz"))
+
+    # the exports name their tmp source folders, which are hidden from the key
+    exports = [contents(tmp_path / name, hide=[feature, interaction]) for name in ("st", "cross")]
+    inputs = [contents(tmp_path / "texts.json"), *exports]
+    theirs = cached_reference(["predict", *inputs], predict)
     ours = SentenceEncoder.load(str(feature)).encode(texts["sentences"])
     np.testing.assert_allclose(theirs["st"], ours, atol=TOLERANCE, rtol=0)
     scores = PairScorer.load(str(interaction)).similarity(*zip(*texts["pairs"]))

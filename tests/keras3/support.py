@@ -10,29 +10,52 @@ import textwrap
 
 import numpy as np
 
+from tests.reference_cache import cached, contents, interpreter, package_sources
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_DATA = os.environ.get("COSENT_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 SHARED_VOCAB = os.path.join(SHARED_DATA, "vocab", "bert-base-chinese-vocab.txt")
 
 
-def run_keras2(code, tmp_path, timeout=600, **inputs):
+def run_keras2(code, tmp_path, timeout=600, reads=(), writes=False, **inputs):
     """Run ``code`` in a fresh Keras 2 process and return the arrays it saved.
 
     ``code`` sees ``inputs`` (arrays, saved to and loaded from an npz: name -> array), a dict
     ``outputs`` to fill with arrays, and ``tmp`` (a folder); ``import cosent_tf`` is done.
+
+    The outputs are cached (tests/reference_cache.py) by the code, the inputs, cosent_tf's sources
+    and this environment, so that the Keras 3 suite's second backend and a rerun reuse them:
+    ``reads`` names the files and folders the code reads (their content joins the key, and their
+    paths in ``code`` are left out of it, being tmp ones), and ``writes`` keeps what the code writes
+    to ``tmp`` with the outputs, for a test that reads it afterwards.
     """
     tmp_path = os.fspath(tmp_path)
     in_path, out_path = os.path.join(tmp_path, "keras2-in.npz"), os.path.join(tmp_path, "keras2-out.npz")
-    np.savez(in_path, **inputs)
-    script = (
-        "import numpy as np, cosent_tf\n"
-        f"inputs = dict(np.load({in_path!r}))\n"
-        f"tmp = {tmp_path!r}\n"
-        "outputs = {}\n" + textwrap.dedent(code) + f"\nnp.savez({out_path!r}, **outputs)\n"
-    )
-    env = {key: value for key, value in os.environ.items() if key not in ("KERAS_BACKEND",)}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, f"the Keras 2 process failed:\n{done.stderr[-4000:]}"
-    return dict(np.load(out_path))
+
+    def produce():
+        np.savez(in_path, **inputs)
+        script = (
+            "import numpy as np, cosent_tf\n"
+            f"inputs = dict(np.load({in_path!r}))\n"
+            f"tmp = {tmp_path!r}\n"
+            "outputs = {}\n" + textwrap.dedent(code) + f"\nnp.savez({out_path!r}, **outputs)\n"
+        )
+        env = {key: value for key, value in os.environ.items() if key not in ("KERAS_BACKEND",)}
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == 0, f"the Keras 2 process failed:\n{done.stderr[-4000:]}"
+        return dict(np.load(out_path))
+
+    keyed_code = textwrap.dedent(code)
+    for index, path in enumerate(reads):
+        keyed_code = keyed_code.replace(os.fspath(path), f"<read {index}>")
+    key = [
+        keyed_code,
+        {name: np.asarray(value) for name, value in inputs.items()},
+        [contents(path) for path in reads],
+        writes,
+        package_sources(),
+        interpreter(sys.executable),
+    ]
+    return cached("keras2", key, produce, folder=tmp_path if writes else None)

@@ -110,6 +110,8 @@ def keras2(tmp_path_factory):
     outputs = run_keras2(
         KERAS2,
         tmp,
+        reads=[SHARED_VOCAB],
+        writes=True,  # the model folders the tests load
         vocab=np.array(SHARED_VOCAB),
         texts=np.array(TEXTS),
         equal=np.array(EQUAL_LENGTH),

@@ -12,6 +12,7 @@ from cosent_tf.keras3.export import export_saved_model, export_sentence_transfor
 from cosent_tf.keras3.training import save_model_folder
 from tests.helpers import reference_python  # Keras-free at import, as support.py is
 from tests.keras3.support import SHARED_VOCAB
+from tests.reference_cache import cached, contents, interpreter
 
 TINY = {
     "attention_probs_dropout_prob": 0.1,
@@ -105,14 +106,21 @@ def test_sentence_transformers_encode_the_same(model_dir, tmp_path):
         "texts = list(np.load(sys.argv[2]))\n"
         "np.save(sys.argv[3], SentenceTransformer(sys.argv[1], device='cpu').encode(texts))\n"
     )
-    done = subprocess.run(
-        [reference, "-c", script, out, str(tmp_path / "texts.npy"), str(tmp_path / "st.npy")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "st.npy"), SentenceEncoder.load(model_dir).encode(TEXTS), atol=1e-5)
+
+    def produce():
+        done = subprocess.run(
+            [reference, "-c", script, out, str(tmp_path / "texts.npy"), str(tmp_path / "st.npy")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {"st": np.load(tmp_path / "st.npy")}
+
+    # cached (tests/reference_cache.py), so that the second backend's run reuses the first's
+    key = [script, interpreter(reference), contents(out, hide=[model_dir]), contents(tmp_path / "texts.npy")]
+    theirs = cached("st-export-reference", key, produce)["st"]
+    np.testing.assert_allclose(theirs, SentenceEncoder.load(model_dir).encode(TEXTS), atol=1e-5)
 
 
 def test_an_interaction_or_unexpressible_model_is_refused(model_dir, tmp_path):

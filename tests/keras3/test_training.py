@@ -207,6 +207,7 @@ def test_a_run_learns_and_its_folder_loads_in_keras2_with_the_same_vectors(tiny_
         outputs["vectors"] = SentenceEncoder.load({model_dir!r}).encode(list(inputs["texts"]))
         """,
         tmp_path,
+        reads=[model_dir],
         texts=np.array(texts),
     )["vectors"]
     np.testing.assert_allclose(on_keras3, on_keras2, atol=1e-5)

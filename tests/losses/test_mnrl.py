@@ -20,6 +20,7 @@ from cosent_tf.losses import MultipleNegativesRankingLoss
 from cosent_tf.losses.mnrl import multiple_negatives_ranking_loss
 from tests.harness import run_keras_object_test
 from tests.helpers import ROOT
+from tests.reference_cache import cached, contents, interpreter
 
 REFERENCE_SCRIPT = os.path.join(ROOT, "tests", "reference", "loss_reference.py")
 TOLERANCE = 1e-5
@@ -42,12 +43,18 @@ def run_reference(folder, cases, inputs):
             f"{python} does not exist: these tests compare with sentence-transformers in its own environment; "
             "run them with `make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
         )
-    (folder / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
-    np.savez(folder / "inputs.npz", **inputs)
-    command = [python, REFERENCE_SCRIPT, folder / "cases.json", folder / "inputs.npz", folder / "out.npz"]
-    done = subprocess.run(list(map(str, command)), capture_output=True, text=True)
-    assert done.returncode == 0, f"the reference script failed:\n{done.stderr}"
-    results = np.load(folder / "out.npz")
+
+    def produce():
+        (folder / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+        np.savez(folder / "inputs.npz", **inputs)
+        command = [python, REFERENCE_SCRIPT, folder / "cases.json", folder / "inputs.npz", folder / "out.npz"]
+        done = subprocess.run(list(map(str, command)), capture_output=True, text=True)
+        assert done.returncode == 0, f"the reference script failed:\n{done.stderr}"
+        return dict(np.load(folder / "out.npz"))
+
+    # cached (tests/reference_cache.py), so that a rerun or a second worker starts no torch process
+    key = [contents(REFERENCE_SCRIPT), interpreter(python), json.dumps(cases, sort_keys=True), dict(inputs)]
+    results = cached("loss-reference", key, produce)
     return {
         case["name"]: (float(results[f"{case['name']}.loss"]), results[f"{case['name']}.gradient"]) for case in cases
     }
