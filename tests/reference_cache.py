@@ -24,6 +24,8 @@ PACKAGE = os.path.join(ROOT, "cosent_tf")
 OUTPUTS = "outputs.npz"
 FOLDER = "folder"
 WRITTEN_AT = "folder-path.txt"
+# What an entry holds; a change to it must miss the entries written before it, not misread them.
+LAYOUT = 2
 
 
 def cache_folder():
@@ -137,7 +139,7 @@ def _feed(digest, part):
 
 def key_of(kind, key_parts):
     digest = hashlib.sha256()
-    _feed(digest, [kind, key_parts])
+    _feed(digest, [LAYOUT, kind, key_parts])
     return digest.hexdigest()
 
 
