@@ -49,7 +49,8 @@ class _Timing:
         self.started = time.monotonic()
         self.modules = defaultdict(float)
         self.module_tests = defaultdict(int)
-        self.fixtures = defaultdict(float)  # "module::fixture" (or "conftest::fixture") -> seconds
+        # "where it is defined::fixture" (a conftest's folder, for its fixtures) -> seconds
+        self.fixtures = defaultdict(float)
         self.fixture_counts = defaultdict(int)
         self.pending = []  # fixture times of the test running now (this process)
 

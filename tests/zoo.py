@@ -5,7 +5,7 @@ each built once per test run and shared by every pytest-xdist worker.
 asks for ``name`` (the others wait on a file lock) and returns the folder. A zoo folder is
 read-only by contract: a test that writes takes :func:`copy_of` it. The contract is checked:
 each folder's fingerprint (every file's path, size and modification time) is taken when it is
-built, and the session fails at its end if a test changed it (tests/conftest.py).
+built, and after every test tests/conftest.py fails the test that changed one.
 """
 
 import json
@@ -14,7 +14,7 @@ import shutil
 
 from filelock import FileLock
 
-_USED = set()  # the zoo folders this process handed out
+_BUILT_FINGERPRINTS = {}  # zoo folder this process handed out -> its fingerprint when built
 
 
 def zoo_root(tmp_path_factory):
@@ -56,7 +56,8 @@ def built_once(tmp_path_factory, name, build):
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
             done.write_text(json.dumps(fingerprint(folder)))
-    _USED.add(str(folder))
+    if str(folder) not in _BUILT_FINGERPRINTS:
+        _BUILT_FINGERPRINTS[str(folder)] = json.loads(done.read_text())
     return folder
 
 
@@ -69,10 +70,7 @@ def copy_of(folder, destination):
 def changed_folders():
     """The zoo folders this process handed out whose files changed since they were built; each is
     named once (the test that changed it fails, not every later one)."""
-    changed = []
-    for folder in sorted(_USED):
-        with open(f"{folder}.built", encoding="utf-8") as f:
-            if json.load(f) != fingerprint(folder):
-                changed.append(folder)
-    _USED.difference_update(changed)
+    changed = [folder for folder, built in sorted(_BUILT_FINGERPRINTS.items()) if fingerprint(folder) != built]
+    for folder in changed:
+        del _BUILT_FINGERPRINTS[folder]
     return changed
