@@ -52,8 +52,18 @@ def cut(vectors, dim):
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
+_VECTORS = {}
+
+
 def full_vectors(folder, texts, model="model"):
-    return SentenceEncoder.load(folder / model).encode(texts)
+    """The Python API's full vectors of ``texts``, computed once per list: loading a model folder and
+    tracing its function costs far more than encoding the tiny corpus. The same list is encoded as one
+    batch, as the command line encodes its file, so a cached result is the one a fresh encoder gives."""
+    key = (str(folder / model), tuple(texts))
+    if key not in _VECTORS:
+        _VECTORS[key] = SentenceEncoder.load(folder / model).encode(list(texts))
+        _VECTORS[key].setflags(write=False)
+    return _VECTORS[key]
 
 
 def lines(path):
@@ -334,25 +344,29 @@ def query_hits(path):
     )
 
 
+@pytest.fixture(scope="module")
+def corpus_index(tmp_path_factory, folder):
+    """``corpus_index(precision, kind)``: the folder of the model's index of the corpus, built by
+    ``search build`` the first time a test asks for it; the tests only read it."""
+    built = {}
+
+    def index_of(precision, kind):
+        if (precision, kind) not in built:
+            index_dir = tmp_path_factory.mktemp(f"index-{precision}-{kind}") / "index"
+            model, corpus = str(folder / "model"), str(folder / "corpus.txt")
+            main(["search", "build", model, corpus, str(index_dir), "--vector-precision", precision, "--index", kind])
+            built[precision, kind] = index_dir
+        return built[precision, kind]
+
+    return index_of
+
+
 @pytest.mark.parametrize("precision", ["float32", "int8", "binary"])
 @pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
 def test_search_over_each_precision_and_kind_finds_the_exact_top_k_when_rescoring_covers_it(
-    folder, tmp_path, precision, kind
+    folder, corpus_index, tmp_path, precision, kind
 ):
-    index_dir = tmp_path / "index"
-    main(
-        [
-            "search",
-            "build",
-            str(folder / "model"),
-            str(folder / "corpus.txt"),
-            str(index_dir),
-            "--vector-precision",
-            precision,
-            "--index",
-            kind,
-        ]
-    )
+    index_dir = corpus_index(precision, kind)
     index = VectorIndex.load(index_dir)
     assert (index.precision, index.kind, index.dimension, len(index)) == (precision, kind, WIDTH, 150)
     corpus_vectors = full_vectors(folder, lines(folder / "corpus.txt"))
@@ -454,10 +468,12 @@ def test_rescoring_an_exact_float32_index_is_refused(folder, tmp_path):
     assert not os.path.exists(tmp_path / "hits.jsonl")
 
 
-def test_mine_still_searches_a_float32_index(folder, tmp_path):
+def test_mine_still_searches_a_float32_index(folder, corpus_index, tmp_path):
     corpus = lines(folder / "corpus.txt")
     (tmp_path / "pairs.tsv").write_text("".join(f"{corpus[i]}\t{corpus[i + 1]}\n" for i in range(0, 20, 2)))
-    main(["search", "build", str(folder / "model"), str(folder / "corpus.txt"), str(tmp_path / "index")])
+    # the search tests' exact float32 index: the kind --index leaves unsaid for 150 vectors (the
+    # refusal test below shows that choice)
+    index_dir = corpus_index("float32", "exact")
     main(
         [
             "mine",
@@ -466,7 +482,7 @@ def test_mine_still_searches_a_float32_index(folder, tmp_path):
             "--model",
             str(folder / "model"),
             "--corpus",
-            str(tmp_path / "index"),
+            str(index_dir),
             "--output",
             str(tmp_path / "mined.jsonl"),
             "--range",
