@@ -34,8 +34,10 @@ GUIDE = section(read_page("docs/guide.md"), GUIDE_HEADING)
 README = section(read_page("README.md"), README_HEADING)
 TOLERANCE = 1e-5
 BQ = os.path.join("..", "shared", "data", "senteval_cn", "BQ")
-# The tiny BQ files: enough test pairs that a query's candidates (4 x top 10) are a part of the corpus.
-BQ_PAIRS = {"train": 200, "valid": 40, "test": 300}
+# The tiny BQ files: enough test pairs that a query's candidates (4 x top 10) are a part of the corpus
+# (test_the_binary_index_returns_exact_search_over_its_candidates checks it), and no more, as every
+# command of the section encodes the test file's texts.
+BQ_PAIRS = {"train": 200, "valid": 40, "test": 200}
 
 
 def lines_of(text):
@@ -62,6 +64,7 @@ def run_lines(text, folder):
     with contextlib.chdir(folder):
         for line in lines_of(text):
             if not line.startswith("cosent-tf "):
+                # a shell line (cut, sort, a pipe): run by a shell, as the page's reader runs it
                 subprocess.run(["bash", "-c", line], check=True)
                 continue
             args = shlex.split(line, comments=True)[1:]
@@ -122,10 +125,20 @@ def read_lines(path):
         return f.read().splitlines()
 
 
-def encoder_of(folder):
+_VECTORS = {}
+
+
+def vectors_of(model, texts):
+    """The model folder's own full vectors of ``texts``, computed once per list: several tests check
+    files against the same corpus and queries, and loading the 312-wide model costs more than
+    encoding them. One list is one call, as the commands encode a file."""
     from cosent_tf import SentenceEncoder
 
-    return SentenceEncoder.load(str(folder))
+    key = (str(model), tuple(texts))
+    if key not in _VECTORS:
+        _VECTORS[key] = SentenceEncoder.load(str(model)).encode(list(texts))
+        _VECTORS[key].setflags(write=False)
+    return _VECTORS[key]
 
 
 def cut(vectors, dim):
@@ -213,8 +226,8 @@ def test_the_matryoshka_run_records_its_widths_and_evaluates_at_128(guide_clone)
     metrics = json.loads(out)
     assert metrics["dim"] == 128 and "accuracy" not in metrics  # no threshold fitted at full width
     rows = [line.split("\t") for line in read_lines(os.path.join(clone, BQ, "BQ.test.data"))]
-    encoder = encoder_of(clone / "runs" / "mat-bq" / "model")
-    firsts, seconds = (cut(encoder.encode([row[i] for row in rows]), 128) for i in (0, 1))
+    model = clone / "runs" / "mat-bq" / "model"
+    firsts, seconds = (cut(vectors_of(model, [row[i] for row in rows]), 128) for i in (0, 1))
     expected = spearmanr((firsts * seconds).sum(axis=1), [float(row[2]) for row in rows]).statistic
     # a random model's cosines lie close together, so a rounding difference may swap a few ranks
     assert metrics["spearman"] == pytest.approx(expected, abs=2e-3)
@@ -238,8 +251,8 @@ def ranges_and_steps(vectors):
 @pytest.mark.slow
 def test_the_encoded_files_are_the_cut_vectors_in_each_precision(guide_clone):
     clone, _ = guide_clone
-    encoder = encoder_of(clone / "runs" / "mat-bq" / "model")
-    corpus = cut(encoder.encode(read_lines(clone / "corpus.txt")), 128)
+    model = clone / "runs" / "mat-bq" / "model"
+    corpus = cut(vectors_of(model, read_lines(clone / "corpus.txt")), 128)
     written = np.load(clone / "corpus-128.npy")
     assert written.dtype == np.float32
     np.testing.assert_allclose(written, corpus, atol=TOLERANCE)
@@ -253,7 +266,7 @@ def test_the_encoded_files_are_the_cut_vectors_in_each_precision(guide_clone):
     assert np.all(np.abs(low + (codes.astype(np.float64) + 128) * step - corpus) <= step / 2 + TOLERANCE)
 
     # queries quantised in the corpus's ranges (clipped to them), which their own ranges file repeats
-    queries = cut(encoder.encode(read_lines(clone / "queries.txt")), 128)
+    queries = cut(vectors_of(model, read_lines(clone / "queries.txt")), 128)
     np.testing.assert_array_equal(np.load(clone / "queries-128-int8.ranges.npy"), ranges)
     query_codes = np.load(clone / "queries-128-int8.npy").astype(np.float64)
     clipped = np.clip(queries, ranges[0], ranges[1])
@@ -291,8 +304,7 @@ def test_the_binary_index_returns_exact_search_over_its_candidates(guide_clone):
     np.testing.assert_allclose(np.load(index_dir / "vectors.npy"), corpus_vectors, atol=TOLERANCE)
     np.testing.assert_array_equal(np.load(index_dir / "codes.npy"), np.load(clone / "corpus-128-bits.npy"))
 
-    encoder = encoder_of(clone / "runs" / "mat-bq" / "model")
-    queries = cut(encoder.encode(read_lines(clone / "queries.txt")), 128)
+    queries = cut(vectors_of(clone / "runs" / "mat-bq" / "model", read_lines(clone / "queries.txt")), 128)
     corpus_bits = np.unpackbits(np.load(index_dir / "codes.npy"), axis=1).astype(bool)
     cosines = queries @ corpus_vectors.T
     top_k, candidates = 10, 4 * 10
@@ -334,7 +346,7 @@ def test_the_hnsw_index_holds_a_graph_of_the_same_vectors(guide_clone):
     assert os.path.getsize(index_dir / "ann.faiss") > 0
     corpus_vectors = np.load(clone / "corpus-128.npy").astype(np.float64)
     np.testing.assert_allclose(np.load(index_dir / "vectors.npy"), corpus_vectors, atol=TOLERANCE)
-    queries = cut(encoder_of(clone / "runs" / "mat-bq" / "model").encode(read_lines(clone / "queries.txt")), 128)
+    queries = cut(vectors_of(clone / "runs" / "mat-bq" / "model", read_lines(clone / "queries.txt")), 128)
     corpus_texts = read_lines(clone / "corpus.txt")
     check_hits_are_exact_cosines(read_hits(clone / "hits-hnsw.jsonl", corpus_texts), corpus_vectors, queries)
 
@@ -373,7 +385,7 @@ def test_the_exports_at_128_give_the_cut_vectors(guide_clone):
 
     clone, _ = guide_clone
     texts = read_lines(clone / "queries.txt")[:12]
-    expected = cut(encoder_of(clone / "runs" / "mat-bq" / "model").encode(texts), 128)
+    expected = cut(vectors_of(clone / "runs" / "mat-bq" / "model", texts), 128)
 
     served = tf.saved_model.load(str(clone / "exports" / "mat-bq-128")).signatures["serving_default"]
     vectors = served(sentences=tf.constant(texts))["embeddings"].numpy()
@@ -386,6 +398,7 @@ def test_the_exports_at_128_give_the_cut_vectors(guide_clone):
         "print(json.dumps(model.encode(json.loads(sys.argv[2])).tolist()))\n"
     )
     env = {**os.environ, "PYTHONPATH": ""}
+    # sentence-transformers lives in the reference environment (torch, no TensorFlow): another interpreter
     completed = subprocess.run(
         [
             reference_python("this test loads the export"),
@@ -409,9 +422,9 @@ def test_the_readme_quickstart_writes_what_it_says(readme_clone):
     clone, printed = readme_clone
     with open(clone / "runs" / "mat" / "model" / "cosent_model.json", encoding="utf-8") as f:
         assert json.load(f)["matryoshka_dims"] == [312, 128, 64]
-    encoder = encoder_of(clone / "runs" / "mat" / "model")
+    model = clone / "runs" / "mat" / "model"
 
-    sentences = cut(encoder.encode(read_lines(clone / "sentences.txt")), 128)
+    sentences = cut(vectors_of(model, read_lines(clone / "sentences.txt")), 128)
     codes = np.load(clone / "vectors.npy")
     assert codes.dtype == np.int8 and codes.shape == sentences.shape  # 128 bytes a vector
     low, _, step = ranges_and_steps(sentences)
@@ -421,8 +434,8 @@ def test_the_readme_quickstart_writes_what_it_says(readme_clone):
         info = json.load(f)
     assert (info["dimension"], info["precision"], info["kind"]) == (128, "binary", "hnsw")
     corpus_texts = read_lines(clone / "corpus.txt")
-    corpus_vectors = cut(encoder.encode(corpus_texts), 128)
-    queries = cut(encoder.encode(read_lines(clone / "queries.txt")), 128)
+    corpus_vectors = cut(vectors_of(model, corpus_texts), 128)
+    queries = cut(vectors_of(model, read_lines(clone / "queries.txt")), 128)
     check_hits_are_exact_cosines(read_hits(clone / "hits.jsonl", corpus_texts), corpus_vectors, queries)
     out, _ = said(printed, "query")
     assert "4 times the hits asked for as candidates" in out
