@@ -142,9 +142,10 @@ def engine_encoder(root, **load):
     return SentenceEncoder.load(str(root / "runs" / "mine" / "model"), **load)
 
 
-def run_reference(root, code, torch=True):
-    """Run ``code`` in the ONNX reference environment, in ``root``, with transformers told not to use
-    TensorFlow (nor PyTorch, unless ``torch``); fail if one of them was imported. Its stdout."""
+def run_reference(root, code, torch=True, args=()):
+    """Run ``code`` (with the command-line arguments ``args``) in the ONNX reference environment, in
+    ``root``, with transformers told not to use TensorFlow (nor PyTorch, unless ``torch``); fail if
+    one of them was imported. Its stdout."""
     if not os.path.isfile(REFERENCE_PYTHON):
         pytest.fail(
             f"the ONNX reference environment is missing: {REFERENCE_PYTHON} does not exist. Build it with "
@@ -155,8 +156,10 @@ def run_reference(root, code, torch=True):
     if not torch:
         guard += "assert 'torch' not in sys.modules, 'the block imported PyTorch'\n"
     env = {**os.environ, "USE_TF": "0", "USE_TORCH": "1" if torch else "0", "PYTHONPATH": ""}
+    # the blocks' own environment (onnxruntime, transformers, no TensorFlow), and the guard needs a
+    # fresh interpreter to see what the block alone imported
     completed = subprocess.run(
-        [REFERENCE_PYTHON, "-c", code + guard], cwd=root, env=env, capture_output=True, text=True, timeout=600
+        [REFERENCE_PYTHON, "-c", code + guard, *args], cwd=root, env=env, capture_output=True, text=True, timeout=600
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return completed.stdout
@@ -203,12 +206,36 @@ def test_the_serving_commands_write_what_the_section_says(clone):
     assert float(similarity.split()[0]) == pytest.approx(float(vectors[0] @ vectors[1]), abs=TOLERANCE)
 
 
+@pytest.fixture(scope="module")
+def onnx_runtime_printed(clone):
+    """{page: what its ONNX Runtime block printed}. The pages' blocks differ, and each runs as written,
+    one after the other in one interpreter of the reference environment (starting one, with
+    transformers, costs more than the blocks), each in a namespace of its own, and each is checked
+    to have imported neither TensorFlow nor PyTorch before the next runs."""
+    root, _ = clone
+    program = (
+        "import contextlib, io, json, sys\n"
+        "printed = {}\n"
+        "for page, block in json.loads(sys.argv[1]):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        exec(compile(block, page, 'exec'), {'__name__': '__main__'})\n"
+        "    for module in ('tensorflow', 'torch'):\n"
+        "        assert module not in sys.modules, f'{page}: the block imported {module}'\n"
+        "    printed[page] = out.getvalue()\n"
+        "print(json.dumps(printed))\n"
+    )
+    pages = [(page, block) for page in SECTIONS for block in reference_blocks(SECTIONS[page], "onnxruntime")]
+    assert len(pages) == len(SECTIONS)
+    out = run_reference(root, program, torch=False, args=[json.dumps(pages)])  # the tokenizer alone: no PyTorch
+    return json.loads(out.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", list(SECTIONS))
-def test_the_onnx_runtime_example_prints_cosent_tf_s_cosine(clone, page):
+def test_the_onnx_runtime_example_prints_cosent_tf_s_cosine(clone, onnx_runtime_printed, page):
     root, _ = clone
-    (block,) = reference_blocks(SECTIONS[page], "onnxruntime")
-    printed = run_reference(root, block, torch=False)  # the tokenizer alone: no PyTorch
+    printed = onnx_runtime_printed[page]
     expected = float(engine_encoder(root).similarity(TEXTS[:1], TEXTS[1:])[0])
     assert float(printed.strip().splitlines()[-1]) == pytest.approx(expected, abs=TOLERANCE)
 
