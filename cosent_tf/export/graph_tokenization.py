@@ -109,6 +109,8 @@ def character_table(do_lower_case: bool = True) -> dict[str, str]:
         if 0xD800 <= code <= 0xDFFF:
             continue  # surrogates never occur in valid UTF-8
         ch = chr(code)
+        if unicodedata.category(ch) in ("Cn", "Co"):
+            continue  # unassigned and private-use characters: steps 1-2 leave them as they are
         replacement = "".join(_spaced(c) for c in _normalised(ch, do_lower_case))
         unchanged = f" {ch} " if _is_cjk(code) else ch
         if replacement != unchanged:

@@ -50,7 +50,9 @@ def _fresh_keras_state():
     """Each test starts seeded, and fails if it leaves a dtype policy other than float32 behind."""
     import keras
 
-    keras.utils.clear_session()
+    # free_memory=False: a full garbage collection before every test cost more than most tests
+    # (docs/testing.md); Python's own collector still runs
+    keras.utils.clear_session(free_memory=False)
     keras.utils.set_random_seed(1234)
     yield
     leaked = keras.config.dtype_policy().name
