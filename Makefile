@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-keras3 test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann bench-keras3
+.PHONY: install install-test demo test test-keras3 test-full test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann bench-keras3
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -51,12 +51,15 @@ demo: $(STAMP)
 # total and its ten slowest modules (tools/suite_times.py; docs/testing.md has the budget).
 TIMES := .cache/suite-times
 WORKERS ?= auto
+# CI's selection: every test but the few marked `full` (docs/testing.md lists them and what they
+# cover); `make test-full` runs those as well.
+MARKS ?= not full
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile
 TEST_ENV := COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(abspath $(REF_PY)) COSENT_ONNX_REFERENCE_PYTHON=$(abspath $(ONNX_REF_PY))
 
 test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	rm -rf $(TIMES) && mkdir -p $(TIMES)
-	$(TEST_ENV) $(PYTEST) -m "" --durations=20 --timing-json $(TIMES)/keras2.json tests
+	$(TEST_ENV) $(PYTEST) -m "$(MARKS)" --durations=20 --timing-json $(TIMES)/keras2.json tests
 	$(MAKE) test-keras3
 	$(PY) tools/suite_times.py $(TIMES)/*.json
 
@@ -65,8 +68,12 @@ test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
 	mkdir -p $(TIMES)
 	for backend in tensorflow jax; do \
-	  KERAS_BACKEND=$$backend $(TEST_ENV) $(PYTEST) -m "" --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$$backend.json tests/keras3 || exit 1; \
+	  KERAS_BACKEND=$$backend $(TEST_ENV) $(PYTEST) -m "$(MARKS)" --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$$backend.json tests/keras3 || exit 1; \
 	done
+
+# Every test, those left out of CI for their cost included.
+test-full:
+	$(MAKE) test MARKS=""
 
 # The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs, on every core.
 test-quick: $(TEST_STAMP)

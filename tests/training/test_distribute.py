@@ -244,6 +244,7 @@ def test_two_workers_train_as_one_process_with_their_global_batch(worker_command
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_two_workers_train_mnrl_with_hard_negatives_as_one_process(worker_command):
     """In-batch negatives over the global batch (issue 36): each worker's anchors pick their positive
     among both workers' candidates, so two workers end as one process does."""
@@ -265,6 +266,7 @@ def test_two_workers_train_mnrl_with_hard_negatives_as_one_process(worker_comman
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_a_killed_worker_and_its_chief_resume_to_the_uninterrupted_result_on_the_cluster_or_alone(worker_command):
     tmp_path, command = worker_command
     finish(start_workers(command + ["--output-dir", str(tmp_path / "whole")]))
