@@ -15,7 +15,7 @@ REF_PY := $(REF_VENV)/bin/python
 ONNX_REF_VENV := .venv-onnx-reference
 ONNX_REF_PY := $(ONNX_REF_VENV)/bin/python
 
-.PHONY: install install-test demo test test-keras3 test-full test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann bench-keras3
+.PHONY: install install-test environments demo test test-keras3 test-full test-quick lint bench bench-avx2 profile-step soak kill-soak mutants onnx-quality bench-onnx bench-matryoshka bench-ann bench-keras3
 
 # What the main job needs: the package with setup.py's install_requires (no torch, no test tools).
 $(STAMP): setup.py
@@ -40,6 +40,11 @@ $(TEST_STAMP): setup.py .ci/constraints/test.txt
 install: $(STAMP)
 
 install-test: $(TEST_STAMP)
+
+# The three environments of the tests, built side by side: each install mostly waits on the
+# package index, so the three take about as long as the longest (.ci/run starts with this).
+environments:
+	$(MAKE) -j3 $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 
 # The main job: a small randomly initialised BERT trained with CoSENT on STS-B for one epoch.
 demo: $(STAMP)
