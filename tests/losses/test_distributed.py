@@ -1,13 +1,16 @@
 """The losses over the global batch under tf.distribute (cosent_tf.maths.ops.Ops.gather_across_replicas).
 
-Each case runs in its own process: the CPU is split into two logical devices, which must
-happen before TensorFlow starts, and MirroredStrategy uses them as two replicas. The
-multi-worker case starts two processes, a localhost cluster of one replica each.
+A process is needed: MirroredStrategy's two replicas are two logical CPU devices, which cosent_tf
+makes when imported (COSENT_TF_CPU_DEVICES=2), and a MultiWorkerMirroredStrategy cluster is a
+process per worker. So one process (replica_steps.py, the ``replicas`` fixture) runs every case of
+this module that needs two replicas or one device, and one localhost cluster of two workers (the
+``cluster`` fixture) every two-worker case, each case's result read by its own test.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -15,74 +18,85 @@ import numpy as np
 import pytest
 
 from tests.helpers import localhost_workers
+from tests.training.test_distribute import TwoDeviceProcess
 
-# What every case script shares: the loss of each case, by name, as the name's rows need it.
-LOSS_CASES = """
-import numpy as np
-import cosent_tf as ct
-from cosent_tf.losses import AnglELoss, CoSENTIBNLoss, MultipleNegativesRankingLoss
-
-SYMMETRIC = ("query_to_doc", "doc_to_query")
+REPLICA_STEPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "replica_steps.py")
 
 
-def case(name, rng):
-    '''(inputs, labels, width of the model's output, make(global_batch) -> the loss) of 8 examples.'''
-    graded = np.repeat(rng.integers(0, 3, 8), 2).astype("float32")  # 8 interleaved pairs, their labels
-    if name == "cosent-interaction":  # 8 concatenated pairs, one score each
-        return rng.normal(size=(8, 5)), rng.integers(0, 3, 8).astype("float32"), 1, ct.InteractionCoSENTLoss
-    if name.startswith("mnrl"):  # 8 groups of anchor, positive and (mnrl-hard) two hard negatives
-        rows = 8 * (4 if name.startswith("mnrl-hard") else 2)
-        directions = SYMMETRIC if name.endswith("symmetric") else ("query_to_doc",)
-        make = lambda global_batch: MultipleNegativesRankingLoss(
-            group_size=rows // 8, directions=directions, global_batch=global_batch
+def selected(request, test):
+    """The ``case`` parameter of each of ``test``'s cases this session runs."""
+    return [item.callspec.params["case"] for item in request.session.items if getattr(item, "function", None) is test]
+
+
+def run_replica_steps(folder, cases):
+    """replica_steps.py's two-device process run once on ``cases`` ([check, name] each); what it
+    wrote, as a TwoDeviceProcess (its result("check:name"))."""
+    results_path = folder / "replicas.jsonl"
+    command = [sys.executable, REPLICA_STEPS, "replicas", json.dumps(cases), str(results_path)]
+    # A process: the two logical CPU devices are made when cosent_tf is imported, and this one has one.
+    env = {**os.environ, "COSENT_TF_CPU_DEVICES": "2"}
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120 + 60 * len(cases))
+        returncode, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired as late:
+        # what the process wrote before it was killed, as bytes where Python did not decode it yet
+        stderr = late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else late.stderr or ""
+        returncode = "none: killed after its timeout"
+    return TwoDeviceProcess(results_path, returncode, stderr)
+
+
+def run_cluster(folder, names):
+    """Two replica_steps.py workers of a localhost cluster, each running check "steps" of every
+    name; what each wrote, as a TwoDeviceProcess, the chief's first."""
+    cases = json.dumps([["steps", name] for name in names])
+    paths = [folder / f"worker-{index}.jsonl" for index in range(2)]
+    # A process per worker: a MultiWorkerMirroredStrategy is one task of its cluster, made once a process.
+    workers = [
+        subprocess.Popen(
+            [sys.executable, REPLICA_STEPS, "worker", cases, str(path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        return rng.normal(size=(rows, 5)), np.zeros(rows, "float32"), 4, make
-    if name == "cosent-ibn":  # half of the pairs positive, for the in-batch part
-        labels = np.repeat([1, 0, 1, 1, 0, 0, 1, 0], 2).astype("float32")
-        make = lambda global_batch: CoSENTIBNLoss(cosine_w=1.0, ibn_w=1.0, angle_w=1.0, global_batch=global_batch)
-        return rng.normal(size=(16, 5)), labels, 4, make
-    return rng.normal(size=(16, 5)), graded, 4, {"cosent-feature": ct.CoSENTLoss, "angle": AnglELoss}[name]
-"""
-
-ONE_STEP = (
-    LOSS_CASES
-    + """
-import json, sys
-from cosent_tf.backend import keras, tf
-
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-inputs, labels, width, make = case(sys.argv[1], np.random.default_rng(0))
-inputs = inputs.astype("float32")
+        for env, path in zip(localhost_workers(2), paths)
+    ]
+    stderrs = []
+    try:
+        for worker in workers:
+            try:
+                stderrs.append(worker.communicate(timeout=120 + 60 * len(names))[1])
+            except subprocess.TimeoutExpired:
+                stderrs.append("")
+    finally:
+        for worker in workers:  # one left waiting for its peer: end it, and its cases fail
+            worker.kill()
+    for worker in workers:
+        worker.wait()
+    returncodes = [worker.returncode for worker in workers]
+    return [TwoDeviceProcess(*written) for written in zip(paths, returncodes, stderrs)]
 
 
-def one_step(strategy, global_batch):
-    with strategy.scope():
-        layer = keras.layers.Dense(width, kernel_initializer=keras.initializers.GlorotUniform(7))
-        model = keras.Sequential([keras.Input((5,)), layer])
-        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=make(global_batch=global_batch))
-    before = [w.copy() for w in model.get_weights()]
-    data = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(len(inputs))
-    history = model.fit(data, epochs=1, verbose=0)
-    # plain SGD with rate 1: the weights moved by minus the gradient
-    gradients = [(b - a).tolist() for b, a in zip(before, model.get_weights())]
-    return {"loss": history.history["loss"][0], "gradients": gradients}
+@pytest.fixture(scope="module")
+def replicas(request, tmp_path_factory):
+    """The module's one two-logical-device process: one step three ways for each two-replica
+    case, and the steps on one device for each two-worker case, of those this session runs."""
+    cases = [
+        ["three-ways", name]
+        for name in selected(request, test_under_two_replicas_the_loss_takes_the_global_batch_as_one_device_would)
+    ]
+    cases += [
+        ["steps", name]
+        for name in selected(request, test_two_workers_on_localhost_step_as_one_process_on_the_global_batch)
+    ]
+    return run_replica_steps(tmp_path_factory.mktemp("replicas"), cases)
 
 
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-print(json.dumps({
-    "one_device": one_step(tf.distribute.get_strategy(), True),
-    "gathered": one_step(mirrored, True),
-    "per_slice": one_step(mirrored, False),
-}))
-"""
-)
-
-
-def one_step_three_ways(case):
-    done = subprocess.run([sys.executable, "-c", ONE_STEP, case], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def cluster(request, tmp_path_factory):
+    """The module's one localhost cluster of two workers, running every two-worker case this session runs."""
+    names = selected(request, test_two_workers_on_localhost_step_as_one_process_on_the_global_batch)
+    return run_cluster(tmp_path_factory.mktemp("cluster"), names)
 
 
 @pytest.mark.slow
@@ -90,8 +104,8 @@ def one_step_three_ways(case):
     "case",
     ["cosent-feature", "cosent-interaction", "angle", "mnrl", "mnrl-hard-symmetric", "cosent-ibn"],
 )
-def test_under_two_replicas_the_loss_takes_the_global_batch_as_one_device_would(case):
-    steps = one_step_three_ways(case)
+def test_under_two_replicas_the_loss_takes_the_global_batch_as_one_device_would(case, replicas):
+    steps = replicas.result(f"three-ways:{case}")
     one_device, gathered, per_slice = steps["one_device"], steps["gathered"], steps["per_slice"]
     assert gathered["loss"] == pytest.approx(one_device["loss"], rel=1e-5)
     for expected, actual in zip(one_device["gradients"], gathered["gradients"]):
@@ -103,65 +117,11 @@ def test_under_two_replicas_the_loss_takes_the_global_batch_as_one_device_would(
     assert kernel_gap > 1e-3 * np.abs(one_device["gradients"][0]).max()
 
 
-# A few SGD steps of a Dense encoder, in one process or as one worker of a MultiWorkerMirroredStrategy
-# cluster (TF_CONFIG set); prints the weights after them.
-STEPS = (
-    LOSS_CASES
-    + """
-import json, os, sys
-from cosent_tf.backend import keras, tf
-
-name, steps = sys.argv[1], 3
-rng = np.random.default_rng(0)
-batches = [case(name, rng) for _ in range(steps)]
-width, make = batches[0][2], batches[0][3]
-inputs = np.concatenate([batch[0] for batch in batches]).astype("float32")
-labels = np.concatenate([batch[1] for batch in batches])
-if "TF_CONFIG" in os.environ:
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-else:
-    strategy = tf.distribute.get_strategy()
-with strategy.scope():
-    layer = keras.layers.Dense(width, kernel_initializer=keras.initializers.GlorotUniform(7))
-    model = keras.Sequential([keras.Input((5,)), layer])
-    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=make(global_batch=True))
-start = [w.tolist() for w in model.get_weights()]
-# each worker gets its half of every batch, whole examples (as the engine's batches are shared)
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-data = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(len(inputs) // steps).with_options(options)
-history = model.fit(data, epochs=1, verbose=0)
-print(json.dumps({
-    "replicas": strategy.num_replicas_in_sync,
-    "loss": history.history["loss"][0],
-    "start": start,
-    "weights": [w.tolist() for w in model.get_weights()],
-}))
-"""
-)
-
-
-def ran(process, stdout, stderr):
-    assert process.returncode == 0, stderr[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["mnrl-hard-symmetric", "cosent-ibn"])
-def test_two_workers_on_localhost_step_as_one_process_on_the_global_batch(case):
-    command = [sys.executable, "-c", STEPS, case]
-    alone = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    one_process = ran(alone, alone.stdout, alone.stderr)
-    workers = [
-        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for env in localhost_workers(2)
-    ]
-    try:
-        outputs = [worker.communicate(timeout=300) for worker in workers]
-    finally:
-        for worker in workers:  # one left waiting for its peer: end it, and the test fails
-            worker.kill()
-    chief, other = (ran(worker, *output) for worker, output in zip(workers, outputs))
+def test_two_workers_on_localhost_step_as_one_process_on_the_global_batch(case, replicas, cluster):
+    one_process = replicas.result(f"steps:{case}")
+    chief, other = (worker.result(f"steps:{case}") for worker in cluster)
     assert (one_process["replicas"], chief["replicas"], other["replicas"]) == (1, 2, 2)
     assert chief["loss"] == pytest.approx(one_process["loss"], rel=1e-5)
     # the steps moved the weights far beyond the tolerance

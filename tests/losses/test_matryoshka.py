@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -27,7 +25,7 @@ from cosent_tf.training.gradient_cache import GradientCacheModel
 from tests.harness import run_keras_object_test
 from tests.losses.test_angle import brute_force_angle
 from tests.losses.test_cosent import brute_force_cosent
-from tests.losses.test_distributed import LOSS_CASES, ONE_STEP
+from tests.losses.test_distributed import run_replica_steps, selected
 from tests.losses.test_mnrl import brute_force_mnrl, value_and_gradient
 from tests.training.test_gradient_cache import in_batch_setup, sgd_step, training_setup
 
@@ -295,30 +293,20 @@ def test_in_micro_batches_the_gradient_is_the_whole_batch_one(case, tmp_path):
     assert max(np.abs(p - w).max() for p, w in zip(plain, whole)) > 1e-2 * scale
 
 
-# tests/losses/test_distributed.py's one step of a Dense encoder, its cases' losses wrapped: a case
-# named "cosent-feature@3,1" is that file's "cosent-feature" at the widths 3 and 1.
-MATRYOSHKA_CASES = """
-from cosent_tf.losses import MatryoshkaLoss
-
-plain_case = case
-
-
-def case(name, rng):
-    inner, widths = name.split("@")
-    inputs, labels, width, make = plain_case(inner, rng)
-    dims = [int(dim) for dim in widths.split(",")]
-    return inputs, labels, width, lambda global_batch: MatryoshkaLoss(make(global_batch=global_batch), dims)
-"""
+@pytest.fixture(scope="module")
+def replicas(request, tmp_path_factory):
+    """tests/losses/test_distributed.py's one step of a Dense encoder three ways, its cases' losses
+    wrapped ("cosent-feature@3,1" is that file's "cosent-feature" at the widths 3 and 1), every
+    case this session runs in one process: the two replicas are two logical CPU devices, which
+    cosent_tf makes when imported."""
+    names = selected(request, test_under_two_replicas_each_width_ranks_the_global_batch)
+    return run_replica_steps(tmp_path_factory.mktemp("replicas"), [["three-ways", name] for name in names])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["cosent-feature@3,1", "cosent-ibn@4,2,1"])
-def test_under_two_replicas_each_width_ranks_the_global_batch(case):
-    assert ONE_STEP.startswith(LOSS_CASES)
-    script = LOSS_CASES + MATRYOSHKA_CASES + ONE_STEP[len(LOSS_CASES) :]
-    done = subprocess.run([sys.executable, "-c", script, case], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    steps = json.loads(done.stdout.strip().splitlines()[-1])
+def test_under_two_replicas_each_width_ranks_the_global_batch(case, replicas):
+    steps = replicas.result(f"three-ways:{case}")
     one_device, gathered, per_slice = steps["one_device"], steps["gathered"], steps["per_slice"]
     assert gathered["loss"] == pytest.approx(one_device["loss"], rel=1e-5)
     scale = max(np.abs(g).max() for g in one_device["gradients"])
