@@ -2,8 +2,9 @@
 and the vectors are one device's.
 
 The CPU is split into two logical devices (COSENT_TF_CPU_DEVICES=2) when cosent_tf is imported, so
-the mirrored runs happen in a process of their own; the one-device vectors they are compared with
-come from this process, which has one CPU device.
+the two-device runs happen in a process of their own, one for all of them; the one-device vectors
+they are compared with, and the run where mirrored finds one device, come from this process,
+which has one CPU device.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import PairScorer, SentenceEncoder, VectorIndex
+from cosent_tf.backend import tf
 from tests.helpers import ROOT, distinct_texts, make_model_dir, write_config
 
 # 10 texts in batches of 3: two replicas share 3 rows as 2 and 1, and the last batch's one row
@@ -54,6 +56,7 @@ def test_vectors_encoded_on_two_devices_are_one_devices(tmp_path):
     make_model_dir(tmp_path / "model", config, pooling="last-avg")
     make_model_dir(tmp_path / "scorer", config, kind="interaction")
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    # A process: the two logical CPU devices are made when cosent_tf is imported, and this one has one.
     done = subprocess.run(
         [sys.executable, "-c", MIRRORED, str(tmp_path)],
         env={**os.environ, "COSENT_TF_CPU_DEVICES": "2", "PYTHONPATH": ROOT},
@@ -77,20 +80,22 @@ def test_vectors_encoded_on_two_devices_are_one_devices(tmp_path):
 
 
 @pytest.mark.slow
-def test_one_device_found_by_mirrored_encodes_as_default(tmp_path):
+def test_one_device_found_by_mirrored_encodes_as_default(tmp_path, monkeypatch, capsys):
+    from cosent_tf.cli import main
+    from cosent_tf.training import distribute
+
     make_model_dir(tmp_path / "model", write_config(tmp_path / "config.json"), pooling="last-avg")
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key != "COSENT_TF_CPU_DEVICES"}
-    done = subprocess.run(
-        [sys.executable, "-m", "cosent_tf.cli", "encode", str(tmp_path / "model"), str(tmp_path / "texts.txt")]
-        + [str(tmp_path / "v.npy"), "--strategy", "mirrored"],
-        env={**env, "PYTHONPATH": ROOT},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    # In this process, which has the one CPU device (no COSENT_TF_CPU_DEVICES): the strategy is
+    # made afresh, as in a process of its own, since it warns when it is made and is kept after.
+    assert len(tf.config.list_logical_devices("CPU")) == 1
+    monkeypatch.setattr(distribute, "_made", {})
+    main(
+        ["encode", str(tmp_path / "model"), str(tmp_path / "texts.txt"), str(tmp_path / "v.npy")]
+        + ["--strategy", "mirrored"]
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "--strategy mirrored found one device" in done.stderr and "encoding on 1 device (CPU:0)" in done.stderr
+    err = capsys.readouterr().err
+    assert "--strategy mirrored found one device" in err and "encoding on 1 device (CPU:0)" in err
     np.testing.assert_allclose(
         np.load(tmp_path / "v.npy"), SentenceEncoder.load(tmp_path / "model").encode(TEXTS), atol=1e-6
     )
