@@ -430,24 +430,22 @@ def test_op_types_are_read_from_op_events_only():
     assert profile.is_matmul("_MklEinsum") and profile.is_matmul("_MklMatMul") and not profile.is_matmul("Mul")
 
 
-def run_on_a_tiny_model(script, tmp_path, *options):
-    """benchmarks/SCRIPT.py on a one-layer model of width 24, reporting into tmp_path/out."""
+def run_on_a_tiny_model(script, tmp_path, monkeypatch, *options):
+    """benchmarks/SCRIPT.py's main on a one-layer model of width 24, reporting into tmp_path/out.
+
+    In this process, as neither script needs one of its own: the step profile's policy and seed
+    are scoped, and the profiler records only its own steps, as nothing else runs meanwhile;
+    core scaling's parent only starts and reads the children it pins (one core, then all),
+    processes because TensorFlow sizes its thread pools from the affinity it starts with."""
+    monkeypatch.setenv("COSENT_SHARED_DATA", SHARED_DATA)  # read when the batches are made, children's too
     config = write_config(tmp_path / "config.json", hidden=24, layers=1, heads=2, intermediate=48)
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", script), "--config", config, *options]
-        + ["--output-dir", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COSENT_SHARED_DATA": SHARED_DATA},
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    bench_module(script).main(["--config", config, *options, "--output-dir", str(tmp_path / "out")])
 
 
 @pytest.mark.slow
 @requires_shared_data
-def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path):
-    run_on_a_tiny_model("step_profile.py", tmp_path, "--pairs", "8", "--steps", "3")
+def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path, monkeypatch):
+    run_on_a_tiny_model("step_profile", tmp_path, monkeypatch, "--pairs", "8", "--steps", "3")
     figures = json.loads((tmp_path / "out" / "step_profile_custom.json").read_text())
     for precision in ("float32", "bf16"):
         run = figures[precision]
@@ -468,8 +466,9 @@ def test_the_step_profile_reports_both_precisions_from_a_real_profile(tmp_path):
 
 @pytest.mark.slow
 @requires_shared_data
-def test_core_scaling_times_both_precisions_on_one_core_and_on_all(tmp_path):
-    run_on_a_tiny_model("core_scaling.py", tmp_path, "--pairs", "8", "--steps", "2", "--rounds", "1", "--repeats", "1")
+def test_core_scaling_times_both_precisions_on_one_core_and_on_all(tmp_path, monkeypatch):
+    options = ["--pairs", "8", "--steps", "2", "--rounds", "1", "--repeats", "1"]
+    run_on_a_tiny_model("core_scaling", tmp_path, monkeypatch, *options)
     figures = json.loads((tmp_path / "out" / "core_scaling_custom.json").read_text())
     cores = len(os.sched_getaffinity(0))
     assert figures["cores"] == cores and set(figures["step_ms"]) == {"1", str(cores)}
