@@ -15,6 +15,7 @@ from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS
 from cosent_tf.training.run_rules import VALIDATION_STATE
 from tests.helpers import ROOT, make_tiny_setup, run_until, write_config
 from tests.training.run_helpers import RUN_FILES, read_csv
+from tests.zoo import copy_of
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +141,9 @@ def test_a_run_killed_after_training_finishes_without_training_again(uninterrupt
     assert sorted(os.listdir(out)) == RUN_FILES
 
 
-def test_an_unfinished_run_resumes_only_with_its_own_settings(tiny_setup):
-    tmp_path, options = tiny_setup
-    out = tmp_path / "run"
-    train_main(["BQ", "--epochs", "2", "--output-dir", str(out)] + options)
+def test_an_unfinished_run_resumes_only_with_its_own_settings(bq_run, tmp_path):
+    options = bq_run.options  # the zoo run's own: BQ, 2 epochs
+    out = copy_of(bq_run.run, tmp_path / "run")
     (out / "metrics.json").unlink()  # as if stopped before the end, with training state saved
     (out / "backup").mkdir()
     (out / "backup" / "state").write_text("")
@@ -197,20 +197,11 @@ def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup
     assert not (out / "backup").exists()
 
 
-def test_every_output_of_a_run_arrives_whole_by_rename(tiny_setup, monkeypatch):
+def test_every_output_of_a_run_arrives_whole_by_rename(bq_run):
     """Each output is written under a temporary name and renamed into place, so a process
     killed while writing it leaves the previous file (or none), never a partial one."""
-    tmp_path, options = tiny_setup
-    renamed, real_replace = [], os.replace
-
-    def replace(source, target):
-        renamed.append((os.path.basename(source), os.path.basename(target)))
-        return real_replace(source, target)
-
-    monkeypatch.setattr(os, "replace", replace)
-    out = tmp_path / "run"
-    train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options])
-    monkeypatch.undo()
+    # The zoo run recorded every os.replace it made (BQ, 2 epochs, from train_main).
+    renamed, out = bq_run.renamed, bq_run.run
     assert renamed[0][1] == RUN_MARKER  # first: the folder is a run's before it holds anything else
     targets = {target: source for source, target in renamed}
     # the training state is a folder Keras writes and removes; the reliability diagram is drawn only
