@@ -47,9 +47,12 @@ def training_setup(tmp_path, kind, loss_name, dropout):
     return model, loss, inputs, labels
 
 
-def sgd_step(model, loss, inputs, labels):
-    """The gradient a step applies (plain SGD at rate 1: the weights move by minus it)."""
-    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+def sgd_step(model, loss, inputs, labels, run_eagerly=False):
+    """The gradient a step applies (plain SGD at rate 1: the weights move by minus it).
+
+    ``run_eagerly``: fit's own step without its graph, for a reference whose graph would cost
+    more to trace than the step does to run."""
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss, run_eagerly=run_eagerly)
     before = [w.copy() for w in model.get_weights()]
     model.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
     return [b - a for b, a in zip(before, model.get_weights())]
@@ -62,7 +65,7 @@ CASES = [("feature", "cosent"), ("feature", "sbert"), ("interaction", "cosent"),
 def test_micro_batches_give_the_gradient_of_the_whole_batch(kind, loss_name, tmp_path):
     model, loss, inputs, labels = training_setup(tmp_path, kind, loss_name, dropout=0.0)
     start = model.get_weights()
-    whole = sgd_step(model, loss, inputs, labels)
+    whole = sgd_step(model, loss, inputs, labels, run_eagerly=True)
     model.set_weights(start)
     cached = sgd_step(GradientCacheModel(model, 3, 2 if kind == "feature" else 1), loss, inputs, labels)
     scale = max(np.abs(g).max() for g in whole)
@@ -129,7 +132,7 @@ def in_batch_setup(tmp_path, case, dropout):
 def test_in_batch_losses_in_micro_batches_give_the_gradient_of_the_whole_batch(loss_name, tmp_path):
     model, loss, inputs, labels, rows_per_example = in_batch_setup(tmp_path, loss_name, dropout=0.0)
     start = model.get_weights()
-    whole = sgd_step(model, loss, inputs, labels)
+    whole = sgd_step(model, loss, inputs, labels, run_eagerly=True)
     model.set_weights(start)
     cached = sgd_step(GradientCacheModel(model, 3, rows_per_example), loss, inputs, labels)
     scale = max(np.abs(g).max() for g in whole)
