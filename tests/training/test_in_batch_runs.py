@@ -244,9 +244,14 @@ def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     # log of the 16 candidates) and has found the positives by the fifth epoch.
     spy = Spy(monkeypatch)
     capfd.readouterr()
-    train(setup, "learning", "--loss", "mnrl", "--lr", "5e-3", "--epochs", "5")
+    metrics = train(setup, "learning", "--loss", "mnrl", "--lr", "5e-3", "--epochs", "5")
     # the group size the examples allow is said once, not by each step that needs it
     assert capfd.readouterr().err.count("examples have 1 to 3 hard negatives") == 1
+    # no options given: one direction, the largest group the examples allow, the whole batch at once
+    # (test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model gives them)
+    spied = spy.last
+    assert spied["loss"].directions == ("query_to_doc",) and spied["loss"].group_size == metrics["group_size"] == 3
+    assert not isinstance(spied["model"], GradientCacheModel)
     losses = spy.last["model"].history.history["loss"]
     assert len(losses) == 5 and np.all(np.isfinite(losses))
     assert losses[-1] < 0.8 * losses[0]
@@ -264,11 +269,15 @@ def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     ],
     ids=["mnrl", "mnrl-hard-negatives", "angle", "cosent-ibn", "nli-mnrl"],
 )
-def test_the_scripts_train_the_in_batch_losses(arguments, task, group_size, setup):
+def test_the_scripts_train_the_in_batch_losses(arguments, task, group_size, setup, monkeypatch):
     tmp_path, options, _, _ = setup
     name = "-".join(a.strip("-") for a in arguments if not a.isdigit())
     out = tmp_path / "scripts" / name
+    spy = Spy(monkeypatch) if "cosent-ibn" in arguments else None
     metrics = train_main([*arguments, *options, "--epochs", "1", "--output-dir", str(out)], "feature", "cosent", task)
+    if spy:  # no weights given: the mix's defaults reach the loss
+        default = spy.last["loss"]
+        assert (default.cosine_w, default.ibn_w, default.angle_w) == (0.0, 20.0, 1.0)
     assert metrics["loss"] == arguments[arguments.index("--loss") + 1]
     assert metrics.get("group_size") == group_size
     assert np.isfinite(metrics["test"]["spearman"])
@@ -285,32 +294,26 @@ def test_the_scripts_train_the_in_batch_losses(arguments, task, group_size, setu
 
 
 def test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model(setup, monkeypatch, capfd):
+    # the same options left out: test_an_mnrl_run_lowers_its_training_loss
     spy = Spy(monkeypatch)
     capfd.readouterr()
-    metrics = train(setup, "cached", "--loss", "mnrl", "--micro-batch-size", "4")
-    cached = spy.last
-    assert cached["loss"].directions == ("query_to_doc",) and cached["loss"].group_size == metrics["group_size"] == 3
-    assert isinstance(cached["model"], GradientCacheModel)
-    assert (cached["model"].rows_per_pair, cached["model"].micro_batch_pairs) == (3, 4)  # a micro-batch: 4 groups
-    assert "the gradient of each batch is computed 4 examples at a time" in capfd.readouterr().err
-
-    metrics = train(setup, "options", "--loss", "mnrl", "--symmetric", "--group-size", "2")
+    metrics = train(setup, "options", "--loss", "mnrl", "--symmetric", "--group-size", "2", "--micro-batch-size", "4")
     spied = spy.last
     assert spied["loss"].directions == ("query_to_doc", "doc_to_query")
     assert spied["loss"].group_size == metrics["group_size"] == 2
     (token_ids, _), _ = next(iter(spied["first_epoch"]))
     assert token_ids.shape[0] == 8 * 2  # 8 examples of anchor and positive
-    assert not isinstance(spied["model"], GradientCacheModel)
+    assert isinstance(spied["model"], GradientCacheModel)
+    assert (spied["model"].rows_per_pair, spied["model"].micro_batch_pairs) == (2, 4)  # a micro-batch: 4 groups
+    assert "the gradient of each batch is computed 4 examples at a time" in capfd.readouterr().err
 
 
 def test_the_mix_weights_reach_the_loss(setup, monkeypatch):
+    # the default weights: test_the_scripts_train_the_in_batch_losses[cosent-ibn], the same run without them
     spy = Spy(monkeypatch)
     _, options, _, _ = setup
     tmp_path = setup[0]
     common = ["BQ", "--loss", "cosent-ibn", *options, "--epochs", "1"]
-    train_main([*common, "--output-dir", str(tmp_path / "mix-default")])
-    default = spy.last["loss"]
-    assert (default.cosine_w, default.ibn_w, default.angle_w) == (0.0, 20.0, 1.0)
     weights = ["--cosine-weight", "1.5", "--ibn-weight", "4", "--angle-weight", "0.25", "--symmetric"]
     train_main([*common, *weights, "--output-dir", str(tmp_path / "mix-weighted")])
     weighted = spy.last["loss"]
