@@ -27,14 +27,13 @@ def _splits(root, task):
     return load_task(folder, task, "valid"), load_task(folder, task, "test")
 
 
-def test_a_binary_run_ships_thresholds_fitted_on_valid_and_reports_them_on_test(tiny_setup):
+def test_a_binary_run_ships_thresholds_fitted_on_valid_and_reports_them_on_test(bq_run):
     """Valid has 24 pairs here: too few for a calibration map, so the decision carries the
     thresholds and says why it has no map."""
-    tmp_path, _ = tiny_setup
-    metrics = train(tiny_config(tmp_path, "bq", task="BQ"))
-    model_dir = tmp_path / "bq" / "model"
+    metrics = json.loads((bq_run.run / "metrics.json").read_text())  # the zoo's finished BQ run
+    model_dir = bq_run.run / "model"
     encoder = SentenceEncoder.load(str(model_dir))
-    valid, test = _splits(tmp_path / "data", "BQ")
+    valid, test = _splits(bq_run.setup / "data", "BQ")
     valid_scores = encoder.similarity(valid.texts_a, valid.texts_b)
     decision = read_decision(model_dir)
     assert decision is not None and encoder.decision == decision
@@ -46,7 +45,7 @@ def test_a_binary_run_ships_thresholds_fitted_on_valid_and_reports_them_on_test(
     for key in ("accuracy", "f1", "accuracy_oracle", "f1_oracle", "ece_uncalibrated"):
         assert metrics["test"][key] == pytest.approx(expected[key], abs=1e-6), key
     assert "ece" not in metrics["test"]
-    assert not (tmp_path / "bq" / "reliability.png").exists()
+    assert not (bq_run.run / "reliability.png").exists()
     with pytest.raises(ConfigError, match="needs at least 50 pairs"):
         encoder.predict_proba(["你好"], ["您好"])
 
