@@ -52,9 +52,9 @@ def spy(monkeypatch):
 def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy):
     from cosent_tf.losses import CoSENTLoss, CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
 
-    tiny_run(tiny_setup, "scale", task="BQ", scale=7.0)
-    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0 and spy["loss"].global_batch
-    tiny_run(tiny_setup, "per-replica", task="BQ", global_batch_loss=False)
+    # two options of one loss in one run; the default global_batch: the bf16 run of the test below
+    tiny_run(tiny_setup, "scale", task="BQ", scale=7.0, global_batch_loss=False)
+    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0
     assert spy["loss"].global_batch is False
     assert spy["pair_dataset"]["group_by_length"] is True
     tiny_run(tiny_setup, "contrastive", task="STS-B", loss="contrastive", epsilon=0.3, group_by_length=False)
@@ -72,20 +72,35 @@ def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy)
 
 
 def test_precision_pooling_and_checkpoint_reach_the_model(tiny_setup, spy):
+    """Each reaches the model; and train() sets the dtype policy and seeds every generator, yet
+    leaves both as they were: the bf16 run is the one that shows it, and the run after it (from a
+    checkpoint) trains in float32."""
+    import random
+
+    from cosent_tf.backend import keras, tf
+
     tmp_path, _ = tiny_setup
-    tiny_run(tiny_setup, "bf16", task="BQ", precision="bf16", pooling="last-avg")
+    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
+    expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
+    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
+    metrics = tiny_run(tiny_setup, "bf16", task="BQ", precision="bf16", pooling="last-avg")
+    assert spy["loss"].global_batch is True  # by default the loss ranks the global batch
+    assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
+    assert keras.mixed_precision.global_policy().name == "float32"
+    assert np.isfinite(metrics["test"]["spearman"])
     assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "mixed_bfloat16"
     assert spy["model"].get_layer("Pooling").mode == "last-avg"
     assert json.loads((tmp_path / "bf16" / "model" / "cosent_model.json").read_text())["pooling"] == "last-avg"
-    tiny_run(tiny_setup, "f32", task="BQ")
-    assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "float32"
 
     # A run from a checkpoint starts from its weights: with lr 1e-12 the trained model is the checkpoint.
     keras_seed_model = build_encoder(str(tmp_path / "config.json"))
     save_checkpoint(
         keras_seed_model, tmp_path / "ckpt", str(tmp_path / "config.json"), vocab_path=str(tmp_path / "vocab.txt")
     )
+    assert {weight.dtype for weight in keras_seed_model.weights} == {tf.float32}  # built after the bf16 run
+    assert keras_seed_model.get_layer("Embedding-Token").compute_dtype == "float32"
     tiny_run(tiny_setup, "from-ckpt", task="BQ", checkpoint=str(tmp_path / "ckpt"), config=None, vocab=None, lr=1e-12)
+    assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "float32"  # no precision given
     texts = ["我们是", "他在这", "你"]
     from_checkpoint = SentenceEncoder.load(tmp_path / "from-ckpt" / "model").encode(texts, normalize=False)
     tokenizer = SentenceEncoder.load(tmp_path / "from-ckpt" / "model").tokenizer
@@ -210,27 +225,6 @@ def test_the_default_vocabulary_stays_the_shared_one_wherever_data_dir_points(tm
     assert RunConfig(data_dir=str(tmp_path / "mine")).resolved().vocab == str(
         tmp_path / "mine" / "vocab" / "bert-base-chinese-vocab.txt"
     )
-
-
-def test_a_bf16_run_leaves_the_process_as_it_found_it(tiny_setup):
-    """train() sets the dtype policy and seeds every generator; afterwards both are as before."""
-    import random
-
-    from cosent_tf.backend import keras, tf
-
-    tmp_path, options = tiny_setup
-    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
-    expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
-    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
-    metrics = train_main(
-        ["BQ", "--epochs", "1", "--precision", "bf16", "--output-dir", str(tmp_path / "bf16")] + options
-    )
-    assert np.isfinite(metrics["test"]["spearman"])
-    assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
-    assert keras.mixed_precision.global_policy().name == "float32"
-    encoder = build_encoder(options[options.index("--config") + 1])
-    assert {weight.dtype for weight in encoder.weights} == {tf.float32}
-    assert encoder.get_layer("Embedding-Token").compute_dtype == "float32"
 
 
 def test_maxlen_beyond_the_position_embeddings_stops_before_training(tiny_setup):
