@@ -54,7 +54,8 @@ def brute_force_retrieval(query_vectors, corpus_vectors, relevant):
 
 
 @pytest.mark.slow
-def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup):
+def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, capsys):
+    from cosent_tf.cli import main as cosent_tf
     from cosent_tf.evaluation import pair_retrieval_sets
 
     tmp_path, options = tiny_setup
@@ -85,13 +86,18 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup):
             "--output-dir",
             str(out),
         ]
-        if extension == "tsv":  # killed mid-run, then resumed by the same command
+        if extension == "tsv":  # killed mid-run (a process, to be killed), then resumed by the same command
             code, _ = run_until(command, "step 6 valid", signal.SIGKILL)
             assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert extension != "tsv" or "resumed at step" in result.stderr
-        assert "no --valid file: a seeded 10% of" in result.stderr  # the held-out valid is said
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, result.stderr[-3000:]
+            stderr = result.stderr
+            assert "resumed at step" in stderr
+        else:  # the same command line in this process: no process is needed to read a format
+            capsys.readouterr()
+            assert cosent_tf(command[1:]) == 0
+            stderr = capsys.readouterr().err
+        assert "no --valid file: a seeded 10% of" in stderr  # the held-out valid is said
         results[extension] = json.loads((out / "metrics.json").read_text())
 
     # The three formats hold the same pairs, so the runs are the same run.
@@ -106,21 +112,8 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup):
 
     # evaluate the model folder: the same test metrics, and retrieval as brute force on the same vectors
     model_dir = tmp_path / "run-tsv" / "model"
-    result = subprocess.run(
-        [
-            cli,
-            "evaluate",
-            str(model_dir),
-            str(tmp_path / "test" / "pairs.tsv"),
-            "--retrieval",
-            "--output",
-            str(tmp_path / "eval"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    evaluate = ["evaluate", str(model_dir), str(tmp_path / "test" / "pairs.tsv"), "--retrieval"]
+    assert cosent_tf([*evaluate, "--output", str(tmp_path / "eval")]) == 0
     evaluated = json.loads((tmp_path / "eval.json").read_text())
     for key in ("spearman", "pearson", "accuracy", "threshold"):
         assert evaluated[key] == pytest.approx(metrics["test"][key], abs=1e-6)
