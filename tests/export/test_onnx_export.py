@@ -24,6 +24,7 @@ from cosent_tf.export.onnx_export import export_onnx, quality_check
 from cosent_tf.export.savedmodel import export_saved_model
 from cosent_tf.inference.onnx_model import load_onnx_dir
 from tests.helpers import distinct_texts, make_model_dir, write_config
+from tests.inference.test_onnx_model import zoo_export
 
 # 64 texts: the check encodes both sides in one batch of 64, as the figures here are computed (int8's
 # activations are quantised per batch, so a text's int8 vector depends on the batch it is in).
@@ -51,24 +52,35 @@ class Collected(logging.Handler):
 def folders(tmp_path_factory):
     """``feature`` (a mean-pooled model: a random model's [CLS] cosines lie too close to rank) and its
     export ``int8`` with --quantize int8 and --check (the warning's threshold lowered so that it fires;
-    ``warnings``: what was logged); ``other``, another model, and its float32 export ``plain``."""
+    ``warnings``: what was logged), written with overwrite over a Hugging Face export of the model, so
+    that this one conversion also shows that an ONNX export replaces one; ``plain``, another model's
+    float32 export, read from the zoo (tests/inference/test_onnx_model.py converts it too)."""
     root = tmp_path_factory.mktemp("onnx-export")
     keras.utils.set_random_seed(40)
     config = write_config(root / "config.json", layers=1)
     make_model_dir(root / "feature", config, pooling="last-avg", maxlen=16)
-    make_model_dir(root / "other", config, pooling="last-avg", maxlen=16)
     check = write_check_file(root / "check.tsv")
+    export_hf(str(root / "feature"), str(root / "int8"))
     collected = Collected()
     logger = logging.getLogger(onnx_export.__name__)
     logger.addHandler(collected)
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(onnx_export, "INT8_LOSS_WARNING", -math.inf)
-            exported = export_onnx(str(root / "feature"), str(root / "int8"), quantize="int8", check_file=check[0])
+            exported = export_onnx(
+                str(root / "feature"), str(root / "int8"), quantize="int8", check_file=check[0], overwrite=True
+            )
     finally:
         logger.removeHandler(collected)
-    plain = export_onnx(str(root / "other"), str(root / "plain"))
-    return {"root": root, "check": check, "int8": exported, "plain": plain, "warnings": collected.messages}
+    _, plain, plain_exported = zoo_export(tmp_path_factory, "last-avg")
+    return {
+        "root": root,
+        "check": check,
+        "int8": exported,
+        "plain": Path(plain),
+        "plain_exported": plain_exported,
+        "warnings": collected.messages,
+    }
 
 
 def pad(rows):
@@ -206,7 +218,7 @@ def test_a_check_file_without_labels_is_refused_before_the_conversion(folders, t
 def test_a_file_from_another_model_is_refused_by_its_digest(folders, tmp_path):
     copy = tmp_path / "export"
     shutil.copytree(folders["root"] / "int8", copy)
-    shutil.copy(folders["root"] / "plain" / "onnx" / "model.onnx", copy / "onnx" / "model.onnx")
+    shutil.copy(folders["plain"] / "onnx" / "model.onnx", copy / "onnx" / "model.onnx")
     message = (
         "model.onnx: is not the file this export wrote \\(its sha256 is not the one cosent_tf_export.json records\\)"
     )
@@ -222,10 +234,12 @@ def test_a_file_from_another_model_is_refused_by_its_digest(folders, tmp_path):
 
 
 def test_precisions_an_export_or_a_runtime_lacks_are_refused(folders, tmp_path):
-    plain = str(folders["root"] / "plain")
+    plain = str(folders["plain"])
+    assert folders["plain_exported"].files == {"onnx/model.onnx": "float32"}
     with pytest.raises(
         ConfigError,
-        match="plain: this export has no int8 file \\(onnx/model_qint8.onnx\\); export it again with --quantize int8",
+        match=f"{folders['plain'].name}: this export has no int8 file \\(onnx/model_qint8.onnx\\); export it again "
+        "with --quantize int8",
     ):
         SentenceEncoder.load(plain, runtime="onnx", precision="int8")
     with pytest.raises(ConfigError, match="--runtime onnx runs precision float32 or int8, not 'bf16'"):
@@ -237,7 +251,9 @@ def test_precisions_an_export_or_a_runtime_lacks_are_refused(folders, tmp_path):
         SentenceEncoder.load(str(folders["root"] / "feature"), precision="int8")
     with pytest.raises(ConfigError, match="unknown runtime 'torch'; choose tensorflow or onnx"):
         SentenceEncoder.load(plain, runtime="torch")
-    with pytest.raises(ConfigError, match="plain: holds a model of kind 'feature'; load it with SentenceEncoder"):
+    with pytest.raises(
+        ConfigError, match=f"{folders['plain'].name}: holds a model of kind 'feature'; load it with SentenceEncoder"
+    ):
         PairScorer.load(plain, runtime="onnx")
 
 
@@ -260,7 +276,7 @@ def test_a_missing_onnxruntime_is_said_with_the_install_command(folders, tmp_pat
         ConfigError,
         match='need onnxruntime, which is not installed .*install it with: pip install "cosent-tf\\[onnx\\]"',
     ):
-        SentenceEncoder.load(str(folders["root"] / "plain"), runtime="onnx")
+        SentenceEncoder.load(str(folders["plain"]), runtime="onnx")
     with pytest.raises(ConfigError, match='pip install "cosent-tf\\[onnx\\]"'):
         export_onnx(str(folders["root"] / "feature"), str(tmp_path / "out"))
     monkeypatch.setitem(sys.modules, "onnxruntime", onnxruntime)
@@ -288,7 +304,7 @@ def test_an_output_folder_with_other_files_is_refused(folders, tmp_path):
 
 def test_an_earlier_export_is_replaced_only_with_overwrite(folders, tmp_path):
     out = tmp_path / "out"
-    shutil.copytree(folders["root"] / "plain", out)  # an ONNX export of another model
+    shutil.copytree(folders["plain"], out)  # an ONNX export of another model
     with pytest.raises(
         ConfigError, match="out: already holds an ONNX export; nothing was written: replace it with --overwrite"
     ):
@@ -312,8 +328,10 @@ def test_a_hugging_face_export_may_be_replaced_and_a_savedmodel_never(folders, t
     export_hf(feature, str(tmp_path / "hf"))
     with pytest.raises(ConfigError, match="hf: already holds an ONNX export; nothing was written"):
         export_onnx(feature, str(tmp_path / "hf"))
-    assert export_onnx(feature, str(tmp_path / "hf"), overwrite=True).layout == "sentence-transformers"
-    assert os.path.isfile(tmp_path / "hf" / "onnx" / "model.onnx")
+    # with overwrite: the module's int8 export was written over a Hugging Face export (folders)
+    assert folders["int8"].layout == "sentence-transformers"
+    assert os.path.isfile(folders["root"] / "int8" / "onnx" / "model.onnx")
+    untouched(folders["root"], "config.json", "feature", "check.tsv", "int8")
 
     export_saved_model(feature, str(tmp_path / "savedmodel"), inputs="ids")
     before = sorted(os.listdir(tmp_path / "savedmodel"))

@@ -3,8 +3,9 @@ every pooling and interaction head, both layouts, padded and unpadded batches, f
 by a bare onnxruntime session; the architectures tf2onnx converts; the match decision an export
 carries. The references are the model folder's Keras model run one text at a time (unpadded).
 
-Each export takes seconds, so the models are exported once per module (``exports``) and the rarer
-settings are marked slow."""
+Each export takes seconds, so each model is exported once per test run, in the zoo (``zoo_export``;
+tests/export/test_onnx_export.py reads one too), four of them carrying a match decision for the
+decision test; the rarer settings are marked slow."""
 
 import dataclasses
 import hashlib
@@ -19,13 +20,14 @@ import pytest
 from cosent_tf import ConfigError, ModelSpec, PairScorer, SentenceEncoder, build_encoder, build_interaction_model
 from cosent_tf.backend import keras
 from cosent_tf.calibration import MatchDecision, ScoreMap, read_decision, write_decision
-from cosent_tf.export.onnx_export import export_onnx
+from cosent_tf.export.onnx_export import OnnxExport, export_onnx
 from cosent_tf.inference.matchers import load_matcher
 from cosent_tf.inference.model_dir import load_model_dir, save_model_dir
 from cosent_tf.inference.onnx_model import load_onnx_dir
 from cosent_tf.inference.runtime import batched_outputs
 from cosent_tf.models.builders import head_layer_name
 from tests.helpers import made_vocab, write_config
+from tests.zoo import built_once
 
 TOLERANCE = 1e-5
 # What an interaction model's random head is scaled by (make_folder).
@@ -118,26 +120,38 @@ def make_folder(
     return model, spec
 
 
-class Exports:
-    """Model folders and their ONNX exports, made on first use and kept for the module."""
+# The cases whose model folder carries a match decision, so that the decision test reads their
+# exports instead of converting four models of its own: (the decision's score, the export's layout).
+DECIDED = {
+    "last-avg": "cosine",
+    "first-last-avg": "cosine",
+    "softmax-pooler-segments": "head",
+    "score-cls": "head",
+}
 
-    def __init__(self, root):
-        self.root = root
-        self.config = write_config(root / "config.json", layers=2)
-        self.made = {}
 
-    def __call__(self, name):
-        if name not in self.made:
-            keras.utils.set_random_seed(len(name))  # the same weights whichever test asks first
-            make_folder(self.root / name, self.config, **CASES[name][0])
-            exported = export_onnx(str(self.root / name), str(self.root / f"{name}-onnx"))
-            self.made[name] = (str(self.root / name), str(self.root / f"{name}-onnx"), exported)
-        return self.made[name]
+def zoo_export(tmp_path_factory, name):
+    """(model folder, its ONNX export, what export_onnx returned) of the case ``name``, converted once
+    per test run in the zoo (tests/zoo.py): other modules read these exports too."""
+
+    def build(folder):
+        keras.utils.set_random_seed(len(name))  # the same weights whichever worker builds it
+        config = write_config(folder / "config.json", layers=2)
+        make_folder(folder / name, config, **CASES[name][0])
+        if name in DECIDED:
+            scores = load_matcher(str(folder / name)).similarity(PAIRS_A, PAIRS_B)
+            write_decision(str(folder / name), gentle_decision(scores, DECIDED[name]))
+        exported = export_onnx(str(folder / name), str(folder / f"{name}-onnx"))
+        (folder / "exported.json").write_text(json.dumps(dataclasses.asdict(exported)), encoding="utf-8")
+
+    folder = built_once(tmp_path_factory, f"onnx-model-{name}", build)
+    exported = OnnxExport(**json.loads((folder / "exported.json").read_text(encoding="utf-8")))
+    return str(folder / name), str(folder / f"{name}-onnx"), exported
 
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    return Exports(tmp_path_factory.mktemp("onnx-exports"))
+    return lambda name: zoo_export(tmp_path_factory, name)
 
 
 # ---- independent computations
@@ -326,8 +340,10 @@ def test_the_onnx_layout_holds_the_file_the_tokenizer_and_why(name, exports):
         "score-pooler": "reads the [CLS] hidden state directly",
     }[name]
     assert reason in exported.reason
+    decision = ["decision.json"] if name in DECIDED else []
     assert sorted(os.listdir(out)) == sorted(
         [
+            *decision,
             "README.md",
             "cosent_tf_export.json",
             "onnx",
@@ -429,32 +445,16 @@ def gentle_decision(scores, score):
 
 PAIRS_A = TEXTS * 3 + ["我们是中国人", "你说的是什么"]
 PAIRS_B = SECONDS[::-1] * 3 + ["我们是人", "你说什么"]
+DECIDED_QUICK = ("last-avg", "first-last-avg")
 
 
-@pytest.mark.parametrize(
-    "kind, settings, layout",
-    [
-        ("feature", {"pooling": "last-avg"}, "sentence-transformers"),
-        ("feature", {"pooling": "first-last-avg"}, "onnx"),
-        pytest.param(
-            "interaction",
-            {"head": "softmax", "head_input": "pooler", "pair_segments": True},
-            "sequence-classification",
-            marks=SLOW,
-        ),
-        pytest.param("interaction", {"head": "score", "head_input": "cls"}, "onnx", marks=SLOW),
-    ],
-)
-def test_the_export_carries_the_decision_and_decides_as_the_engine(kind, settings, layout, tmp_path):
-    config = write_config(tmp_path / "config.json", layers=1)
-    make_folder(tmp_path / "model", config, kind=kind, **settings)
-    matcher = load_matcher(str(tmp_path / "model"))
-    decision = gentle_decision(matcher.similarity(PAIRS_A, PAIRS_B), "cosine" if kind == "feature" else "head")
-    write_decision(str(tmp_path / "model"), decision)
-    assert export_onnx(str(tmp_path / "model"), str(tmp_path / "out")).layout == layout
-
-    engine, onnx = load_matcher(str(tmp_path / "model")), load_matcher(str(tmp_path / "out"), runtime="onnx")
-    shipped = read_decision(str(tmp_path / "out"))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in DECIDED_QUICK else SLOW) for n in DECIDED])
+def test_the_export_carries_the_decision_and_decides_as_the_engine(name, exports):
+    model_dir, out, exported = exports(name)
+    assert exported.layout == CASES[name][1]
+    engine, onnx = load_matcher(model_dir), load_matcher(out, runtime="onnx")
+    decision = gentle_decision(engine.similarity(PAIRS_A, PAIRS_B), DECIDED[name])  # the one zoo_export wrote
+    shipped = read_decision(out)
     assert shipped is not None
     assert dataclasses.replace(shipped, weights=None) == dataclasses.replace(engine.decision, weights=None)
     assert onnx.decision.threshold() == engine.decision.threshold() == decision.thresholds["accuracy"]
