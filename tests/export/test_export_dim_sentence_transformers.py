@@ -24,9 +24,14 @@ from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.onnx_export import export_onnx
 from cosent_tf.export.savedmodel import export_saved_model
 from tests.export.test_export_dim import WIDTH, cut, lively_model_dir
-from tests.export.test_onnx_sentence_transformers import assert_onnx_backend_ran, run_reference, sts_texts
+from tests.export.test_onnx_sentence_transformers import (
+    assert_onnx_backend_ran,
+    cached_together,
+    run_reference,
+    sts_texts,
+)
 from tests.helpers import reference_python, requires_shared_data, write_config
-from tests.reference_cache import cached, contents, interpreter
+from tests.reference_cache import contents, interpreter
 
 DIM = 5
 TOLERANCE = 1e-5
@@ -38,18 +43,19 @@ REFERENCE = """
 import json, sys
 import numpy as np
 from sentence_transformers import SentenceTransformer
-cut_folder, full_folder, dim, texts_path, out = sys.argv[1:6]
+dim, texts_path, jobs = sys.argv[1:4]
 with open(texts_path, encoding="utf-8") as f:
     sentences = json.load(f)["sentences"]
-cut = SentenceTransformer(cut_folder, device="cpu")
-full = SentenceTransformer(full_folder, device="cpu", truncate_dim=int(dim))
-np.savez(
-    out,
-    cut=cut.encode(sentences, batch_size=7, convert_to_numpy=True),
-    truncated=full.encode(sentences, batch_size=7, convert_to_numpy=True, normalize_embeddings=True),
-    modules=np.array([type(module).__name__ for module in cut]),
-    dimension=cut.get_embedding_dimension(),
-)
+for cut_folder, full_folder, out in json.loads(jobs):
+    cut = SentenceTransformer(cut_folder, device="cpu")
+    full = SentenceTransformer(full_folder, device="cpu", truncate_dim=int(dim))
+    np.savez(
+        out,
+        cut=cut.encode(sentences, batch_size=7, convert_to_numpy=True),
+        truncated=full.encode(sentences, batch_size=7, convert_to_numpy=True, normalize_embeddings=True),
+        modules=np.array([type(module).__name__ for module in cut]),
+        dimension=cut.get_embedding_dimension(),
+    )
 """
 
 
@@ -65,27 +71,35 @@ def made(tmp_path_factory):
     keras.utils.set_random_seed(41)  # module fixtures run before the suite's seeding one
     made = {}
     python = reference_python("these tests load the exports")
+    jobs, keys = [], []
     for pooling in POOLINGS:
         model_dir = lively_model_dir(root / pooling, config, pooling)
         saved, hf, full = (root / f"{pooling}-{name}" for name in ("savedmodel", "hf", "hf-full"))
         export_saved_model(model_dir, str(saved), dim=DIM)
         export_hf(model_dir, str(hf), dim=DIM)
         export_hf(model_dir, str(full))
-        out = root / f"{pooling}.npz"
-
-        def produce(hf=hf, full=full, out=out):
-            command = [python, "-c", REFERENCE, str(hf), str(full), str(DIM), str(texts_path), str(out)]
-            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-            if result.returncode != 0:
-                pytest.fail(f"sentence-transformers failed on {hf}:\n{result.stderr[-4000:]}")
-            with np.load(out) as loaded:
-                return {name: loaded[name] for name in loaded.files}
-
+        jobs.append((model_dir, saved, hf, full, root / f"{pooling}.npz"))
         # cached (tests/reference_cache.py) by the exports' and the texts' content; the exports name
         # their tmp source folder, which is hidden from the key
         exports = [contents(folder, hide=[model_dir]) for folder in (hf, full)]
-        key = [REFERENCE, interpreter(python), *exports, DIM, contents(texts_path)]
-        made[pooling] = (model_dir, saved, cached("st-dim-reference", key, produce))
+        keys.append([REFERENCE, interpreter(python), *exports, DIM, contents(texts_path)])
+
+    def produce_missing(indices):
+        # a process of its own: sentence-transformers 6 and torch live in the reference environment;
+        # one for both poolings, as its start costs more than the encoding
+        listed = json.dumps([[str(jobs[index][part]) for part in (2, 3, 4)] for index in indices])
+        command = [python, "-c", REFERENCE, str(DIM), str(texts_path), listed]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            pytest.fail(f"sentence-transformers failed on the exports at {DIM}:\n{result.stderr[-4000:]}")
+
+    def read(index):
+        with np.load(jobs[index][4]) as loaded:
+            return {name: loaded[name] for name in loaded.files}
+
+    references = cached_together("st-dim-reference", keys, produce_missing, read)
+    for pooling, (model_dir, saved, *_), reference in zip(POOLINGS, jobs, references):
+        made[pooling] = (model_dir, saved, reference)
     return made, texts, texts_path
 
 

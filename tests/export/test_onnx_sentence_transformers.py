@@ -27,7 +27,7 @@ from cosent_tf import ModelSpec, PairScorer, SentenceEncoder, build_encoder, bui
 from cosent_tf.backend import keras
 from cosent_tf.export.onnx_export import export_onnx
 from tests.helpers import ROOT, SHARED_DATA, SHARED_VOCAB, requires_shared_data, write_config
-from tests.reference_cache import cached, contents, interpreter, package_sources
+from tests.reference_cache import cache_folder, cached, contents, interpreter, key_of, package_sources
 
 REFERENCE_SCRIPT = os.path.join(ROOT, "tests", "reference", "onnx_reference.py")
 TOLERANCE = 1e-5
@@ -76,27 +76,39 @@ def sts_texts():
     return {"sentences": sentences, "pairs": pairs}
 
 
-def run_reference(folder, texts_path, out):
-    """What onnx_reference.py writes for the export ``folder`` (a dict of arrays)."""
-    python = reference_python()
+# Runs onnx_reference.py's run() on several exports in one process of the ONNX reference
+# environment: the process's start (torch, sentence-transformers, optimum) costs more than a model.
+GROUPED_REFERENCE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import onnx_reference
+for folder, texts_path, out in json.loads(sys.argv[2]):
+    onnx_reference.run(folder, texts_path, out, 8)
+"""
 
-    def produce():
-        command = [python, REFERENCE_SCRIPT, str(folder), str(texts_path), str(out)]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        if result.returncode != 0:
-            pytest.fail(f"onnx_reference.py failed on {folder}:\n{result.stderr[-4000:]}")
-        with np.load(out) as loaded:
-            outputs = {name: loaded[name] for name in loaded.files}
-        # The files it loaded are kept relative to the folder, whose tmp path differs on every run.
-        for name in [name for name in outputs if name.endswith("_file")]:
-            outputs[name] = np.array(os.path.relpath(os.path.realpath(str(outputs[name])), os.path.realpath(folder)))
-        return outputs
 
-    # cached (tests/reference_cache.py) by what the export is made of. tf2onnx names nodes after
-    # Python object ids, so the .onnx files' bytes (and the record's hashes of them) differ on every
-    # run: they are keyed by their source folder, the export's options, cosent_tf's sources and this
-    # environment (tf2onnx, TensorFlow) instead; every other file by its content. The record and
-    # README name the tmp source folder, which is hidden from the key.
+def is_stored(kind, key_parts):
+    root = cache_folder()
+    return root is not None and os.path.isdir(os.path.join(root, kind, key_of(kind, key_parts)))
+
+
+def cached_together(kind, keys, produce_missing, read):
+    """``cached(kind, key, ...)`` for each of ``keys``, where one call ``produce_missing(indices)``
+    computes every entry not yet stored (one reference process for all of them) and ``read(index)``
+    gives one's outputs."""
+    missing = [index for index, key in enumerate(keys) if not is_stored(kind, key)]
+    if missing:
+        produce_missing(missing)
+    return [cached(kind, key, lambda index=index: read(index)) for index, key in enumerate(keys)]
+
+
+def reference_key(folder, texts_path, python):
+    """The cache key (tests/reference_cache.py) of onnx_reference.py's outputs for the export ``folder``.
+
+    tf2onnx names nodes after Python object ids, so the .onnx files' bytes (and the record's hashes of
+    them) differ on every run: they are keyed by their source folder, the export's options, cosent_tf's
+    sources and this environment (tf2onnx, TensorFlow) instead; every other file by its content. The
+    record and README name the tmp source folder, which is hidden from the key."""
     with open(os.path.join(folder, "cosent_tf_export.json"), encoding="utf-8") as f:
         record = json.load(f)
     source = record.pop("model_dir")
@@ -104,10 +116,44 @@ def run_reference(folder, texts_path, out):
     rest = sorted(set(os.listdir(folder)) - {"onnx", "cosent_tf_export.json"})
     export = [json.dumps(record, sort_keys=True), contents(source), package_sources(), interpreter(sys.executable)]
     export += [(name, contents(os.path.join(folder, name), hide=[source])) for name in rest]
-    key = [contents(REFERENCE_SCRIPT), interpreter(python), export, contents(texts_path)]
-    outputs = cached("onnx-reference", key, produce)
-    for name in [name for name in outputs if name.endswith("_file")]:
-        outputs[name] = np.array(os.path.join(os.fspath(folder), str(outputs[name])))
+    return [contents(REFERENCE_SCRIPT), interpreter(python), export, contents(texts_path)]
+
+
+def run_references(jobs):
+    """What onnx_reference.py writes (a dict of arrays) for each (export folder, texts file, .npz
+    path) of ``jobs``, those not cached computed in one process."""
+    python = reference_python()
+
+    def produce_missing(indices):
+        # a process of its own: the ONNX reference environment (sentence-transformers 5, optimum) is
+        # not this one
+        listed = json.dumps([[str(part) for part in jobs[index]] for index in indices])
+        command = [python, "-c", GROUPED_REFERENCE, os.path.dirname(REFERENCE_SCRIPT), listed]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            folders = ", ".join(str(jobs[index][0]) for index in indices)
+            pytest.fail(f"onnx_reference.py failed on {folders}:\n{result.stderr[-4000:]}")
+
+    def read(index):
+        folder, _, out = jobs[index]
+        with np.load(out) as loaded:
+            outputs = {name: loaded[name] for name in loaded.files}
+        # The files it loaded are kept relative to the folder, whose tmp path differs on every run.
+        for name in [name for name in outputs if name.endswith("_file")]:
+            outputs[name] = np.array(os.path.relpath(os.path.realpath(str(outputs[name])), os.path.realpath(folder)))
+        return outputs
+
+    keys = [reference_key(folder, texts_path, python) for folder, texts_path, _ in jobs]
+    results = cached_together("onnx-reference", keys, produce_missing, read)
+    for (folder, _, _), outputs in zip(jobs, results):
+        for name in [name for name in outputs if name.endswith("_file")]:
+            outputs[name] = np.array(os.path.join(os.fspath(folder), str(outputs[name])))
+    return results
+
+
+def run_reference(folder, texts_path, out):
+    """What onnx_reference.py writes for the export ``folder`` (a dict of arrays)."""
+    (outputs,) = run_references([(folder, texts_path, out)])
     return outputs
 
 
@@ -137,14 +183,15 @@ def exported(tmp_path_factory):
     texts_path = root / "texts.json"
     texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
     config = write_config(root / "config.json")
-    made = {}
     keras.utils.set_random_seed(40)  # module fixtures run before the suite's seeding one
     for name in FEATURES + HEADS:
         model_dir, out = root / name, root / f"{name}-onnx"
         make_lively_model_dir(model_dir, config, name, maxlen=32 if name in FEATURES else 48)
         result = export_onnx(str(model_dir), str(out), quantize="int8")
         assert result.files == {"onnx/model.onnx": "float32", "onnx/model_qint8.onnx": "int8"}
-        made[name] = (model_dir, out, run_reference(out, texts_path, root / f"{name}.npz"))
+    names = FEATURES + HEADS
+    references = run_references([(root / f"{name}-onnx", texts_path, root / f"{name}.npz") for name in names])
+    made = {name: (root / name, root / f"{name}-onnx", reference) for name, reference in zip(names, references)}
     return made, texts
 
 
