@@ -11,7 +11,9 @@ from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import argument_parser, console_logging, main
 from cosent_tf.environment import keeps_weights_in_amx_layout
+from tests.export.conftest import EXPORTED, feature_model, feature_string_export
 from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
+from tests.zoo import copy_of
 
 SENTENCES = ["今天天气怎么样", "", "ＱＱ号码是多少？", "我想换手机", "明天会下雨吗"]
 
@@ -81,17 +83,20 @@ def test_search_build_then_query(model_dir, tmp_path):
         )
 
 
-def test_export_writes_a_saved_model(model_dir, tmp_path):
-    main(["export", str(model_dir), str(tmp_path / "exported")])
-    assert (tmp_path / "exported" / "saved_model.pb").exists()
+def test_export_writes_a_saved_model(tmp_path_factory, tmp_path):
+    # the first export is the zoo's feature export, which `cosent-tf export` wrote (tests/export/conftest.py)
+    model_dir = feature_model(tmp_path_factory)
+    written = feature_string_export(tmp_path_factory) / EXPORTED
+    assert (written / "saved_model.pb").exists()
+    exported = copy_of(written, tmp_path / "exported")
     with pytest.raises(
         SystemExit,
         match="exported: already holds a SavedModel export; nothing was written: replace it with --overwrite",
     ):
-        main(["export", str(model_dir), str(tmp_path / "exported")])
-    before = os.stat(tmp_path / "exported" / "saved_model.pb").st_mtime_ns
-    main(["export", str(model_dir), str(tmp_path / "exported"), "--overwrite"])
-    assert os.stat(tmp_path / "exported" / "saved_model.pb").st_mtime_ns != before
+        main(["export", str(model_dir), str(exported)])
+    before = os.stat(exported / "saved_model.pb").st_mtime_ns
+    main(["export", str(model_dir), str(exported), "--overwrite"])
+    assert os.stat(exported / "saved_model.pb").st_mtime_ns != before
 
 
 def listing(folder):
