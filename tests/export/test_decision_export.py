@@ -29,6 +29,7 @@ from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import decision_outputs, export_saved_model, score_map_in_graph
 from cosent_tf.inference.matchers import load_matcher
+from tests.export.conftest import EXPORTED
 from tests.export.test_savedmodel import padded_batch
 from tests.helpers import distinct_texts, make_model_dir, reference_python, write_config
 from tests.reference_cache import cached, contents, interpreter
@@ -96,19 +97,16 @@ def made_decision(scores, parts, score):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """Model folders without a decision: ``feature`` and ``interaction`` (through BERT's pooler, as
-    a Hugging Face export needs), maxlen 16 (a pair 24), and ``softmax``, an interaction model with
-    the two-label head; each with its scores of the test pairs."""
-    root = tmp_path_factory.mktemp("decision-models")
-    config = write_config(root / "config.json")
-    make_model_dir(root / "feature", config, pooling="last-avg", maxlen=16)
-    for name, head in (("interaction", "score"), ("softmax", "softmax")):
-        make_model_dir(root / name, config, kind="interaction", head=head, head_input="pooler", maxlen=24)
-    return {
-        name: (root / name, load_matcher(str(root / name)).similarity(FIRST, SECOND))
-        for name in ("feature", "interaction", "softmax")
+def models(feature_model_folder, interaction_model_folder, softmax_model_folder):
+    """The zoo's model folders (tests/export/conftest.py), without a decision: ``feature`` (maxlen
+    16) and ``interaction`` (through BERT's pooler, as a Hugging Face export needs; maxlen 24),
+    and ``softmax``, the same with the two-label head; each with its scores of the test pairs."""
+    folders = {
+        "feature": feature_model_folder,
+        "interaction": interaction_model_folder,
+        "softmax": softmax_model_folder,
     }
+    return {name: (folder, load_matcher(str(folder)).similarity(FIRST, SECOND)) for name, folder in folders.items()}
 
 
 def model_with_decision(models, name, parts, folder):
@@ -300,16 +298,13 @@ def test_a_folder_from_before_decisions_decides_by_the_threshold_its_description
 
 
 @pytest.mark.slow
-def test_a_folder_without_a_decision_exports_as_before(models, tmp_path):
-    source, _ = models["feature"]
-    assert export_saved_model(str(source), str(tmp_path / "exported"), inputs="ids") == [
-        "encode_ids",
-        "serving_default",
-    ]
-    extra = tmp_path / "exported" / "assets.extra"
+def test_a_folder_without_a_decision_exports_as_before(feature_ids):
+    exported = feature_ids / EXPORTED  # the zoo's ids export of the feature model, which has no decision
+    extra = exported / "assets.extra"
     assert not (extra / DECISION_FILE).exists()
-    assert json.loads((extra / "cosent_model.json").read_text(encoding="utf-8"))["threshold"] is None
-    assert "decide_ids" not in tf.saved_model.load(str(tmp_path / "exported")).signatures
+    described = json.loads((extra / "cosent_model.json").read_text(encoding="utf-8"))
+    assert described["signatures"] == ["encode_ids", "serving_default"] and described["threshold"] is None
+    assert "decide_ids" not in tf.saved_model.load(str(exported)).signatures
 
 
 # ---- a decision that is not this model's is refused, and nothing is written

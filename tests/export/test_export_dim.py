@@ -72,11 +72,49 @@ def test_the_models_cut_vectors_differ_between_texts_by_far_more_than_the_tolera
     assert np.std(vectors, axis=0).max() > 100 * TOLERANCE
 
 
+class _KeptWarnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def export_keeping_warnings(model_dir, out, **options):
+    """(what ``export_saved_model`` returned, the cosent_tf warnings it logged)."""
+    logger, kept = logging.getLogger("cosent_tf"), _KeptWarnings()
+    level = logger.level
+    logger.addHandler(kept)
+    logger.setLevel(logging.WARNING)
+    try:
+        return export_saved_model(model_dir, str(out), **options), kept.messages
+    finally:
+        logger.removeHandler(kept)
+        logger.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def width_exports(models, tmp_path_factory):
+    """pooling -> (model folder, its string SavedModel at :data:`DIM`, what ``export_saved_model``
+    returned, the warnings it logged). The cls model's folder is a copy with a match decision, which
+    the export at a width drops: the weights are the cls model's, so one export serves both tests."""
+    root = tmp_path_factory.mktemp("width-exports")
+    decided = root / "decided"
+    shutil.copytree(models["cls"], decided)
+    write_decision(decided, MatchDecision({"file": "pairs.tsv"}, thresholds={"accuracy": 0.5, "f1": 0.4}))
+    folders = {"cls": str(decided), "last-avg": models["last-avg"]}
+    return {
+        pooling: (model_dir, root / pooling, *export_keeping_warnings(model_dir, root / pooling, dim=DIM))
+        for pooling, model_dir in folders.items()
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["cls", "last-avg"])
-def test_a_saved_model_at_a_width_serves_the_cut_vectors(pooling, models, tmp_path):
-    model_dir, out = models[pooling], tmp_path / "exported"
-    assert export_saved_model(model_dir, str(out), dim=DIM) == ["encode_ids", "serving_default"]
+def test_a_saved_model_at_a_width_serves_the_cut_vectors(pooling, width_exports):
+    model_dir, out, signatures, _ = width_exports[pooling]
+    assert signatures == ["encode_ids", "serving_default"]
     encoder = SentenceEncoder.load(model_dir)
     expected = encoder.encode(TEXTS, dim=DIM)
     np.testing.assert_allclose(expected, cut(encoder.encode(TEXTS), DIM), atol=TOLERANCE, rtol=0)
@@ -210,12 +248,12 @@ def test_a_match_decision_is_not_carried_in_a_hugging_face_export_at_a_width(dec
 
 
 @pytest.mark.slow
-def test_a_saved_model_at_a_width_has_no_decide_signatures(decided_model, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="cosent_tf"):
-        signatures = export_saved_model(decided_model, str(tmp_path / "cut"), dim=DIM)
+def test_a_saved_model_at_a_width_has_no_decide_signatures(width_exports):
+    model_dir, out, signatures, warnings = width_exports["cls"]
+    assert os.path.isfile(os.path.join(model_dir, DECISION_FILE))
     assert signatures == ["encode_ids", "serving_default"]  # at full width: decide and decide_ids besides
-    assert not (tmp_path / "cut" / "assets.extra" / DECISION_FILE).exists()
-    said = " ".join(record.getMessage() for record in caplog.records)
+    assert not (out / "assets.extra" / DECISION_FILE).exists()
+    said = " ".join(warnings)
     assert f"does not hold for vectors cut to {DIM} dimensions, so the export carries none" in said
 
 

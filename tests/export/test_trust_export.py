@@ -13,7 +13,9 @@ from cosent_tf.backend import tf
 from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
+from tests.export.conftest import EXPORTED
 from tests.helpers import make_model_dir
+from tests.zoo import copy_of
 
 
 def contents(folder):
@@ -116,13 +118,12 @@ def test_a_hugging_face_export_is_marked_and_replaced_only_as_its_own(model_dir,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["feature", "interaction"])
-def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, kind=kind, maxlen=16)
-    export_saved_model(str(tmp_path / "model"), str(tmp_path / "exported"))
-    record = json.loads((tmp_path / "exported" / EXPORT_RECORD).read_text(encoding="utf-8"))
+def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, request, tmp_path):
+    exported = request.getfixturevalue(f"{kind}_strings") / EXPORTED  # the zoo's: read-only
+    record = json.loads((exported / EXPORT_RECORD).read_text(encoding="utf-8"))
     assert record["format"] == EXPORT_FORMAT and record["export"] == "savedmodel" and record["kind"] == kind
     import_tensorflow_text()  # registers the graph's WordPiece op, which loading needs
-    served = tf.saved_model.load(str(tmp_path / "exported")).signatures["serving_default"]
+    served = tf.saved_model.load(str(exported)).signatures["serving_default"]
     names, key = (["sentences"], "embeddings") if kind == "feature" else (["first", "second"], "scores")
     batch = tf.constant(["今天天气怎么样", "好"])
     assert served(**dict.fromkeys(names, batch))[key].shape[0] == 2
@@ -133,9 +134,11 @@ def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, tiny_config
         with pytest.raises(tf.errors.InvalidArgumentError, match="first and second must hold as many strings"):
             served(first=batch, second=tf.constant(["好"]))
     else:  # overwrite replaces the export it marked
-        (tmp_path / "exported" / "fingerprint.pb").unlink()
-        export_saved_model(str(tmp_path / "model"), str(tmp_path / "exported"), overwrite=True)
-        assert (tmp_path / "exported" / "fingerprint.pb").exists()
+        replaced = copy_of(exported, tmp_path / "exported")
+        (replaced / "fingerprint.pb").unlink()
+        model_dir = request.getfixturevalue("feature_model_folder")
+        export_saved_model(str(model_dir), str(replaced), overwrite=True)
+        assert (replaced / "fingerprint.pb").exists()
 
 
 # ---- an export of a model trained from random weights says so, as loading it for inference does
