@@ -11,7 +11,7 @@ from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import argument_parser, console_logging, main
 from cosent_tf.environment import keeps_weights_in_amx_layout
-from tests.export.conftest import EXPORTED, feature_model, feature_string_export
+from tests.export.conftest import EXPORTED, feature_string_export, made
 from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir
 from tests.zoo import copy_of
 
@@ -83,12 +83,14 @@ def test_search_build_then_query(model_dir, tmp_path):
         )
 
 
-def test_export_writes_a_saved_model(tmp_path_factory, tmp_path):
+def test_export_writes_a_saved_model(model_dir, tmp_path_factory, tmp_path):
     # the first export is the zoo's feature export, which `cosent-tf export` wrote (tests/export/conftest.py)
-    model_dir = feature_model(tmp_path_factory)
-    written = feature_string_export(tmp_path_factory) / EXPORTED
-    assert (written / "saved_model.pb").exists()
-    exported = copy_of(written, tmp_path / "exported")
+    zoo_export = feature_string_export(tmp_path_factory)
+    assert made(zoo_export)["status"] == 0
+    assert (zoo_export / EXPORTED / "saved_model.pb").exists()
+    exported = copy_of(zoo_export / EXPORTED, tmp_path / "exported")
+    # what replaces it is this module's model, with its threshold 0.5, as the test exported before the
+    # zoo: the command then writes a model whose decision adds the decide signatures
     with pytest.raises(
         SystemExit,
         match="exported: already holds a SavedModel export; nothing was written: replace it with --overwrite",
@@ -97,6 +99,8 @@ def test_export_writes_a_saved_model(tmp_path_factory, tmp_path):
     before = os.stat(exported / "saved_model.pb").st_mtime_ns
     main(["export", str(model_dir), str(exported), "--overwrite"])
     assert os.stat(exported / "saved_model.pb").st_mtime_ns != before
+    described = json.loads((exported / "assets.extra" / "cosent_model.json").read_text(encoding="utf-8"))
+    assert described["threshold"] == 0.5 and {"decide", "decide_ids"} <= set(described["signatures"])
 
 
 def listing(folder):
