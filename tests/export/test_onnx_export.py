@@ -314,6 +314,9 @@ def test_an_earlier_export_is_replaced_only_with_overwrite(folders, tmp_path):
     untouched(tmp_path, "out")
     record = json.loads((out / "cosent_tf_export.json").read_text(encoding="utf-8"))
     assert record["model_dir"] == str(folders["root"] / "feature") and len(record["onnx"]) == 2
+    # the zoo's export carries its model's match decision; the replacement's model has none, and
+    # nothing of the replaced export lingers
+    assert (folders["plain"] / "decision.json").is_file() and not (out / "decision.json").exists()
     np.testing.assert_allclose(
         SentenceEncoder.load(str(out), runtime="onnx").encode(["花呗如何还钱"]),
         SentenceEncoder.load(str(folders["root"] / "feature")).encode(["花呗如何还钱"]),
