@@ -7,6 +7,7 @@ Matryoshka-trained model is cut at its trained widths without a warning.
 What sentence-transformers itself makes of these folders is tests/export/test_export_dim_sentence_transformers.py.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,11 +21,13 @@ from cosent_tf.backend import keras, tf
 from cosent_tf.calibration import DECISION_FILE, MatchDecision, write_decision
 from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import HF_FOLDER, export_hf
-from cosent_tf.export.onnx_export import export_onnx
+from cosent_tf.export.onnx_export import OnnxExport, export_onnx
 from cosent_tf.export.savedmodel import EXPORT_RECORD, export_saved_model
 from cosent_tf.huggingface.folders import SAFETENSORS_FILE
+from tests.export.conftest import EXPORTED, MADE
 from tests.export.test_savedmodel import padded_batch
 from tests.helpers import distinct_texts, made_vocab, make_model_dir, write_config
+from tests.zoo import built_once
 
 WIDTH = 16  # write_config's hidden size: the tiny models' full width
 DIM = 6
@@ -54,16 +57,31 @@ def lively_model_dir(directory, config, pooling="cls", matryoshka_dims=None):
     return str(directory)
 
 
+A_DECISION = MatchDecision({"file": "pairs.tsv"}, thresholds={"accuracy": 0.5, "f1": 0.4})
+
+
+def width_models(tmp_path_factory):
+    """pooling -> a lively model folder (cls and mean pooling); ``matryoshka``: a cls model folder
+    that records the widths 16, 8 and 6; ``decided``: a copy of the cls folder with a match decision
+    (the same weights). Made once per test run in the zoo (tests/zoo.py), as
+    tests/export/test_export_dim_sentence_transformers.py reads them too."""
+
+    def build(root):
+        config = write_config(root / "config.json")
+        keras.utils.set_random_seed(39)  # the same weights whichever module and worker builds it
+        for pooling in ("cls", "last-avg"):
+            lively_model_dir(root / pooling, config, pooling)
+        lively_model_dir(root / "matryoshka", config, matryoshka_dims=[WIDTH, 8, DIM])
+        shutil.copytree(root / "cls", root / "decided")
+        write_decision(root / "decided", A_DECISION)
+
+    root = built_once(tmp_path_factory, "width-models", build)
+    return {name: str(root / name) for name in ("cls", "last-avg", "matryoshka", "decided")}
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """pooling -> a lively model folder (cls and mean pooling), and ``matryoshka``: a cls model
-    folder that records the widths 16, 8 and 6."""
-    root = tmp_path_factory.mktemp("dim-models")
-    config = write_config(root / "config.json")
-    keras.utils.set_random_seed(39)  # module fixtures run before the suite's seeding one
-    made = {pooling: lively_model_dir(root / pooling, config, pooling) for pooling in ("cls", "last-avg")}
-    made["matryoshka"] = lively_model_dir(root / "matryoshka", config, matryoshka_dims=[WIDTH, 8, DIM])
-    return made
+    return width_models(tmp_path_factory)
 
 
 @pytest.mark.parametrize("pooling", ["cls", "last-avg"])
@@ -94,20 +112,44 @@ def export_keeping_warnings(model_dir, out, **options):
         logger.setLevel(level)
 
 
+def width_saved_model(tmp_path_factory, name):
+    """(the model folder ``name`` of :func:`width_models`, its string SavedModel at :data:`DIM`, what
+    ``export_saved_model`` returned, the warnings it logged), exported once per test run in the zoo:
+    tests/export/test_export_dim_sentence_transformers.py serves it too."""
+    model_dir = width_models(tmp_path_factory)[name]
+
+    def build(folder):
+        signatures, warnings = export_keeping_warnings(model_dir, folder / EXPORTED, dim=DIM)
+        (folder / MADE).write_text(json.dumps({"signatures": signatures, "warnings": warnings}), encoding="utf-8")
+
+    folder = built_once(tmp_path_factory, f"width-savedmodel-{name}", build)
+    made = json.loads((folder / MADE).read_text(encoding="utf-8"))
+    return model_dir, folder / EXPORTED, made["signatures"], made["warnings"]
+
+
 @pytest.fixture(scope="module")
-def width_exports(models, tmp_path_factory):
-    """pooling -> (model folder, its string SavedModel at :data:`DIM`, what ``export_saved_model``
-    returned, the warnings it logged). The cls model's folder is a copy with a match decision, which
-    the export at a width drops: the weights are the cls model's, so one export serves both tests."""
-    root = tmp_path_factory.mktemp("width-exports")
-    decided = root / "decided"
-    shutil.copytree(models["cls"], decided)
-    write_decision(decided, MatchDecision({"file": "pairs.tsv"}, thresholds={"accuracy": 0.5, "f1": 0.4}))
-    folders = {"cls": str(decided), "last-avg": models["last-avg"]}
+def width_exports(tmp_path_factory):
+    """pooling -> :func:`width_saved_model`. The cls model's is the export of its copy with a match
+    decision, which the export at a width drops: the weights are the cls model's, so one export
+    serves both the serving and the dropped-decision tests."""
     return {
-        pooling: (model_dir, root / pooling, *export_keeping_warnings(model_dir, root / pooling, dim=DIM))
-        for pooling, model_dir in folders.items()
+        "cls": width_saved_model(tmp_path_factory, "decided"),
+        "last-avg": width_saved_model(tmp_path_factory, "last-avg"),
     }
+
+
+def width_onnx(tmp_path_factory, pooling):
+    """(the model folder ``pooling`` of :func:`width_models`, its ONNX export at :data:`DIM`, what
+    ``export_onnx`` returned), converted once per test run in the zoo:
+    tests/export/test_export_dim_sentence_transformers.py gives the last-avg one to sentence-transformers."""
+    model_dir = width_models(tmp_path_factory)[pooling]
+
+    def build(folder):
+        exported = export_onnx(model_dir, str(folder / EXPORTED), dim=DIM)
+        (folder / MADE).write_text(json.dumps(dataclasses.asdict(exported)), encoding="utf-8")
+
+    folder = built_once(tmp_path_factory, f"width-onnx-{pooling}", build)
+    return model_dir, folder / EXPORTED, OnnxExport(**json.loads((folder / MADE).read_text(encoding="utf-8")))
 
 
 @pytest.mark.slow
@@ -187,10 +229,10 @@ def test_a_width_the_model_has_not_is_refused_and_nothing_is_written(export, dim
 
 
 @pytest.mark.parametrize("export", [export_saved_model, export_hf])
-def test_an_interaction_model_has_no_width(export, tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, kind="interaction", head_input="pooler")
+def test_an_interaction_model_has_no_width(export, interaction_model_folder, tmp_path):
+    # the zoo's interaction model (tests/export/conftest.py): the export refuses it before writing anything
     with pytest.raises(ConfigError, match="--dim 8 cuts a feature model's vectors, and this interaction model"):
-        export(str(tmp_path / "model"), str(tmp_path / "out"), dim=8)
+        export(str(interaction_model_folder), str(tmp_path / "out"), dim=8)
     assert not (tmp_path / "out").exists()
 
 
@@ -227,12 +269,9 @@ def test_a_matryoshka_models_full_width_card_names_its_widths(models, tmp_path):
 
 
 @pytest.fixture
-def decided_model(models, tmp_path):
-    """A copy of the cls model folder with a match decision."""
-    model_dir = tmp_path / "decided"
-    shutil.copytree(models["cls"], model_dir)
-    write_decision(model_dir, MatchDecision({"file": "pairs.tsv"}, thresholds={"accuracy": 0.5, "f1": 0.4}))
-    return str(model_dir)
+def decided_model(models):
+    """The zoo's copy of the cls model folder with a match decision (read-only: exports only read it)."""
+    return models["decided"]
 
 
 def test_a_match_decision_is_not_carried_in_a_hugging_face_export_at_a_width(decided_model, tmp_path, caplog):
@@ -290,16 +329,15 @@ def test_an_export_at_a_width_and_one_at_full_width_replace_each_other(models, t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["cls", "last-avg"])
-def test_an_onnx_export_at_a_width_gives_the_cut_vectors(pooling, models, tmp_path):
+def test_an_onnx_export_at_a_width_gives_the_cut_vectors(pooling, tmp_path_factory):
     import onnxruntime
 
-    out = tmp_path / "onnx"
-    exported = export_onnx(models[pooling], str(out), dim=DIM)
+    model_dir, out, exported = width_onnx(tmp_path_factory, pooling)
     assert exported.layout == "sentence-transformers" and exported.dim == DIM
     assert {"2_Dense", "3_Normalize", "onnx"} <= set(os.listdir(out))
     record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
     assert record["dim"] == DIM
-    encoder = SentenceEncoder.load(models[pooling])
+    encoder = SentenceEncoder.load(model_dir)
     expected = encoder.encode(TEXTS, dim=DIM)
     padded = padded_batch(encoder.tokenizer.encode_all(TEXTS)).astype(np.int64)
     session = onnxruntime.InferenceSession(str(out / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])

@@ -18,22 +18,20 @@ import numpy as np
 import pytest
 
 from cosent_tf import SentenceEncoder
-from cosent_tf.backend import keras, tf
+from cosent_tf.backend import tf
 from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
-from cosent_tf.export.onnx_export import export_onnx
-from cosent_tf.export.savedmodel import export_saved_model
-from tests.export.test_export_dim import WIDTH, cut, lively_model_dir
+from tests.export.test_export_dim import DIM, WIDTH, cut, width_models, width_onnx, width_saved_model
 from tests.export.test_onnx_sentence_transformers import (
     assert_onnx_backend_ran,
     cached_together,
     run_reference,
     sts_texts,
 )
-from tests.helpers import reference_python, requires_shared_data, write_config
+from tests.helpers import reference_python, requires_shared_data
 from tests.reference_cache import contents, interpreter
+from tests.zoo import copy_of
 
-DIM = 5
 TOLERANCE = 1e-5
 POOLINGS = ("cls", "last-avg")
 pytestmark = [pytest.mark.slow, requires_shared_data]
@@ -61,21 +59,22 @@ for cut_folder, full_folder, out in json.loads(jobs):
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """pooling -> (model folder, SavedModel at DIM, Hugging Face export at DIM, what
-    sentence-transformers gave), and the texts."""
+    """pooling -> (model folder, SavedModel at DIM, what sentence-transformers gave from the Hugging
+    Face exports at DIM and at full width), and the texts. The models and SavedModels are the width
+    tests' (tests/export/test_export_dim.py), made once per test run in the zoo; the cls SavedModel is
+    the one of its copy with a match decision, which the width drops: the same weights."""
     root = tmp_path_factory.mktemp("dim-st")
     texts = sts_texts()
     texts_path = root / "texts.json"
     texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    config = write_config(root / "config.json")
-    keras.utils.set_random_seed(41)  # module fixtures run before the suite's seeding one
+    models = width_models(tmp_path_factory)
     made = {}
     python = reference_python("these tests load the exports")
     jobs, keys = [], []
     for pooling in POOLINGS:
-        model_dir = lively_model_dir(root / pooling, config, pooling)
-        saved, hf, full = (root / f"{pooling}-{name}" for name in ("savedmodel", "hf", "hf-full"))
-        export_saved_model(model_dir, str(saved), dim=DIM)
+        model_dir = models[pooling]
+        _, saved, _, _ = width_saved_model(tmp_path_factory, "decided" if pooling == "cls" else pooling)
+        hf, full = (root / f"{pooling}-{name}" for name in ("hf", "hf-full"))
         export_hf(model_dir, str(hf), dim=DIM)
         export_hf(model_dir, str(full))
         jobs.append((model_dir, saved, hf, full, root / f"{pooling}.npz"))
@@ -139,11 +138,13 @@ def test_the_full_width_export_with_truncate_dim_gives_the_same_vectors(pooling,
     np.testing.assert_allclose(reference["truncated"], reference["cut"], atol=1e-6, rtol=0)
 
 
-def test_sentence_transformers_onnx_backend_gives_the_cut_vectors(made, tmp_path):
-    models, texts, texts_path = made
-    model_dir = models["last-avg"][0]
-    out = tmp_path / "onnx"
-    assert export_onnx(model_dir, str(out), dim=DIM).dim == DIM
+def test_sentence_transformers_onnx_backend_gives_the_cut_vectors(made, tmp_path_factory, tmp_path):
+    _, texts, texts_path = made
+    # the width tests' ONNX export of the last-avg model (tests/export/test_export_dim.py, in the zoo),
+    # copied: the reference environment opens the folder, and the zoo's must stay as it was built
+    model_dir, converted, exported = width_onnx(tmp_path_factory, "last-avg")
+    assert exported.dim == DIM
+    out = copy_of(converted, tmp_path / "onnx")
     reference = run_reference(out, texts_path, tmp_path / "onnx.npz")
     assert_onnx_backend_ran("last-avg", out, reference, "float32")
     expected = SentenceEncoder.load(model_dir).encode(texts["sentences"], dim=DIM)
