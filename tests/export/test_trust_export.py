@@ -14,7 +14,6 @@ from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
 from tests.export.conftest import EXPORTED
-from tests.helpers import make_model_dir
 from tests.zoo import copy_of
 
 
@@ -41,9 +40,10 @@ def write_files(folder, files):
 
 
 @pytest.fixture
-def model_dir(tiny_config, tmp_path):
-    make_model_dir(tmp_path / "model", tiny_config, pooling="last-avg", maxlen=16)
-    return tmp_path / "model"
+def model_dir(feature_model_folder):
+    """The zoo's feature model folder (tests/export/conftest.py: mean pooling, maxlen 16), read-only:
+    a test that edits it takes ``copy_of`` it."""
+    return feature_model_folder
 
 
 DOWNLOADED_HF = {  # a Hugging Face checkpoint as the hub gives it: each name is one an export writes
@@ -79,7 +79,7 @@ def test_overwrite_refuses_a_model_folder_this_tool_did_not_mark_as_its_export(
     ):
         export(str(model_dir), str(tmp_path / "out"), overwrite=True)
     assert contents(tmp_path / "out") == before
-    assert sorted(os.listdir(tmp_path)) == ["model", "out", "tiny_config.json"]  # no temporary folder either
+    assert os.listdir(tmp_path) == ["out"]  # no temporary folder either
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_a_hugging_face_export_is_marked_and_replaced_only_as_its_own(model_dir,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["feature", "interaction"])
-def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, request, tmp_path):
+def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, request):
     exported = request.getfixturevalue(f"{kind}_strings") / EXPORTED  # the zoo's: read-only
     record = json.loads((exported / EXPORT_RECORD).read_text(encoding="utf-8"))
     assert record["format"] == EXPORT_FORMAT and record["export"] == "savedmodel" and record["kind"] == kind
@@ -133,12 +133,8 @@ def test_a_saved_model_refuses_strings_that_are_not_a_1d_batch(kind, request, tm
     if kind == "interaction":
         with pytest.raises(tf.errors.InvalidArgumentError, match="first and second must hold as many strings"):
             served(first=batch, second=tf.constant(["好"]))
-    else:  # overwrite replaces the export it marked
-        replaced = copy_of(exported, tmp_path / "exported")
-        (replaced / "fingerprint.pb").unlink()
-        model_dir = request.getfixturevalue("feature_model_folder")
-        export_saved_model(str(model_dir), str(replaced), overwrite=True)
-        assert (replaced / "fingerprint.pb").exists()
+    # that overwrite replaces the export it marked is shown on a copy of the feature export by
+    # test_exports_repeat_the_random_weights_warning_of_inference, which exports that model anyway
 
 
 # ---- an export of a model trained from random weights says so, as loading it for inference does
@@ -157,10 +153,20 @@ def random_weights_warnings(records):
 
 
 @pytest.mark.parametrize("export", [export_hf, pytest.param(export_saved_model, marks=pytest.mark.slow)])
-def test_exports_repeat_the_random_weights_warning_of_inference(export, model_dir, tmp_path, caplog):
+def test_exports_repeat_the_random_weights_warning_of_inference(export, model_dir, request, tmp_path, caplog):
+    model_dir = copy_of(model_dir, tmp_path / "model")  # its description is edited below
+    pretrained, options = tmp_path / "pretrained", {}
+    if export is export_saved_model:
+        # written over a copy of the zoo's string export of the same model, so that this export also
+        # shows that overwrite replaces an export this tool marked
+        copy_of(request.getfixturevalue("feature_strings") / EXPORTED, pretrained)
+        (pretrained / "fingerprint.pb").unlink()
+        options["overwrite"] = True
     with caplog.at_level(logging.WARNING):
-        export(str(model_dir), str(tmp_path / "pretrained"))
+        export(str(model_dir), str(pretrained), **options)
     assert not random_weights_warnings(caplog.records)  # a model of a pretrained run exports quietly
+    if export is export_saved_model:
+        assert (pretrained / "fingerprint.pb").exists()
     mark_random_weights(model_dir)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
