@@ -30,6 +30,7 @@ from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.savedmodel import decision_outputs, export_saved_model, score_map_in_graph
 from cosent_tf.inference.matchers import load_matcher
 from tests.export.conftest import EXPORTED
+from tests.export.test_onnx_sentence_transformers import is_stored
 from tests.export.test_savedmodel import padded_batch
 from tests.helpers import distinct_texts, make_model_dir, reference_python, write_config
 from tests.reference_cache import cached, contents, interpreter
@@ -358,9 +359,9 @@ def card_snippet(folder):
     return re.search(r"```python\n(.*?)```", card.split("## Match decision\n")[1], re.S).group(1)
 
 
-def run_card_snippet(folder, tmp_path):
-    """What the model card's Python computes for the test pairs, run in the reference environment
-    as written, but for the folder's name and the pairs."""
+def card_code(folder):
+    """The model card's Python as written, but for the folder's name and the pairs (read from the
+    first argument), and what it computed saved to the second."""
     code = card_snippet(folder).replace("'THIS_FOLDER'", repr(str(folder)))
     code, replaced = re.subn(
         r"^pairs = .*$", "pairs = [tuple(p) for p in json.load(open(sys.argv[1], encoding='utf-8'))]", code, flags=re.M
@@ -370,43 +371,76 @@ def run_card_snippet(folder, tmp_path):
         "\nassert not {'cosent_tf', 'tensorflow'} & set(sys.modules), 'the card needs only sentence-transformers'\n"
         f"np.savez(sys.argv[2], **{{name: globals()[name] for name in {OUTPUTS!r} if name in globals()}})\n"
     )
-    (tmp_path / "pairs.json").write_text(json.dumps(list(zip(FIRST, SECOND)), ensure_ascii=False), encoding="utf-8")
-    command = [
-        reference_python("these tests run the model card's Python"),
-        "-c",
-        "import sys\n" + code + saved,
-        tmp_path / "pairs.json",
-        tmp_path / "card.npz",
-    ]
+    return "import sys\n" + code + saved
 
-    def produce():
-        result = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=600)
+
+# Runs the model cards' Python in one process of the reference environment, as its start (torch,
+# sentence-transformers) costs more than a card: each card in a namespace of its own, with the
+# arguments it was written for; a card that fails leaves its error beside its output, so that only
+# its own test fails.
+CARDS = """
+import json, sys, traceback
+for code, pairs, out in json.load(open(sys.argv[1], encoding="utf-8")):
+    sys.argv = ["-c", pairs, out]
+    try:
+        exec(compile(code, "<model card>", "exec"), {"__name__": "__main__"})
+    except BaseException:
+        open(out + ".error", "w", encoding="utf-8").write(traceback.format_exc())
+"""
+CARD_CASES = {
+    "feature": ("thresholds", "isotonic"),
+    "interaction": ("graded", "thresholds", "isotonic"),  # one logit: the card undoes predict's sigmoid
+    "softmax": ("thresholds", "platt", "f1-rule"),
+}
+
+
+@pytest.fixture(scope="module")
+def cards(models, tmp_path_factory):
+    """name -> (its model folder with a decision of :data:`CARD_CASES`, the decision, the folder's
+    Hugging Face export, the cache key of what its card's Python computes, a function giving that);
+    the cards not cached are run at once, in one process."""
+    root = tmp_path_factory.mktemp("cards")
+    python = reference_python("these tests run the model card's Python")
+    (root / "pairs.json").write_text(json.dumps(list(zip(FIRST, SECOND)), ensure_ascii=False), encoding="utf-8")
+    made, jobs = {}, []
+    for name, parts in CARD_CASES.items():
+        (root / name).mkdir()
+        model_dir, decision = model_with_decision(models, name, parts, root / name / "model")
+        hf, out = root / name / "hf", root / name / "card.npz"
+        export_hf(str(model_dir), str(hf))
+        code = card_code(hf)
+        # cached (tests/reference_cache.py) by the folder's content, not its tmp path, which the code names
+        key = [code.replace(repr(str(hf)), "THIS_FOLDER"), interpreter(python)]
+        key += [contents(hf, hide=[root / name]), contents(root / "pairs.json")]
+
+        def read(name=name, out=out):
+            error = out.with_name(out.name + ".error")
+            if error.exists():
+                pytest.fail(f"the {name} model card's Python failed:\n{error.read_text(encoding='utf-8')[-3000:]}")
+            return dict(np.load(out))
+
+        made[name] = (model_dir, decision, hf, key, read)
+        jobs.append((code, str(root / "pairs.json"), str(out)))
+    missing = [index for index, name in enumerate(CARD_CASES) if not is_stored("model-card", made[name][3])]
+    if missing:
+        (root / "jobs.json").write_text(json.dumps([jobs[index] for index in missing]), encoding="utf-8")
+        # a process of its own: the cards run in the reference environment, without cosent_tf and TensorFlow
+        result = subprocess.run(
+            [python, "-c", CARDS, str(root / "jobs.json")], capture_output=True, text=True, timeout=600
+        )
         assert result.returncode == 0, result.stderr[-3000:]
-        return dict(np.load(tmp_path / "card.npz"))
-
-    # cached (tests/reference_cache.py) by the folder's content, not its tmp path, which the code names
-    keyed_code = command[2].replace(repr(str(folder)), "THIS_FOLDER")
-    key = [keyed_code, interpreter(command[0]), contents(folder, hide=[tmp_path]), contents(tmp_path / "pairs.json")]
-    return cached("model-card", key, produce)
+    return made
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name, parts",
-    [
-        ("feature", ("thresholds", "isotonic")),
-        ("interaction", ("graded", "thresholds", "isotonic")),  # one logit: the card undoes predict's sigmoid
-        ("softmax", ("thresholds", "platt", "f1-rule")),
-    ],
-)
-def test_the_model_cards_python_decides_as_the_matcher(name, parts, models, tmp_path):
-    model_dir, decision = model_with_decision(models, name, parts, tmp_path / "model")
-    export_hf(str(model_dir), str(tmp_path / "hf"))
-    shipped = read_decision(tmp_path / "hf")  # stamped with the exported weights, so it loads
+@pytest.mark.parametrize("name, parts", list(CARD_CASES.items()))
+def test_the_model_cards_python_decides_as_the_matcher(name, parts, cards):
+    model_dir, decision, hf, key, read = cards[name]
+    shipped = read_decision(hf)  # stamped with the exported weights, so it loads
     assert shipped is not None and shipped.weights != decision.weights
     assert shipped.to_json() == {**decision.to_json(), "weights": shipped.weights}
-    assert load_matcher(str(tmp_path / "hf")).decision == shipped  # cosent-tf reads the export with it
-    card = run_card_snippet(tmp_path / "hf", tmp_path)
+    assert load_matcher(str(hf)).decision == shipped  # cosent-tf reads the export with it
+    card = cached("model-card", key, read)
     matcher = load_matcher(str(model_dir))
     graded = decision.expected_label is not None
     assert set(card) == {"scores", "matches", "probabilities"} | ({"expected_labels"} if graded else set())
@@ -416,7 +450,7 @@ def test_the_model_cards_python_decides_as_the_matcher(name, parts, models, tmp_
     np.testing.assert_allclose(card["probabilities"], matcher.predict_proba(FIRST, SECOND), atol=TOLERANCE, rtol=0)
     if graded:
         np.testing.assert_allclose(card["expected_labels"], matcher.predict_label(FIRST, SECOND), atol=TOLERANCE)
-    written = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+    written = (hf / "README.md").read_text(encoding="utf-8")
     for threshold in decision.thresholds.values():
         assert f"{threshold:.6g}" in written
     assert f"calibration: {decision.calibration.method}" in written.lower()
