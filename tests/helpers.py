@@ -1,7 +1,9 @@
 """What many test modules share: paths, made-up vocabularies, configs, data and model folders,
 and a way to signal a subprocess at a point of its log. Fixtures live in conftest.py."""
 
+import contextlib
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -195,3 +197,27 @@ def reference_python(what):
             "`make test`, which builds .venv-reference (or set COSENT_REFERENCE_PYTHON)"
         )
     return python
+
+
+class _KeptWarnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def warnings_logged(name):
+    """The messages of the warnings that the logger ``name`` and its children log within the block:
+    a list, filled as they come. Within the block the logger lets warnings through whatever its level."""
+    logger, kept = logging.getLogger(name), _KeptWarnings()
+    level = logger.level
+    logger.addHandler(kept)
+    logger.setLevel(logging.WARNING)
+    try:
+        yield kept.messages
+    finally:
+        logger.removeHandler(kept)
+        logger.setLevel(level)

@@ -26,7 +26,7 @@ from cosent_tf.export.savedmodel import EXPORT_RECORD, export_saved_model
 from cosent_tf.huggingface.folders import SAFETENSORS_FILE
 from tests.export.conftest import EXPORTED, MADE
 from tests.export.test_savedmodel import padded_batch
-from tests.helpers import distinct_texts, made_vocab, make_model_dir, write_config
+from tests.helpers import distinct_texts, made_vocab, make_model_dir, warnings_logged, write_config
 from tests.zoo import built_once
 
 WIDTH = 16  # write_config's hidden size: the tiny models' full width
@@ -90,26 +90,10 @@ def test_the_models_cut_vectors_differ_between_texts_by_far_more_than_the_tolera
     assert np.std(vectors, axis=0).max() > 100 * TOLERANCE
 
 
-class _KeptWarnings(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def export_keeping_warnings(model_dir, out, **options):
     """(what ``export_saved_model`` returned, the cosent_tf warnings it logged)."""
-    logger, kept = logging.getLogger("cosent_tf"), _KeptWarnings()
-    level = logger.level
-    logger.addHandler(kept)
-    logger.setLevel(logging.WARNING)
-    try:
-        return export_saved_model(model_dir, str(out), **options), kept.messages
-    finally:
-        logger.removeHandler(kept)
-        logger.setLevel(level)
+    with warnings_logged("cosent_tf") as messages:
+        return export_saved_model(model_dir, str(out), **options), messages
 
 
 def width_saved_model(tmp_path_factory, name):

@@ -4,7 +4,6 @@ input: each refused with its message and nothing written. Parity with the engine
 tests/inference/test_onnx_model.py, the command line in tests/test_cli_onnx.py."""
 
 import json
-import logging
 import math
 import os
 import shutil
@@ -23,7 +22,7 @@ from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.onnx_export import export_onnx, quality_check
 from cosent_tf.export.savedmodel import export_saved_model
 from cosent_tf.inference.onnx_model import load_onnx_dir
-from tests.helpers import distinct_texts, make_model_dir, write_config
+from tests.helpers import distinct_texts, make_model_dir, warnings_logged, write_config
 from tests.inference.test_onnx_model import zoo_export
 
 # 64 texts: the check encodes both sides in one batch of 64, as the figures here are computed (int8's
@@ -39,15 +38,6 @@ def write_check_file(path, seed=0):
     return str(path), texts_a, texts_b, labels
 
 
-class Collected(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """``feature`` (a mean-pooled model: a random model's [CLS] cosines lie too close to rank) and its
@@ -61,17 +51,11 @@ def folders(tmp_path_factory):
     make_model_dir(root / "feature", config, pooling="last-avg", maxlen=16)
     check = write_check_file(root / "check.tsv")
     export_hf(str(root / "feature"), str(root / "int8"))
-    collected = Collected()
-    logger = logging.getLogger(onnx_export.__name__)
-    logger.addHandler(collected)
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(onnx_export, "INT8_LOSS_WARNING", -math.inf)
-            exported = export_onnx(
-                str(root / "feature"), str(root / "int8"), quantize="int8", check_file=check[0], overwrite=True
-            )
-    finally:
-        logger.removeHandler(collected)
+    with warnings_logged(onnx_export.__name__) as collected, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onnx_export, "INT8_LOSS_WARNING", -math.inf)
+        exported = export_onnx(
+            str(root / "feature"), str(root / "int8"), quantize="int8", check_file=check[0], overwrite=True
+        )
     _, plain, plain_exported = zoo_export(tmp_path_factory, "last-avg")
     return {
         "root": root,
@@ -79,7 +63,7 @@ def folders(tmp_path_factory):
         "int8": exported,
         "plain": Path(plain),
         "plain_exported": plain_exported,
-        "warnings": collected.messages,
+        "warnings": collected,
     }
 
 
