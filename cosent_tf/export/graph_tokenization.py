@@ -182,11 +182,13 @@ class GraphTokenizer(tf.Module):
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Token ids of each text, without [CLS]/[SEP] or truncation: ragged int64 (batch, None)."""
         characters = tf.strings.unicode_split(texts, "UTF-8", errors="replace", replacement_char=0xFFFD)
-        replaced = self._characters.lookup(characters)
-        characters = tf.where(tf.equal(replaced, "\x00"), characters, replaced)
+        # over flat_values: tf.where on ragged operands traces a broadcast check per call (a second each)
+        replaced = self._characters.lookup(characters.flat_values)
+        characters = characters.with_flat_values(tf.where(tf.equal(replaced, "\x00"), characters.flat_values, replaced))
         spaced = tf.strings.regex_replace(tf.strings.reduce_join(characters, axis=-1), _CJK_PATTERN, " \\0 ")
         words = tf.strings.split(spaced)
-        words = tf.where(tf.strings.length(words, unit="UTF8_CHAR") > MAX_WORD_CHARS, "[UNK]", words)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > MAX_WORD_CHARS
+        words = words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
         return self._wordpiece.tokenize(words).merge_dims(-2, -1)
 
     def encode(self, texts: tf.Tensor) -> tf.Tensor:

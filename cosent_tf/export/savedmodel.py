@@ -130,12 +130,16 @@ def in_length_buckets(
     starts = tf.concat([[0], ends[:-1]], 0)
     filled = ends > starts
     starts, ends = tf.boolean_mask(starts, filled), tf.boolean_mask(ends, filled)
-    if tf.size(starts) == 0:  # an empty request: the tokenizer pads it to width 0, which no model takes
-        return compute(tf.zeros([0, 1], token_ids.dtype), tf.zeros([0, 1], segment_ids.dtype))
-    grouped = tf.TensorArray(tf.float32, size=tf.size(starts), infer_shape=False)
-    for i in tf.range(tf.size(starts)):
+    # An empty request fills no bucket; it makes one call on its zero rows, at width 1 (the
+    # tokenizer pads it to width 0, which no model takes): one call site, so the model is traced once.
+    calls = tf.maximum(tf.size(starts), 1)
+    starts, ends = tf.pad(starts, [[0, calls - tf.size(starts)]]), tf.pad(ends, [[0, calls - tf.size(ends)]])
+    narrowest = [[0, 0], [0, tf.maximum(1 - tf.shape(token_ids)[1], 0)]]
+    token_ids, segment_ids = tf.pad(token_ids, narrowest), tf.pad(segment_ids, narrowest)
+    grouped = tf.TensorArray(tf.float32, size=calls, infer_shape=False)
+    for i in tf.range(calls):
         rows = order[starts[i] : ends[i]]
-        width = tf.maximum(sorted_lengths[ends[i] - 1], 1)
+        width = tf.maximum(tf.reduce_max(sorted_lengths[starts[i] : ends[i]]), 1)
         grouped = grouped.write(
             i, compute(tf.gather(token_ids, rows)[:, :width], tf.gather(segment_ids, rows)[:, :width])
         )
@@ -233,10 +237,11 @@ def decision_outputs(decision: MatchDecision, scores: tf.Tensor) -> dict[str, tf
 
 
 class _ServedIds(tf.Module):
-    """What an ids export serves: the model's functions of token ids, which use TensorFlow's own
-    ops only (saving traces every function of the module, so this one has no string function).
-    With a ``decision``, the module also holds ``decide_ids`` for its model's ``kind``; with a
-    ``dim``, a feature model's vectors are their first ``dim`` dimensions, renormalised."""
+    """What an ids export serves: the model's function of token ids for its ``kind`` (``embed_ids``
+    or ``score_ids``), which uses TensorFlow's own ops only. With a ``decision``, the module also
+    holds ``decide_ids`` for that kind; with a ``dim``, a feature model's vectors are their first
+    ``dim`` dimensions, renormalised. Saving traces every function a module holds, so each is made
+    here for the kind that serves it, never declared on the class."""
 
     def __init__(
         self,
@@ -250,8 +255,11 @@ class _ServedIds(tf.Module):
         self._decision = decision
         self._dim = dim
         self._by_vectors = get_kind(kind).scored_by == "cosine"
+        if self._by_vectors:
+            self.embed_ids = tf.function(self._embed_ids, input_signature=[_IDS, _IDS])
+        else:
+            self.score_ids = tf.function(self._score_ids, input_signature=[_IDS, _IDS])
         if decision is not None:
-            # only a folder with a decision has these, so they are made here, not declared on the class
             if self._by_vectors:
                 self.decide_ids = tf.function(self._decide_vector_ids, input_signature=[_IDS] * 4)
             else:
@@ -277,12 +285,10 @@ class _ServedIds(tf.Module):
         assert self._decision is not None  # decide functions exist only with a decision
         return decision_outputs(self._decision, scores)
 
-    @tf.function(input_signature=[_IDS, _IDS])
-    def embed_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _embed_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"embeddings": self._vectors(token_ids, segment_ids)}
 
-    @tf.function(input_signature=[_IDS, _IDS])
-    def score_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _score_ids(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"scores": self._scores(token_ids, segment_ids)}
 
     def _decide_vector_ids(
@@ -313,6 +319,10 @@ class _Served(_ServedIds):
         super().__init__(model, kind, decision, dim)
         self.tokenizer = tokenizer
         self.pair_segments = pair_segments
+        if self._by_vectors:
+            self.embed = tf.function(self._embed, input_signature=[_TEXTS])
+        else:
+            self.score = tf.function(self._pair_scores, input_signature=[_TEXTS, _TEXTS])
         if decision is not None:
             decide = self._decide_texts_by_vectors if self._by_vectors else self._decide_texts_by_pairs
             self.decide = tf.function(decide, input_signature=[_TEXTS, _TEXTS])
@@ -330,15 +340,10 @@ class _Served(_ServedIds):
             segment_ids = tf.zeros_like(token_ids)
         return {"scores": self._scores(token_ids, segment_ids), "truncated": truncated}
 
-    @tf.function(input_signature=[_TEXTS])
-    def embed(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _embed(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
         sentences = _batch_of_strings(sentences, "sentences")
         token_ids, truncated = self.tokenizer.encode_and_flag(sentences)
         return {"embeddings": self._vectors(token_ids, tf.zeros_like(token_ids)), "truncated": truncated}
-
-    @tf.function(input_signature=[_TEXTS, _TEXTS])
-    def score(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._pair_scores(first, second)
 
     def _decide_texts_by_vectors(self, first: tf.Tensor, second: tf.Tensor) -> dict[str, tf.Tensor]:
         first, second = self._aligned(first, second)
