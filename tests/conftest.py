@@ -2,7 +2,7 @@
 
 import os
 
-from . import workers  # noqa: F401  (sizes the thread pools before TensorFlow starts them)
+from . import workers  # sizes the thread pools before TensorFlow starts them
 
 # isort: split
 import pytest
@@ -16,6 +16,10 @@ from .zoo import built_once, changed_folders
 # The Keras 3 suite runs in processes of its own (tests/keras3/conftest.py; `make test` runs it once
 # per backend): this process holds Keras 2.
 collect_ignore = ["keras3"]
+
+
+def pytest_collection_finish(session):
+    workers.collect_garbage_less_often()
 
 
 def pytest_configure(config):

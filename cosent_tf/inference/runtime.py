@@ -49,24 +49,35 @@ def inference_function(model: Any) -> Callable[..., Any]:
     if cached is not None:
         return cached
 
+    # A function of its own, called on each half: the model is traced once, not once per half
+    # (tracing is most of a small model's first batch); Grappler inlines both calls, so the
+    # halves are still two independent subgraphs.
+    @tf.function(input_signature=[_IDS, _IDS])
+    def outputs(token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
+        return _model_outputs(model, token_ids, segment_ids)
+
     @tf.function(input_signature=[_IDS, _IDS])
     def function(token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
-        return _in_halves(model, token_ids, segment_ids)
+        return _in_halves(outputs, token_ids, segment_ids)
 
     _INFERENCE_FUNCTIONS[model] = function
     return function
 
 
-def _in_halves(model: keras.Model, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
-    """The model's float32 outputs of a batch run as two independent halves (see
+def _model_outputs(model: keras.Model, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
+    """The model's float32 outputs of a batch, in inference mode; traced inside a tf.function."""
+    with model_precision(model):  # runs while tracing
+        return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
+
+
+def _in_halves(
+    compute: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], token_ids: tf.Tensor, segment_ids: tf.Tensor
+) -> tf.Tensor:
+    """``compute``'s float32 outputs of a batch run as two independent halves (see
     :func:`inference_function`); traced inside a tf.function."""
     half = (tf.shape(token_ids)[0] + 1) // 2
-    with model_precision(model):  # runs while tracing
-        halves = [
-            model([token_ids[:half], segment_ids[:half]], training=False),
-            model([token_ids[half:], segment_ids[half:]], training=False),
-        ]
-    return tf.cast(tf.concat(halves, axis=0), tf.float32)
+    halves = [compute(token_ids[:half], segment_ids[:half]), compute(token_ids[half:], segment_ids[half:])]
+    return tf.concat(halves, axis=0)
 
 
 def replicated_function(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[..., np.ndarray]:
@@ -105,7 +116,10 @@ def replicated_function(model: keras.Model, strategy: tf.distribute.Strategy) ->
     # reduce_retracing: each batch has its own length, and the replicas' shares their own sizes
     @tf.function(reduce_retracing=True)
     def on_every_replica(token_ids: Any, segment_ids: Any) -> Any:
-        return strategy.run(lambda ids, segments: _in_halves(model, ids, segments), args=(token_ids, segment_ids))
+        return strategy.run(
+            lambda ids, segments: _in_halves(lambda *batch: _model_outputs(model, *batch), ids, segments),
+            args=(token_ids, segment_ids),
+        )
 
     def function(token_ids: np.ndarray, segment_ids: np.ndarray) -> np.ndarray:
         shares = np.array_split(np.arange(len(token_ids)), replicas)

@@ -10,7 +10,7 @@ counts it.
 
 import os
 
-import tests.workers  # noqa: F401  (sizes the thread pools before Keras 3's backend starts them)
+import tests.workers as workers  # sizes the thread pools before Keras 3's backend starts them
 
 # isort: split
 import pytest
@@ -18,6 +18,10 @@ import pytest
 from cosent_tf.keras3.runtime import backend_name
 
 BACKENDS = ("tensorflow", "jax")
+
+
+def pytest_collection_finish(session):
+    workers.collect_garbage_less_often()
 
 
 def pytest_configure(config):
