@@ -33,9 +33,9 @@ def size_thread_pools():
 def collect_garbage_less_often():
     """Called once the tests are collected: what is alive then (TensorFlow, the test modules) lives
     as long as the process, so it leaves the collector's scans (``gc.freeze``), and the youngest
-    generation is collected every 10,000 allocations instead of 700. The suite builds and traces
-    models, leaving many objects per test, and full collections over a TensorFlow heap took
-    about 7% of a worker's time (half a second each)."""
+    generation is collected every 10,000 allocations instead of 700: the suite builds and traces
+    models, leaving many objects per test, and each full collection walks a TensorFlow-sized heap
+    (docs/testing.md has what it cost)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)

@@ -182,7 +182,7 @@ class GraphTokenizer(tf.Module):
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Token ids of each text, without [CLS]/[SEP] or truncation: ragged int64 (batch, None)."""
         characters = tf.strings.unicode_split(texts, "UTF-8", errors="replace", replacement_char=0xFFFD)
-        # over flat_values: tf.where on ragged operands traces a broadcast check per call (a second each)
+        # over flat_values: tf.where on ragged operands traces a slow broadcast check at every call
         replaced = self._characters.lookup(characters.flat_values)
         characters = characters.with_flat_values(tf.where(tf.equal(replaced, "\x00"), characters.flat_values, replaced))
         spaced = tf.strings.regex_replace(tf.strings.reduce_join(characters, axis=-1), _CJK_PATTERN, " \\0 ")
