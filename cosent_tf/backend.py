@@ -63,6 +63,22 @@ def _startup_lines_held_back() -> Iterator[None]:
                 sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def _jax_unimportable() -> Iterator[None]:
+    """For the block, ``import jax`` fails as it does where JAX is not installed; sys.modules is as
+    before after it. TensorFlow's import imports an installed JAX only for TFLite's converter of JAX
+    functions, which this engine never calls, and that is about a quarter of its import time."""
+    if "jax" in sys.modules:
+        yield
+        return
+    sys.modules["jax"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if "jax" in sys.modules and sys.modules["jax"] is None:
+            del sys.modules["jax"]
+
+
 # Keras 3 imported without cosent_tf.keras3 cannot be told from TensorFlow's own import of it (tensorflow
 # imports keras when TF_USE_LEGACY_KERAS is unset), so only the route is refused here.
 if "cosent_tf.keras3" in sys.modules:
@@ -71,7 +87,7 @@ if "cosent_tf.keras3" in sys.modules:
         "(bert4keras does): use one Keras per process, and run the Keras 2 code in a process of its own"
     )
 
-with _startup_lines_held_back():
+with _startup_lines_held_back(), _jax_unimportable():
     import tensorflow as tf  # noqa: E402
 
     tf.config.list_physical_devices()  # probes the devices now, while their notices are held back
