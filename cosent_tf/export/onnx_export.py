@@ -269,7 +269,6 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
         ConfigError: the graph holds operations tf2onnx cannot convert (named), or the result is no
             valid ONNX model.
     """
-    tf2onnx = require("tf2onnx")
     onnx = require("onnx")
     signature = [tf.TensorSpec((None, None), tf.int64, name=name) for name in INPUT_NAMES]
     unsupported: list[str] = []
@@ -277,7 +276,7 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
     converter_logger = logging.getLogger("tf2onnx")
     converter_logger.addHandler(handler)
     try:
-        proto, _ = tf2onnx.convert.from_keras(
+        proto, _ = _from_keras(
             serving,
             input_signature=signature,
             opset=OPSET,
@@ -304,6 +303,28 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
         raise ConfigError(
             f"{model_dir}: the converted ONNX graph is invalid ({error}); export it as a SavedModel"
         ) from None
+
+
+# tf2onnx reads it for whether each of its graph optimizers works on a copy of the graph (TRUE,
+# its default, so that an optimizer that raises can be skipped) or on the graph itself (FALSE).
+_CATCH_ERRORS_VARIABLE = "TF2ONNX_CATCH_ERRORS"
+
+
+def _from_keras(serving: keras.Model, **options: Any) -> Any:
+    """tf2onnx's ``from_keras``, its graph optimizers working on the graph itself: copying the graph
+    for each of them took most of their time. Where one raises, the conversion is done again
+    tf2onnx's default way, which skips it; a TF2ONNX_CATCH_ERRORS the user set is followed."""
+    tf2onnx = require("tf2onnx")
+    if _CATCH_ERRORS_VARIABLE in os.environ:
+        return tf2onnx.convert.from_keras(serving, **options)
+    os.environ[_CATCH_ERRORS_VARIABLE] = "FALSE"
+    try:
+        return tf2onnx.convert.from_keras(serving, **options)
+    except Exception as error:  # an optimizer may have left the graph half-rewritten: start again
+        logger.debug("tf2onnx failed with its optimizers on the graph itself (%s); converting again", error)
+    finally:
+        del os.environ[_CATCH_ERRORS_VARIABLE]
+    return tf2onnx.convert.from_keras(serving, **options)
 
 
 def _name_dynamic_dimensions(proto: Any) -> None:

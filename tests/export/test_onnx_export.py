@@ -3,12 +3,14 @@ own outputs (scipy's Spearman, accuracy at the best threshold found by trying ev
 input: each refused with its message and nothing written. Parity with the engine is in
 tests/inference/test_onnx_model.py, the command line in tests/test_cli_onnx.py."""
 
+import copy
 import json
 import math
 import os
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime
@@ -326,6 +328,37 @@ def test_a_hugging_face_export_may_be_replaced_and_a_savedmodel_never(folders, t
         export_onnx(feature, str(tmp_path / "savedmodel"), overwrite=True)
     assert sorted(os.listdir(tmp_path / "savedmodel")) == before
     untouched(tmp_path, "hf", "savedmodel")
+
+
+def test_the_optimizers_rewrite_the_graph_itself_and_one_that_raises_is_skipped(folders, tmp_path, monkeypatch):
+    """tf2onnx's graph optimizers work on the graph, not each on a copy of it (the copies took most
+    of their time); where one raises, the conversion is done again tf2onnx's default way, which
+    skips that optimizer, and the export still computes what the engine computes (its check)."""
+    import tf2onnx
+    from tf2onnx import optimizer
+
+    copies, conversions = [], []
+
+    def counted_copy(thing):
+        if isinstance(thing, tf2onnx.graph.Graph):
+            copies.append(1)
+        return copy.deepcopy(thing)
+
+    monkeypatch.setattr(optimizer, "copy", SimpleNamespace(deepcopy=counted_copy))
+    from_keras = tf2onnx.convert.from_keras
+    monkeypatch.setattr(tf2onnx.convert, "from_keras", lambda *a, **k: conversions.append(1) or from_keras(*a, **k))
+    feature = str(folders["root"] / "feature")
+    export_onnx(feature, str(tmp_path / "plain"))
+    assert (len(conversions), len(copies)) == (1, 0)
+
+    def raises(self, graph, iteration):
+        raise RuntimeError("a planted optimizer failure")
+
+    monkeypatch.setattr(optimizer.IdentityOptimizer, "optimize", raises)
+    export_onnx(feature, str(tmp_path / "skipped"))
+    assert len(conversions) == 3 and len(copies) > 0
+    assert "TF2ONNX_CATCH_ERRORS" not in os.environ
+    untouched(tmp_path, "plain", "skipped")
 
 
 # ---- conversions that fail
