@@ -54,37 +54,30 @@ def uninterrupted(tmp_path_factory):
     return tmp_path, command
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "send, when",
-    [
-        (signal.SIGKILL, "step 6 valid"),
-        (signal.SIGTERM, "step 6 valid"),
-        (signal.SIGINT, "step 6 valid"),
-        (signal.SIGTERM, "epoch 1 valid"),
-    ],
-    ids=["SIGKILL", "SIGTERM", "SIGINT", "SIGTERM at the epoch's end"],
-)
-def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, uninterrupted):
-    tmp_path, command = uninterrupted
-    out = tmp_path / f"interrupted-{send.name}-{when.split()[0]}"
-    # By the time step 6's validation is printed, step 3's state is on disk. A process, to be signalled.
+def interrupt(command, out, send, when):
+    """Run ``command`` into ``out`` (a fresh run or one to resume) and send it SIGTERM or SIGINT
+    ``send`` once its log shows ``when``: it stops without a traceback, with 128 + the signal's
+    number, having saved its state; (the step it resumed at, None for a fresh run; the step saved
+    after, as its log says). A process, to be signalled."""
     code, stderr = run_until(command + ["--output-dir", str(out)], when, send)
     assert not (out / "metrics.json").exists()
-    if send == signal.SIGKILL:
-        assert code == -signal.SIGKILL
-        saved_at = None
-    else:  # 143 for SIGTERM, 130 for SIGINT, and the step the state was saved after
-        assert code == 128 + send and "Traceback" not in stderr
-        saved_at = int(re.search(rf"{send.name} received: training state saved after step (\d+)", stderr).group(1))
-        assert saved_at >= (12 if when.startswith("epoch") else 6)
+    assert code == 128 + send and "Traceback" not in stderr, stderr[-3000:]  # 143 for SIGTERM, 130 for SIGINT
+    saved_at = int(re.search(rf"{send.name} received: training state saved after step (\d+)", stderr).group(1))
+    resumed = re.search(r"resumed at step (\d+)", stderr)
+    return (int(resumed.group(1)) if resumed else None), saved_at
 
-    # The resumed run from a fresh TensorFlow too, as the reference it must match to 1e-6 ran.
+
+def resume(command, out):
+    """The same command again, to its end, from a fresh TensorFlow as the reference it must match
+    to 1e-6 ran; (the step it resumed at, its stderr)."""
     resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    step = int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1))
-    assert 3 <= step < 24 and step % 12 != 0 or send != signal.SIGKILL
-    assert saved_at in (None, step)
+    return int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)), resumed.stderr
+
+
+def assert_the_uninterrupted_result(tmp_path, out):
+    """``out`` ends as the uninterrupted run ``whole`` did: the same validations (to 1e-6), best
+    epoch and test score, and no training state left behind."""
     whole_rows, rows = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
     assert [(r["epoch"], r["step"]) for r in rows] == [(r["epoch"], r["step"]) for r in whole_rows]
     for got, expected in zip(rows, whole_rows):
@@ -94,6 +87,72 @@ def test_interrupted_run_resumes_mid_epoch_with_the_same_result(send, when, unin
     assert again["best_epoch"] == whole["best_epoch"]
     assert again["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
     assert not (out / "backup").exists()
+
+
+# (signal, the log line it is sent at, the step the state is saved after at the earliest): SIGTERM
+# mid-epoch at step 6 (mid-warm-up; by the time step 6's validation is printed, step 3's state is on
+# disk), SIGTERM at the first epoch's end (after its validation), SIGINT mid-epoch in the second.
+SIGNALLED = [
+    (signal.SIGTERM, "step 6 valid", 6),
+    (signal.SIGTERM, "epoch 1 valid", 12),
+    (signal.SIGINT, "step 18 valid", 18),
+]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigterm_and_sigint_resumes_each_time_to_the_same_result(uninterrupted):
+    """Each signal of SIGNALLED stops the run after saving its state at the step its log says, the
+    next command resumes at that step, and the run ends as the uninterrupted one did.
+
+    The signals go one after another to the same run, each to the process resuming from the one
+    before: a process per signal, as a signal needs, rather than a process to signal and another to
+    resume from it for each."""
+    tmp_path, command = uninterrupted
+    unfinished = {}  # run folder -> the step its state was saved after
+    out = None
+    for index, (send, when, at_least) in enumerate(SIGNALLED):
+        if out is not None and unfinished[out] >= at_least:
+            # The signal before arrived a few steps after its line (the process went on meanwhile)
+            # and the run is past this one's: it goes to a fresh run, and each is resumed at the end.
+            out = None
+        if out is None:
+            out = tmp_path / f"signalled-{index}"
+            resumed_at, saved_at = interrupt(command, out, send, when)
+            assert resumed_at is None
+        else:
+            resumed_at, saved_at = interrupt(command, out, send, when)
+            assert resumed_at == unfinished[out]
+        assert saved_at >= at_least
+        unfinished[out] = saved_at
+    for out, saved_at in unfinished.items():
+        step, _ = resume(command, out)
+        assert step == saved_at
+        assert_the_uninterrupted_result(tmp_path, out)
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_epoch_and_after_training_resumes_to_the_same_result(uninterrupted):
+    """SIGKILL mid-epoch loses the steps since the last periodic save, and the run resumes there; killed
+    again once training is done, the same command finishes without training again.
+
+    The second kill goes to the process resuming from the first: a process per kill, and one to finish."""
+    tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
+    out = tmp_path / "killed"
+    # By the time step 6's validation is printed, step 3's state is on disk. A process, to be killed.
+    code, _ = run_until(command + ["--output-dir", str(out)], "step 6 valid", signal.SIGKILL)
+    assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
+    # The resumed run, from a fresh TensorFlow as the reference it must match to 1e-6 ran: killed too.
+    code, stderr = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    step = int(re.search(r"resumed at step (\d+)", stderr).group(1))
+    assert 3 <= step < 24 and step % 12 != 0  # mid-epoch
+    assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit
+    step, stderr = resume(command, out)
+    assert step == 24 and "resumed at step 24" in stderr and "epoch 1 valid" not in stderr  # no epoch trained again
+    assert_the_uninterrupted_result(tmp_path, out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == 24
+    assert sorted(os.listdir(out)) == RUN_FILES
 
 
 @pytest.mark.slow
@@ -121,24 +180,6 @@ def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result
     assert metrics["test"]["spearman"] == pytest.approx(
         json.loads((tmp_path / "whole" / "metrics.json").read_text())["test"]["spearman"], abs=1e-6
     )
-
-
-@pytest.mark.slow
-def test_a_run_killed_after_training_finishes_without_training_again(uninterrupted):
-    tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
-    out = tmp_path / "killed"
-    # A process to kill, then the rerun from a fresh TensorFlow, as the reference it must match ran.
-    code, _ = run_until(command + ["--output-dir", str(out)], "training done", signal.SIGKILL)
-    assert code == -signal.SIGKILL
-    assert (out / "backup").is_dir() and not (out / "metrics.json").exists()  # the state outlives fit
-    rerun = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resumed at step 24" in rerun.stderr and "epoch 1 valid" not in rerun.stderr  # no epoch trained again
-    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["best_epoch"] == expected["best_epoch"] and metrics["steps"] == 24
-    assert metrics["test"]["spearman"] == pytest.approx(expected["test"]["spearman"], abs=1e-6)
-    assert sorted(os.listdir(out)) == RUN_FILES
 
 
 def test_an_unfinished_run_resumes_only_with_its_own_settings(bq_run, tmp_path):
