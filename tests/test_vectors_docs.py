@@ -4,8 +4,14 @@ the README's quickstart of it, run as they are written.
 Every line of their ``sh`` blocks runs, in order, in a folder laid out like a clone: ``cosent-tf``
 lines in this process, the others (``cut``, ``sort``) by bash. The guide's block reads BQ from
 ``../shared/data``, which here holds tiny made-up BQ files and a made-up vocabulary of the shared
-one's size, so its commands train the small random BERT (312 dimensions) for a few steps; the
-README's reads ``pairs.tsv``, ``sentences.txt``, ``corpus.txt`` and ``queries.txt`` made here.
+one's size, so its commands train a random BERT of the small random BERT's 312 dimensions for a
+few steps; the README's reads ``pairs.tsv``, ``sentences.txt``, ``corpus.txt`` and ``queries.txt``
+made here. Where the commands name no model, they train the bundled small random config; here that
+default is a lighter config of the same width and vocabulary (one layer, a narrow feed-forward
+block: ``LIGHT_312``), since nothing checked depends on the model's depth: the pages' figures are
+matched as numbers, and their widths (312, 128, 64, 32) are the model's width and the options.
+That made the sections' commands (about 15 model loads, their first encodes, a training run,
+two exports) about three times cheaper than on the L4/H312 model.
 What the commands write is checked against computations made here: NumPy's truncation,
 quantisation and brute-force search, the model folder's own vectors, and sentence-transformers
 (in .venv-reference) on the export at a width.
@@ -25,7 +31,7 @@ import numpy as np
 import pytest
 
 from cosent_tf.cli import main as cosent_tf
-from tests.helpers import distinct_texts, reference_python, tiny_pairs, write_vocab
+from tests.helpers import distinct_texts, reference_python, tiny_pairs, write_config, write_vocab
 from tests.test_serving_docs import blocks, read_page, section
 
 GUIDE_HEADING = "## Smaller vectors and search past exact"
@@ -38,6 +44,21 @@ BQ = os.path.join("..", "shared", "data", "senteval_cn", "BQ")
 # (test_the_binary_index_returns_exact_search_over_its_candidates checks it), and no more, as every
 # command of the section encodes the test file's texts.
 BQ_PAIRS = {"train": 200, "valid": 40, "test": 200}
+
+
+# The small random BERT's width, heads and vocabulary (cosent_tf/configs/bert-small-random.json),
+# one layer instead of four and a feed-forward block of 64 instead of 1248.
+LIGHT_312 = dict(
+    vocab_size=21128,
+    hidden=312,
+    layers=1,
+    heads=12,
+    intermediate=64,
+    max_position=512,
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+    initializer_range=0.02,
+)
 
 
 def lines_of(text):
@@ -59,9 +80,18 @@ def commands(text):
 
 def run_lines(text, folder):
     """Run the lines of ``text``'s sh blocks in ``folder``, in order; {the command line: (stdout,
-    stderr)} for the cosent-tf lines."""
+    stderr)} for the cosent-tf lines. A command that names no model trains ``LIGHT_312``, written
+    beside ``folder``, in place of the bundled small random config."""
+    from cosent_tf.models import sources
+
+    with open(sources.SMALL_RANDOM_CONFIG, encoding="utf-8") as f:
+        bundled = json.load(f)
+    # the width and vocabulary the pages' commands and this module's data are for
+    assert (bundled["hidden_size"], bundled["vocab_size"]) == (LIGHT_312["hidden"], LIGHT_312["vocab_size"])
+    light = write_config(folder.parent / "light-312.json", **LIGHT_312)
     printed = {}
-    with contextlib.chdir(folder):
+    with contextlib.chdir(folder), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sources, "SMALL_RANDOM_CONFIG", str(light))
         for line in lines_of(text):
             if not line.startswith("cosent-tf "):
                 # a shell line (cut, sort, a pipe): run by a shell, as the page's reader runs it
