@@ -1,8 +1,8 @@
 # Every target installs what it needs into .venv first (idempotent; under a minute on a fresh machine):
 # the package and its dependencies for the main job, the [test] extra and torch as well for the tests.
-# uv installs them (one resolver pass, wheels unpacked in parallel from its cache: the three
-# environments of the tests in about 20 s, where pip took two minutes); it lives in an environment
-# of its own and is given the package sources pip is configured with (tools/uv_options.py).
+# uv installs them (one resolver pass, wheels unpacked in parallel from its cache; docs/testing.md
+# has the times against pip); it lives in an environment of its own and is given the package
+# sources pip is configured with (tools/uv_options.py).
 UV_VENV := .venv-uv
 UV := $(UV_VENV)/bin/uv
 UV_INSTALL = $(UV) pip install -q $(shell python3 tools/uv_options.py) --python

@@ -67,7 +67,7 @@ def _startup_lines_held_back() -> Iterator[None]:
 def _jax_unimportable() -> Iterator[None]:
     """For the block, ``import jax`` fails as it does where JAX is not installed; sys.modules is as
     before after it. TensorFlow's import imports an installed JAX only for TFLite's converter of JAX
-    functions, which this engine never calls, and that is about a quarter of its import time."""
+    functions, which this engine never calls, at a cost the CHANGELOG gives."""
     if "jax" in sys.modules:
         yield
         return
