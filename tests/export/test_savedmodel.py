@@ -57,12 +57,13 @@ def server_environment():
     return {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_KERAS")}
 
 
-def serving_request(saved_model, strings, token_ids, key, ids_signature):
+def serving_request(saved_model, strings, token_ids, key, ids_signature, sep_id=None):
     """What to ask a string SavedModel: the ``key`` output of ``serving_default`` on ``strings``
     (input name -> texts) and its ``truncated`` flags, and of ``ids_signature`` on the padded
-    ``token_ids`` (segment ids 0)."""
+    ``token_ids`` (segment ids 0; with ``sep_id``, a pair's: 1 on its second text)."""
     padded = padded_batch(token_ids)
-    ids = {"token_ids": padded.tolist(), "segment_ids": np.zeros_like(padded).tolist()}
+    segments = np.zeros_like(padded) if sep_id is None else pair_segment_ids(padded, sep_id).numpy()
+    ids = {"token_ids": padded.tolist(), "segment_ids": segments.tolist()}
     return {"saved_model": str(saved_model), "strings": strings, "ids": ids, "key": key, "ids_signature": ids_signature}
 
 
@@ -142,8 +143,8 @@ def folder_tokenizer(model_dir):
 @pytest.fixture(scope="module")
 def own_exports(tmp_path_factory):
     """The string exports only this module reads, by name (``embed-<pooling>``: feature models of
-    maxlen 64, exported at the precisions of :data:`EMBEDDINGS`; ``pairs-<head>``: interaction
-    models read at [CLS], maxlen 24): (model folder, export, what ``export_saved_model`` returned)."""
+    maxlen 64, exported at the precisions of :data:`EMBEDDINGS`; ``pairs-softmax``: an interaction
+    model read at [CLS], maxlen 24): (model folder, export, what ``export_saved_model`` returned)."""
     root = tmp_path_factory.mktemp("savedmodel-exports")
     keras.utils.set_random_seed(1234)  # module fixtures run before the suite's seeding one
     # with dropout in the config, as every real BERT has: bert4keras makes its attention dropout
@@ -155,11 +156,23 @@ def own_exports(tmp_path_factory):
         model_dir, out = root / f"embed-{pooling}", root / f"embed-{pooling}-exported"
         make_model_dir(model_dir, with_dropout, pooling=pooling, maxlen=64)
         made_here[f"embed-{pooling}"] = (model_dir, out, export_saved_model(model_dir, out, precision=precision))
-    for head in HEADS:
-        model_dir, out = root / f"pairs-{head}", root / f"pairs-{head}-exported"
-        make_model_dir(model_dir, tiny, kind="interaction", head=head, maxlen=24)
-        made_here[f"pairs-{head}"] = (model_dir, out, export_saved_model(model_dir, out))
+    model_dir, out = root / "pairs-softmax", root / "pairs-softmax-exported"
+    make_model_dir(model_dir, tiny, kind="interaction", head="softmax", maxlen=24)
+    made_here["pairs-softmax"] = (model_dir, out, export_saved_model(model_dir, out))
     return made_here
+
+
+@pytest.fixture(scope="module")
+def pair_exports(own_exports, interaction_model_folder, interaction_strings):
+    """head -> (interaction model folder, its string export, maxlen 24): ``softmax`` this module's, read
+    at [CLS] without pair segments; ``score`` the zoo's (tests/export/conftest.py, exported as
+    ``export_saved_model`` exports by default), read through the pooler with pair segments. Between
+    them, both ways the string graph gives a pair its segment ids (the export's only difference
+    between interaction models but the head), and each head: one export fewer than one per head."""
+    return {
+        "softmax": own_exports["pairs-softmax"][:2],
+        "score": (interaction_model_folder, interaction_strings / EXPORTED),
+    }
 
 
 def ids_client(kind, ids_export):
@@ -186,7 +199,7 @@ def id_clients(feature_ids, interaction_ids):
 
 
 @pytest.fixture(scope="module")
-def served_with_text_ops(own_exports, feature_strings, interaction_strings, id_clients, tmp_path_factory):
+def served_with_text_ops(own_exports, pair_exports, feature_strings, interaction_strings, id_clients, tmp_path_factory):
     """Every string export's answers to its tests' requests, from one process (:func:`serve_all`)."""
     requests = {}
     if os.path.isdir(SHARED_DATA):  # the texts of the embed and pairs tests; without it they skip
@@ -198,11 +211,13 @@ def served_with_text_ops(own_exports, feature_strings, interaction_strings, id_c
                 out, {"sentences": sentences}, ids, "embeddings", "encode_ids"
             )
         for head in HEADS:
-            model_dir, out, _ = own_exports[f"pairs-{head}"]
+            model_dir, out = pair_exports[head]
             firsts, seconds = scored_pairs()
-            ids = folder_tokenizer(model_dir).encode_pairs(firsts, seconds)
+            tokenizer = folder_tokenizer(model_dir)
+            ids = tokenizer.encode_pairs(firsts, seconds)
+            sep_id = tokenizer.sep_id if read_spec(str(model_dir)).pair_segments else None
             requests[f"pairs-{head}"] = serving_request(
-                out, {"first": firsts, "second": seconds}, ids, "scores", "score_ids"
+                out, {"first": firsts, "second": seconds}, ids, "scores", "score_ids", sep_id
             )
     for kind, strings, ids_signature in (
         ("feature", feature_strings, "encode_ids"),
@@ -244,8 +259,8 @@ def test_saved_model_embeds_raw_strings_like_sentence_encoder(pooling, precision
 @requires_shared_data
 @pytest.mark.slow
 @pytest.mark.parametrize("head", HEADS)
-def test_saved_model_scores_pairs_like_pair_scorer(head, own_exports, served_with_text_ops):
-    model_dir, _, _ = own_exports[f"pairs-{head}"]
+def test_saved_model_scores_pairs_like_pair_scorer(head, pair_exports, served_with_text_ops):
+    model_dir, _ = pair_exports[head]
     firsts, seconds = scored_pairs()
     scorer = PairScorer.load(model_dir)
     served, truncated, served_ids = answer(served_with_text_ops, f"pairs-{head}")
