@@ -19,7 +19,6 @@ from .calibration import accuracy_at, best_threshold
 from .data.tasks import Task
 from .errors import lookup
 from .inference.index import RERANK_TOP, Hit
-from .inference.matchers import rerank as rerank_hits
 from .models.kinds import FEATURE, INTERACTION
 
 # Anything np.asarray reads as a vector: a list, a tuple, an array.
@@ -250,6 +249,10 @@ def retrieval_with_rerank(
         [Hit(int(i), float(s), corpus[i]) for s, i in zip(row_cosines[:kept], row_indices[:kept])]
         for row_cosines, row_indices in zip(cosines, ranked)
     ]
+    # imported here: the matchers import TensorFlow, and the report (cosent_tf.experiments.report)
+    # reads this module's RANK_CUTOFF without it
+    from .inference.matchers import rerank as rerank_hits
+
     reordered = rerank_hits(scorer, queries, first_stage, batch_size=batch_size)
     head = np.asarray([[hit.index for hit in row] for row in reordered], dtype=np.int64).reshape(len(queries), kept)
     reranked = ranking_metrics(

@@ -12,6 +12,7 @@ wrote. What a killed writer left beside its output is cleared by the next one.
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import fcntl
 import fnmatch
@@ -26,7 +27,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any, Optional, Union
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 
 # A path as the functions of os take it.
 PathLike = Union[str, "os.PathLike[str]"]
@@ -512,3 +513,39 @@ def folder_lock(folder: PathLike, what: str = "run") -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def read_history(path: str, columns: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`; a DataError naming
+    the file (and line) if it is unreadable or damaged: cut off, a header without ``columns``, a
+    row of other fields than the header's, a value that is no number. A missing file raises
+    FileNotFoundError."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
+        lines = list(csv.reader(text.splitlines()))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise DataError(path, f"not readable as a validation history ({error})") from None
+    if text and not text.endswith("\n"):
+        raise DataError(path, "cut off (the last line is not whole)", line=text.count("\n") + 1)
+    header: list[str] = lines[0] if lines else []
+    rows: list[dict[str, Any]] = []
+    if not set(columns) <= set(header):
+        raise DataError(path, f"no {' and '.join(repr(c) for c in columns)} columns", line=1)
+    for number, row in enumerate(lines[1:], 2):
+        if len(row) != len(header):
+            raise DataError(path, f"{len(row)} values where the header names {len(header)}", line=number)
+        rows.append({key: _history_value(path, number, key, value) for key, value in zip(header, row)})
+    return rows
+
+
+def _history_value(path: str, number: int, key: str, value: str) -> Any:
+    if key == "end_of_epoch":
+        return value == "True"
+    whole = key in ("epoch", "step")
+    try:
+        return (int if whole else float)(value)
+    except ValueError:
+        raise DataError(path, f"{key} {value!r} is not {'a whole' if whole else 'a'} number", line=number) from None

@@ -41,14 +41,14 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..calibration import DECISION_FILE, ECE_BINS, decision_metrics, log_loss, reliability_curves
+from ..choices import POOLING_MODES
 from ..data.tasks import BINARY_TASKS, MATCHING_TASKS
 from ..errors import ConfigError
 from ..evaluation import RANK_CUTOFF
-from ..inference.model_dir import read_model_decision
 from ..io import atomic_path, json_field, read_json, write_text
-from ..layers import POOLING_MODES
 from ..losses import get_loss
 from ..models.kinds import FEATURE, KINDS
+from ..models.spec import read_model_decision
 from ..plotting import new_figure, save_png
 from ..training.run_folder import METRICS, MODEL, RUN_CONFIG, TEST_SCORES
 from .plots import plot_batch_sizes, plot_convergence, plot_cosine_density, plot_reliability_panels

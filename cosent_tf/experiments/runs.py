@@ -16,11 +16,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..calibration import CALIBRATION_METHODS
-from ..callbacks import read_history
+from ..choices import POOLING_MODES
 from ..data.tasks import CNSD, MATCHING_TASKS, TASKS, get_task
 from ..errors import ConfigError, DataError
-from ..io import json_field, read_json
-from ..layers import POOLING_MODES
+from ..io import json_field, read_history, read_json
 from ..losses import get_loss
 from ..models.kinds import FEATURE, INTERACTION, KINDS
 from ..training.run_folder import METRICS, RUN_CONFIG, TEST_SCORES, VALID_METRICS

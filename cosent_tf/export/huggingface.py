@@ -70,7 +70,7 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False, dim: Option
     ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load.
     The folder also holds :data:`~cosent_tf.export.savedmodel.EXPORT_RECORD`, which transformers
     and sentence-transformers do not read, and the model folder's match decision, if it has one
-    (:func:`~cosent_tf.inference.model_dir.read_model_decision`): ``decision.json`` stamped with the
+    (:func:`~cosent_tf.models.spec.read_model_decision`): ``decision.json`` stamped with the
     fingerprint of the exported weights, and a "Match decision" section in ``README.md`` with the
     few lines of Python that apply it without cosent-tf.
 

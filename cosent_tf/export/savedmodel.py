@@ -527,7 +527,7 @@ def export_saved_model(
         ConfigError: an unknown ``inputs``; a string export of a word-level (jieba) model, which
             cannot tokenise inside a graph; an ``out_dir`` that may not be written; a
             ``decision.json`` that is malformed or was fitted for another model
-            (:func:`~cosent_tf.inference.model_dir.read_model_decision`); a ``dim`` above the
+            (:func:`~cosent_tf.models.spec.read_model_decision`); a ``dim`` above the
             model's width, or for an interaction model. Nothing is written then.
 
     Example:

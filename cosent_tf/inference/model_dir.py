@@ -28,15 +28,14 @@ import os
 from typing import Any, Optional, Union
 
 from ..backend import dtype_policy, inference_policy_name, keras
-from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision, write_decision
-from ..errors import ConfigError
+from ..calibration import MatchDecision, write_decision
 from ..io import atomic_directory
 from ..models.builders import build_from_spec, head_layer_name
 from ..models.checkpoints import head_variables, write_checkpoint_folder
 from ..models.kinds import get_kind
 
-# The spec's home (hf_spec's too) is cosent_tf.models.spec; this module names them too, as it did
-# before 0.4.
+# The spec's home (hf_spec's and read_model_decision's too) is cosent_tf.models.spec, which imports no
+# TensorFlow; this module names them too, as it did before 0.4.
 from ..models.sources import ModelSource, open_model_folder
 from ..models.spec import (
     FORMAT,
@@ -46,6 +45,7 @@ from ..models.spec import (
     SPEC_TYPES,
     ModelSpec,
     hf_spec,
+    read_model_decision,
     read_spec,
     write_spec,
 )
@@ -142,37 +142,3 @@ def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: s
             directory.path if isinstance(directory, ModelSource) else directory,
         )
     return spec, model, tokenizer
-
-
-def read_model_decision(model_dir: str, kind: str, old_threshold: Optional[float] = None) -> Optional[MatchDecision]:
-    """The match decision of the model folder ``model_dir``: its ``decision.json``, or for a folder
-    written before decisions existed the accuracy threshold its description kept (a decision of
-    this model kind's score); None without either.
-
-    Args:
-        model_dir: the model folder.
-        kind: the kind of model it holds (its ``cosent_model.json``'s ``kind``).
-        old_threshold: the ``threshold`` its ``cosent_model.json`` kept, if it was written before 0.6.
-
-    Returns:
-        The decision, or None.
-
-    Raises:
-        ConfigError: the ``decision.json`` is malformed (a map edited to fall), was fitted for other
-            weights than the folder's (:func:`~cosent_tf.calibration.read_decision`), or on the other
-            kind of score than this model's.
-
-    Example:
-        >>> spec = read_spec("runs/bq-cosent/model")
-        >>> read_model_decision("runs/bq-cosent/model", spec.kind, spec.threshold).threshold()
-        0.8312
-    """
-    shipped = read_decision(model_dir)
-    scored_by = get_kind(kind).scored_by
-    if shipped is not None and shipped.score != scored_by:
-        raise ConfigError(
-            f"{os.path.join(model_dir, DECISION_FILE)}: was fitted on {shipped.score} scores, but this "
-            f"{kind} model scores pairs by {scored_by}; fit one for it: cosent-tf calibrate {model_dir} "
-            "LABELLED_FILE"
-        )
-    return decision_or_threshold(shipped, old_threshold, os.path.join(model_dir, SPEC_FILE), scored_by)

@@ -19,12 +19,12 @@ import os
 from typing import Any, Optional, Protocol, Union
 
 from .. import huggingface
-from ..calibration import DECISION_FILE
+from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision
 from ..errors import ConfigError
 from ..io import FolderKind, is_inside, json_field, read_json
 from .checkpoint_files import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
 from .families import get_architecture
-from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, KINDS
+from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, KINDS, get_kind
 
 SPEC_FILE = "cosent_model.json"
 # A model folder: a Google-format checkpoint folder plus SPEC_FILE (and the match decision), what
@@ -283,3 +283,37 @@ def hugging_face_format(path: Any) -> Optional[str]:
     if path is None or not huggingface.is_hf_folder(path):
         return None
     return SENTENCE_TRANSFORMERS if huggingface.is_sentence_transformers_folder(path) else HUGGING_FACE
+
+
+def read_model_decision(model_dir: str, kind: str, old_threshold: Optional[float] = None) -> Optional[MatchDecision]:
+    """The match decision of the model folder ``model_dir``: its ``decision.json``, or for a folder
+    written before decisions existed the accuracy threshold its description kept (a decision of
+    this model kind's score); None without either.
+
+    Args:
+        model_dir: the model folder.
+        kind: the kind of model it holds (its ``cosent_model.json``'s ``kind``).
+        old_threshold: the ``threshold`` its ``cosent_model.json`` kept, if it was written before 0.6.
+
+    Returns:
+        The decision, or None.
+
+    Raises:
+        ConfigError: the ``decision.json`` is malformed (a map edited to fall), was fitted for other
+            weights than the folder's (:func:`~cosent_tf.calibration.read_decision`), or on the other
+            kind of score than this model's.
+
+    Example:
+        >>> spec = read_spec("runs/bq-cosent/model")
+        >>> read_model_decision("runs/bq-cosent/model", spec.kind, spec.threshold).threshold()
+        0.8312
+    """
+    shipped = read_decision(model_dir)
+    scored_by = get_kind(kind).scored_by
+    if shipped is not None and shipped.score != scored_by:
+        raise ConfigError(
+            f"{os.path.join(model_dir, DECISION_FILE)}: was fitted on {shipped.score} scores, but this "
+            f"{kind} model scores pairs by {scored_by}; fit one for it: cosent-tf calibrate {model_dir} "
+            "LABELLED_FILE"
+        )
+    return decision_or_threshold(shipped, old_threshold, os.path.join(model_dir, SPEC_FILE), scored_by)

@@ -34,7 +34,7 @@ def plot_valid_curve(history: list, path: str, title: str) -> None:
     """Draw one run's valid Spearman against training steps, epoch ends marked (its :data:`VALID_CURVE`).
 
     Args:
-        history: the validation rows (:func:`cosent_tf.callbacks.read_history`): ``step``,
+        history: the validation rows (:func:`cosent_tf.io.read_history`): ``step``,
             ``spearman`` and ``end_of_epoch`` of each.
         path: the PNG to write, whole or not at all (through a temporary file).
         title: the plot's title.

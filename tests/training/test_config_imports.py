@@ -81,6 +81,16 @@ def test_a_training_script_help_imports_no_tensorflow(script):
     assert "--epochs" in shown
 
 
+def test_the_report_script_and_what_writes_its_report_import_no_tensorflow():
+    """scripts/report.py reads finished runs' files (JSON, CSV, NumPy archives) and draws PNGs: it starts
+    without TensorFlow (seconds a report, and a reproduction script runs it after each study)."""
+    path = os.path.join(ROOT, "scripts", "report.py")
+    shown = _help_of(
+        "import cosent_tf.experiments.report, cosent_tf.experiments.runs, cosent_tf.experiments.plots\n    "
+        f"import runpy; sys.argv = [{path!r}, '--help']; runpy.run_path({path!r}, run_name='__main__')"
+    )
+    assert "--evaluations" in shown and "--calibration" in shown
+
 def test_each_table_has_one_home_that_its_modules_re_export():
     from cosent_tf import backend, choices, layers, optimizers
     from cosent_tf.models import architectures, families
