@@ -800,8 +800,10 @@ def test_the_calibration_report_writes_its_files_alone(tmp_path):
 # metrics) and records its options; cosent-tf mine writes its output and summary, cosent-tf
 # evaluate its JSON (the first stage's metrics the run's own), scripts/subset.py its file, each
 # with the options; scripts/report.py runs for real.
+# The tasks a fake NLI run is tested on; a fake run of one task is tested on it alone.
+NLI_TESTED = ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"]
 FAKE_PYTHON = """#!{python}
-import json, os, sys
+import json, os, shutil, sys
 
 script, args = sys.argv[1], sys.argv[2:]
 if script.endswith("report.py"):
@@ -835,7 +837,6 @@ if command == "evaluate":
     write_json(option("--output"), {{**record, "arguments": args}})
     sys.exit(0)
 
-import numpy as np  # only here: the steps above, a third of the fake's processes, need none of it
 if command == "train":
     name, task, interaction = "train", option("--name"), False
 else:
@@ -860,7 +861,7 @@ if "--hard-negatives-from-labels" in args or "--no-hard-negatives-from-labels" i
     config["hard_negatives_from_labels"] = "--hard-negatives-from-labels" in args
 out = option("--output-dir")
 value = (sum(map(ord, out)) % 90 + 5) / 100  # made up, and differing between runs
-tested = ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"] if task == "NLI" else [task]
+tested = {nli_tested!r} if task == "NLI" else [task]
 retrieval = {{"recall@1": value / 4, "recall@10": value / 2, "mrr@10": value / 3, "ndcg@10": value / 3}}
 retrieval.update(queries=30, corpus=60)
 tasks = {{t: {{"test": {{"spearman": value, "retrieval": retrieval}}}} for t in tested}}
@@ -869,11 +870,11 @@ with open(os.path.join(out, "config.json"), "w") as f:
     json.dump(config, f)
 with open(os.path.join(out, "valid_metrics.csv"), "w") as f:
     f.write("epoch,step,end_of_epoch,spearman\\n1,10,False,0.1\\n1,20,True," + str(value) + "\\n")
-scores = {{f"{{t}}.scores": np.linspace(-1, 1, 20) for t in tested}}
-labels = {{f"{{t}}.labels": np.arange(20) % 2 for t in tested}}
 if name in ("cosent", "interact_cosent") and task in ("ATEC", "BQ", "LCQMC", "PAWSX"):
     # the CoSENT scripts' runs on a binary task also fit the decision their model ships (on made-up
-    # valid pairs) and record its test figures, as training does
+    # valid pairs) and record its test figures, as training does; only they import NumPy: the
+    # others copy the made-up scores of what they test (reproduce_small writes them)
+    import numpy as np
     from cosent_tf.calibration import decision_metrics, fit_decision, write_decision
 
     rng = np.random.default_rng(sum(map(ord, out)))
@@ -881,13 +882,16 @@ if name in ("cosent", "interact_cosent") and task in ("ATEC", "BQ", "LCQMC", "PA
         drawn = rng.uniform(-1, 1, count)
         return drawn, (rng.random(count) < (drawn + 1) / 2).astype(float)
     valid_scores, valid_labels = pairs(300)
-    scores[f"{{task}}.scores"], labels[f"{{task}}.labels"] = pairs(200)
+    test_scores, test_labels = pairs(200)
     scored_by = "head" if name == "interact_cosent" else "cosine"
     decision = fit_decision(valid_scores, valid_labels, f"{{task}}.valid.data", score=scored_by)
     os.makedirs(os.path.join(out, "model"))
     write_decision(os.path.join(out, "model"), decision)
-    tasks[task]["test"].update(decision_metrics(scores[f"{{task}}.scores"], labels[f"{{task}}.labels"], decision))
-np.savez(os.path.join(out, "test_scores.npz"), **scores, **labels)
+    tasks[task]["test"].update(decision_metrics(test_scores, test_labels, decision))
+    tested_scores = {{f"{{task}}.scores": test_scores, f"{{task}}.labels": test_labels}}
+    np.savez(os.path.join(out, "test_scores.npz"), **tested_scores)
+else:
+    shutil.copyfile(os.path.join({scores!r}, "+".join(tested) + ".npz"), os.path.join(out, "test_scores.npz"))
 with open(os.path.join(out, "metrics.json"), "w") as f:
     json.dump({{"comparable": "--train-from-valid" not in args and command is None, "tasks": tasks}}, f)
 print(json.dumps({{"test": {{"spearman": value}}}}))
@@ -897,8 +901,13 @@ print(json.dumps({{"test": {{"spearman": value}}}}))
 def reproduce_small(tmp_path, *arguments, fails=False):
     """Run scripts/reproduce_small.sh with the fake Python; (its output, {run: its options});
     ``fails``: the script is to stop with an error (its output is then stdout and stderr)."""
-    fake = tmp_path / "python"
-    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake, scores = tmp_path / "python", tmp_path / "made-up-scores"
+    os.makedirs(scores, exist_ok=True)
+    for tested in [*([task] for task in NLI_TESTED), NLI_TESTED]:  # what a fake run tests: its task, or NLI's
+        made_up = {f"{task}.scores": np.linspace(-1, 1, 20) for task in tested}
+        made_up.update({f"{task}.labels": np.arange(20) % 2 for task in tested})
+        np.savez(scores / ("+".join(tested) + ".npz"), **made_up)
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable, scores=str(scores), nli_tested=NLI_TESTED))
     fake.chmod(0o755)
     env = {**os.environ, "PYTHON": str(fake)}
     done = subprocess.run(
