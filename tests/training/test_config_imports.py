@@ -91,6 +91,7 @@ def test_the_report_script_and_what_writes_its_report_import_no_tensorflow():
     )
     assert "--evaluations" in shown and "--calibration" in shown
 
+
 def test_each_table_has_one_home_that_its_modules_re_export():
     from cosent_tf import backend, choices, layers, optimizers
     from cosent_tf.models import architectures, families
