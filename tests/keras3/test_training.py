@@ -310,14 +310,14 @@ from cosent_tf.training.config import RunConfig
 from cosent_tf.data.tasks import get_task
 
 config = json.loads(sys.argv[1])
-cfg = RunConfig(loss="cosent", lr=1e-2, weight_decay=0.0, warmup=0.0, schedule="constant", pooling="last-avg",
-                global_batch_loss=sys.argv[2] == "global")
 rng = np.random.default_rng(0)
 x = rng.integers(1000, 5000, size=(16, 12)).astype("int32")
 x[:, 0] = 101
 y = np.repeat(rng.uniform(0, 5, size=8), 2).astype("float32")
 
-def one_step(strategy):
+def one_step(strategy, loss):
+    cfg = RunConfig(loss="cosent", lr=1e-2, weight_decay=0.0, warmup=0.0, schedule="constant", pooling="last-avg",
+                    global_batch_loss=loss == "global")
     keras.utils.set_random_seed(3)
     with strategy.scope():
         encoder = compiled_encoder(keras, cfg, backbone_from_config(config), get_task("STS-B"), 10)
@@ -327,24 +327,28 @@ def one_step(strategy):
     encoder.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbose=0, shuffle=False)
     return [np.asarray(w) for w in encoder.get_weights()]
 
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+one_device, mirrored = tf.distribute.OneDeviceStrategy("/cpu:0"), tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert mirrored.num_replicas_in_sync == 2
-one = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"))
-two = one_step(mirrored)
 start = [np.asarray(w) for w in (keras.utils.set_random_seed(3), backbone_from_config(config))[1].get_weights()]
-moved = max(float(np.max(np.abs(a - s))) for a, s in zip(one, start))
-worst = max(float(np.max(np.abs(a - b))) for a, b in zip(one, two))
-print(json.dumps({"moved": moved, "worst": worst}))
+figures = {}
+for loss in sys.argv[2:]:
+    one, two = one_step(one_device, loss), one_step(mirrored, loss)
+    moved = max(float(np.max(np.abs(a - s))) for a, s in zip(one, start))
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(one, two))
+    figures[loss] = {"moved": moved, "worst": worst}
+print(json.dumps(figures))
 """
+MIRRORED_LOSSES = ["global", "per-replica"]
 
 
-@pytest.mark.backends("tensorflow")
-@pytest.mark.parametrize("loss", ["global", "per-replica"])
-def test_mirrored_step_on_the_global_batch_equals_one_devices_step(loss):
-    """One process a strategy pair: a second MirroredStrategy in one process mixes up its collectives."""
+@pytest.fixture(scope="module")
+def mirrored_steps():
+    """loss -> the step's figures, from one process for both losses (two logical CPUs are set before
+    TensorFlow starts): each loss's model takes a step on one device and under one MirroredStrategy,
+    the same two strategies for both (a second MirroredStrategy in one process mixes up its collectives)."""
     env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(MIRRORED), json.dumps(TINY), loss],
+        [sys.executable, "-c", textwrap.dedent(MIRRORED), json.dumps(TINY), *MIRRORED_LOSSES],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -352,7 +356,13 @@ def test_mirrored_step_on_the_global_batch_equals_one_devices_step(loss):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.backends("tensorflow")
+@pytest.mark.parametrize("loss", MIRRORED_LOSSES)
+def test_mirrored_step_on_the_global_batch_equals_one_devices_step(loss, mirrored_steps):
+    figures = mirrored_steps[loss]
     assert figures["moved"] > 1.0  # the gradient (the step of SGD at rate 1) is far from 0
     relative = figures["worst"] / figures["moved"]  # float32 sums in another order differ by about 1e-6 of it
     if loss == "global":
