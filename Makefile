@@ -71,26 +71,19 @@ MARKS ?= not full
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile
 TEST_ENV := COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(abspath $(REF_PY)) COSENT_ONNX_REFERENCE_PYTHON=$(abspath $(ONNX_REF_PY))
 
-# $(call keras3_suites,WORKERS,CORES): the Keras 3 suite, in processes of its own, once on the
-# TensorFlow backend, then on JAX (after TensorFlow, so that JAX's run reads the Keras 2 references
-# that TensorFlow's computed); CORES: the cores its workers share (tests/workers.py), all when empty.
-keras3_suites = for backend in tensorflow jax; do \
-  KERAS_BACKEND=$$backend COSENT_TEST_CORES=$(2) $(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n $(1) --dist loadfile -m "$(MARKS)" --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$$backend.json tests/keras3 || exit 1; \
-  done
-
-# The Keras 3 suites run beside the Keras 2 one, on one worker and one core's threads, so that no
-# core waits while either finishes its last modules; their output is printed when both are done.
 test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	rm -rf $(TIMES) && mkdir -p $(TIMES)
-	($(call keras3_suites,1,1)) > $(TIMES)/keras3.log 2>&1 & keras3=$$!; \
-	$(TEST_ENV) $(PYTEST) -m "$(MARKS)" --durations=20 --timing-json $(TIMES)/keras2.json tests; keras2=$$?; \
-	wait $$keras3; keras3=$$?; cat $(TIMES)/keras3.log; \
-	test $$keras2 = 0 -a $$keras3 = 0
+	$(TEST_ENV) $(PYTEST) -m "$(MARKS)" --durations=20 --timing-json $(TIMES)/keras2.json tests
+	$(MAKE) test-keras3
 	$(PY) tools/suite_times.py $(TIMES)/*.json
 
+# The Keras 3 suite, in processes of its own: once on the TensorFlow backend, once on JAX (after
+# TensorFlow, so that JAX's run reads the Keras 2 references that TensorFlow's computed).
 test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
 	mkdir -p $(TIMES)
-	$(call keras3_suites,$(WORKERS),)
+	for backend in tensorflow jax; do \
+	  KERAS_BACKEND=$$backend $(TEST_ENV) $(PYTEST) -m "$(MARKS)" --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$$backend.json tests/keras3 || exit 1; \
+	done
 
 # Every test, those left out of CI for their cost included.
 test-full:

@@ -16,11 +16,8 @@ import os
 
 
 def share_of_cores():
-    """The worker's share of the cores its run may use: ``COSENT_TEST_CORES`` of them (``make test``
-    gives the Keras 3 suites, which run beside the Keras 2 one, one core), else the machine's."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    cores = int(os.environ.get("COSENT_TEST_CORES") or os.cpu_count() or 1)
-    return max(1, cores // workers)
+    return max(1, (os.cpu_count() or 1) // workers)
 
 
 def size_thread_pools():
