@@ -7,8 +7,7 @@ threads per op and spend their time switching. Each worker takes its share of th
 inter-op pool stays TensorFlow's own, since collective ops across logical devices wait on it.
 Subprocesses that tests start inherit the setting. A variable already set is left as it is.
 
-TensorFlow's oneDNN kernels are off (:func:`tensorflow_without_onednn`), and garbage collection is
-tuned for a worker's heap, after collection (:func:`collect_garbage_less_often`).
+Garbage collection is tuned for a worker's heap, after collection (:func:`collect_garbage_less_often`).
 """
 
 import gc
@@ -31,16 +30,6 @@ def size_thread_pools():
         os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={threads}"
 
 
-def tensorflow_without_onednn():
-    """TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX512-VNNI, AVX512-BF16,
-    AVX-VNNI or AMX, so the suite already passes without them on the machines that lack those (CI's
-    AMD ones without AVX-512). On the others they cost the suite's tiny models more than they save
-    (their graph rewrites and primitive set-ups, per op and per shape): every process of the suite
-    runs without them, as on those machines. The tests of what oneDNN does turn it on themselves
-    (``tests.helpers.ONEDNN_ON_ANY_CPU``); a value already set is left as it is."""
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-
-
 def collect_garbage_less_often():
     """Called once the tests are collected: what is alive then (TensorFlow, the test modules) lives
     as long as the process, so it leaves the collector's scans (``gc.freeze``), and the youngest
@@ -53,4 +42,3 @@ def collect_garbage_less_often():
 
 
 size_thread_pools()
-tensorflow_without_onednn()
