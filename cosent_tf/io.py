@@ -516,7 +516,7 @@ def folder_lock(folder: PathLike, what: str = "run") -> Iterator[None]:
 
 
 def read_history(path: str, columns: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Rows of a ``valid_metrics.csv`` written by :class:`ValidationCheckpoint`; a DataError naming
+    """Rows of a ``valid_metrics.csv`` written by :class:`cosent_tf.callbacks.ValidationCheckpoint`; a DataError naming
     the file (and line) if it is unreadable or damaged: cut off, a header without ``columns``, a
     row of other fields than the header's, a value that is no number. A missing file raises
     FileNotFoundError."""
