@@ -716,7 +716,7 @@ def _labelled_pairs(path: str, args: argparse.Namespace, file_format: Optional[P
 def _check_calibration_folder(model_dir: str):
     """The description of ``model_dir``, which ``calibrate`` writes its decision into: a cosent-tf
     model folder. An export or a Hugging Face folder is refused, saying what to calibrate instead."""
-    from .export.savedmodel import EXPORT_RECORD
+    from .exports import EXPORT_RECORD
     from .io import read_json
     from .models.spec import SPEC_FILE, hugging_face_format, read_spec
 

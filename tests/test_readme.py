@@ -437,7 +437,7 @@ def decision_cases(tmp_path):
 
     from cosent_tf.calibration import DECISION_FILE, fit_decision, write_decision
     from cosent_tf.export.huggingface import export_hf
-    from cosent_tf.export.savedmodel import EXPORT_RECORD
+    from cosent_tf.exports import EXPORT_RECORD
 
     config = write_config(tmp_path / "config.json")
     make_model_dir(tmp_path / "encoder", config, pooling="last-avg")

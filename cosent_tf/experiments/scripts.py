@@ -45,12 +45,10 @@ def output_kinds() -> tuple:
     Example:
         >>> [kind.marker for kind in output_kinds()]  # doctest: +SKIP
     """
-    from ..export.huggingface import HF_FOLDER
-    from ..export.onnx_export import ONNX_FOLDER
-    from ..export.savedmodel import SAVED_MODEL
+    from ..exports import HF_FOLDER, ONNX_FOLDER, SAVED_MODEL
     from ..inference.index import VectorIndex
-    from ..inference.model_dir import MODEL_FOLDER
-    from ..training.run_folder import RUN_FOLDER
+    from ..models.spec import MODEL_FOLDER
+    from ..training.run_rules import RUN_FOLDER
 
     # an ONNX export is a Hugging Face export with onnx/ in it: named before it, it is called what it is
     return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, ONNX_FOLDER, HF_FOLDER, RUN_FOLDER

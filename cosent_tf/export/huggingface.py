@@ -25,35 +25,16 @@ import numpy as np
 
 from .. import huggingface
 from ..backend import keras
-from ..calibration import DECISION_FILE, MatchDecision, write_decision
+from ..calibration import MatchDecision, write_decision
 from ..errors import ConfigError
-from ..huggingface.folders import ST_MODULE_FOLDERS
+from ..exports import HF_FOLDER
 from ..inference.model_dir import load_model_dir, read_model_decision
-from ..io import FolderKind, atomic_directory
+from ..io import atomic_directory
 from ..models.builders import head_layer_name
 from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
 from ..models.kinds import FEATURE, INTERACTION
 from ..models.spec import ModelSpec, read_spec
-from .savedmodel import EXPORT_RECORD, check_export_folder, decision_at_width, export_width, write_export_record
-
-HF_FOLDER = FolderKind(
-    "a Hugging Face export",
-    EXPORT_RECORD,
-    (
-        huggingface.CONFIG_FILE,
-        huggingface.SAFETENSORS_FILE,
-        huggingface.VOCAB_FILE,
-        huggingface.TOKENIZER_CONFIG,
-        "special_tokens_map.json",
-        huggingface.MODULES_FILE,
-        huggingface.SENTENCE_CONFIG,
-        *ST_MODULE_FOLDERS,
-        "README.md",
-        DECISION_FILE,
-        EXPORT_RECORD,
-    ),
-)
-
+from .savedmodel import check_export_folder, decision_at_width, export_width, write_export_record
 
 # Architectures whose weights and tokenizer are Hugging Face's BertModel and BertTokenizer.
 HF_ARCHITECTURES = ("bert", "roberta")
@@ -68,7 +49,7 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False, dim: Option
     does. An interaction model trained with ``--head pooler`` becomes a
     ``BertForSequenceClassification`` (num_labels 1 for a score, 2 for the softmax head) that
     ``AutoModelForSequenceClassification`` and sentence-transformers' ``CrossEncoder`` load.
-    The folder also holds :data:`~cosent_tf.export.savedmodel.EXPORT_RECORD`, which transformers
+    The folder also holds :data:`~cosent_tf.exports.EXPORT_RECORD`, which transformers
     and sentence-transformers do not read, and the model folder's match decision, if it has one
     (:func:`~cosent_tf.models.spec.read_model_decision`): ``decision.json`` stamped with the
     fingerprint of the exported weights, and a "Match decision" section in ``README.md`` with the

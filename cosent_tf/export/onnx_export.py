@@ -45,16 +45,17 @@ from ..choices import INT8_LOSS_WARNING, ONNX_QUANTIZATIONS
 from ..data.files import PairFileFormat, read_pair_file
 from ..errors import ConfigError
 from ..evaluation import pair_scores, spearman
+from ..exports import ONNX_DIR, ONNX_FOLDER
 from ..inference.model_dir import load_model_dir, read_model_decision
-from ..inference.onnx_model import INPUT_NAMES, ONNX_DIR, ONNX_FILES, OnnxModel, require
+from ..inference.onnx_model import INPUT_NAMES, ONNX_FILES, OnnxModel, require
 from ..inference.runtime import batched_outputs, l2_normalize
 from ..inference.vectors import truncate
-from ..io import FolderKind, atomic_directory, file_digest
+from ..io import atomic_directory, file_digest
 from ..models.builders import head_layer_name
 from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec, read_spec
-from .huggingface import HF_FOLDER, HF_FORMATS, hf_problem, write_hf_files
-from .savedmodel import EXPORT_RECORD, check_export_folder, decision_at_width, export_width, write_export_record
+from .huggingface import HF_FORMATS, hf_problem, write_hf_files
+from .savedmodel import check_export_folder, decision_at_width, export_width, write_export_record
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ PROBE_TEXTS = (
     "为什么我的花呗不能用了？" * 30,
     "Café au LAIT 123",
 )
-
-ONNX_FOLDER = FolderKind("an ONNX export", EXPORT_RECORD, HF_FOLDER.entries + (ONNX_DIR,))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,8 +74,8 @@ from ..calibration import DECISION_FILE, MatchDecision, ScoreMap
 from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
+from ..exports import EXPORT_RECORD, SAVED_MODEL
 from ..inference.model_dir import load_model_dir, read_model_decision
-from ..inference.onnx_model import EXPORT_RECORD
 from ..inference.vectors import check_dim
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.kinds import FEATURE, INTERACTION, get_kind
@@ -377,11 +377,6 @@ DECISION_SIGNATURES = {"strings": {"decide": "decide", "decide_ids": "decide_ids
 
 
 EXPORT_FORMAT = "cosent-tf-export"
-SAVED_MODEL = FolderKind(
-    "a SavedModel export",
-    EXPORT_RECORD,
-    (EXPORT_RECORD, "saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"),
-)
 
 
 def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overwrite: bool, model_dir: str) -> None:
@@ -392,7 +387,7 @@ def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overw
 
     Args:
         out_dir: the export's folder.
-        kind: the export's folder kind (:data:`SAVED_MODEL` or ``export.huggingface.HF_FOLDER``).
+        kind: the export's folder kind (one of :mod:`cosent_tf.exports`).
         overwrite: whether an earlier export of this tool there may be replaced.
         model_dir: the model folder exported, which ``out_dir`` may neither hold nor lie in.
 

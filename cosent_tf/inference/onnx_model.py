@@ -18,18 +18,15 @@ import numpy as np
 
 from ..choices import ONNX_FILES
 from ..errors import ConfigError
+from ..exports import EXPORT_RECORD
 from ..huggingface import VOCAB_FILE
 from ..io import file_digest, read_json
 from ..models.kinds import FEATURE
 from ..models.spec import ModelSpec
 from ..models.tokenization import SentenceTokenizer
 
-ONNX_DIR = os.path.dirname(ONNX_FILES["float32"])
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 INSTALL_HINT = 'pip install "cosent-tf[onnx]"'
-# The file that marks a folder as this tool's export (cosent_tf.export.savedmodel writes it; named
-# here, in the lower layer, so that loading an export needs no export code).
-EXPORT_RECORD = "cosent_tf_export.json"
 
 
 def require(module: str) -> Any:

@@ -18,8 +18,8 @@ import numpy as np
 
 from .. import huggingface
 from ..errors import ConfigError
+from ..exports import EXPORT_RECORD
 from ..huggingface.folders import ST_MODULE_FOLDERS
-from ..inference.onnx_model import EXPORT_RECORD
 from ..io import FolderKind, atomic_directory, write_json
 from ..models.checkpoint_files import CHECKPOINT_PREFIX, CONFIG_FILE, read_checkpoint_arrays, read_config
 from ..models.kinds import FEATURE

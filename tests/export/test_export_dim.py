@@ -20,9 +20,10 @@ from cosent_tf import ConfigError, ModelSpec, SentenceEncoder, build_encoder, sa
 from cosent_tf.backend import keras, tf
 from cosent_tf.calibration import DECISION_FILE, MatchDecision, write_decision
 from cosent_tf.export.graph_tokenization import import_tensorflow_text
-from cosent_tf.export.huggingface import HF_FOLDER, export_hf
+from cosent_tf.export.huggingface import export_hf
 from cosent_tf.export.onnx_export import OnnxExport, export_onnx
-from cosent_tf.export.savedmodel import EXPORT_RECORD, export_saved_model
+from cosent_tf.export.savedmodel import export_saved_model
+from cosent_tf.exports import EXPORT_RECORD, HF_FOLDER
 from cosent_tf.huggingface.folders import SAFETENSORS_FILE
 from tests.export.conftest import EXPORTED, MADE
 from tests.export.test_savedmodel import padded_batch

@@ -12,7 +12,8 @@ from cosent_tf import ConfigError, SentenceEncoder
 from cosent_tf.backend import tf
 from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
-from cosent_tf.export.savedmodel import EXPORT_FORMAT, EXPORT_RECORD, export_saved_model
+from cosent_tf.export.savedmodel import EXPORT_FORMAT, export_saved_model
+from cosent_tf.exports import EXPORT_RECORD
 from tests.export.conftest import EXPORTED
 from tests.zoo import copy_of
 

@@ -92,6 +92,21 @@ def test_the_report_script_and_what_writes_its_report_import_no_tensorflow():
     assert "--evaluations" in shown and "--calibration" in shown
 
 
+def test_the_report_script_writes_a_report_without_tensorflow(tmp_path):
+    """The whole of a report: checking where it writes (the folder kinds this tool writes, exports
+    among them), reading the runs, the tables and the plot."""
+    from tests.experiments.test_report import fake_run
+
+    run, out = tmp_path / "cosent-STS-B", tmp_path / "report"
+    fake_run(run, "STS-B", "feature", "cosent", {"STS-B": 0.5}, pooling="cls")
+    path = os.path.join(ROOT, "scripts", "report.py")
+    written = _run(
+        f"import runpy, sys; sys.argv = [{path!r}, {str(run)!r}, '--output-dir', {str(out)!r}]\n"
+        f"runpy.run_path({path!r}, run_name='__main__')"
+    )
+    assert str(out / "results.md") in written and "CoSENT" in (out / "results.md").read_text()
+
+
 def test_each_table_has_one_home_that_its_modules_re_export():
     from cosent_tf import backend, choices, layers, optimizers
     from cosent_tf.models import architectures, families
