@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+from cosent_tf.calibration import decision_metrics, fit_decision, write_decision
+from cosent_tf.data.tasks import BINARY_TASKS
 from cosent_tf.errors import ConfigError
 from cosent_tf.experiments.report import (
     RETRIEVAL_METRICS,
@@ -566,8 +568,6 @@ def decision_run(folder, task, kind, scores, labels, decision, record=True):
     """A finished CoSENT run of ``task`` whose test pairs are (``scores``, ``labels``) and whose
     model ships ``decision`` (None: no decision.json, a run from before decisions); ``record``: its
     metrics.json holds the decision's test figures, as training writes them."""
-    from cosent_tf.calibration import decision_metrics, write_decision
-
     recorded = decision_metrics(scores, labels, decision) if record and decision is not None else None
     fake_run(folder, task, kind, "cosent", {task: 0.5}, decision={task: recorded} if recorded else None)
     np.savez(os.path.join(folder, "test_scores.npz"), **{f"{task}.scores": scores, f"{task}.labels": labels})
@@ -590,7 +590,7 @@ def calibration_study(tmp_path):
     """
     from scipy import special
 
-    from cosent_tf.calibration import MatchDecision, ScoreMap, best_f1_threshold, best_threshold, fit_decision
+    from cosent_tf.calibration import MatchDecision, ScoreMap, best_f1_threshold, best_threshold
 
     rng = np.random.default_rng(7)
 
@@ -870,32 +870,29 @@ with open(os.path.join(out, "config.json"), "w") as f:
     json.dump(config, f)
 with open(os.path.join(out, "valid_metrics.csv"), "w") as f:
     f.write("epoch,step,end_of_epoch,spearman\\n1,10,False,0.1\\n1,20,True," + str(value) + "\\n")
-if name in ("cosent", "interact_cosent") and task in ("ATEC", "BQ", "LCQMC", "PAWSX"):
-    # the CoSENT scripts' runs on a binary task also fit the decision their model ships (on made-up
-    # valid pairs) and record its test figures, as training does; only they import NumPy: the
-    # others copy the made-up scores of what they test (reproduce_small writes them)
-    import numpy as np
-    from cosent_tf.calibration import decision_metrics, fit_decision, write_decision
-
-    rng = np.random.default_rng(sum(map(ord, out)))
-    def pairs(count):
-        drawn = rng.uniform(-1, 1, count)
-        return drawn, (rng.random(count) < (drawn + 1) / 2).astype(float)
-    valid_scores, valid_labels = pairs(300)
-    test_scores, test_labels = pairs(200)
-    scored_by = "head" if name == "interact_cosent" else "cosine"
-    decision = fit_decision(valid_scores, valid_labels, f"{{task}}.valid.data", score=scored_by)
+if name in ("cosent", "interact_cosent") and task in {binary!r}:
+    # the CoSENT scripts' runs on a binary task also fit the decision their model ships and record
+    # its test figures, as training does: the decision made up for the task and score (reproduce_small
+    # fits it once, on made-up pairs), so that no fake run imports NumPy
+    made_up = os.path.join({decisions!r}, task + ("-head" if name == "interact_cosent" else "-cosine"))
     os.makedirs(os.path.join(out, "model"))
-    write_decision(os.path.join(out, "model"), decision)
-    tasks[task]["test"].update(decision_metrics(test_scores, test_labels, decision))
-    tested_scores = {{f"{{task}}.scores": test_scores, f"{{task}}.labels": test_labels}}
-    np.savez(os.path.join(out, "test_scores.npz"), **tested_scores)
+    shutil.copyfile(os.path.join(made_up, "decision.json"), os.path.join(out, "model", "decision.json"))
+    with open(os.path.join(made_up, "figures.json")) as f:
+        tasks[task]["test"].update(json.load(f))
+    shutil.copyfile(os.path.join(made_up, "test_scores.npz"), os.path.join(out, "test_scores.npz"))
 else:
+    # the others copy the made-up scores of what they test (reproduce_small writes them)
     shutil.copyfile(os.path.join({scores!r}, "+".join(tested) + ".npz"), os.path.join(out, "test_scores.npz"))
 with open(os.path.join(out, "metrics.json"), "w") as f:
     json.dump({{"comparable": "--train-from-valid" not in args and command is None, "tasks": tasks}}, f)
 print(json.dumps({{"test": {{"spearman": value}}}}))
 """
+
+
+def made_up_pairs(rng, count):
+    """``count`` scores in [-1, 1] and 0/1 labels, a pair the likelier to match the higher its score."""
+    drawn = rng.uniform(-1, 1, count)
+    return drawn, (rng.random(count) < (drawn + 1) / 2).astype(float)
 
 
 def reproduce_small(tmp_path, *arguments, fails=False):
@@ -907,7 +904,29 @@ def reproduce_small(tmp_path, *arguments, fails=False):
         made_up = {f"{task}.scores": np.linspace(-1, 1, 20) for task in tested}
         made_up.update({f"{task}.labels": np.arange(20) % 2 for task in tested})
         np.savez(scores / ("+".join(tested) + ".npz"), **made_up)
-    fake.write_text(FAKE_PYTHON.format(python=sys.executable, scores=str(scores), nli_tested=NLI_TESTED))
+    decisions = tmp_path / "made-up-decisions"
+    rng = np.random.default_rng(0)
+    for task in BINARY_TASKS:  # each binary task's made-up decision, as each score fits it (FAKE_PYTHON)
+        for scored_by in ("cosine", "head"):
+            folder = decisions / f"{task}-{scored_by}"
+            if folder.exists():
+                continue
+            folder.mkdir(parents=True)
+            (valid_scores, valid_labels), (test_scores, test_labels) = (made_up_pairs(rng, n) for n in (300, 200))
+            decision = fit_decision(valid_scores, valid_labels, f"{task}.valid.data", score=scored_by)
+            write_decision(folder, decision)
+            figures = decision_metrics(test_scores, test_labels, decision)
+            (folder / "figures.json").write_text(json.dumps(figures, default=float))
+            np.savez(folder / "test_scores.npz", **{f"{task}.scores": test_scores, f"{task}.labels": test_labels})
+    fake.write_text(
+        FAKE_PYTHON.format(
+            python=sys.executable,
+            scores=str(scores),
+            nli_tested=NLI_TESTED,
+            binary=BINARY_TASKS,
+            decisions=str(decisions),
+        )
+    )
     fake.chmod(0o755)
     env = {**os.environ, "PYTHON": str(fake)}
     done = subprocess.run(
