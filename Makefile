@@ -77,13 +77,19 @@ test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	$(MAKE) test-keras3
 	$(PY) tools/suite_times.py $(TIMES)/*.json
 
-# The Keras 3 suite, in processes of its own: once on the TensorFlow backend, once on JAX (after
-# TensorFlow, so that JAX's run reads the Keras 2 references that TensorFlow's computed).
+# The Keras 3 suite, in processes of its own, on the TensorFlow and the JAX backends side by side,
+# each in one process on half the cores (one process start each, and no worker idles at the end of
+# a run); JAX takes the modules fastest first, so that each Keras 2 reference is computed once, by
+# whichever run comes to it first, while the other works on something else. Each run's output is
+# printed when it ends.
+KERAS3_CORES := $(shell python3 -c "import os; print(max(1, (os.cpu_count() or 2) // 2))")
 test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
 	mkdir -p $(TIMES)
-	for backend in tensorflow jax; do \
-	  KERAS_BACKEND=$$backend $(TEST_ENV) $(PYTEST) -m "$(MARKS)" --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$$backend.json tests/keras3 || exit 1; \
-	done
+	$(MAKE) -j2 --output-sync=target keras3-tensorflow keras3-jax
+
+.PHONY: keras3-tensorflow keras3-jax
+keras3-tensorflow keras3-jax: keras3-%:
+	KERAS_BACKEND=$* COSENT_TEST_CORES=$(KERAS3_CORES) $(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n 0 -m "$(MARKS)" $(if $(filter jax,$*),--fastest-modules-first) --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$*.json tests/keras3
 
 # Every test, those left out of CI for their cost included.
 test-full:

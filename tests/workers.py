@@ -15,12 +15,16 @@ import os
 
 
 def share_of_cores():
+    """The worker's share of the cores its run may use: ``COSENT_TEST_CORES`` of them (``make
+    test-keras3`` runs its two backends side by side, each on half), else the machine's."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    return max(1, (os.cpu_count() or 1) // workers)
+    cores = int(os.environ.get("COSENT_TEST_CORES") or os.cpu_count() or 1)
+    return max(1, cores // workers)
 
 
 def size_thread_pools():
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    """Only in a worker, or a run told its cores: a bare pytest takes the machine, as TensorFlow would."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("COSENT_TEST_CORES")):
         return
     threads = str(share_of_cores())
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", threads)
