@@ -4,11 +4,7 @@ refuses others, the engine's step under two replicas and in micro-batches, and t
 
 import dataclasses
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -25,8 +21,8 @@ from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import Matcher, train
 from cosent_tf.training.run_data import load_run_data
 from tests.experiments.test_report import fake_run
-from tests.helpers import make_tiny_setup, run_until, write_config
-from tests.training.run_helpers import read_csv, tiny_config
+from tests.helpers import make_tiny_setup, write_config
+from tests.training.run_helpers import tiny_config
 from tests.training.test_distribute import engine_case_id, run_two_device_process
 from tests.training.test_learning import synonym_pairs, write_task
 from tests.training.test_scripts import SCRIPT_ENTRIES
@@ -177,44 +173,6 @@ def test_a_resumed_run_with_other_widths_is_refused(tiny_setup):
         with pytest.raises(SystemExit, match=re.escape(f"holds an unfinished run with other settings ({difference})")):
             train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options, *extra])
     assert (out / "config.json").read_text() == saved
-
-
-@pytest.mark.slow
-def test_a_command_line_run_records_its_widths_and_resumes_with_them(tiny_setup):
-    tmp_path, options = tiny_setup
-    options = [o for i, o in enumerate(options) if "--data-dir" not in options[max(i - 1, 0) : i + 1]]
-    files = tmp_path / "data" / "senteval_cn" / "BQ"
-    cli = os.path.join(os.path.dirname(sys.executable), "cosent-tf")
-    # 48 train pairs, 6 steps an epoch; validated and saved every 2 steps; widths given narrowest first
-    command = [cli, "train", "--train", str(files / "BQ.train.data"), "--valid", str(files / "BQ.valid.data")]
-    command += ["--test", str(files / "BQ.test.data"), "--epochs", "2", "--eval-every", "2", "--backup-every", "2"]
-    command += [*options, "--matryoshka-dims", "4,16,8", "--matryoshka-weights", "0.5,1,1"]
-    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    assert (
-        "the cosent loss is the weighted sum of the loss at the widths 4, 16, 8 of the vectors (--matryoshka-dims), "
-        "weights 0.5, 1, 1" in whole.stderr
-    )
-    config = json.loads((tmp_path / "whole" / "config.json").read_text())
-    assert (config["matryoshka_dims"], config["matryoshka_weights"]) == ([4, 16, 8], [0.5, 1.0, 1.0])
-    spec = json.loads((tmp_path / "whole" / "model" / "cosent_model.json").read_text())
-    assert spec["matryoshka_dims"] == [16, 8, 4]  # widest first
-    encoder = SentenceEncoder.load(str(tmp_path / "whole" / "model"))
-    assert encoder.spec.matryoshka_dims == [16, 8, 4] and encoder.width == 16
-
-    out = tmp_path / "killed"  # by the time step 8 is validated, step 6 (the first epoch's end) is saved
-    code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
-    assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
-    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
-    expected, again = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
-    assert [r["step"] for r in again] == [r["step"] for r in expected]
-    assert [float(r["spearman"]) for r in again] == pytest.approx([float(r["spearman"]) for r in expected], abs=1e-6)
-    metrics = json.loads((out / "metrics.json").read_text())
-    whole_metrics = json.loads((tmp_path / "whole" / "metrics.json").read_text())
-    assert metrics["test"]["spearman"] == pytest.approx(whole_metrics["test"]["spearman"], abs=1e-6)
-    assert json.loads((out / "model" / "cosent_model.json").read_text())["matryoshka_dims"] == [16, 8, 4]
 
 
 @pytest.mark.slow

@@ -55,6 +55,8 @@ def brute_force_retrieval(query_vectors, corpus_vectors, relevant):
 
 @pytest.mark.slow
 def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, capsys):
+    """Each format trains the same run, the TSV one killed and resumed; every run with Matryoshka
+    widths, which the run records and its model keeps."""
     from cosent_tf.cli import main as cosent_tf
     from cosent_tf.evaluation import pair_retrieval_sets
 
@@ -81,6 +83,11 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, c
             "3",
             "--backup-every",
             "3",
+            # Matryoshka widths given narrowest first: recorded, and kept by the resumed run
+            "--matryoshka-dims",
+            "4,16,8",
+            "--matryoshka-weights",
+            "0.5,1,1",
             *extra,
             *options,
             "--output-dir",
@@ -98,6 +105,12 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, c
             assert cosent_tf(command[1:]) == 0
             stderr = capsys.readouterr().err
         assert "no --valid file: a seeded 10% of" in stderr  # the held-out valid is said
+        assert (
+            "the cosent loss is the weighted sum of the loss at the widths 4, 16, 8 of the vectors "
+            "(--matryoshka-dims), weights 0.5, 1, 1" in stderr
+        )
+        config = json.loads((out / "config.json").read_text())
+        assert (config["matryoshka_dims"], config["matryoshka_weights"]) == ([4, 16, 8], [0.5, 1.0, 1.0])
         results[extension] = json.loads((out / "metrics.json").read_text())
 
     # The three formats hold the same pairs, so the runs are the same run.
@@ -110,15 +123,19 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, c
     assert metrics["train_pairs"] == 96 - 10 and "accuracy" in metrics["test"] and not metrics["comparable"]
     assert metrics["notes"][0].startswith("no --valid file: a seeded 10% of")
 
-    # evaluate the model folder: the same test metrics, and retrieval as brute force on the same vectors
+    # the resumed run's model: its widths widest first, the full width its default
     model_dir = tmp_path / "run-tsv" / "model"
+    assert json.loads((model_dir / "cosent_model.json").read_text())["matryoshka_dims"] == [16, 8, 4]
+    encoder = SentenceEncoder.load(model_dir)
+    assert encoder.spec.matryoshka_dims == [16, 8, 4] and encoder.width == 16
+
+    # evaluate the model folder: the same test metrics, and retrieval as brute force on the same vectors
     evaluate = ["evaluate", str(model_dir), str(tmp_path / "test" / "pairs.tsv"), "--retrieval"]
     assert cosent_tf([*evaluate, "--output", str(tmp_path / "eval")]) == 0
     evaluated = json.loads((tmp_path / "eval.json").read_text())
     for key in ("spearman", "pearson", "accuracy", "threshold"):
         assert evaluated[key] == pytest.approx(metrics["test"][key], abs=1e-6)
     assert evaluated["retrieval"] == pytest.approx(metrics["test"]["retrieval"], abs=1e-6)
-    encoder = SentenceEncoder.load(model_dir)
     texts_a = [a for a, _, _ in test_rows]
     queries, corpus, relevant = pair_retrieval_sets(
         texts_a, [b for _, b, _ in test_rows], [label == 1 for _, _, label in test_rows]
