@@ -1,4 +1,4 @@
-"""The Keras 3 suite: run in processes of its own, one per backend (``make test`` runs it twice,
+"""The Keras 3 suite: run in processes of its own, one per backend (``make test`` runs it twice, side by side,
 with ``KERAS_BACKEND=tensorflow`` and ``KERAS_BACKEND=jax``, and ``--confcutdir tests/keras3`` so
 that the Keras 2 suite's conftest is not loaded). What it compares with the Keras 2 engine comes
 from Keras 2 subprocesses (:func:`tests.keras3.support.run_keras2`).
