@@ -1,6 +1,6 @@
-"""The Keras 3 suite: run in processes of its own, one per backend (``make test`` runs it twice, side by side,
-with ``KERAS_BACKEND=tensorflow`` and ``KERAS_BACKEND=jax``, and ``--confcutdir tests/keras3`` so
-that the Keras 2 suite's conftest is not loaded). What it compares with the Keras 2 engine comes
+"""The Keras 3 suite: run in processes of its own, one per backend (``make test`` runs it twice,
+side by side, with ``KERAS_BACKEND=tensorflow`` and ``KERAS_BACKEND=jax``, and ``--confcutdir
+tests/keras3`` so that the Keras 2 suite's conftest is not loaded). What it compares with the Keras 2 engine comes
 from Keras 2 subprocesses (:func:`tests.keras3.support.run_keras2`).
 
 ``@pytest.mark.backends("tensorflow")`` marks a test of what only that backend does

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from cosent_tf import (
     SentenceEncoder,
 )
 from tests.helpers import run_until, tiny_pairs
+from tests.training.run_helpers import read_csv
 
 
 def write_own_files(folder, rng, count):
@@ -99,7 +101,8 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, c
             result = subprocess.run(command, capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, result.stderr[-3000:]
             stderr = result.stderr
-            assert "resumed at step" in stderr
+            resumed_at = int(re.search(r"resumed at step (\d+)", stderr).group(1))
+            assert resumed_at >= 3 and resumed_at % 3 == 0  # a step whose state was saved (--backup-every 3)
         else:  # the same command line in this process: no process is needed to read a format
             capsys.readouterr()
             assert cosent_tf(command[1:]) == 0
@@ -113,7 +116,12 @@ def test_own_files_train_from_the_command_line_resume_and_evaluate(tiny_setup, c
         assert (config["matryoshka_dims"], config["matryoshka_weights"]) == ([4, 16, 8], [0.5, 1.0, 1.0])
         results[extension] = json.loads((out / "metrics.json").read_text())
 
-    # The three formats hold the same pairs, so the runs are the same run.
+    # The three formats hold the same pairs, so the runs are the same run: the resumed TSV run
+    # validated where and as the uninterrupted CSV run did, and tested the same.
+    whole, resumed = (read_csv(tmp_path / f"run-{extension}" / "valid_metrics.csv") for extension in ("csv", "tsv"))
+    assert [r["step"] for r in resumed] == [r["step"] for r in whole]
+    assert [float(r["spearman"]) for r in resumed] == pytest.approx([float(r["spearman"]) for r in whole], abs=1e-6)
+
     def flat(test):
         return {**{k: v for k, v in test.items() if k != "retrieval"}, **test["retrieval"]}
 
