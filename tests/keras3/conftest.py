@@ -4,8 +4,9 @@ tests/keras3`` so that the Keras 2 suite's conftest is not loaded). What it comp
 from Keras 2 subprocesses (:func:`tests.keras3.support.run_keras2`).
 
 ``@pytest.mark.backends("tensorflow")`` marks a test of what only that backend does
-(tf.distribute, SavedModel export); on another backend it is deselected, and the run's summary
-counts it.
+(tf.distribute, SavedModel export), or of what happens before a backend is chosen (a refusal at
+import), which one backend's run checks for all; on another backend it is deselected, and the
+run's summary counts it.
 """
 
 import os
