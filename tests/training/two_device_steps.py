@@ -42,9 +42,13 @@ def one_step(strategy, cfg, data):
     return {"replicas": strategy.num_replicas_in_sync, "loss": history.history["loss"][0], "gradients": moved}
 
 
+_ONE_DEVICE_STEPS = {}  # the one-device step of each case's run settings, shared by its micro-batch sizes
+
+
 def engine_step(setup, kind, loss, micro_batch_size, options):
     """One step on one device and one on the two replicas (there in micro-batches of
-    ``micro_batch_size`` pairs, 0 for none), from the same weights and batch."""
+    ``micro_batch_size`` pairs, 0 for none), from the same weights and batch. The one-device step
+    is the same for every micro-batch size of a run's settings: it is computed once for them."""
     cfg = RunConfig(
         task="BQ",
         kind=kind,
@@ -58,9 +62,12 @@ def engine_step(setup, kind, loss, micro_batch_size, options):
     ).resolved()
     data = load_run_data(cfg)
     mirrored_cfg = dataclasses.replace(cfg, micro_batch_size=micro_batch_size or None)
+    settings = json.dumps([kind, loss, options], sort_keys=True)
+    if settings not in _ONE_DEVICE_STEPS:
+        _ONE_DEVICE_STEPS[settings] = one_step(get_strategy("default"), cfg, data)
     return {
         "group_size": data.group_size,
-        "one_device": one_step(get_strategy("default"), cfg, data),
+        "one_device": _ONE_DEVICE_STEPS[settings],
         "mirrored": one_step(get_strategy("mirrored"), mirrored_cfg, data),
     }
 
