@@ -68,7 +68,9 @@ WORKERS ?= auto
 # CI's selection: every test but the few marked `full` (docs/testing.md lists them and what they
 # cover); `make test-full` runs those as well.
 MARKS ?= not full
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile
+# --no-loadscope-reorder: xdist would hand the modules out by their number of tests, most first,
+# instead of in the order tests/timing.py sorts them in (slowest first).
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 TEST_ENV := COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(abspath $(REF_PY)) COSENT_ONNX_REFERENCE_PYTHON=$(abspath $(ONNX_REF_PY))
 
 test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed

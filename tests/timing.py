@@ -8,7 +8,8 @@ the report's ``user_properties``, so one table covers every worker.
 
 It also puts the slowest modules first (their seconds in tests/module_seconds.json): xdist hands
 out whole modules (``--dist loadfile``), and a long module handed out last would leave the other
-worker idle while it runs.
+worker idle while it runs. xdist hands them out in this order only with ``--no-loadscope-reorder``
+(the Makefile passes it); by default it reorders them by their number of tests.
 """
 
 import json
