@@ -9,7 +9,6 @@ import pytest
 
 from tests.keras3.support import ROOT
 
-
 # The refusals come before Keras 3 is imported, or at the Keras 2 engine's import, or name the
 # backend the test sets itself: what they check is the same on every backend, so one backend's run
 # checks it (the route's own imports, which do differ by backend, are checked on both below).
