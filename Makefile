@@ -97,9 +97,10 @@ keras3-tensorflow keras3-jax: keras3-%:
 test-full:
 	$(MAKE) test MARKS=""
 
-# The same without the slow tests (subprocesses, signals, serving): what a bare `pytest` runs, on every core.
+# The fast tests on every core: neither the slow ones (subprocesses, signals, serving; a bare
+# `pytest` leaves those out too) nor the heavy ones (more than about 2.5 s each in-process).
 test-quick: $(TEST_STAMP)
-	COSENT_SHARED_DATA=$(DATA) $(PYTEST) tests
+	COSENT_SHARED_DATA=$(DATA) $(PYTEST) -m "not slow and not heavy" tests
 
 # Lint, format check and type check (settings in pyproject.toml); `ruff format .` applies the
 # format. .pre-commit-config.yaml runs the same three before each commit.

@@ -45,6 +45,7 @@ def test_similarity_keeps_each_line_and_appends_score_and_prediction(model_dir, 
         assert prediction == str(int(cosine > 0.5))
 
 
+@pytest.mark.heavy
 def test_search_build_then_query(model_dir, tmp_path):
     main(["search", "build", str(model_dir), str(tmp_path / "texts.txt"), str(tmp_path / "index")])
     assert len(VectorIndex.load(tmp_path / "index")) == 5
@@ -83,6 +84,7 @@ def test_search_build_then_query(model_dir, tmp_path):
         )
 
 
+@pytest.mark.heavy
 def test_export_writes_a_saved_model(model_dir, tmp_path_factory, tmp_path):
     # the first export is the zoo's feature export, which `cosent-tf export` wrote (tests/export/conftest.py)
     zoo_export = feature_string_export(tmp_path_factory)
@@ -294,6 +296,7 @@ def printed_json(capsys):
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.heavy
 def test_evaluate_scores_a_pair_file_and_a_beir_triple(model_dir, tmp_path, capsys, tiny_config):
     from cosent_tf.evaluation import retrieval_metrics
 

@@ -125,6 +125,7 @@ def test_graded_labels_get_the_expected_label_map_and_a_match_decision_only_with
     assert "a label above 2.5 is a match" in capsys.readouterr().out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["feature", "interaction"])
 def test_similarity_decide_agrees_with_the_python_api(folders, kind, tmp_path, capsys):
     model_dir = model_copy(folders, kind, tmp_path)

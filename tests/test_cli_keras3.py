@@ -42,6 +42,7 @@ def _train_command(tmp_path, *options, backend="jax"):
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "options, named",
     [
@@ -60,6 +61,7 @@ def test_train_keras3_refuses_by_name_before_writing(tmp_path, options, named):
     assert not out.exists()
 
 
+@pytest.mark.heavy
 def test_print_config_resolves_for_keras3_without_keras2(tmp_path):
     done = _train_command(tmp_path, "--print-config", "--epochs", "1")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -61,6 +61,7 @@ def folders(tmp_path_factory):
     return {"root": root, "check": check, "export_said": export_said, "fla_said": fla_said}
 
 
+@pytest.mark.heavy
 def test_export_says_the_layout_the_files_and_the_check(folders):
     root = folders["root"]
     record = json.loads((root / "export" / "cosent_tf_export.json").read_text(encoding="utf-8"))

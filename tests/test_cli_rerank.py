@@ -31,6 +31,7 @@ def query_command(tmp_path, *options):
     ]
 
 
+@pytest.mark.heavy
 def test_search_query_with_rerank_writes_the_reranked_top_k_with_cosine_and_rank(folders, capsys):
     tmp_path = folders
     main(["search", "build", str(tmp_path / "encoder"), str(tmp_path / "corpus.txt"), str(tmp_path / "index")])
@@ -69,6 +70,7 @@ def write_beir(tmp_path):
     return ["--queries", tmp_path / "q.jsonl", "--corpus", tmp_path / "c.jsonl", "--qrels", tmp_path / "r.tsv"]
 
 
+@pytest.mark.heavy
 def test_evaluate_with_rerank_writes_the_cosine_and_the_reranked_blocks(folders, capsys):
     tmp_path = folders
     (tmp_path / "pairs.tsv").write_text(

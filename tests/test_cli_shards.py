@@ -77,6 +77,7 @@ def test_a_shard_that_does_not_exist_is_refused(text, capsys):
     assert stopped.value.code == 2 and "argument --shard" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_each_part_holds_its_lines_and_a_record_of_them(folder):
     whole = VectorIndex.load(folder / "whole")
     for shard, path in enumerate(parts(folder)):
@@ -225,6 +226,7 @@ def test_parts_that_do_not_fit_together_are_refused_naming_the_part(folder, tmp_
     assert sorted(os.listdir(tmp_path)) == before  # no index, no temporary file
 
 
+@pytest.mark.heavy
 def test_parts_of_another_text_file_or_model_are_refused(folder, tmp_path):
     # the corpus edited since the parts were encoded: the same lines, another digest
     with pytest.raises(SystemExit, match=r"part-0.npy: was encoded from another text file than .*edited.txt"):

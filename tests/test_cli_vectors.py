@@ -73,6 +73,7 @@ def lines(path):
 # --- encode ------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_encode_at_a_width_is_the_full_vector_cut_and_renormalised(folder, tmp_path, capsys):
     texts = lines(folder / "corpus.txt")
     main(["encode", str(folder / "model"), str(folder / "corpus.txt"), str(tmp_path / "v8.npy"), "--dim", "8"])
@@ -251,6 +252,7 @@ def pair_texts(folder):
     return [r[0] for r in rows], [r[1] for r in rows], np.array([float(r[2]) for r in rows])
 
 
+@pytest.mark.heavy
 def test_similarity_at_a_width_scores_the_cut_vectors_without_the_full_width_threshold(folder, tmp_path, capsys):
     texts_a, texts_b, _ = pair_texts(folder)
     main(["similarity", str(folder / "model"), str(folder / "pairs.tsv"), str(tmp_path / "s.tsv"), "--dim", "8"])
@@ -383,6 +385,7 @@ def test_search_over_each_precision_and_kind_finds_the_exact_top_k_when_rescorin
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_search_build_at_a_width_and_query_at_the_index_width(folder, tmp_path, capsys):
     index_dir = tmp_path / "index"
     main(
@@ -418,6 +421,7 @@ def test_search_build_at_a_width_and_query_at_the_index_width(folder, tmp_path, 
     assert not os.path.exists(tmp_path / "h2.jsonl")
 
 
+@pytest.mark.heavy
 def test_ann_settings_reach_the_index_and_its_search(folder, tmp_path, monkeypatch):
     arguments = ["search", "build", str(folder / "model"), str(folder / "corpus.txt")]
     main([*arguments, str(tmp_path / "hnsw"), "--index", "hnsw", "--hnsw-m", "8", "--ef-construction", "20"])

@@ -66,6 +66,7 @@ def installed_by(target, tmp_path):
     return names
 
 
+@pytest.mark.heavy
 def test_the_main_job_installs_the_package_without_the_test_extras(tmp_path):
     demo = installed_by("demo", tmp_path)
     assert {"tensorflow", "tensorflow-text", "bert4keras"} <= demo

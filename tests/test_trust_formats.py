@@ -39,6 +39,7 @@ def write(path, content):
 # -- F-1: a line is read with a bound -----------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "command",
     [
@@ -316,6 +317,7 @@ def test_google_checkpoint_weights_that_are_not_finite_floats_name_the_checkpoin
 # -- glob characters in a checkpoint's path ---------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("folder", ["run[1]", "runs*?", "a[b-c]d"])
 def test_a_checkpoint_under_a_path_with_glob_characters_is_written_and_read_back(tiny_config, tmp_path, folder):
     links_before = set(os.listdir(tempfile.gettempdir()))

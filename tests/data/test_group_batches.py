@@ -85,6 +85,7 @@ def splittable(draw):
     return cut, keys, several
 
 
+@pytest.mark.heavy
 @settings(max_examples=300, deadline=None)
 @given(splittable())
 @hypothesis_example(case=SPLIT_ONLY_SPREADING_FINDS)

@@ -139,6 +139,7 @@ def _checksum(token_ids, labels):
     return int((token_ids * weights).sum()), float(np.asarray(labels, np.float64).sum())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["feature", "interaction"])
 def test_batches_reach_the_model_as_made_while_training(kind, tiny_config):
     """Every batch a training step receives equals the arrays the pipeline made it from.

@@ -281,6 +281,7 @@ def test_a_saved_model_at_a_width_has_no_decide_signatures(width_exports):
     assert f"does not hold for vectors cut to {DIM} dimensions, so the export carries none" in said
 
 
+@pytest.mark.heavy
 def test_the_full_width_is_the_plain_export(models, tmp_path):
     """``dim`` None and ``dim`` the model's width write the same folder: no Dense, the record's dim null."""
     for name, dim in (("none", None), ("width", WIDTH)):

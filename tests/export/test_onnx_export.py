@@ -330,6 +330,7 @@ def test_a_hugging_face_export_may_be_replaced_and_a_savedmodel_never(folders, t
     untouched(tmp_path, "hf", "savedmodel")
 
 
+@pytest.mark.heavy
 def test_the_optimizers_rewrite_the_graph_itself_and_one_that_raises_is_skipped(folders, tmp_path, monkeypatch):
     """tf2onnx's graph optimizers work on the graph, not each on a copy of it (the copies took most
     of their time); where one raises, the conversion is done again tf2onnx's default way, which

@@ -124,6 +124,7 @@ def test_sentence_transformers_modules_cosent_tf_cannot_run_are_named(
         SentenceEncoder.load(str(folder))
 
 
+@pytest.mark.heavy
 def test_export_then_load_gives_the_same_vectors_and_scores(tiny_config, tmp_path):
     make_model_dir(tmp_path / "feature", tiny_config, pooling="max")
     assert export_hf(str(tmp_path / "feature"), str(tmp_path / "st")) == "sentence-transformers"
@@ -144,6 +145,7 @@ def test_export_then_load_gives_the_same_vectors_and_scores(tiny_config, tmp_pat
     )
 
 
+@pytest.mark.heavy
 def test_pair_segments_reach_the_model(tiny_config, tmp_path):
     model = make_model_dir(tmp_path / "cross", tiny_config, kind="interaction", head_input="pooler")
     scorer = PairScorer.load(str(tmp_path / "cross"))
@@ -243,6 +245,7 @@ def test_an_interaction_run_from_a_classifier_folder_starts_from_its_head(tiny_s
     assert "the head starts from random weights" in caplog.text
 
 
+@pytest.mark.heavy
 def test_training_from_a_folder_with_only_tokenizer_json_writes_its_vocabulary(tiny_setup):
     tmp_path, options = tiny_setup
     vocab, config = (options[options.index(flag) + 1] for flag in ("--vocab", "--config"))

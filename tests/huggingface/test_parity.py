@@ -78,6 +78,7 @@ def made(tmp_path_factory):
     return root, dict(np.load(root / "reference.npz")), texts
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("folder", ["bert-safetensors", "bert-bin"])
 @pytest.mark.parametrize("pooling, output", [("last-avg", "mean"), ("cls", "cls"), ("pooler", "pooler")])
 def test_a_bert_folder_loads_into_every_pooling_with_transformers_outputs(folder, pooling, output, made):
@@ -131,6 +132,7 @@ def trained(tiny_setup, kind, *options):
     return out / "model"
 
 
+@pytest.mark.heavy
 def test_models_trained_here_export_to_what_sentence_transformers_and_cross_encoder_load(tiny_setup, tmp_path):
     feature = trained(tiny_setup, "feature", "--pooling", "last-avg")
     interaction = trained(tiny_setup, "interaction", "--head", "pooler")

@@ -21,6 +21,7 @@ def random_units(rng, count, dim):
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
+@pytest.mark.heavy
 def test_top_k_equals_brute_force_on_120k_vectors_in_bounded_memory():
     rng = np.random.default_rng(0)
     corpus, queries = random_units(rng, 120_000, 48), random_units(rng, 300, 48)

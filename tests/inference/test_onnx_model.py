@@ -284,6 +284,7 @@ def same_outputs(spec, got, expected, what):
 # ---- parity
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", cases([*FEATURES, *INTERACTIONS]))
 def test_the_float32_file_computes_what_the_engine_computes(name, exports):
     model_dir, out, exported = exports(name)

@@ -84,6 +84,7 @@ def pair_batches(draw):
     return vectors, np.repeat(labels, 2)
 
 
+@pytest.mark.heavy
 @settings(max_examples=60, deadline=None)
 @given(pair_batches())
 def test_cosent_on_random_batches_is_finite_and_matches_brute_force(batch):

@@ -285,6 +285,7 @@ def eager_gradient(model, loss, inputs, labels):
     ]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", ["cosent", "mnrl-two-hard-negatives-symmetric", "cosent-ibn"])
 def test_in_micro_batches_the_gradient_is_the_whole_batch_one(case, tmp_path):
     if case == "cosent":

@@ -136,6 +136,7 @@ def reference(tmp_path_factory):
     return run_reference(tmp_path_factory.mktemp("mnrl-reference"), CASES, INPUTS)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_values_and_gradients_equal_sentence_transformers(case, reference):
     vectors = INPUTS[f"{case['name']}.vectors"]

@@ -13,6 +13,7 @@ TOKENS = np.array([[101, 872, 1962, 102, 0], [101, 2769, 3221, 6821, 102]], np.i
 INPUTS = [TOKENS, np.zeros_like(TOKENS)]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("model", ["bert", "nezha", "albert", "roformer"])
 def test_round_trip_gives_identical_outputs(model, tiny_config, tmp_path):
     encoder = build_encoder(tiny_config, architecture=model, pooling="pooler")

@@ -200,6 +200,7 @@ def test_bf16_over_float32_is_also_judged_on_steps_that_took_turns_in_one_proces
     assert "taking turns" not in text and "| small | CoSENT loss share of a float32 step at 64 pairs |" in text
 
 
+@pytest.mark.heavy
 def test_the_two_precisions_that_take_turns_are_float32_and_mixed_bf16(tmp_path, monkeypatch):
     from cosent_tf.backend import keras, tf
 

@@ -92,6 +92,7 @@ def test_the_report_script_and_what_writes_its_report_import_no_tensorflow():
     assert "--evaluations" in shown and "--calibration" in shown
 
 
+@pytest.mark.heavy
 def test_the_report_script_writes_a_report_without_tensorflow(tmp_path):
     """The whole of a report: checking where it writes (the folder kinds this tool writes, exports
     among them), reading the runs, the tables and the plot."""

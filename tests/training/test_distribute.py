@@ -43,6 +43,7 @@ def test_multi_worker_needs_tf_config(monkeypatch):
         get_strategy("multi-worker")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("value", ["two", "0"])
 def test_a_bad_cpu_device_count_is_refused_at_import(value):
     env = {**os.environ, "COSENT_TF_CPU_DEVICES": value}

@@ -61,6 +61,7 @@ def sgd_step(model, loss, inputs, labels, run_eagerly=False):
 CASES = [("feature", "cosent"), ("feature", "sbert"), ("interaction", "cosent"), ("interaction", "ce")]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind, loss_name", CASES)
 def test_micro_batches_give_the_gradient_of_the_whole_batch(kind, loss_name, tmp_path):
     model, loss, inputs, labels = training_setup(tmp_path, kind, loss_name, dropout=0.0)
@@ -74,6 +75,7 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(kind, loss_name, tmp
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind, loss_name", [("feature", "cosent"), ("interaction", "cosent")])
 def test_with_dropout_both_passes_drop_the_same_units(kind, loss_name, tmp_path):
     model, loss, inputs, labels = training_setup(tmp_path, kind, loss_name, dropout=0.2)
@@ -128,6 +130,7 @@ def in_batch_setup(tmp_path, case, dropout):
     return model, loss, inputs, labels, rows_per_example
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("loss_name", IN_BATCH_LOSSES)
 def test_in_batch_losses_in_micro_batches_give_the_gradient_of_the_whole_batch(loss_name, tmp_path):
     model, loss, inputs, labels, rows_per_example = in_batch_setup(tmp_path, loss_name, dropout=0.0)
@@ -141,6 +144,7 @@ def test_in_batch_losses_in_micro_batches_give_the_gradient_of_the_whole_batch(l
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("loss_name", IN_BATCH_LOSSES)
 def test_in_batch_losses_with_dropout_drop_the_same_units_in_both_passes(loss_name, tmp_path):
     model, loss, inputs, labels, rows_per_example = in_batch_setup(tmp_path, loss_name, dropout=0.2)
@@ -173,6 +177,7 @@ def test_micro_batch_pairs_must_be_positive(tmp_path):
         GradientCacheModel(model, 2, rows_per_pair=0)
 
 
+@pytest.mark.heavy
 def test_in_float16_the_scaled_loss_gives_the_whole_batch_gradient(tmp_path):
     from cosent_tf.backend import dtype_policy
 

@@ -173,6 +173,7 @@ def test_mnrl_trains_on_flagembedding_queries_and_exports_what_the_encoder_gives
     np.testing.assert_allclose(np.load(tmp_path / "st.npz")["st"], expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.heavy
 def test_the_layouts_of_examples_train_the_same_run(setup):
     """FlagEmbedding's JSONL, sentence-transformers' JSONL, CSV rows and TSV rows of the same examples
     are the same run; pairs without labels are examples without negatives."""
@@ -258,6 +259,7 @@ def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     assert losses[-1] < np.log(8 * 2)  # below a uniform choice among the batch's 16 candidates
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "arguments, task, group_size",
     [
@@ -321,6 +323,7 @@ def test_the_mix_weights_reach_the_loss(setup, monkeypatch):
     assert weighted.directions == ("query_to_doc", "doc_to_query")
 
 
+@pytest.mark.heavy
 def test_batches_keep_duplicate_texts_apart_unless_allowed(setup, monkeypatch):
     tmp_path = setup[0]
     # 12 queries of 3 positives each: 36 examples, three of each anchor, 8 a batch

@@ -43,6 +43,7 @@ def write_task(root, task, rows_of_split):
         (root / "senteval_cn" / task / f"{task}.{split}.data").write_text(lines, encoding="utf-8")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind, task", [("feature", "STS-B"), ("interaction", "BQ")])
 def test_training_learns_what_the_untrained_model_cannot(kind, task, tiny_setup):
     """A correct loss and wiring lift valid Spearman well above the same run left at
@@ -81,6 +82,7 @@ def test_training_learns_what_the_untrained_model_cannot(kind, task, tiny_setup)
         assert trained[split]["spearman"] > untrained[split]["spearman"] + 0.3, (split, trained, untrained)
 
 
+@pytest.mark.heavy
 def test_same_seed_same_result_and_periodic_validation(tiny_setup):
     tmp_path, options = tiny_setup
     first = train_main(["BQ", "--epochs", "1", "--eval-every", "2", "--output-dir", str(tmp_path / "a")] + options)
@@ -105,6 +107,7 @@ def test_the_threshold_is_tuned_on_valid_not_on_test(bq_run):
     assert on_test != on_valid  # the two splits give different thresholds, so the test can tell them apart
 
 
+@pytest.mark.heavy
 def test_a_run_trains_first_on_the_first_batch_of_its_stream(tiny_setup):
     """The batch stream starts at the step fit starts from (read once training has begun), not
     at whatever the step counter says when tf.data's thread first pulls a batch."""

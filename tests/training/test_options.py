@@ -49,6 +49,7 @@ def spy(monkeypatch):
     return seen
 
 
+@pytest.mark.heavy
 def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy):
     from cosent_tf.losses import CoSENTLoss, CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
 
@@ -71,6 +72,7 @@ def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy)
     assert spy["model"].output_shape == (None, 2) and spy["interaction_dataset"]["group_by_length"] is False
 
 
+@pytest.mark.heavy
 def test_precision_pooling_and_checkpoint_reach_the_model(tiny_setup, spy):
     """Each reaches the model; and train() sets the dtype policy and seeds every generator, yet
     leaves both as they were: the bf16 run is the one that shows it, and the run after it (from a
@@ -162,6 +164,7 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
     assert (source["random_weights"], source["checkpoint"]) == (False, os.path.abspath(checkpoint))
 
 
+@pytest.mark.heavy
 def test_a_run_from_random_weights_says_so_and_so_does_its_model(tiny_setup, caplog, capsys):
     tmp_path, options = tiny_setup
     train_main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "random")] + options)

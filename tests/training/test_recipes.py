@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.optimizers import build_optimizer
 from cosent_tf.training import engine as training
@@ -20,6 +22,7 @@ def test_recipes_fill_what_is_not_set_and_each_option_overrides_them():
     assert (mine.epochs, mine.weight_decay, mine.pooling, mine.lr, mine.warmup) == (2, 0.0, "cls", 1e-4, 0.1)
 
 
+@pytest.mark.heavy
 def test_the_recipe_and_optimizer_options_reach_the_optimizer(tiny_setup, monkeypatch):
     seen = {}
 

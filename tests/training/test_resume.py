@@ -182,6 +182,7 @@ def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result
     )
 
 
+@pytest.mark.heavy
 def test_an_unfinished_run_resumes_only_with_its_own_settings(bq_run, tmp_path):
     options = bq_run.options  # the zoo run's own: BQ, 2 epochs
     out = copy_of(bq_run.run, tmp_path / "run")
@@ -208,6 +209,7 @@ def test_an_unfinished_run_resumes_only_with_its_own_settings(bq_run, tmp_path):
     assert (out / "config.json").read_text() == saved
 
 
+@pytest.mark.heavy
 def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup, monkeypatch, capsys):
     from cosent_tf.backend import tf
     from cosent_tf.losses import CoSENTLoss, registry

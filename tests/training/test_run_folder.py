@@ -68,6 +68,7 @@ def test_a_run_folder_whose_path_tensorflow_would_glob_is_refused_before_anythin
     assert not (tmp_path / name).exists()
 
 
+@pytest.mark.heavy
 def test_output_folder_rules_keep_finished_runs_and_other_files(tiny_setup):
     tmp_path, options = tiny_setup
     out = tmp_path / "run"

@@ -60,6 +60,7 @@ def test_each_script_hands_the_engine_its_kind_loss_and_task(script, monkeypatch
     assert (called["kind"], called["loss"], called["task"]) == SCRIPT_ENTRIES[script]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "command",
     [pytest.param(c, marks=[pytest.mark.slow] if c == SCRIPTS[0] else []) for c in SCRIPTS],
