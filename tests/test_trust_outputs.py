@@ -25,6 +25,7 @@ import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder, VectorIndex
 from cosent_tf.cli import _run_training, argument_parser, main, output_kinds, report_main, train_main
+from cosent_tf.huggingface.folders import write_hf_folder, write_slice_module
 from cosent_tf.io import FolderKind, atomic_directory, write_json, write_text
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.run_folder import RUN_FOLDER
@@ -368,6 +369,22 @@ def test_finished_folders_and_files_get_the_mode_the_umask_gives(tmp_path, mask)
         os.umask(previous)
     assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o777 & ~mask
     assert stat.S_IMODE(os.stat(tmp_path / "m.json").st_mode) == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_the_weights_of_hugging_face_folders_get_the_mode_the_umask_gives(tmp_path, mask):
+    """model.safetensors of an HF or ONNX export and of a sentence-transformers slice module:
+    safetensors' own writer makes them 0600, unreadable to a server running as another user."""
+    (tmp_path / "hf").mkdir()
+    previous = os.umask(mask)
+    try:
+        write_hf_folder(tmp_path / "hf", {"w": np.zeros((2, 3), np.float32)}, {"model_type": "bert"})
+        write_slice_module(str(tmp_path / "slice"), 4, 2)
+    finally:
+        os.umask(previous)
+    for written in ("hf/model.safetensors", "hf/config.json", "slice/model.safetensors", "slice/config.json"):
+        assert stat.S_IMODE(os.stat(tmp_path / written).st_mode) == 0o666 & ~mask, written
+    assert not [name for name in os.listdir(tmp_path / "hf") if name.startswith(".tmp-")]
 
 
 WRITER = """

@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ..errors import ConfigError
-from ..io import json_field, read_json
+from ..io import atomic_path, json_field, read_json
 
 # A file or folder as the user gives it.
 PathLike = Union[str, "os.PathLike[str]"]
@@ -461,6 +461,16 @@ def _write_json(path: PathLike, obj: Any) -> None:
         f.write("\n")
 
 
+def _write_safetensors(path: str, weights: dict) -> None:
+    """``weights`` as a safetensors file at ``path``, through the project's writer: safetensors'
+    own ``save_file`` makes a file only its owner may read (0600), which a server running as
+    another user could not load; the writer gives it the mode the umask gives, as every output."""
+    from safetensors.numpy import save_file
+
+    with atomic_path(path) as tmp:
+        save_file(weights, tmp, metadata={"format": "pt"})
+
+
 def write_hf_folder(folder: PathLike, weights: dict, config: dict) -> None:
     """``config.json`` and ``model.safetensors`` into ``folder``.
 
@@ -472,10 +482,8 @@ def write_hf_folder(folder: PathLike, weights: dict, config: dict) -> None:
     Example:
         >>> write_hf_folder("out", hf_weights(arrays, 12), hf_config(google_config))  # doctest: +SKIP
     """
-    from safetensors.numpy import save_file
-
     _write_json(os.path.join(folder, CONFIG_FILE), config)
-    save_file(weights, os.path.join(folder, SAFETENSORS_FILE), metadata={"format": "pt"})
+    _write_safetensors(os.path.join(folder, SAFETENSORS_FILE), weights)
 
 
 def write_sentence_transformers_modules(
@@ -558,8 +566,6 @@ def write_slice_module(folder: PathLike, dimension: int, dim: int) -> None:
     Example:
         >>> write_slice_module("out/2_Dense", 768, 128)  # doctest: +SKIP
     """
-    from safetensors.numpy import save_file
-
     if not 1 <= dim <= dimension:
         raise ValueError(f"a slice of {dimension} dimensions keeps 1 to {dimension} of them, not {dim}")
     os.makedirs(folder)
@@ -568,4 +574,4 @@ def write_slice_module(folder: PathLike, dimension: int, dim: int) -> None:
         {"in_features": dimension, "out_features": dim, "bias": True, "activation_function": IDENTITY_ACTIVATION},
     )
     weights = {"linear.weight": np.eye(dim, dimension, dtype=np.float32), "linear.bias": np.zeros(dim, np.float32)}
-    save_file(weights, os.path.join(folder, SAFETENSORS_FILE), metadata={"format": "pt"})
+    _write_safetensors(os.path.join(folder, SAFETENSORS_FILE), weights)

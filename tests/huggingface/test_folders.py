@@ -4,6 +4,8 @@ files in test_weights.py, parity with transformers itself in test_parity.py."""
 
 import json
 import logging
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -127,7 +129,14 @@ def test_sentence_transformers_modules_cosent_tf_cannot_run_are_named(
 @pytest.mark.heavy
 def test_export_then_load_gives_the_same_vectors_and_scores(tiny_config, tmp_path):
     make_model_dir(tmp_path / "feature", tiny_config, pooling="max")
-    assert export_hf(str(tmp_path / "feature"), str(tmp_path / "st")) == "sentence-transformers"
+    previous = os.umask(0o022)  # as on most servers: what the export writes, others may read
+    try:
+        assert export_hf(str(tmp_path / "feature"), str(tmp_path / "st")) == "sentence-transformers"
+    finally:
+        os.umask(previous)
+    for top, folders, files in os.walk(tmp_path / "st"):
+        modes = {name: stat.S_IMODE(os.stat(os.path.join(top, name)).st_mode) for name in folders + files}
+        assert modes == {name: 0o755 if name in folders else 0o644 for name in modes}, top
     for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json", "vocab.txt", "README.md"):
         assert (tmp_path / "st" / name).exists(), name
     original, loaded = SentenceEncoder.load(str(tmp_path / "feature")), SentenceEncoder.load(str(tmp_path / "st"))
