@@ -7,13 +7,19 @@ destroy, is written as a stream. An output folder replaces only an earlier outpu
 kind (a :class:`FolderKind`), and only when asked to; a folder holding anything else, or an
 input, is refused before any work is done, and so is an output inside a folder this tool
 wrote. What a killed writer left beside its output is cleared by the next one.
+
+A folder is replaced in one step where the system can swap two names (Linux's
+``renameat2``), so a reader never finds it missing; :func:`read_whole_folder` reads a folder
+that may be replaced meanwhile and gives what one whole build of it holds, never a mix.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
 import dataclasses
+import errno
 import fcntl
 import fnmatch
 import hashlib
@@ -24,13 +30,18 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
-from typing import Any, Optional, Union
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Optional, TypeVar, Union
 
 from .errors import ConfigError, DataError
 
 # A path as the functions of os take it.
 PathLike = Union[str, "os.PathLike[str]"]
+Read = TypeVar("Read")
+
+# How often a folder read is started again when the folder was replaced during it.
+FOLDER_READ_ATTEMPTS = 4
 
 
 @contextlib.contextmanager
@@ -397,7 +408,9 @@ def atomic_directory(
     """Yield a temporary directory that becomes ``path`` once the block succeeds.
 
     ``path`` is checked with :func:`check_output_folder` first; an earlier output of the
-    same kind that it replaces is removed only after the new folder is in its place. The
+    same kind that it replaces is swapped for the new folder in one step where the system can
+    (:func:`_exchange`; else it is moved aside just before), and removed only after the new
+    folder is in its place. The
     finished folder gets the mode the umask gives. Temporary folders left beside ``path`` by
     a writer that was killed are removed first (:func:`_writers_held`).
     """
@@ -416,10 +429,14 @@ def atomic_directory(
             check_output_folder(path, kind, overwrite, inputs)  # it may have changed meanwhile
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: others (a server) could not read it
             old = None
-            if os.path.exists(path):
+            if os.path.exists(path) and _exchange(tmp, path):
+                pass  # the earlier output is now at tmp, which the finally block removes
+            elif os.path.exists(path):
                 old = _unused_name(parent, f".old-{name}-")
                 os.replace(path, old)
-            os.replace(tmp, path)
+                os.replace(tmp, path)
+            else:
+                os.replace(tmp, path)
             if old is not None:
                 # Renamed before it is removed: a killed removal leaves a .tmp- folder, which is
                 # removed, not a half-removed .old- one, which could be put back.
@@ -429,6 +446,78 @@ def atomic_directory(
         finally:
             if os.path.exists(tmp):
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+# renameat2's flag that swaps the two names (linux/fs.h), and its "current directory" file descriptor.
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the entries ``a`` and ``b`` in one step, so that a reader of ``b`` finds the old or the new
+    one and never nothing; False where the system or the file system cannot (then nothing changed)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not Linux, or a C library without it
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a file system that cannot swap
+        return False
+    raise OSError(error, os.strerror(error), b)
+
+
+def read_whole_folder(directory: PathLike, read: Callable[[str], Read], what: str = "folder") -> Read:
+    """``read(directory)``, from one whole build of ``directory`` though a writer may replace it meanwhile.
+
+    Output folders are written aside and replace the earlier one whole (:func:`atomic_directory`), and
+    nothing changes in a folder once it is in place; a read that began and ended on the same folder
+    therefore read that folder only. The folder is held open during the read, so that its identity
+    cannot pass to a new one; a read during which the folder was replaced is started again (a file
+    it missed because the old folder was being removed included), up to
+    :data:`FOLDER_READ_ATTEMPTS` times.
+
+    Raises:
+        ConfigError: ``directory`` was replaced during every attempt.
+        What ``read`` raises for a folder that stayed in place (its fault is the folder's own).
+    """
+    directory = os.fspath(directory)
+    for attempt in range(FOLDER_READ_ATTEMPTS):
+        if attempt:
+            time.sleep(0.01 * attempt)  # gives a writer's rename and removal time to finish
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            if attempt + 1 < FOLDER_READ_ATTEMPTS and not os.path.isdir(directory):
+                continue  # a writer that cannot swap names may be between its two renames
+            return read(directory)  # not a folder: read's own error names what is wrong
+        try:
+            held = os.fstat(fd)
+            try:
+                result = read(directory)
+            except Exception:
+                if _still(directory, held):
+                    raise
+                continue
+            if _still(directory, held):
+                return result
+        finally:
+            os.close(fd)
+    raise ConfigError(
+        f"{directory}: replaced by a writer each of the {FOLDER_READ_ATTEMPTS} times the {what} was read; "
+        "read it again when the writer has finished"
+    )
+
+
+def _still(directory: str, held: os.stat_result) -> bool:
+    """Whether ``directory`` is still the folder ``held`` describes."""
+    try:
+        now = os.stat(directory)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _unused_name(parent: str, prefix: str) -> str:

@@ -65,6 +65,8 @@ HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 64
 IVF_NPROBE = 16
+# The largest value of a setting: faiss keeps each in a C int (a larger one overflows in faiss).
+SETTING_MOST = 2**31 - 1
 # k-means of the IVF lists: vectors drawn to train it, per list (faiss warns below 39).
 IVF_TRAIN_PER_LIST = 50
 # ... and at most this many in all, held in memory at once whatever --nlist asks for.
@@ -142,9 +144,10 @@ def ann_settings(kind: str, count: int, given: Mapping[str, Any]) -> dict[str, i
 
 
 def check_setting(name: str, value: Any) -> int:
-    """``value`` as the positive integer a setting is, else a ConfigError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name} {value!r}: an index setting is a positive integer")
+    """``value`` as the positive integer (at most :data:`SETTING_MOST`) a setting is, else a
+    ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= SETTING_MOST:
+        raise ConfigError(f"{name} {value!r}: an index setting is a positive integer of at most {SETTING_MOST}")
     return int(value)
 
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
@@ -23,7 +24,7 @@ from ..calibration import weights_fingerprint
 from ..choices import INDEX_KINDS, RESCORE_MULTIPLIER, VECTOR_PRECISIONS
 from ..data.pairs import MAX_LINE_BYTES
 from ..errors import ConfigError, DataError
-from ..io import FolderKind, atomic_directory, json_field, json_type, read_json
+from ..io import FolderKind, atomic_directory, json_field, json_type, read_json, read_whole_folder
 from . import ann as approximate
 from .vectors import approximate_scores, check_precision, int8_ranges, packed_bytes, quantize
 
@@ -555,8 +556,15 @@ class VectorIndex:
             ConfigError: a missing file, an unreadable or inconsistent ``index.json``, an index
                 written by a newer cosent-tf, an approximate index without faiss installed.
             DataError: a file that is unreadable, cut short, or not what ``index.json`` records.
+
+        A folder replaced by a rebuild while it is read is read again: the index is one build's
+        (:func:`~cosent_tf.io.read_whole_folder`).
         """
         directory = os.fspath(directory)
+        return read_whole_folder(directory, lambda folder: cls._read(folder, mmap), "index")
+
+    @classmethod
+    def _read(cls, directory: str, mmap: bool) -> VectorIndex:
         paths = {
             name: os.path.join(directory, name)
             for name in (cls.VECTORS, cls.TEXTS, cls.INFO, cls.CODES, cls.RANGES, cls.ANN)
@@ -628,9 +636,18 @@ class VectorIndex:
 
     @staticmethod
     def _check_complete(directory: str, paths: Mapping[str, str], names: Iterable[str]) -> None:
+        names = list(names)
         missing = [name for name in names if not os.path.exists(paths[name])]
         if missing:
             raise ConfigError(f"{directory}: not a complete cosent-tf index (missing {', '.join(missing)})")
+        for name in names:
+            # a pipe would hang the reader, a device or folder give a bare OSError
+            if not os.path.isfile(paths[name]):
+                raise DataError(
+                    paths[name],
+                    f"not a regular file ({_file_kind(paths[name])}): an index's files are files it wrote; "
+                    "rebuild the index",
+                )
 
     @staticmethod
     def _recorded_settings(info: dict, kind: str, path: str) -> dict[str, int]:
@@ -643,8 +660,10 @@ class VectorIndex:
             )
         for name in settings:
             json_field(settings, name, int, path, f"ann_settings.{name}")
-            if settings[name] < 1:
-                raise ConfigError(f"{path}: ann_settings.{name} {settings[name]} is not a positive integer")
+            try:
+                approximate.check_setting(name, settings[name])
+            except ConfigError as error:
+                raise ConfigError(f"{path}: ann_settings.{error}; rebuild the index") from None
         return settings
 
     @classmethod
@@ -784,6 +803,13 @@ class IndexFolder:
         mapped = self._vectors if isinstance(self._vectors, np.memmap) else None
         index._write_files(self.path, self.directory, mapped)
         self.saved = True
+
+
+def _file_kind(path: str) -> str:
+    """What ``path`` is, for a message: a folder, a named pipe, a device, a socket."""
+    mode = os.stat(path).st_mode
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a device")
 
 
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:

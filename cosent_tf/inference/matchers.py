@@ -22,6 +22,7 @@ from ..backend import keras, tf
 from ..calibration import RULES, MatchDecision, are_binary, fit_decision, read_decision, write_decision
 from ..choices import PRECISIONS, RUNTIMES
 from ..errors import ConfigError
+from ..io import read_whole_folder
 from ..models.kinds import FEATURE, INTERACTION, get_kind
 from ..models.spec import SPEC_FILE, ModelSpec, read_spec
 from ..models.tokenization import SentenceTokenizer
@@ -179,6 +180,23 @@ class _Matcher:
                 f"the tensorflow runtime computes in {', '.join(PRECISIONS)}, not {precision!r} "
                 "(int8 is for --runtime onnx, on an export written with --quantize int8)"
             )
+        # one whole build of a folder that an export or a training run with --overwrite may replace meanwhile
+        return read_whole_folder(
+            path,
+            lambda folder: cls._read(folder, precision, option, with_decision, runtime, strategy),
+            "model folder",
+        )
+
+    @classmethod
+    def _read(
+        cls,
+        path: str,
+        precision: str,
+        option: str | None,
+        with_decision: bool,
+        runtime: str,
+        strategy: tf.distribute.Strategy | None,
+    ) -> Self:
         described = cls.check_folder(path, option, runtime)  # the kind is said before the weights load
         decision = None
         if with_decision:
