@@ -13,6 +13,8 @@ from cosent_tf.backend import keras
 from .helpers import SHARED_DATA, make_model_dir, make_tiny_setup, write_config
 from .zoo import built_once, changed_folders
 
+_UMASK = pytest.StashKey[int]()
+
 # The Keras 3 suite runs in processes of its own (tests/keras3/conftest.py; `make test` runs it once
 # per backend): this process holds Keras 2.
 collect_ignore = ["keras3"]
@@ -23,12 +25,20 @@ def pytest_collection_finish(session):
 
 
 def pytest_configure(config):
+    # The usual umask of a server's machine, whatever the developer's: the outputs the suite
+    # writes (the zoo, tests/zoo.py) are checked readable by others under it.
+    config.stash[_UMASK] = os.umask(0o022)
     # Outside CI the data-dependent tests skip, saying why; in CI a skip would hide them.
     if os.environ.get("CI", "").lower() in ("1", "true") and not os.path.isdir(SHARED_DATA):
         raise pytest.UsageError(
             f"CI is set but the shared data folder {SHARED_DATA} is missing: the tests that "
             "need it would be skipped; set COSENT_SHARED_DATA or put ../shared beside the clone"
         )
+
+
+def pytest_unconfigure(config):
+    if _UMASK in config.stash:
+        os.umask(config.stash[_UMASK])
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import subprocess
 import tempfile
 
@@ -221,3 +222,28 @@ def warnings_logged(name):
     finally:
         logger.removeHandler(kept)
         logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def umask(mask):
+    """The block runs under the umask ``mask``; the process's own comes back after it."""
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def kept_from_others(folder):
+    """What under ``folder`` (itself included) lacks a permission the process's umask lets
+    everyone have: a file without a read bit, a folder without a read or search bit. Under the
+    usual umask 022, what another user (a server) could not read; each as (path, mode)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    kept = []
+    for top, _folders, files in os.walk(folder):
+        for name, wanted in [(top, 0o555)] + [(os.path.join(top, file), 0o444) for file in files]:
+            mode = stat.S_IMODE(os.lstat(name).st_mode)
+            if not os.path.islink(name) and mode & wanted & ~mask != wanted & ~mask:
+                kept.append((os.path.relpath(name, folder), oct(mode)))
+    return kept

@@ -18,7 +18,7 @@ from scipy import stats
 from cosent_tf import SentenceEncoder, VectorIndex
 from cosent_tf.cli import main
 from cosent_tf.inference.parts import ranges_path
-from tests.helpers import distinct_texts, make_model_dir, write_config
+from tests.helpers import distinct_texts, kept_from_others, make_model_dir, write_config
 
 WIDTH = 16  # the tiny config's hidden size: the model's full width
 QUERIES = ["我是中国人", "他们在大国", "你说的不会", "这个地方"]
@@ -361,6 +361,13 @@ def corpus_index(tmp_path_factory, folder):
         return built[precision, kind]
 
     return index_of
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8", "binary"])
+@pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
+def test_every_kind_of_index_may_be_read_by_others(corpus_index, precision, kind):
+    # faiss's own writer and the memory-mapped vectors are written past the package's file writer
+    assert not kept_from_others(corpus_index(precision, kind))
 
 
 @pytest.mark.parametrize("precision", ["float32", "int8", "binary"])

@@ -18,6 +18,7 @@ from cosent_tf.io import (
     read_json,
     write_json,
 )
+from tests.helpers import umask
 
 KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
 
@@ -132,11 +133,8 @@ def test_json_has_no_nan_so_non_finite_numbers_are_written_as_null(tmp_path):
 
 
 def test_atomic_files_get_the_usual_mode(tmp_path):
-    mask = os.umask(0o022)
-    try:
+    with umask(0o022):
         write_json(tmp_path / "m.json", {})
-    finally:
-        os.umask(mask)
     assert (os.stat(tmp_path / "m.json").st_mode & 0o777) == 0o644
 
 

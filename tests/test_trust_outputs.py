@@ -29,7 +29,7 @@ from cosent_tf.huggingface.folders import write_hf_folder, write_slice_module
 from cosent_tf.io import FolderKind, atomic_directory, write_json, write_text
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.run_folder import RUN_FOLDER
-from tests.helpers import ROOT, make_model_dir
+from tests.helpers import ROOT, make_model_dir, umask
 
 KIND = FolderKind("a test output", "marker", ("marker", "part-*"))
 TEXTS = ["今天天气怎么样", "我想换手机", "明天会下雨吗"]
@@ -359,14 +359,11 @@ def test_option_values_that_mean_nothing_are_refused_naming_the_option(arguments
 
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
 def test_finished_folders_and_files_get_the_mode_the_umask_gives(tmp_path, mask):
-    previous = os.umask(mask)
-    try:
+    with umask(mask):
         with atomic_directory(tmp_path / "out", KIND) as tmp:
             open(os.path.join(tmp, "marker"), "w").close()
         write_json(tmp_path / "m.json", {})
         assert os.umask(mask) == mask  # reading the umask left it as it was
-    finally:
-        os.umask(previous)
     assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o777 & ~mask
     assert stat.S_IMODE(os.stat(tmp_path / "m.json").st_mode) == 0o666 & ~mask
 
@@ -376,12 +373,9 @@ def test_the_weights_of_hugging_face_folders_get_the_mode_the_umask_gives(tmp_pa
     """model.safetensors of an HF or ONNX export and of a sentence-transformers slice module:
     safetensors' own writer makes them 0600, unreadable to a server running as another user."""
     (tmp_path / "hf").mkdir()
-    previous = os.umask(mask)
-    try:
+    with umask(mask):
         write_hf_folder(tmp_path / "hf", {"w": np.zeros((2, 3), np.float32)}, {"model_type": "bert"})
         write_slice_module(str(tmp_path / "slice"), 4, 2)
-    finally:
-        os.umask(previous)
     for written in ("hf/model.safetensors", "hf/config.json", "slice/model.safetensors", "slice/config.json"):
         assert stat.S_IMODE(os.stat(tmp_path / written).st_mode) == 0o666 & ~mask, written
     assert not [name for name in os.listdir(tmp_path / "hf") if name.startswith(".tmp-")]

@@ -3,7 +3,9 @@ each built once per test run and shared by every pytest-xdist worker.
 
 ``built_once(tmp_path_factory, name, build)`` calls ``build(folder)`` the first time any worker
 asks for ``name`` (the others wait on a file lock) and returns the folder. A zoo folder is
-read-only by contract: a test that writes takes :func:`copy_of` it. The contract is checked:
+read-only by contract: a test that writes takes :func:`copy_of` it. Every file and folder of a
+zoo folder must have the permissions the umask gives everyone (the suite runs under 022,
+tests/conftest.py: others may read it), or its build fails. The contract is checked:
 each folder's fingerprint (every file's path, size and modification time) is taken when it is
 built, and after every test tests/conftest.py fails the test that changed one.
 """
@@ -13,6 +15,8 @@ import os
 import shutil
 
 from filelock import FileLock
+
+from .helpers import kept_from_others
 
 _BUILT_FINGERPRINTS = {}  # zoo folder this process handed out -> its fingerprint when built
 
@@ -52,6 +56,10 @@ def built_once(tmp_path_factory, name, build):
             folder.mkdir()
             try:
                 build(folder)
+                # Every output the zoo holds (runs, model folders, checkpoints, exports) is one a
+                # server running as another user may have to read.
+                kept = kept_from_others(folder)
+                assert not kept, f"zoo folder {name}: written readable by its owner only: {kept}"
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise

@@ -16,7 +16,7 @@ from cosent_tf.huggingface.folders import read_sentence_transformers, read_token
 from cosent_tf.inference.model_dir import read_spec
 from cosent_tf.models.tokenization import SentenceTokenizer, load_vocab
 from cosent_tf.training.config import RunConfig
-from tests.helpers import made_vocab, make_model_dir
+from tests.helpers import made_vocab, make_model_dir, umask
 from tests.huggingface.helpers import hf_folder
 
 TEXTS = ["今天天气很好", "我想吃苹果", "Café au LAIT", ""]
@@ -129,11 +129,8 @@ def test_sentence_transformers_modules_cosent_tf_cannot_run_are_named(
 @pytest.mark.heavy
 def test_export_then_load_gives_the_same_vectors_and_scores(tiny_config, tmp_path):
     make_model_dir(tmp_path / "feature", tiny_config, pooling="max")
-    previous = os.umask(0o022)  # as on most servers: what the export writes, others may read
-    try:
+    with umask(0o022):  # as on most servers: what the export writes, others may read
         assert export_hf(str(tmp_path / "feature"), str(tmp_path / "st")) == "sentence-transformers"
-    finally:
-        os.umask(previous)
     for top, folders, files in os.walk(tmp_path / "st"):
         modes = {name: stat.S_IMODE(os.stat(os.path.join(top, name)).st_mode) for name in folders + files}
         assert modes == {name: 0o755 if name in folders else 0o644 for name in modes}, top
