@@ -41,7 +41,8 @@ from ..io import atomic_directory, atomic_path, folder_lock, read_json, write_js
 from ..losses.registry import get_loss, keras3_losses
 from ..models.families import get_architecture
 from ..models.kinds import FEATURE, get_kind
-from ..training.config import RunConfig
+from ..models.spec import folder_settings
+from ..training.config import RunConfig, folder_defaults
 from ..training.recipes import get_recipe
 from ..training.run_rules import (
     BACKUP,
@@ -147,16 +148,18 @@ def resolve(cfg: RunConfig) -> RunConfig:
     task = Task(cfg.task, data=FILES) if cfg.train_file else get_task(cfg.task)
     kind, recipe = get_kind(cfg.kind), get_recipe(cfg.recipe)
     values = dataclasses.asdict(cfg)
+    folder = folder_defaults(cfg, folder_settings(cfg.checkpoint))
     values["keras"] = 3
-    values["maxlen"] = cfg.maxlen or kind.maxlen(task)
+    values["maxlen"] = cfg.maxlen or folder.get("maxlen") or kind.maxlen(task)
     values["batch_size"] = cfg.batch_size or recipe.batch_size or task.batch_size
     values["epochs"] = cfg.epochs or recipe.epochs or task.epochs
     values["steps_per_epoch"] = cfg.steps_per_epoch or task.steps_per_epoch
     for name in ("lr", "weight_decay", "warmup", "schedule"):
         values[name] = getattr(recipe, name) if getattr(cfg, name) is None else getattr(cfg, name)
     values["head_input"] = cfg.head_input or "cls"
-    # A checkpoint's own pooling (a sentence-transformers folder's) is known once it is loaded (_train).
-    values["pooling"] = cfg.pooling or (None if cfg.checkpoint else recipe.pooling)
+    # A model folder's own pooling is known once it is loaded (_train); a sentence-transformers
+    # folder's is read with its length, from its JSON files.
+    values["pooling"] = cfg.pooling or folder.get("pooling") or (None if cfg.checkpoint else recipe.pooling)
     if cfg.checkpoint is None:
         values["config"] = cfg.config or SMALL_RANDOM_CONFIG
     values["vocab"] = cfg.vocab

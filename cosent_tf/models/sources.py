@@ -35,7 +35,17 @@ from .checkpoints import (
     read_config,
     refuse_other_folder,
 )
-from .spec import HUGGING_FACE, SENTENCE_TRANSFORMERS, SPEC_FILE, ModelSpec, hf_spec, hugging_face_format, read_spec
+from .spec import (
+    HUGGING_FACE,
+    SENTENCE_TRANSFORMERS,
+    SPEC_FILE,
+    FolderSetting,
+    ModelSpec,
+    folder_settings,
+    hf_spec,
+    hugging_face_format,
+    read_spec,
+)
 from .tokenization import load_vocab
 
 # The config a run without --checkpoint builds its random model from (it ships in the package).
@@ -62,7 +72,9 @@ class ModelSource:
             or None: random weights.
         do_lower_case: whether the tokenizer lower-cases: a Hugging Face folder's tokenizer
             setting, a model folder's recorded one, else True (BERT's Chinese vocabularies).
-        pooling: the pooling a sentence-transformers folder was trained with, else None.
+        settings: what a sentence-transformers folder sets that a run from it takes as the
+            defaults of its options (its length and pooling: :func:`~cosent_tf.models.spec.folder_settings`);
+            empty for any other source.
         head_input: ``pooler`` for a ``*ForSequenceClassification`` folder, else None.
         spec: the :class:`~cosent_tf.models.spec.ModelSpec` a model folder records, or the one
             a Hugging Face folder is used as; None for a Google checkpoint or a bare config.
@@ -80,7 +92,7 @@ class ModelSource:
     vocab_path: Optional[str] = None
     checkpoint: Optional[str] = None
     do_lower_case: bool = True
-    pooling: Optional[str] = None
+    settings: tuple[FolderSetting, ...] = ()
     head_input: Optional[str] = None
     spec: Optional[ModelSpec] = None
     # What is read on first use and kept: "vocab" (the token list) and the opened checkpoint.
@@ -279,7 +291,7 @@ def _hugging_face_source(folder: str, config: Optional[str], vocab: Optional[str
         vocab_path,
         folder,
         do_lower_case=spec.do_lower_case,
-        pooling=spec.pooling if st_folder else None,
+        settings=folder_settings(folder, raw),
         head_input=spec.head_input,
         spec=spec,
     )

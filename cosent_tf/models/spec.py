@@ -258,11 +258,9 @@ def hf_spec(directory: str, config: Optional[dict] = None) -> ModelSpec:
     modules = None
     if hugging_face_format(directory) == SENTENCE_TRANSFORMERS:
         modules = huggingface.read_sentence_transformers(directory)
-    positions = int(config.get("max_position_embeddings", 512))
-    maxlen = (modules and modules.maxlen) or huggingface.model_max_length(directory) or positions
     settings: dict[str, Any] = dict(
         architecture="bert",
-        maxlen=min(maxlen, positions),
+        maxlen=_hf_maxlen(directory, config, modules)[0],
         do_lower_case=huggingface.do_lower_case(directory),
         source={"huggingface": os.path.abspath(directory)},
     )
@@ -276,6 +274,75 @@ def hf_spec(directory: str, config: Optional[dict] = None) -> ModelSpec:
         head = huggingface.CLASSIFIER_HEADS[labels]
         return ModelSpec(INTERACTION.name, pooling=None, head=head, head_input="pooler", pair_segments=True, **settings)
     return ModelSpec(FEATURE.name, pooling=modules.pooling if modules else "last-avg", **settings)
+
+
+def _hf_maxlen(directory: str, config: dict, modules: Optional[Any]) -> tuple[int, str]:
+    """The tokens per text of a Hugging Face folder (see :func:`hf_spec`), and how the folder
+    states it, for messages: ``max_seq_length 256``, or what stands in for it."""
+    positions = int(config.get("max_position_embeddings", 512))
+    if modules is not None and modules.maxlen:
+        stated, origin = modules.maxlen, f"max_seq_length {modules.maxlen}"
+    else:
+        tokenizer = huggingface.model_max_length(directory)
+        stated = tokenizer or positions
+        cause = "the tokenizer's model_max_length" if tokenizer else "the model's position embeddings"
+        origin = f"the length {stated} ({'no max_seq_length: ' if modules is not None else ''}{cause})"
+    if stated > positions:  # what sentence-transformers would give positions beyond the model's
+        origin += f" cut to the model's {positions} position embeddings"
+    return min(stated, positions), origin
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderSetting:
+    """A setting of the folder a run starts from, which the run takes unless its option is given.
+
+    Attributes:
+        name: the :class:`~cosent_tf.training.config.RunConfig` field (and option) it is the
+            default of: ``maxlen`` or ``pooling``.
+        value: the value, as that option takes it.
+        origin: how the folder states it, for messages (``max_seq_length 256``, ``pooling mean``).
+
+    Example:
+        >>> FolderSetting("maxlen", 256, "max_seq_length 256").value
+        256
+    """
+
+    name: str
+    value: Any
+    origin: str
+
+
+def folder_settings(path: Any, config: Optional[dict] = None) -> tuple[FolderSetting, ...]:
+    """The settings a run starting from ``path`` takes as its defaults: a sentence-transformers
+    folder's length (``max_seq_length``, as :func:`hf_spec` reads it: no longer than the position
+    embeddings) and pooling; none for any other source (its options' own defaults hold).
+
+    Only JSON files are read, so that a run's settings are known before a model is built.
+
+    Args:
+        path: the run's ``--checkpoint``, or None.
+        config: its transformer's ``config.json``, parsed, when the caller has read it already.
+
+    Returns:
+        The settings, ``maxlen`` first; empty for a source other than a sentence-transformers folder.
+
+    Raises:
+        ConfigError: a sentence-transformers folder whose files are damaged or unsupported.
+
+    Example:
+        >>> [s.origin for s in folder_settings("checkpoints/all-MiniLM-L6-v2")]  # doctest: +SKIP
+        ['max_seq_length 256', 'pooling mean (last-avg here)']
+    """
+    if path is None or hugging_face_format(path) != SENTENCE_TRANSFORMERS:
+        return ()
+    path = os.fspath(path)
+    if config is None:
+        config = huggingface.read_hf_config(path)
+    modules = huggingface.read_sentence_transformers(path)
+    maxlen, maxlen_origin = _hf_maxlen(path, config, modules)
+    mode = {layer_mode: st_mode for st_mode, layer_mode in huggingface.ST_POOLING.items()}[modules.pooling]
+    pooling_origin = f"pooling {mode}" + (f" ({modules.pooling} here)" if mode != modules.pooling else "")
+    return FolderSetting("maxlen", maxlen, maxlen_origin), FolderSetting("pooling", modules.pooling, pooling_origin)
 
 
 def hugging_face_format(path: Any) -> Optional[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import math
 import numbers
 import os
@@ -48,6 +49,9 @@ KERAS_VERSIONS = [2, 3]
 
 if TYPE_CHECKING:  # it imports TensorFlow, which a parser of these options does not need
     from ..models.sources import ModelSource
+    from ..models.spec import FolderSetting
+
+logger = logging.getLogger(__name__)
 
 # The groups of options (each field's metadata "group"): which parser offers which.
 TASK_DATA = "task data"  # a benchmark task's data: the training scripts only
@@ -60,9 +64,9 @@ ENGINE = "engine"  # model, batching, optimisation, output: every way of trainin
 _OWN_FILES_TASK = Task("own", data=FILES)
 
 
-def _task_default(name: str) -> str:
+def _task_default(name: str, before: str = "") -> str:
     return (
-        f"default: the task's, as in the original scripts (cosent_tf.data.tasks); for your own files "
+        f"default: {before}the task's, as in the original scripts (cosent_tf.data.tasks); for your own files "
         f"{getattr(_OWN_FILES_TASK, name)}"
     )
 
@@ -259,7 +263,7 @@ class RunConfig:
         ENGINE,
         "tokens per text (interaction: per pair), [CLS] and [SEP] included; longer ones are cut, and the "
         "run reports how many and the longest; time and memory grow with it (attention with its square); "
-        + _task_default("maxlen")
+        + _task_default("maxlen", "a sentence-transformers checkpoint's max_seq_length (feature models), else ")
         + f" (interaction: {_OWN_FILES_TASK.interaction_maxlen})",
     )
     batch_size: Optional[int] = _option(
@@ -479,10 +483,10 @@ class RunConfig:
     def resolved(self, source: Optional[ModelSource] = None) -> RunConfig:
         """The configuration with its defaults filled in.
 
-        What is not set comes from the recipe (:mod:`cosent_tf.training.recipes`), then the model
-        source (a sentence-transformers folder's pooling, a Hugging Face classifier's head input),
-        the loss and task tables; and the config, vocab and output paths. The numbers are checked
-        first (:meth:`check`).
+        What is not set comes from the model source (a sentence-transformers folder's length and
+        pooling, :func:`folder_defaults`; a Hugging Face classifier's head input), the recipe
+        (:mod:`cosent_tf.training.recipes`), the loss and task tables; and the config, vocab and
+        output paths. The numbers are checked first (:meth:`check`).
 
         Args:
             source: the run's model source when the caller has opened it (:meth:`model_source`);
@@ -535,16 +539,17 @@ class RunConfig:
         if source is None:
             source = self.model_source()
         values = dataclasses.asdict(self)
+        folder = folder_defaults(self, source.settings)
         recipe_batch = recipe.nli_batch_size if task.data == CNSD else recipe.batch_size
-        values["maxlen"] = self.maxlen or kind.maxlen(task)
+        values["maxlen"] = self.maxlen or folder.get("maxlen") or kind.maxlen(task)
         values["batch_size"] = self.batch_size or recipe_batch or loss.batch_size or task.batch_size
         values["epochs"] = self.epochs or recipe.epochs or task.epochs
         values["steps_per_epoch"] = self.steps_per_epoch or task.steps_per_epoch
         for name in ("lr", "weight_decay", "warmup", "schedule"):
             values[name] = getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
-        # A checkpoint brings its config and vocab along; a Hugging Face folder also its pooling
-        # (a sentence-transformers folder's) or its head input (a classifier's pooler).
-        values["pooling"] = self.pooling or source.pooling or recipe.pooling
+        # A checkpoint brings its config and vocab along; a Hugging Face folder also its length and
+        # pooling (a sentence-transformers folder's) or its head input (a classifier's pooler).
+        values["pooling"] = self.pooling or folder.get("pooling") or recipe.pooling
         values["head_input"] = self.head_input or source.head_input or "cls"
         values["config"] = source.config_path
         values["vocab"] = source.vocab_path
@@ -624,6 +629,54 @@ class RunConfig:
         if source.vocab_path is None:  # a checkpoint that brings no vocabulary
             source = dataclasses.replace(source, vocab_path=shared_vocab(self.data_dir, RunConfig.data_dir))
         return source
+
+
+# What a starting folder's setting (:class:`~cosent_tf.models.spec.FolderSetting`) does to the
+# model trained from it, said when an option overrides it: the trained model and its exports keep
+# the option's value.
+FOLDER_SETTING_EFFECTS = {"maxlen": "cut texts at {} tokens", "pooling": "pool with {}"}
+
+
+def folder_defaults(given: RunConfig, settings: Iterable[FolderSetting]) -> dict[str, Any]:
+    """The settings of the folder a run starts from that become the defaults of their options.
+
+    A sentence-transformers folder's length and pooling are a sentence encoder's: a run that
+    trains one (a feature model) takes each whose option ``given`` leaves unset, and says so on
+    the log; an option given with another value overrides it, and a NOTE says what the trained
+    model (and every export of it) does instead. A cross-encoder takes none: it cuts pairs to a
+    length of its own, and pools nothing.
+
+    Args:
+        given: the run's configuration as given (None: an option left unset).
+        settings: the starting folder's (:attr:`~cosent_tf.models.sources.ModelSource.settings`).
+
+    Returns:
+        {field name: the folder's value} for each option taken from the folder.
+
+    Example:
+        >>> from cosent_tf.models.spec import FolderSetting
+        >>> folder_defaults(RunConfig(), [FolderSetting("maxlen", 256, "max_seq_length 256")])
+        {'maxlen': 256}
+    """
+    if get_kind(given.kind).concatenated_pairs:
+        return {}
+    taken = {}
+    for setting in settings:
+        flag = option_names(run_options(setting.name))[0]
+        value = getattr(given, setting.name)
+        if value is None:
+            taken[setting.name] = setting.value
+            logger.info("%s %s: the --checkpoint folder's %s", flag, setting.value, setting.origin)
+        elif value != setting.value:
+            effect = FOLDER_SETTING_EFFECTS[setting.name].format(value)
+            logger.warning(
+                "NOTE: %s %s overrides the --checkpoint folder's %s: the trained model and its exports will %s",
+                flag,
+                value,
+                setting.origin,
+                effect,
+            )
+    return taken
 
 
 _LOSS_OPTIONS = (

@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from cosent_tf import CheckpointError, ConfigError, PairScorer, SentenceEncoder, build_encoder, export_hf
+from cosent_tf.cli import main as cli_main
 from cosent_tf.cli import train_main
+from cosent_tf.data.tasks import get_task
 from cosent_tf.huggingface.folders import read_sentence_transformers, read_tokenizer_json
 from cosent_tf.inference.model_dir import read_spec
 from cosent_tf.models.tokenization import SentenceTokenizer, load_vocab
 from cosent_tf.training.config import RunConfig
-from tests.helpers import made_vocab, make_model_dir, umask
+from tests.helpers import made_vocab, make_model_dir, umask, write_config
 from tests.huggingface.helpers import hf_folder
 
 TEXTS = ["今天天气很好", "我想吃苹果", "Café au LAIT", ""]
@@ -108,6 +110,75 @@ def test_sentence_transformers_pooling_is_read_in_both_layouts(pooling_config, p
     assert RunConfig(checkpoint=str(folder), pooling="max").resolved().pooling == "max"
     (folder / "modules.json").unlink()  # a bare transformers folder: the engine's default, as for Google checkpoints
     assert RunConfig(checkpoint=str(folder)).resolved().pooling == "cls"
+
+
+MEAN = {"pooling_mode_mean_tokens": True}
+SETTINGS_LOG = "cosent_tf.training.config"
+
+
+def logged(caplog):
+    return [record.getMessage() for record in caplog.records if record.name == SETTINGS_LOG]
+
+
+@pytest.mark.parametrize(
+    "settings, positions, maxlen, origin",
+    [
+        ({"max_seq_length": 48}, 64, 48, "max_seq_length 48"),
+        # beyond the position embeddings: cut to them, as a sentence-transformers folder is loaded
+        ({"max_seq_length": 100}, 40, 40, "max_seq_length 100 cut to the model's 40 position embeddings"),
+        # none: the tokenizer's model_max_length (the export wrote its model's maxlen, 32)
+        ({"do_lower_case": False}, 64, 32, "the length 32 (no max_seq_length: the tokenizer's model_max_length)"),
+    ],
+)
+def test_a_run_from_a_sentence_transformers_folder_takes_its_length_unless_an_option_overrides_it(
+    settings, positions, maxlen, origin, tmp_path, caplog
+):
+    folder = str(
+        st_folder(tmp_path, write_config(tmp_path / "tiny.json", max_position=positions), MEAN, settings=settings)
+    )
+    assert maxlen != get_task("BQ").maxlen  # not the default it replaces
+    with caplog.at_level(logging.INFO, SETTINGS_LOG):
+        cfg = RunConfig(task="BQ", checkpoint=folder).resolved()
+    assert (cfg.maxlen, cfg.pooling) == (maxlen, "last-avg")
+    assert logged(caplog) == [
+        f"--maxlen {maxlen}: the --checkpoint folder's {origin}",
+        "--pooling last-avg: the --checkpoint folder's pooling mean (last-avg here)",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, SETTINGS_LOG):
+        cfg = RunConfig(task="BQ", checkpoint=folder, maxlen=24, pooling="cls").resolved()
+    assert (cfg.maxlen, cfg.pooling) == (24, "cls")
+    assert logged(caplog) == [
+        f"NOTE: --maxlen 24 overrides the --checkpoint folder's {origin}: the trained model and its exports will "
+        "cut texts at 24 tokens",
+        "NOTE: --pooling cls overrides the --checkpoint folder's pooling mean (last-avg here): the trained model "
+        "and its exports will pool with cls",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, SETTINGS_LOG):  # the folder's own values, given again: nothing overridden
+        cfg = RunConfig(task="BQ", checkpoint=folder, maxlen=maxlen, pooling="last-avg").resolved()
+    assert (cfg.maxlen, cfg.pooling, logged(caplog)) == (maxlen, "last-avg", [])
+    # a cross-encoder cuts pairs, not texts, and pools nothing: the folder's settings are not its own
+    cfg = RunConfig(task="BQ", kind="interaction", checkpoint=folder).resolved()
+    assert cfg.maxlen == get_task("BQ").interaction_maxlen
+
+
+def test_train_says_on_the_console_which_folder_setting_an_option_overrides(tiny_config, tmp_path, capsys):
+    folder = str(st_folder(tmp_path, tiny_config, MEAN, settings={"max_seq_length": 48}))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("我想还款\t怎么还钱\t1\n今天天气\t明天下雨\t0\n" * 4, encoding="utf-8")
+    command = ["train", "--train", str(pairs), "--checkpoint", folder, "--print-config"]
+    cli_main(command)
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["maxlen"] == 48
+    assert "--maxlen 48: the --checkpoint folder's max_seq_length 48\n" in printed.err
+    cli_main([*command, "--maxlen", "64"])
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["maxlen"] == 64
+    assert (
+        "NOTE: --maxlen 64 overrides the --checkpoint folder's max_seq_length 48: the trained model and its exports "
+        "will cut texts at 64 tokens\n" in printed.err
+    )
 
 
 @pytest.mark.parametrize(
@@ -219,7 +290,15 @@ def test_training_starts_from_a_sentence_transformers_folder_and_keeps_its_setti
     assert np.isfinite(metrics["test"]["spearman"])
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (recorded["pooling"], recorded["config"]) == ("max", str(tmp_path / "st" / "config.json"))
-    assert read_spec(str(tmp_path / "run" / "model")).pooling == "max"
+    # the folder's max_seq_length (its model's maxlen, 32), not STS-B's 64, through to the re-export
+    assert json.loads((tmp_path / "st" / "sentence_bert_config.json").read_text())["max_seq_length"] == 32
+    assert recorded["maxlen"] == 32 != get_task("STS-B").maxlen
+    spec = read_spec(str(tmp_path / "run" / "model"))
+    assert (spec.pooling, spec.maxlen) == ("max", 32)
+    export_hf(str(tmp_path / "run" / "model"), str(tmp_path / "again"))
+    assert json.loads((tmp_path / "again" / "sentence_bert_config.json").read_text())["max_seq_length"] == 32
+    assert json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())["model_max_length"] == 32
+    assert read_sentence_transformers(tmp_path / "again").pooling == "max"
 
 
 def test_an_interaction_run_from_a_classifier_folder_starts_from_its_head(tiny_setup, caplog):
