@@ -3,7 +3,9 @@ model folder the Keras 2 engine loads (the same vectors), resumes after an inter
 weights an uninterrupted run reaches, trains in bf16, and ranks the global batch under
 tf.distribute (TensorFlow backend, in a process of its own: the CPU split must precede TensorFlow's start)."""
 
+import dataclasses
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -294,6 +296,31 @@ def test_options_keras3_cannot_honour_are_refused_by_name(tiny_run):
         with pytest.raises(ConfigError, match=named):
             resolve(RunConfig(**{**cfg.__dict__, **option}))
     assert not os.path.exists(cfg.output_dir)
+
+
+def test_a_run_from_a_sentence_transformers_folder_takes_its_length_and_pooling_unless_given(tmp_path, caplog):
+    from cosent_tf import huggingface
+
+    folder = tmp_path / "st"  # its JSON files are all the settings are read from
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(huggingface.hf_config(TINY)), encoding="utf-8")
+    huggingface.write_sentence_transformers_modules(folder, "max", TINY["hidden_size"], 24, True)
+    given = RunConfig(task="tiny", train_file=str(tmp_path / "train.tsv"), keras=3, checkpoint=str(folder))
+    with caplog.at_level(logging.INFO, "cosent_tf.training.config"):
+        cfg = resolve(given)
+    assert (cfg.maxlen, cfg.pooling) == (24, "max")  # not the task's 64, nor a pooling left to the load
+    assert caplog.messages == [
+        "--maxlen 24: the --checkpoint folder's max_seq_length 24",
+        "--pooling max: the --checkpoint folder's pooling max",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, "cosent_tf.training.config"):
+        cfg = resolve(dataclasses.replace(given, maxlen=16))
+    assert (cfg.maxlen, cfg.pooling) == (16, "max")
+    assert caplog.messages[0] == (
+        "NOTE: --maxlen 16 overrides the --checkpoint folder's max_seq_length 24: the trained model and its exports "
+        "will cut texts at 16 tokens"
+    )
 
 
 MIRRORED = """
