@@ -418,7 +418,12 @@ class RunConfig:
         f"({_for_losses(group_losses())}: examples, each its anchor, positive and hard negatives)",
         metavar="PAIRS",
     )
-    output_dir: Optional[str] = _option(None, ENGINE, "a new or empty folder, or this run's own folder to resume it")
+    output_dir: Optional[str] = _option(
+        None,
+        ENGINE,
+        "a new or empty folder, or this run's own folder to resume it; default: runs/LOSS-TASK (runs/cosent-pairs "
+        "for --train pairs.tsv; interaction models: runs/interact-LOSS-TASK)",
+    )
     # A user's own files instead of a benchmark task (``task`` then names the run's task).
     train_file: Optional[str] = _option(None, OWN_FILES, flags=("--train",), metavar="FILE", required=True)
     valid_file: Optional[str] = _option(

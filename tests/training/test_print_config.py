@@ -46,6 +46,7 @@ def test_print_config_shows_what_the_options_and_the_kind_change(capsys, own_fil
     arguments = ["train", "--train", str(own_file), "--vocab", SHARED_VOCAB, "--print-config"]
     config = printed_config(capsys, lambda: main([*arguments, "--kind", "interaction", "--epochs", "2"]))
     assert config["epochs"] == 2 and config["kind"] == "interaction"
+    assert config["output_dir"] == os.path.join("runs", "interact-cosent-pairs")
     assert config["maxlen"] == Task("own", data=FILES).interaction_maxlen
     paper = printed_config(capsys, lambda: main([*arguments, "--recipe", "paper"]))
     assert (paper["pooling"], paper["weight_decay"]) == (RECIPES["paper"].pooling, RECIPES["paper"].weight_decay)
@@ -100,3 +101,8 @@ def test_the_help_states_the_defaults_for_own_files(capsys):
     own = Task("own", data=FILES)
     assert f"for your own files {own.epochs}" in help_text and f"for your own files {own.batch_size}" in help_text
     assert f"blog {RECIPES['blog'].lr:g}" in help_text
+    # the output folders that print_config's tests find for pairs.tsv
+    assert (
+        "default: runs/LOSS-TASK (runs/cosent-pairs for --train pairs.tsv; interaction models: runs/interact-LOSS-TASK)"
+        in help_text
+    )
