@@ -870,6 +870,8 @@ def _evaluate(args):
             dim=dim,
         )
         metrics.update(file=args.file, **pair_metrics)
+        if "retrieval" in pair_metrics:
+            _say_own_texts_excluded("--retrieval", args.file, pair_metrics["retrieval"])
         if pairs.label_kind == "binary" and predictions is None:
             if dim is None:
                 print(
@@ -901,16 +903,33 @@ def _evaluate(args):
             return matcher.encode(texts, args.batch_size, dim=dim)
 
         if scorer is None:
-            metrics["beir"] = retrieval_by(encode, queries, corpus, relevant)
+            metrics["beir"] = retrieval_by(encode, queries, corpus, relevant, source=args.qrels)
         else:
             metrics["beir"], metrics["beir_reranked"] = retrieval_with_rerank(
-                encode, scorer, queries, corpus, relevant, rerank_top, batch_size=args.batch_size
+                encode, scorer, queries, corpus, relevant, rerank_top, batch_size=args.batch_size, source=args.qrels
             )
+        _say_own_texts_excluded("--queries", args.queries, metrics["beir"])
     print(json_text(metrics, indent=2, ensure_ascii=False))
     if outputs:
         write_json(outputs[0], metrics)
         if lines is not None:
             write_text(outputs[1], "".join(line + "\n" for line in lines))
+
+
+def _say_own_texts_excluded(option: str, path: str, retrieval: dict) -> None:
+    """Say how many queries of a retrieval test had their own text taken out of their rankings
+    (cosent_tf.evaluation.without_own_text), when any had."""
+    own, only = retrieval["own_text_excluded"], retrieval["own_text_only_left_out"]
+    if not own:
+        return
+    given = retrieval["queries"] + only
+    line = (
+        f"{option} {path}: {own} of {given} queries have their own text in the corpus; it is left out of their "
+        "rankings, since a query's own text is not an answer to it"
+    )
+    if only:
+        line += f"; left out of the metrics, having no other relevant text: {only} of them"
+    print(line, file=sys.stderr)
 
 
 def _check_reliability(args: argparse.Namespace, labels: np.ndarray, decision) -> None:
@@ -1126,7 +1145,9 @@ def argument_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--retrieval",
         action="store_true",
-        help="rank, for each first text with a positive pair, every distinct second text",
+        help="rank, for each first text with a positive pair, every distinct second text other than the first "
+        "text itself (equal once case, width, spaces and punctuation are set aside, as mine takes it): a query's "
+        "own text is not an answer to it, and a query whose only match is itself is left out",
     )
     sub.add_argument("--queries", help="BEIR/MTEB-layout queries.jsonl (with --corpus and --qrels)")
     sub.add_argument("--corpus", help="BEIR/MTEB-layout corpus.jsonl")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 from scipy import stats
 
 from . import inference
 from .calibration import accuracy_at, best_threshold
+from .data.pairs import normalized_text
 from .data.tasks import Task
 from .errors import lookup
 from .inference.index import RERANK_TOP, Hit
@@ -124,7 +125,8 @@ def ranking_metrics(
 
     Args:
         ranked: (queries, depth) corpus indices, each row a query's ranking, best first; a depth
-            of ``max(recall_at)`` and 10 suffices (less only when the corpus is smaller).
+            of ``max(recall_at)`` and 10 suffices (less only when the corpus is smaller); a row
+            shorter than others ends in -1.
         relevant: ``relevant[i]`` is the set of corpus indices relevant to query i (not empty).
         corpus_size: the number of corpus texts, reported as ``"corpus"``.
         recall_at: the cutoffs k of Recall@k.
@@ -172,13 +174,19 @@ def retrieval_metrics(
     corpus_vectors: ArrayLike,
     relevant: Sequence[set[int]],
     recall_at: Sequence[int] = RECALL_AT,
+    excluded: Optional[Sequence[set[int]]] = None,
 ) -> dict[str, Any]:
     """:func:`ranking_metrics` of exact cosine search: Recall@k, MRR@10 and nDCG@10, means over queries.
 
     ``query_vectors`` and ``corpus_vectors`` are unit rows; ``relevant[i]`` is the set of
-    corpus indices relevant to query i (not empty).
+    corpus indices relevant to query i (not empty); ``excluded[i]``, when given, the corpus
+    indices left out of query i's ranking (its own text: :func:`own_text_positions`).
     """
-    _, ranked = inference.top_k_cosine(np.asarray(query_vectors, np.float32), corpus_vectors, _depth(recall_at))
+    depth = _depth(recall_at)
+    scores, ranked = inference.top_k_cosine(
+        np.asarray(query_vectors, np.float32), corpus_vectors, depth + _most_excluded(excluded)
+    )
+    _, ranked = _without_excluded(scores, ranked, excluded, depth)
     return ranking_metrics(ranked, relevant, len(corpus_vectors), recall_at)
 
 
@@ -187,14 +195,121 @@ def _depth(recall_at: Sequence[int]) -> int:
     return max(*recall_at, RANK_CUTOFF)
 
 
+def own_text_positions(queries: Sequence[str], corpus: Sequence[str]) -> list[set[int]]:
+    """Per query, the corpus indices that hold the query's own text: the same text as mining's
+    ``anchor_itself`` guard takes it (:func:`~cosent_tf.data.pairs.normalized_text` equal).
+
+    A query's own text is never an answer to it: a search finds it first whatever the model, so
+    the retrieval metrics leave it out of that query's ranking and out of its relevant texts
+    (:func:`retrieval_by`).
+
+    Example:
+        >>> own_text_positions(["花呗怎么还款", "手机"], ["花呗 怎么还款？", "电话", "花呗怎么还款"])
+        [{0, 2}, set()]
+    """
+    keys = {normalized_text(query) for query in queries}
+    positions: dict[str, set[int]] = {}
+    for index, text in enumerate(corpus):
+        key = normalized_text(text)
+        if key in keys:
+            positions.setdefault(key, set()).add(index)
+    return [positions.get(normalized_text(query), set()) for query in queries]
+
+
+class RetrievalTest(NamedTuple):
+    """The queries that retrieval metrics measure, once each query's own text is taken out:
+    ``numbers`` their places among the queries given, ``relevant`` their relevant corpus indices
+    without their own text, ``excluded`` the corpus indices of their own text; ``own_text`` how
+    many of the queries given had their own text in the corpus, ``own_text_only`` how many of those
+    were left out because their own text was their only relevant one."""
+
+    numbers: list[int]
+    relevant: list[set[int]]
+    excluded: list[set[int]]
+    own_text: int
+    own_text_only: int
+
+    def counts(self) -> dict[str, int]:
+        """The metrics' fields that say what was taken out."""
+        return {"own_text_excluded": self.own_text, "own_text_only_left_out": self.own_text_only}
+
+
+def without_own_text(queries: Sequence[str], corpus: Sequence[str], relevant: Sequence[set[int]]) -> RetrievalTest:
+    """The retrieval test of ``queries`` over ``corpus`` with each query's own text taken out
+    (:func:`own_text_positions`): out of its ranking, and out of its relevant texts; a query whose
+    only relevant text is its own has nothing left to find and is left out.
+
+    Example:
+        >>> without_own_text(["a", "b"], ["a", "b!", "c"], [{0, 2}, {1}])
+        RetrievalTest(numbers=[0], relevant=[{2}], excluded=[{0}], own_text=2, own_text_only=1)
+    """
+    own = own_text_positions(queries, corpus)
+    numbers = [number for number, wanted in enumerate(relevant) if wanted - own[number]]
+    return RetrievalTest(
+        numbers,
+        [relevant[number] - own[number] for number in numbers],
+        [own[number] for number in numbers],
+        sum(1 for positions in own if positions),
+        len(relevant) - len(numbers),
+    )
+
+
+def _most_excluded(excluded: Optional[Sequence[set[int]]]) -> int:
+    """How much deeper a search must go so that each ranking keeps its depth once its excluded
+    indices are taken out."""
+    return max((len(indices) for indices in excluded), default=0) if excluded is not None else 0
+
+
+def _without_excluded(
+    scores: np.ndarray, ranked: np.ndarray, excluded: Optional[Sequence[set[int]]], depth: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's ranking without its excluded corpus indices, ``depth`` long at most: rows that
+    come out shorter than others end in index -1 (which no relevant set holds) and score -inf."""
+    if excluded is None:
+        return scores[:, :depth], ranked[:, :depth]
+    width = min(depth, ranked.shape[1])
+    kept_scores = np.full((len(ranked), width), -np.inf, dtype=scores.dtype)
+    kept_ranked = np.full((len(ranked), width), -1, dtype=np.int64)
+    for row, (row_scores, row_indices, left_out) in enumerate(zip(scores, ranked, excluded)):
+        kept = [place for place, index in enumerate(row_indices.tolist()) if index not in left_out][:width]
+        kept_scores[row, : len(kept)] = row_scores[kept]
+        kept_ranked[row, : len(kept)] = row_indices[kept]
+    return kept_scores, kept_ranked
+
+
 def retrieval_by(
     encode: Callable[[Sequence[str]], np.ndarray],
     queries: Sequence[str],
     corpus: Sequence[str],
     relevant: Sequence[set[int]],
+    source: Optional[str] = None,
 ) -> dict[str, Any]:
-    """:func:`retrieval_metrics` of the unit vectors ``encode(texts)`` gives for queries and corpus."""
-    return retrieval_metrics(encode(queries), encode(corpus), relevant)
+    """:func:`retrieval_metrics` of the unit vectors ``encode(texts)`` gives for queries and corpus,
+    each query's own text taken out (:func:`without_own_text`); ``"own_text_excluded"`` counts the
+    queries whose own text the corpus holds, ``"own_text_only_left_out"`` those left out for having
+    no other relevant text. ``source``: the file the test was read from, for the error.
+
+    Raises:
+        ValueError: every query's only relevant text is its own.
+    """
+    test = _measurable(queries, corpus, relevant, source)
+    metrics = retrieval_metrics(
+        encode([queries[number] for number in test.numbers]), encode(corpus), test.relevant, excluded=test.excluded
+    )
+    metrics.update(test.counts())
+    return metrics
+
+
+def _measurable(
+    queries: Sequence[str], corpus: Sequence[str], relevant: Sequence[set[int]], source: Optional[str]
+) -> RetrievalTest:
+    test = without_own_text(queries, corpus, relevant)
+    if not test.numbers:
+        raise ValueError(
+            f"{source or 'retrieval test'}: every one of the {len(queries)} queries has its own text as its only "
+            "relevant text, and a query's own text is not an answer to it: nothing to retrieve"
+        )
+    return test
 
 
 def retrieval_with_rerank(
@@ -206,6 +321,7 @@ def retrieval_with_rerank(
     rerank_top: int = RERANK_TOP,
     recall_at: Sequence[int] = RECALL_AT,
     batch_size: int = 64,
+    source: Optional[str] = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The retrieval metrics of cosine search, and of the same search with its top ``rerank_top``
     re-ordered by an interaction model: ``(plain, reranked)``, from one encoding and one search.
@@ -214,7 +330,8 @@ def retrieval_with_rerank(
     Since reranking only permutes the top ``rerank_top``, the set of a query's first k texts is the
     cosine search's for every k >= ``rerank_top``: Recall@k for those k cannot change, and only
     the metrics that look inside the top ``rerank_top`` (Recall@k below it, MRR@10, nDCG@10) can.
-    With ``rerank_top`` 1 nothing moves, and the metrics are the cosine search's.
+    With ``rerank_top`` 1 nothing moves, and the metrics are the cosine search's. Each query's own
+    text is taken out first, as :func:`retrieval_by` takes it out.
 
     Args:
         encode: unit vectors of a list of texts (a ``SentenceEncoder.encode``).
@@ -226,27 +343,33 @@ def retrieval_with_rerank(
         rerank_top: the cosine hits per query that the scorer re-orders.
         recall_at: the cutoffs k of Recall@k.
         batch_size: pairs per call of the scorer's model.
+        source: the file the test was read from, for the error.
 
     Returns:
-        ``(plain, reranked)``: two :func:`ranking_metrics` dicts; ``reranked`` also holds
-        ``"rerank_top"`` and ``"reranker"`` (the scorer's model folder, None for one held in memory).
+        ``(plain, reranked)``: two :func:`ranking_metrics` dicts with :func:`retrieval_by`'s counts
+        of own texts; ``reranked`` also holds ``"rerank_top"`` and ``"reranker"`` (the scorer's model
+        folder, None for one held in memory).
 
     Raises:
-        ValueError: ``rerank_top`` is below 1.
+        ValueError: ``rerank_top`` is below 1, or every query's only relevant text is its own.
 
     Example:
         >>> plain, reranked = retrieval_with_rerank(encoder.encode, scorer, queries, corpus, relevant, 50)
     """
     if rerank_top < 1:
         raise ValueError(f"rerank_top must be at least 1, got {rerank_top}")
-    depth = _depth(recall_at)
+    test = _measurable(queries, corpus, relevant, source)
+    queries = [queries[number] for number in test.numbers]
+    depth = max(_depth(recall_at), rerank_top)
     cosines, ranked = inference.top_k_cosine(
-        np.asarray(encode(queries), np.float32), encode(corpus), max(depth, rerank_top)
+        np.asarray(encode(queries), np.float32), encode(corpus), depth + _most_excluded(test.excluded)
     )
-    plain = ranking_metrics(ranked[:, :depth], relevant, len(corpus), recall_at)
+    cosines, ranked = _without_excluded(cosines, ranked, test.excluded, depth)
+    depth = _depth(recall_at)
+    plain = ranking_metrics(ranked[:, :depth], test.relevant, len(corpus), recall_at)
     kept = min(rerank_top, ranked.shape[1])
     first_stage = [
-        [Hit(int(i), float(s), corpus[i]) for s, i in zip(row_cosines[:kept], row_indices[:kept])]
+        [Hit(int(i), float(s), corpus[i]) for s, i in zip(row_cosines[:kept], row_indices[:kept]) if i >= 0]
         for row_cosines, row_indices in zip(cosines, ranked)
     ]
     # imported here: the matchers import TensorFlow, and the report (cosent_tf.experiments.report)
@@ -254,19 +377,26 @@ def retrieval_with_rerank(
     from .inference.matchers import rerank as rerank_hits
 
     reordered = rerank_hits(scorer, queries, first_stage, batch_size=batch_size)
-    head = np.asarray([[hit.index for hit in row] for row in reordered], dtype=np.int64).reshape(len(queries), kept)
+    head = np.full((len(queries), kept), -1, dtype=np.int64)
+    for row, hits in enumerate(reordered):
+        head[row, : len(hits)] = [hit.index for hit in hits]
     reranked = ranking_metrics(
-        np.concatenate([head, ranked[:, kept:]], axis=1)[:, :depth], relevant, len(corpus), recall_at
+        np.concatenate([head, ranked[:, kept:]], axis=1)[:, :depth], test.relevant, len(corpus), recall_at
     )
     reranked.update(rerank_top=int(rerank_top), reranker=getattr(scorer, "path", None))
+    plain.update(test.counts())
+    reranked.update(test.counts())
     return plain, reranked
 
 
 def pair_retrieval(encode: Callable[[Sequence[str]], np.ndarray], pairs: Any, task: Task) -> Optional[dict[str, Any]]:
     """Retrieval metrics over labelled pairs (:func:`pair_retrieval_sets`, positives as ``task``
-    says), with vectors from ``encode``; None when no pair is positive."""
+    says), with vectors from ``encode``, each query's own text taken out (:func:`retrieval_by`);
+    None when no pair is positive, or when every query's only relevant text is its own."""
     queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))
-    return retrieval_by(encode, queries, corpus, relevant) if queries else None
+    if not without_own_text(queries, corpus, relevant).numbers:
+        return None
+    return retrieval_by(encode, queries, corpus, relevant)
 
 
 def evaluate_pairs(
@@ -284,7 +414,8 @@ def evaluate_pairs(
 
     Metrics are Spearman and Pearson; for 0/1 labels also accuracy at ``threshold`` (default:
     the model's tuned one; predictions are None without one); with ``retrieval`` (a
-    sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``; with
+    sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``, each
+    query's own text taken out of its ranking (:func:`retrieval_by`); with
     ``rerank`` too (a PairScorer), those of the same search with each query's top ``rerank_top``
     re-ordered by it (:func:`retrieval_with_rerank`) under ``retrieval_reranked``, from the
     same encoding of queries and corpus.
@@ -294,7 +425,8 @@ def evaluate_pairs(
     fitted on full-width cosines, is not used: accuracy only at a ``threshold`` given.
 
     Raises:
-        ValueError: ``rerank`` without ``retrieval``, or ``retrieval`` on pairs with no positive one.
+        ValueError: ``rerank`` without ``retrieval``, or ``retrieval`` on pairs with no positive one,
+            or none but of a text with itself.
         ConfigError: ``dim`` above the encoder's width.
     """
     if rerank is not None and not retrieval:
@@ -322,10 +454,10 @@ def evaluate_pairs(
             return matcher.encode(texts, batch_size, **widths)
 
         if rerank is None:
-            metrics["retrieval"] = retrieval_by(encode, queries, corpus, relevant)
+            metrics["retrieval"] = retrieval_by(encode, queries, corpus, relevant, source=pairs.source)
         else:
             metrics["retrieval"], metrics["retrieval_reranked"] = retrieval_with_rerank(
-                encode, rerank, queries, corpus, relevant, rerank_top, batch_size=batch_size
+                encode, rerank, queries, corpus, relevant, rerank_top, batch_size=batch_size, source=pairs.source
             )
     return metrics, scores, predictions
 

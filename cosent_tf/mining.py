@@ -34,7 +34,6 @@ import json
 import math
 import os
 import tempfile
-import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -42,7 +41,7 @@ import numpy as np
 
 from .data.files import EXTENSION_FORMATS
 from .data.groups import GroupData
-from .data.pairs import PairData
+from .data.pairs import NORMALIZATION, PairData, normalized_text
 from .data.tasks import Task
 from .errors import ConfigError, DataError
 from .inference.index import VectorIndex
@@ -62,30 +61,6 @@ SUMMARY_FORMAT = "cosent-tf-mining"
 CORPUS_CHUNK = 16384
 # What the score statistics hold, in the summary and its table.
 STATISTICS = ("count", "mean", "min", "p5", "p25", "median", "p75", "p95", "max")
-NORMALIZATION = "NFKC, case-folded, without white space, punctuation and control characters"
-# Unicode categories (their first letter) that normalisation drops: separators, punctuation, controls.
-_DROPPED_CATEGORIES = frozenset("ZPC")
-
-
-def normalized_text(text: str) -> str:
-    """``text`` as the duplicate guards compare texts: NFKC (full-width forms become ASCII), case
-    folded, and without white space, punctuation and control or format characters (Unicode
-    categories Z*, P* and C*).
-
-    Args:
-        text: any text.
-
-    Returns:
-        Its normalised form; two texts are duplicates when their forms are equal.
-
-    Example:
-        >>> normalized_text("花呗 怎么还款？") == normalized_text("花呗怎么还款?")
-        True
-        >>> normalized_text("ＱＱ Number!")
-        'qqnumber'
-    """
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(c for c in folded if unicodedata.category(c)[0] not in _DROPPED_CATEGORIES)
 
 
 def summary_paths(output: PathLike) -> tuple[str, str]:

@@ -335,13 +335,54 @@ def test_evaluate_scores_a_pair_file_and_a_beir_triple(model_dir, tmp_path, caps
         ]
     )
     expected = retrieval_metrics(encoder.encode(["今天天气", "手机"]), encoder.encode(SENTENCES), [{0, 4}, {3}])
-    assert printed_json(capsys)["beir"] == pytest.approx(expected)
+    # no query is a corpus text: nothing of its own to take out
+    assert printed_json(capsys)["beir"] == pytest.approx(
+        {**expected, "own_text_excluded": 0, "own_text_only_left_out": 0}
+    )
 
     make_model_dir(tmp_path / "scorer", tiny_config, kind="interaction")
     with pytest.raises(SystemExit, match="retrieval metrics need a feature model"):
         main(["evaluate", str(tmp_path / "scorer"), str(tmp_path / "pairs.csv"), "--retrieval"])
     with pytest.raises(SystemExit, match="--queries, --corpus and --qrels go together"):
         main(["evaluate", str(model_dir), "--queries", str(tmp_path / "q.jsonl")])
+
+
+def test_evaluate_retrieval_leaves_each_querys_own_text_out_of_its_ranking_and_says_how_many(
+    mining_models, tmp_path, capsys
+):
+    # Each first text with a match is also a second text (the last one once its punctuation is
+    # dropped): searched with itself in the corpus, it would find itself first. 号码's only match is itself.
+    rows = [
+        ("我想换手机", "换个手机", 1),
+        ("今天天气怎么样", "我想换手机", 0),
+        ("今天天气怎么样", "天气如何", 1),
+        ("ＱＱ号码是多少", "今天天气怎么样？", 0),
+        ("ＱＱ号码是多少", "手机多少钱", 0),
+        ("号码", "号码", 1),
+    ]
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows), encoding="utf-8")
+    main(["evaluate", str(mining_models / "encoder"), str(tmp_path / "pairs.tsv"), "--retrieval"])
+    captured = capsys.readouterr()
+    assert (
+        f"--retrieval {tmp_path / 'pairs.tsv'}: 3 of 3 queries have their own text in the corpus; it is left out of "
+        "their rankings, since a query's own text is not an answer to it; left out of the metrics, having no other "
+        "relevant text: 1 of them\n"
+    ) in captured.err
+    got = json.loads(captured.out)["retrieval"]
+
+    # brute force: every corpus text but the query's own, by cosine
+    encoder = SentenceEncoder.load(mining_models / "encoder")
+    corpus = ["换个手机", "我想换手机", "天气如何", "今天天气怎么样？", "手机多少钱", "号码"]
+    queries, own, answers = ["我想换手机", "今天天气怎么样"], [1, 3], [0, 2]
+    cosines = encoder.encode(queries) @ encoder.encode(corpus).T
+    ranks = [
+        1 + sum(row[d] > row[answer] for d in range(len(corpus)) if d not in (mine, answer))
+        for row, mine, answer in zip(cosines, own, answers)
+    ]
+    assert got["recall@1"] == pytest.approx(np.mean([rank == 1 for rank in ranks]))
+    assert got["mrr@10"] == pytest.approx(np.mean([1 / rank for rank in ranks]))
+    assert got["ndcg@10"] == pytest.approx(np.mean([1 / np.log2(rank + 1) for rank in ranks]))
+    assert (got["queries"], got["corpus"], got["own_text_excluded"], got["own_text_only_left_out"]) == (2, 6, 3, 1)
 
 
 @pytest.mark.parametrize("command", [["train", "--help"], ["encode", "--help"], ["--help"]])

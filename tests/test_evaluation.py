@@ -2,15 +2,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cosent_tf import build_encoder, build_interaction_model
+from cosent_tf import build_encoder, build_interaction_model, mining
+from cosent_tf.data.pairs import normalized_text
 from cosent_tf.evaluation import (
     PAIR_SCORERS,
     accuracy_at,
     best_threshold,
     mean_over_tasks,
+    own_text_positions,
     pair_cosines,
     pair_retrieval_sets,
     pair_scores,
+    retrieval_by,
     retrieval_metrics,
     spearman,
     task_metrics,
@@ -114,3 +117,66 @@ def test_a_score_at_the_threshold_counts_as_dissimilar():
     assert accuracy_at([0.5, 0.7, 0.2], [0, 1, 0], 0.5) == 1.0
     threshold, accuracy = best_threshold([0.2, 0.5, 0.5, 0.9], [0, 0, 0, 1])
     assert accuracy_at([0.2, 0.5, 0.5, 0.9], [0, 0, 0, 1], threshold) == accuracy == 1.0
+
+
+def test_a_querys_own_text_is_taken_out_of_its_ranking_and_answers_as_a_brute_force_ranks_without_it():
+    rng = np.random.default_rng(7)
+    corpus = [f"问题{i}" for i in range(25)]
+    corpus_vectors = rng.normal(size=(25, 8)).astype(np.float32)
+    corpus_vectors /= np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
+    # Queries 0 to 3 are corpus texts (query 2 differs only in width and punctuation, which mining's
+    # normalisation drops), so their own copy scores a cosine of 1 and would rank first; query 3's
+    # only relevant text is its own; queries 4 and 5 are not in the corpus.
+    queries = ["问题3", "问题8", "问题 11！", "问题20", "别的", "另一个"]
+    own = [{3}, {8}, {11}, {20}, set(), set()]
+    query_vectors = np.concatenate([corpus_vectors[[3, 8, 11, 20]], rng.normal(size=(2, 8)).astype(np.float32)])
+    query_vectors /= np.linalg.norm(query_vectors, axis=1, keepdims=True)
+    relevant = [{5, 3}, {1, 17, 22}, {0}, {20}, {4, 9}, {13}]
+    vectors = {**dict(zip(corpus, corpus_vectors)), **dict(zip(queries, query_vectors))}
+
+    def encode(texts):
+        return np.array([vectors[text] for text in texts])
+
+    got = retrieval_by(encode, queries, corpus, relevant)
+
+    kept = [q for q in range(6) if relevant[q] - own[q]]
+    assert kept == [0, 1, 2, 4, 5]
+    ranks = []  # 1-based rank of each answer among the corpus texts other than the query's own
+    for q in kept:
+        others = [d for d in range(25) if d not in own[q]]
+        order = sorted(others, key=lambda d: -float(query_vectors[q] @ corpus_vectors[d]))
+        ranks.append([order.index(d) + 1 for d in sorted(relevant[q] - own[q])])
+    for k in (1, 5, 10):
+        assert got[f"recall@{k}"] == pytest.approx(np.mean([np.mean([r <= k for r in rs]) for rs in ranks]))
+    assert got["mrr@10"] == pytest.approx(np.mean([1 / min(rs) if min(rs) <= 10 else 0 for rs in ranks]))
+    ideal = [sum(1 / np.log2(i + 2) for i in range(min(len(rs), 10))) for rs in ranks]
+    dcg = [sum(1 / np.log2(r + 1) for r in rs if r <= 10) for rs in ranks]
+    assert got["ndcg@10"] == pytest.approx(np.mean(np.array(dcg) / ideal))
+    assert (got["queries"], got["corpus"]) == (5, 25)
+    assert (got["own_text_excluded"], got["own_text_only_left_out"]) == (4, 1)
+    # searched with their own copies, queries 1 and 2 find them first, a miss at rank 1
+    assert retrieval_metrics(query_vectors[1:3], corpus_vectors, relevant[1:3])["recall@1"] == 0
+
+
+def test_own_text_positions_are_the_corpus_texts_mining_takes_for_the_same_text():
+    queries = ["花呗怎么还款", "手机", "ＱＱ号码"]
+    corpus = ["花呗 怎么还款？", "电话", "花呗怎么还款", "qq号码!", "手机号"]
+    assert (
+        own_text_positions(queries, corpus)
+        == [
+            {d for d, text in enumerate(corpus) if normalized_text(text) == normalized_text(query)} for query in queries
+        ]
+        == [{0, 2}, set(), {3}]
+    )
+    assert mining.normalized_text is normalized_text  # one test of "the same text", mining's guards' too
+
+
+def test_a_retrieval_test_whose_every_query_has_only_its_own_text_is_refused_naming_its_file():
+    with pytest.raises(ValueError, match=r"pairs\.tsv: every one of the 2 queries has its own text as its only"):
+        retrieval_by(
+            lambda texts: np.eye(3, dtype=np.float32)[: len(texts)],
+            ["a", "b"],
+            ["a", "b", "c"],
+            [{0}, {1}],
+            "pairs.tsv",
+        )

@@ -53,7 +53,7 @@ def test_names_of_the_modules_that_became_packages_still_import_from_them(packag
     ]
     + ["losses.mnrl", "losses.angle", "losses.cosent_ibn"]
     + ["layers", "optimizers", "callbacks", "errors", "data.pipeline", "data.groups", "training.gradient_cache"]
-    + ["mining"],
+    + ["mining", "data.pairs"],
 )
 def test_docstring_examples_run(module):
     import doctest

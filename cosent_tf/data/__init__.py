@@ -23,6 +23,8 @@ _HOMES = {
     "decoded_lines": ".pairs",
     "PLAIN_DECIMAL": ".pairs",
     "FLOAT32_MAX": ".pairs",
+    "normalized_text": ".pairs",
+    "NORMALIZATION": ".pairs",
     "SPLITS": ".benchmarks",
     "read_senteval": ".benchmarks",
     "read_nli": ".benchmarks",

@@ -1,5 +1,6 @@
 """Labelled sentence pairs and what every reader of a text file shares: bounded line reading,
-the report of lines skipped or flagged, and the one parser of a label cell."""
+the report of lines skipped or flagged, the one parser of a label cell, and the one test of
+"the same text" (:func:`normalized_text`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import math
 import os
 import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import IO, Literal, NamedTuple, Optional, Union, overload
 
@@ -23,6 +25,32 @@ logger = logging.getLogger(__name__)
 NLI_LABELS = {"contradiction": 0, "neutral": 1, "entailment": 2}
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+NORMALIZATION = "NFKC, case-folded, without white space, punctuation and control characters"
+# Unicode categories (their first letter) that normalisation drops: separators, punctuation, controls.
+_DROPPED_CATEGORIES = frozenset("ZPC")
+
+
+def normalized_text(text: str) -> str:
+    """``text`` as texts are compared wherever two must not be the same text (mining's duplicate
+    guards, a query's own text in a retrieval corpus): NFKC (full-width forms become ASCII), case
+    folded, and without white space, punctuation and control or format characters (Unicode
+    categories Z*, P* and C*).
+
+    Args:
+        text: any text.
+
+    Returns:
+        Its normalised form; two texts are the same text when their forms are equal.
+
+    Example:
+        >>> normalized_text("花呗 怎么还款？") == normalized_text("花呗怎么还款?")
+        True
+        >>> normalized_text("ＱＱ Number!")
+        'qqnumber'
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(c for c in folded if unicodedata.category(c)[0] not in _DROPPED_CATEGORIES)
 
 
 @dataclasses.dataclass

@@ -209,6 +209,10 @@ def test_ranking_metrics_and_retrieval_metrics_match_a_hand_count():
         ranking_metrics(RANKED, RELEVANT[:2], 12)
 
 
+# The counts of a retrieval test none of whose queries is a corpus text.
+NO_OWN_TEXT = {"own_text_excluded": 0, "own_text_only_left_out": 0}
+
+
 class Oracle(TableScorer):
     """Scores 1 for a (query, text) pair the relevance sets call relevant, 0 for any other."""
 
@@ -237,6 +241,7 @@ def test_reranking_the_hand_ranked_case_with_an_oracle_moves_the_relevant_texts_
             "corpus": 12,
             "rerank_top": 5,
             "reranker": None,
+            **NO_OWN_TEXT,
         }
     )
 
@@ -257,7 +262,7 @@ def test_an_oracle_reranker_puts_a_relevant_text_first_whenever_one_is_in_its_re
         calls.append(len(texts))
         return np.array([vectors[text] for text in texts])
 
-    plain = retrieval_metrics(query_vectors, corpus_vectors, relevant)
+    plain = {**retrieval_metrics(query_vectors, corpus_vectors, relevant), **NO_OWN_TEXT}
     # 1-based cosine rank of each query's best-ranked relevant text (random floats: no ties)
     cosines = query_vectors @ corpus_vectors.T
     first_relevant = [min(int(np.sum(row > row[d])) + 1 for d in wanted) for row, wanted in zip(cosines, relevant)]
@@ -313,3 +318,48 @@ def test_evaluate_pairs_reports_both_rankings_from_one_encoding(encoder, scorer)
     assert metrics["retrieval_reranked"]["reranker"] == scorer.path and metrics["retrieval_reranked"]["rerank_top"] == 2
     with pytest.raises(ValueError, match="rerank re-orders retrieval results: pass retrieval=True"):
         evaluate_pairs(encoder, pairs, rerank=scorer)
+
+
+def test_reranked_retrieval_takes_each_querys_own_text_out_before_the_scorer_sees_it():
+    # Query q0 is corpus text c2 and q1 is c5 (the same text once normalised): their own copies
+    # score a cosine of 1, and q1's only other answer is c7; q2's only relevant text is its own.
+    rng = np.random.default_rng(3)
+    corpus = [f"c{i}" for i in range(12)]
+    corpus_vectors = rng.normal(size=(12, 6)).astype(np.float32)
+    corpus_vectors /= np.linalg.norm(corpus_vectors, axis=1, keepdims=True)
+    queries, relevant = ["c2", "C5!", "c9", "q3"], [{2, 4}, {7}, {9}, {1, 10}]
+    query_vectors = np.concatenate([corpus_vectors[[2, 5, 9]], rng.normal(size=(1, 6)).astype(np.float32)])
+    query_vectors /= np.linalg.norm(query_vectors, axis=1, keepdims=True)
+    vectors = {**dict(zip(corpus, corpus_vectors)), **dict(zip(queries, query_vectors))}
+
+    def encode(texts):
+        return np.array([vectors[text] for text in texts])
+
+    scored = []
+
+    class Recording(Oracle):
+        def similarity(self, texts_a, texts_b, batch_size=64, show_progress=None):
+            scored.extend(zip(texts_a, texts_b))
+            return super().similarity(texts_a, texts_b, batch_size, show_progress)
+
+    plain, reranked = retrieval_with_rerank(encode, Recording(queries, corpus, relevant), queries, corpus, relevant, 4)
+    kept, own = [0, 1, 3], [{2}, {5}, set()]
+    assert plain == pytest.approx(
+        {
+            **retrieval_metrics(query_vectors[kept], corpus_vectors, [{4}, {7}, {1, 10}], excluded=own),
+            "own_text_excluded": 3,
+            "own_text_only_left_out": 1,
+        }
+    )
+    assert {query for query, _ in scored} == {"c2", "C5!", "q3"} and len(scored) == 3 * 4
+    assert ("c2", "c2") not in scored and ("C5!", "c5") not in scored
+    # brute force: each kept query's cosine order without its own text, its top 4 re-ordered by the oracle
+    for q, row in zip(
+        kept,
+        [
+            sorted(set(range(12)) - own[i], key=lambda d, v=query_vectors[q]: -float(v @ corpus_vectors[d]))
+            for i, q in enumerate(kept)
+        ],
+    ):
+        assert [b for a, b in scored if a == queries[q]] == [corpus[d] for d in row[:4]]
+    assert reranked["queries"] == 3 and reranked["own_text_excluded"] == 3
