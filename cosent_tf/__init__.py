@@ -33,6 +33,9 @@ _HOMES = {
     "CosineMSELoss": ".losses",
     "ThresholdContrastiveLoss": ".losses",
     "MatryoshkaLoss": ".losses",
+    "MultipleNegativesRankingLoss": ".losses",
+    "AnglELoss": ".losses",
+    "CoSENTIBNLoss": ".losses",
     "FusedAdam": ".optimizers",
     # data
     "Task": ".data.tasks",
@@ -58,6 +61,7 @@ _HOMES = {
     "export_onnx": ".export.onnx_export",
     "SentenceEncoder": ".inference.matchers",
     "PairScorer": ".inference.matchers",
+    "load_matcher": ".inference.matchers",
     "VectorIndex": ".inference.index",
     "Hit": ".inference.index",
     "RerankedHit": ".inference.index",

@@ -718,7 +718,7 @@ def _check_calibration_folder(model_dir: str):
     model folder. An export or a Hugging Face folder is refused, saying what to calibrate instead."""
     from .exports import EXPORT_RECORD
     from .io import read_json
-    from .models.spec import SPEC_FILE, hugging_face_format, read_spec
+    from .models.spec import SPEC_FILE, how_to_calibrate, hugging_face_format, read_spec
 
     if os.path.isdir(model_dir) and not os.path.exists(os.path.join(model_dir, SPEC_FILE)):
         record_path = os.path.join(model_dir, EXPORT_RECORD)
@@ -733,7 +733,7 @@ def _check_calibration_folder(model_dir: str):
             raise ConfigError(
                 f"{model_dir}: is a Hugging Face folder, not a cosent-tf model folder, and cosent-tf writes nothing "
                 "into another program's folder: calibrate the cosent-tf model folder it was exported from, or fit a "
-                "decision in Python without saving it (load_matcher(FOLDER).calibrate(...))"
+                f"decision in Python without saving it: {how_to_calibrate(model_dir)}"
             )
     return read_spec(model_dir)
 
@@ -804,7 +804,7 @@ def _evaluate(args):
     from .evaluation import evaluate_pairs, retrieval_by, retrieval_with_rerank
     from .inference.matchers import PairScorer, load_matcher
     from .models.kinds import get_kind
-    from .models.spec import read_spec
+    from .models.spec import how_to_calibrate, read_spec
 
     beir = [args.queries, args.corpus, args.qrels]
     if any(beir) and not all(beir):
@@ -875,8 +875,8 @@ def _evaluate(args):
         if pairs.label_kind == "binary" and predictions is None:
             if dim is None:
                 print(
-                    "no accuracy: the model folder has no match decision; pass --threshold, or fit one: cosent-tf "
-                    f"calibrate {args.model_dir} LABELLED_FILE",
+                    f"no accuracy: {args.model_dir} has no match decision; pass --threshold, or fit one: "
+                    f"{how_to_calibrate(args.model_dir)}",
                     file=sys.stderr,
                 )
             else:
@@ -936,19 +936,20 @@ def _check_reliability(args: argparse.Namespace, labels: np.ndarray, decision) -
     """Refuse ``--reliability`` before the pairs are scored when there is nothing to draw: no
     matches to compare with (graded labels without a cut) or no calibration map."""
     from .calibration import label_matches
+    from .models.spec import how_to_calibrate
 
     if label_matches(labels, None if decision is None else decision.cut) is None:
         raise ConfigError(
             f"--reliability {args.reliability}: {args.file}'s labels are graded ({float(np.min(labels)):g} to "
             f"{float(np.max(labels)):g}), and {args.model_dir}'s decision has no cut that makes them match / no "
-            f"match; a reliability diagram needs matches: cosent-tf calibrate {args.model_dir} LABELLED_FILE --cut "
-            "LABEL (a label above LABEL is a match)"
+            f"match; a reliability diagram needs matches: {how_to_calibrate(args.model_dir)}, with a cut (--cut "
+            "LABEL, or cut=LABEL in Python: a label above LABEL is a match)"
         )
     if decision is None or decision.calibration is None:
         why = "it has no match decision" if decision is None else (decision.note or "its decision has no map")
         raise ConfigError(
             f"--reliability {args.reliability}: {args.model_dir} has no calibration map to draw ({why}); fit one "
-            f"on labelled pairs: cosent-tf calibrate {args.model_dir} LABELLED_FILE"
+            f"on labelled pairs: {how_to_calibrate(args.model_dir)}"
         )
 
 

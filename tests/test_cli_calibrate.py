@@ -161,7 +161,8 @@ def test_similarity_decide_agrees_with_the_python_api(folders, kind, tmp_path, c
 
 def test_similarity_decide_without_a_decision_says_how_to_fit_one(folders, capsys):
     message = error_of(["similarity", str(folders / "encoder"), "今天", "明天", "--decide"])
-    assert "no match decision (no decision.json" in message and "cosent-tf calibrate MODEL_DIR" in message
+    assert "no match decision (no decision.json" in message
+    assert message.endswith(f"fit one on labelled pairs: cosent-tf calibrate {folders / 'encoder'} LABELLED_FILE")
     # a text taken for the rule: the option's value is refused, saying where --decide goes
     message = error_of(["similarity", str(folders / "encoder"), "--decide", "今天", "明天"], capsys)
     assert (
@@ -280,3 +281,49 @@ def test_calibrate_writes_only_into_a_cosent_tf_model_folder(folders, tmp_path):
         message
     )
     assert not (foreign / DECISION_FILE).exists() and not (tmp_path / "exported" / DECISION_FILE).exists()
+
+
+@pytest.mark.heavy
+def test_evaluate_without_a_decision_points_to_a_calibration_that_works_on_its_folder(folders, tmp_path, capsys):
+    """The hint of ``evaluate`` on a folder without a match decision, followed as written, fits one:
+    ``cosent-tf calibrate`` on a model folder, on the model folder an export came from, and a
+    decision in Python on another program's Hugging Face folder (which calibrate refuses)."""
+    import cosent_tf
+    from cosent_tf import export_hf
+
+    file, texts_a, texts_b, labels = write_pairs(tmp_path / "pairs.tsv", binary_labels(14))
+    model_dir = model_copy(folders, "feature", tmp_path)
+    export_hf(model_dir, str(tmp_path / "exported"))
+    foreign = shutil.copytree(tmp_path / "exported", tmp_path / "foreign")
+    (foreign / "cosent_tf_export.json").unlink()
+
+    def hint_of(folder):
+        capsys.readouterr()
+        main(["evaluate", str(folder), file])
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("no accuracy: ")]
+        prefix = f"no accuracy: {folder} has no match decision; pass --threshold, or fit one: "
+        assert len(lines) == 1 and lines[0].startswith(prefix), lines
+        return lines[0][len(prefix) :]
+
+    assert hint_of(model_dir) == f"cosent-tf calibrate {model_dir} LABELLED_FILE"
+    assert hint_of(tmp_path / "exported") == (
+        f"calibrate the cosent-tf model folder it was exported from (cosent-tf calibrate {model_dir} LABELLED_FILE), "
+        "then export it again; the export carries its decision"
+    )
+    hint = hint_of(foreign)
+    call = f"cosent_tf.load_matcher({str(foreign)!r}).calibrate(texts_a, texts_b, labels, source)"
+    assert hint == (
+        f"in Python, {call}, which keeps the decision in memory (cosent-tf calibrate writes only into a cosent-tf "
+        "model folder, not into another program's)"
+    )
+    # followed as written: the Python call on the foreign folder, the command on the model folder
+    source = file
+    decision = eval(
+        call, {"cosent_tf": cosent_tf, "texts_a": texts_a, "texts_b": texts_b, "labels": labels, "source": source}
+    )
+    assert decision.binary and decision.fitted_on["file"] == file
+    main(["calibrate", model_dir, file])
+    assert read_decision(model_dir) is not None
+    capsys.readouterr()
+    main(["evaluate", model_dir, file])
+    assert "no accuracy" not in capsys.readouterr().err

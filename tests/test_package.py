@@ -63,3 +63,82 @@ def test_docstring_examples_run(module):
     loaded = importlib.import_module(f"cosent_tf.{module}")
     results = doctest.testmod(loaded, extraglobs={"tf": tf, "keras": keras}, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert results.failed == 0
+
+
+def _names_in_messages():
+    """Every ``cosent_tf.X`` (``cosent_tf.X.Y`` ...) that a string of the package other than a
+    docstring names: the messages and hints a user reads and may type."""
+    import ast
+    import pathlib
+    import re
+
+    package = pathlib.Path(cosent_tf.__file__).parent
+    named = set()
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                named.update(re.findall(r"\bcosent_tf(?:\.[A-Za-z_]\w*)+", node.value))
+    return sorted(named)
+
+
+MESSAGE_NAMES = _names_in_messages()
+
+
+def test_the_messages_name_the_top_level_names_that_users_were_sent_to():
+    assert {"cosent_tf.load_matcher", "cosent_tf.SentenceEncoder", "cosent_tf.read_pair_file"} <= set(MESSAGE_NAMES)
+
+
+def _defined_in_keras3(names):
+    """Whether ``names`` (after ``cosent_tf.keras3``) are that package's, read from its source: this
+    process holds Keras 2, and a process imports one Keras (docs/keras3.md)."""
+    import ast
+    import pathlib
+
+    folder = pathlib.Path(cosent_tf.__file__).parent / "keras3"
+    if not names:
+        return folder.is_dir()
+    tree = ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))
+    homes = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [target.id for target in node.targets] == ["_HOMES"]
+    )
+    if len(names) != 1 or names[0] not in homes:
+        return False
+    home = ast.parse((folder / f"{homes[names[0]].lstrip('.')}.py").read_text(encoding="utf-8"))
+    return any(getattr(node, "name", None) == names[0] for node in home.body)
+
+
+@pytest.mark.parametrize("dotted", MESSAGE_NAMES)
+def test_every_name_a_message_of_the_package_names_imports(dotted):
+    parts = dotted.split(".")
+    if parts[:2] == ["cosent_tf", "keras3"]:
+        assert _defined_in_keras3(parts[2:]), f"{dotted} is not a name of cosent_tf.keras3"
+        return
+    for length in range(len(parts), 0, -1):  # the longest module, then attributes of it
+        try:
+            found = importlib.import_module(".".join(parts[:length]))
+        except ImportError:
+            continue
+        for attribute in parts[length:]:
+            found = getattr(found, attribute)
+        return
+    raise AssertionError(f"{dotted} does not import")
+
+
+@pytest.mark.parametrize("name", ["load_matcher", "MultipleNegativesRankingLoss", "AnglELoss", "CoSENTIBNLoss"])
+def test_the_matcher_loader_and_the_in_batch_losses_import_from_the_top_level(name):
+    assert name in cosent_tf.__all__
+    from cosent_tf import losses
+    from cosent_tf.inference import matchers
+
+    assert getattr(cosent_tf, name) is getattr(matchers if name == "load_matcher" else losses, name)

@@ -24,7 +24,7 @@ from ..choices import PRECISIONS, RUNTIMES
 from ..errors import ConfigError
 from ..io import read_whole_folder
 from ..models.kinds import FEATURE, INTERACTION, get_kind
-from ..models.spec import SPEC_FILE, ModelSpec, read_spec
+from ..models.spec import SPEC_FILE, ModelSpec, how_to_calibrate, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, RerankedHit, VectorIndex, rerank_depth
 from .model_dir import load_model_dir, read_model_decision
@@ -222,7 +222,7 @@ class _Matcher:
             raise ConfigError(
                 f"{self.path or 'this model'}: no match decision (no decision.json: its training task had no "
                 "labels to fit one on, or the model was not loaded from a folder); fit one on labelled pairs: "
-                "cosent-tf calibrate MODEL_DIR LABELLED_FILE, or calibrate(...) in Python"
+                f"{how_to_calibrate(self.path)}"
             )
         return self.decision
 
@@ -380,7 +380,7 @@ class _Matcher:
         if threshold is None:
             raise ConfigError(
                 f"{self.path or 'this model'}: no tuned threshold (its training task had no binary labels); "
-                "pass threshold=, or fit a decision on labelled pairs: cosent-tf calibrate MODEL_DIR LABELLED_FILE"
+                f"pass threshold=, or fit a decision on labelled pairs: {how_to_calibrate(self.path)}"
             )
         # in float64, as the decision compares: a float32 comparison could round the threshold onto a score
         return (np.asarray(self.similarity(texts_a, texts_b, **kwargs), dtype=np.float64) > threshold).astype(np.int32)

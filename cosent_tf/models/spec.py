@@ -21,6 +21,7 @@ from typing import Any, Optional, Protocol, Union
 from .. import huggingface
 from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision
 from ..errors import ConfigError
+from ..exports import EXPORT_RECORD
 from ..io import FolderKind, is_inside, json_field, read_json
 from .checkpoint_files import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
 from .families import get_architecture
@@ -350,6 +351,39 @@ def hugging_face_format(path: Any) -> Optional[str]:
     if path is None or not huggingface.is_hf_folder(path):
         return None
     return SENTENCE_TRANSFORMERS if huggingface.is_sentence_transformers_folder(path) else HUGGING_FACE
+
+
+def how_to_calibrate(folder: Union[str, os.PathLike[str], None]) -> str:
+    """How a match decision gets fitted for the model in ``folder``, as a message's hint that works
+    there: ``cosent-tf calibrate`` for a cosent-tf model folder, the one kind of folder it writes
+    into; for an export of one (its record names the model folder), calibrating that folder and
+    exporting it again; for any other folder (a Hugging Face one), and for a model held in memory
+    (``folder`` None), a decision fitted in Python, which the matcher keeps in memory.
+
+    Example:
+        >>> how_to_calibrate("runs/bq-cosent/model")
+        'cosent-tf calibrate runs/bq-cosent/model LABELLED_FILE'
+    """
+    if folder is None:
+        return "calibrate(texts_a, texts_b, labels, source) on this matcher in Python"
+    path = os.fspath(folder)
+    if os.path.isfile(os.path.join(path, SPEC_FILE)) or not os.path.isdir(path):
+        return f"cosent-tf calibrate {path} LABELLED_FILE"
+    record = os.path.join(path, EXPORT_RECORD)
+    if os.path.isfile(record):
+        try:
+            source = read_json(record, "cosent-tf's record of an export").get("model_dir") or "MODEL_DIR"
+        except ConfigError:
+            source = "MODEL_DIR"
+        return (
+            f"calibrate the cosent-tf model folder it was exported from (cosent-tf calibrate {source} LABELLED_FILE), "
+            "then export it again; the export carries its decision"
+        )
+    return (
+        f"in Python, cosent_tf.load_matcher({path!r}).calibrate(texts_a, texts_b, labels, source), which keeps the "
+        "decision in memory (cosent-tf calibrate writes only into a cosent-tf model folder, not into another "
+        "program's)"
+    )
 
 
 def read_model_decision(model_dir: str, kind: str, old_threshold: Optional[float] = None) -> Optional[MatchDecision]:
