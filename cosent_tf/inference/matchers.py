@@ -45,6 +45,12 @@ def check_pairs(texts_a: Iterable[str], texts_b: Iterable[str]) -> tuple[list[st
     return texts_a, texts_b
 
 
+def one_pair(texts_a: Iterable[str] | str, texts_b: Iterable[str] | str) -> bool:
+    """Whether a call that scores aligned pairs was given one pair, two strings, rather than two
+    lists of texts: its result is then the one pair's, without the list's axis."""
+    return isinstance(texts_a, str) and isinstance(texts_b, str)
+
+
 def _show(show_progress: bool | None, count: int) -> bool:
     return count >= PROGRESS_FROM if show_progress is None else bool(show_progress)
 
@@ -93,6 +99,30 @@ class _Matcher:
         self.decision = decision
         self.strategy = strategy
         self._checked_dims: dict[int, int | None] = {}
+
+    def __repr__(self) -> str:
+        spec = self.spec
+        fields = [f"model={self.path!r}" if self.path is not None else "model=None (held in memory)"]
+        if spec is not None:
+            fields.append(f"kind={spec.kind}")
+            fields += self._described(spec)
+            fields.append(f"maxlen={spec.maxlen}")
+        fields.append(f"decision={self._decision_shown()}")
+        return f"{type(self).__name__}({', '.join(fields)})"
+
+    def _described(self, spec: ModelSpec) -> list[str]:
+        """What a repr says of this kind of model beside its folder, kind and maxlen."""
+        return []
+
+    def _decision_shown(self) -> str:
+        """The match decision in a few words: its rule's threshold and calibration map, or none."""
+        decision = self.decision
+        if decision is None:
+            return "none"
+        if not decision.binary:
+            return "graded (expected label), no threshold"
+        calibrated = "no calibration" if decision.calibration is None else f"{decision.calibration.method} calibration"
+        return f"{decision.rule} threshold {decision.threshold():.4f}, {calibrated}"
 
     @classmethod
     def check_folder(
@@ -226,10 +256,22 @@ class _Matcher:
             )
         return self.decision
 
+    # one str is one text (or one pair), though a str is an Iterable[str] too
+    @overload
+    def predict_proba(  # type: ignore[overload-overlap]
+        self, texts_a: str, texts_b: str, batch_size: int = 64, show_progress: bool | None = None
+    ) -> float: ...
+
+    @overload
     def predict_proba(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
-    ) -> np.ndarray:
-        """Each aligned pair's probability of a match (float64), by the decision's calibration map.
+    ) -> np.ndarray: ...
+
+    def predict_proba(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+    ) -> np.ndarray | float:
+        """Each aligned pair's probability of a match (float64), by the decision's calibration map;
+        of one pair given as two strings, that pair's (a float).
 
         Raises:
             ConfigError: the model has no decision, or its decision no calibration map (too few pairs,
@@ -241,6 +283,8 @@ class _Matcher:
         """
         decision = self._decision()
         decision.probability(0.0)  # a decision without a map says so before the pairs are scored
+        if one_pair(texts_a, texts_b):
+            return float(self.predict_proba([texts_a], [texts_b], batch_size, show_progress)[0])  # type: ignore[list-item]
         return decision.probability(self.similarity(texts_a, texts_b, batch_size, show_progress))
 
     def decide(
@@ -252,7 +296,7 @@ class _Matcher:
         show_progress: bool | None = None,
     ) -> Decisions:
         """Match or no match for each aligned pair, with its score and (when the decision has a
-        calibration map) its probability.
+        calibration map) its probability; one pair may come as two strings.
 
         Args:
             texts_a: the pairs' first texts.
@@ -272,21 +316,36 @@ class _Matcher:
         """
         decision = self._decision()
         threshold = decision.threshold(rule)
+        if one_pair(texts_a, texts_b):  # a Decisions of that one pair
+            texts_a, texts_b = [texts_a], [texts_b]  # type: ignore[list-item]
         scores = self.similarity(texts_a, texts_b, batch_size, show_progress)
         probabilities = None if decision.calibration is None else decision.probability(scores)
         return Decisions(scores, probabilities, decision.matches(scores, rule), threshold, rule or decision.rule)
 
+    # one str is one text (or one pair), though a str is an Iterable[str] too
+    @overload
+    def predict_label(  # type: ignore[overload-overlap]
+        self, texts_a: str, texts_b: str, batch_size: int = 64, show_progress: bool | None = None
+    ) -> float: ...
+
+    @overload
     def predict_label(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
-    ) -> np.ndarray:
+    ) -> np.ndarray: ...
+
+    def predict_label(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+    ) -> np.ndarray | float:
         """Each aligned pair's expected label on the graded scale the decision was fitted on
-        (STS-B's 0 to 5: "similarity 3.7 of 5"), float64.
+        (STS-B's 0 to 5: "similarity 3.7 of 5"), float64; of one pair given as two strings, a float.
 
         Raises:
             ConfigError: no decision, or one fitted on binary labels.
         """
         decision = self._decision()
         decision.expected_labels(0.0)
+        if one_pair(texts_a, texts_b):
+            return float(self.predict_label([texts_a], [texts_b], batch_size, show_progress)[0])  # type: ignore[list-item]
         return decision.expected_labels(self.similarity(texts_a, texts_b, batch_size, show_progress))
 
     def calibrate(
@@ -353,16 +412,37 @@ class _Matcher:
                 "another program's folder; calibrate the cosent-tf model folder it came from and export that again"
             )
 
+    # one str is one text (or one pair), though a str is an Iterable[str] too
+    @overload
+    def similarity(  # type: ignore[overload-overlap]
+        self, texts_a: str, texts_b: str, batch_size: int = 64, show_progress: bool | None = None
+    ) -> float: ...
+
+    @overload
     def similarity(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
-    ) -> np.ndarray:
-        """Each aligned pair's score (float32, one per pair); higher means more similar."""
+    ) -> np.ndarray: ...
+
+    def similarity(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+    ) -> np.ndarray | float:
+        """Each aligned pair's score (float32, one per pair); higher means more similar. Of one pair
+        given as two strings, that pair's score (a float)."""
         raise NotImplementedError
+
+    @overload
+    def predict(self, texts_a: str, texts_b: str, threshold: float | None = None, **kwargs: Any) -> int: ...
+
+    @overload
+    def predict(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], threshold: float | None = None, **kwargs: Any
+    ) -> np.ndarray: ...
 
     def predict(
         self, texts_a: Iterable[str], texts_b: Iterable[str], threshold: float | None = None, **kwargs: Any
-    ) -> np.ndarray:
-        """1 where a pair's score is above the threshold (the tuned one by default), else 0.
+    ) -> np.ndarray | int:
+        """1 where a pair's score is above the threshold (the tuned one by default), else 0; of one
+        pair given as two strings, that pair's 0 or 1 (an int).
 
         Args:
             texts_a: the pairs' first texts.
@@ -382,6 +462,8 @@ class _Matcher:
                 f"{self.path or 'this model'}: no tuned threshold (its training task had no binary labels); "
                 f"pass threshold=, or fit a decision on labelled pairs: {how_to_calibrate(self.path)}"
             )
+        if one_pair(texts_a, texts_b):
+            return int(self.predict([texts_a], [texts_b], threshold, **kwargs)[0])  # type: ignore[list-item]
         # in float64, as the decision compares: a float32 comparison could round the threshold onto a score
         return (np.asarray(self.similarity(texts_a, texts_b, **kwargs), dtype=np.float64) > threshold).astype(np.int32)
 
@@ -417,13 +499,14 @@ class SentenceEncoder(_Matcher):
 
     def encode(
         self,
-        texts: Iterable[str],
+        texts: Iterable[str] | str,
         batch_size: int = 64,
         normalize: bool = True,
         show_progress: bool | None = None,
         dim: int | None = None,
     ) -> np.ndarray:
-        """Vectors of ``texts`` (float32, shape (len(texts), dim)), L2-normalised by default.
+        """Vectors of ``texts`` (float32, shape (len(texts), dim)), L2-normalised by default; of one
+        text given as a string, its vector (shape (dim,)), as sentence-transformers' ``encode`` gives.
 
         ``dim`` cuts each vector to its first ``dim`` dimensions and renormalises it
         (:func:`~cosent_tf.inference.vectors.truncate`; with ``normalize=False`` the cut vector keeps
@@ -435,6 +518,8 @@ class SentenceEncoder(_Matcher):
             ConfigError: ``dim`` above the model's width.
         """
         dim = self.check_dim(dim)
+        if isinstance(texts, str):
+            return self.encode([texts], batch_size, normalize, show_progress, dim)[0]
         texts = check_texts(texts)
         vectors = batched_outputs(
             self.model,
@@ -452,6 +537,10 @@ class SentenceEncoder(_Matcher):
         """The dimensions of the model's full vectors."""
         return int(self.model.output_shape[-1])
 
+    def _described(self, spec: ModelSpec) -> list[str]:
+        trained = f", trained widths {spec.matryoshka_dims}" if spec.matryoshka_dims else ""
+        return [f"pooling={spec.pooling}", f"width={self.width}{trained}"]
+
     def check_dim(self, dim: int | None) -> int | None:
         """``dim`` for this model (:func:`~cosent_tf.inference.vectors.check_dim`): None for the full
         width; a ConfigError above it; a warning, once per encoder and width, when the model was not
@@ -465,6 +554,18 @@ class SentenceEncoder(_Matcher):
         self._checked_dims[int(dim)] = checked  # reached only by a width check_dim took
         return checked
 
+    # one str is one text (or one pair), though a str is an Iterable[str] too
+    @overload
+    def similarity(  # type: ignore[overload-overlap]
+        self,
+        texts_a: str,
+        texts_b: str,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        dim: int | None = None,
+    ) -> float: ...
+
+    @overload
     def similarity(
         self,
         texts_a: Iterable[str],
@@ -472,8 +573,20 @@ class SentenceEncoder(_Matcher):
         batch_size: int = 64,
         show_progress: bool | None = None,
         dim: int | None = None,
-    ) -> np.ndarray:
-        """Cosine of each aligned pair (texts_a[i], texts_b[i]), of the vectors cut to ``dim`` if given."""
+    ) -> np.ndarray: ...
+
+    def similarity(
+        self,
+        texts_a: Iterable[str],
+        texts_b: Iterable[str],
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+        dim: int | None = None,
+    ) -> np.ndarray | float:
+        """Cosine of each aligned pair (texts_a[i], texts_b[i]), of the vectors cut to ``dim`` if given;
+        of one pair given as two strings, its cosine (a float)."""
+        if one_pair(texts_a, texts_b):
+            return float(self.similarity([texts_a], [texts_b], batch_size, show_progress, dim)[0])  # type: ignore[list-item]
         texts_a, texts_b = check_pairs(texts_a, texts_b)
         vectors = self.encode(texts_a + texts_b, batch_size, True, show_progress, dim)
         return np.sum(vectors[: len(texts_a)] * vectors[len(texts_a) :], axis=1)
@@ -694,10 +807,24 @@ class PairScorer(_Matcher):
 
     KIND = INTERACTION.name
 
+    # one str is one text (or one pair), though a str is an Iterable[str] too
+    @overload
+    def similarity(  # type: ignore[overload-overlap]
+        self, texts_a: str, texts_b: str, batch_size: int = 64, show_progress: bool | None = None
+    ) -> float: ...
+
+    @overload
     def similarity(
         self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
-    ) -> np.ndarray:
-        """The model's score of each aligned pair (texts_a[i], texts_b[i])."""
+    ) -> np.ndarray: ...
+
+    def similarity(
+        self, texts_a: Iterable[str], texts_b: Iterable[str], batch_size: int = 64, show_progress: bool | None = None
+    ) -> np.ndarray | float:
+        """The model's score of each aligned pair (texts_a[i], texts_b[i]); of one pair given as two
+        strings, its score (a float)."""
+        if one_pair(texts_a, texts_b):
+            return float(self.similarity([texts_a], [texts_b], batch_size, show_progress)[0])  # type: ignore[list-item]
         texts_a, texts_b = check_pairs(texts_a, texts_b)
         return interaction_scores(
             self.model,
@@ -709,6 +836,9 @@ class PairScorer(_Matcher):
         )
 
     score = similarity
+
+    def _described(self, spec: ModelSpec) -> list[str]:
+        return [f"head={spec.head}"]
 
     def rank(
         self,

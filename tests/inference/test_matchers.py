@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,7 @@ from cosent_tf.inference.matchers import MATCHERS
 from cosent_tf.inference.runtime import batched_outputs
 from cosent_tf.models.builders import head_layer_name
 from cosent_tf.models.kinds import KINDS
-from tests.helpers import make_model_dir
+from tests.helpers import distinct_texts, make_model_dir
 
 TEXTS = ["今天天气怎么样", "", "ＱＱ号码是多少？", "iPhone 6s 多少钱", "今天天气怎么样", "好"]
 
@@ -52,8 +54,8 @@ def test_non_strings_are_refused_with_their_position(encoder_and_model):
     encoder, _ = encoder_and_model
     with pytest.raises(TypeError, match=r"texts\[1\] is a int \(3\), not a str"):
         encoder.encode(["好", 3])
-    with pytest.raises(TypeError, match="not a single str; wrap it in a list"):
-        encoder.encode("好")
+    with pytest.raises(TypeError, match="texts_b must be a sequence of strings, not a single str; wrap it in a list"):
+        encoder.similarity(["好"], "好")  # one pair is two strings; a list and a string are not
     with pytest.raises(TypeError, match=r"texts\[0\] is a bytes"):
         encoder.encode([b"abc"])
     with pytest.raises(ValueError, match="texts_a has 2 texts but texts_b has 1"):
@@ -143,3 +145,67 @@ def test_a_bf16_pair_scorer_keeps_its_head_in_float32_and_scores_like_float32(he
 def test_every_model_kind_has_the_matcher_that_loads_it():
     assert set(MATCHERS) == set(KINDS)
     assert all(kind == matcher.KIND for kind, matcher in MATCHERS.items())
+
+
+@pytest.mark.heavy
+def test_one_text_or_one_pair_gives_its_result_without_the_lists_axis(mining_models):
+    encoder = SentenceEncoder.load(mining_models / "encoder")
+    scorer = PairScorer.load(mining_models / "scorer")
+    vector = encoder.encode("今天天气怎么样")
+    listed = encoder.encode(["今天天气怎么样", "明天会下雨吗"])
+    assert vector.shape == (listed.shape[1],) and vector.dtype == np.float32
+    np.testing.assert_allclose(vector, listed[0], atol=1e-6)
+    np.testing.assert_allclose(encoder.encode("今天天气怎么样", dim=4), encoder.encode(["今天天气怎么样"], dim=4)[0])
+    cosine = encoder.similarity("今天天气怎么样", "明天会下雨吗")
+    assert isinstance(cosine, float) and cosine == pytest.approx(float(listed[0] @ listed[1]), abs=1e-6)
+    score = scorer.similarity("今天天气怎么样", "明天会下雨吗")
+    assert isinstance(score, float)
+    assert score == pytest.approx(float(scorer.score(["今天天气怎么样"], ["明天会下雨吗"])[0]), abs=1e-6)
+    prediction = encoder.predict("今天天气怎么样", "明天会下雨吗", threshold=cosine - 0.01)
+    assert isinstance(prediction, int) and prediction == 1
+    assert encoder.predict("今天天气怎么样", "明天会下雨吗", threshold=cosine + 0.01) == 0
+
+
+def calibration_pairs(count=60):
+    texts_a, texts_b = distinct_texts(0, count), distinct_texts(100, count)
+    return texts_a, texts_b, np.random.default_rng(0).permutation([1] * 25 + [0] * (count - 25)).astype(float)
+
+
+def test_one_pair_gets_its_decision_probability_and_match(mining_models):
+    encoder = SentenceEncoder.load(mining_models / "encoder")
+    texts_a, texts_b, labels = calibration_pairs()
+    encoder.calibrate(texts_a, texts_b, labels, "pairs.tsv")  # held in memory: the zoo folder is not written
+    probability = encoder.predict_proba(texts_a[0], texts_b[0])
+    assert isinstance(probability, float)
+    assert probability == pytest.approx(float(encoder.predict_proba(texts_a[:1], texts_b[:1])[0]))
+    decided = encoder.decide(texts_a[0], texts_b[0])
+    expected = encoder.decide(texts_a[:1], texts_b[:1])
+    assert len(decided) == 1 and decided.matches.tolist() == expected.matches.tolist()
+    np.testing.assert_allclose(decided.scores, expected.scores, atol=1e-6)
+
+
+@pytest.mark.heavy
+def test_a_matchers_repr_names_its_folder_kind_pooling_width_maxlen_and_decision(mining_models, tiny_config):
+    from cosent_tf.calibration import fit_decision
+
+    encoder = SentenceEncoder.load(mining_models / "encoder")
+    width = encoder.encode(["好"]).shape[1]
+    folder = str(mining_models / "encoder")
+    assert repr(encoder) == (
+        f"SentenceEncoder(model={folder!r}, kind=feature, pooling=last-avg, width={width}, maxlen=16, decision=none)"
+    )
+    texts_a, texts_b, labels = calibration_pairs()
+    fitted = fit_decision(encoder.similarity(texts_a, texts_b), labels, "pairs.tsv")
+    encoder.calibrate(texts_a, texts_b, labels, "pairs.tsv")
+    assert fitted.calibration is not None
+    assert repr(encoder).endswith(
+        f"maxlen=16, decision=accuracy threshold {fitted.thresholds['accuracy']:.4f}, "
+        f"{fitted.calibration.method} calibration)"
+    )
+    scorer = PairScorer.load(mining_models / "scorer")
+    head = json.loads((mining_models / "scorer" / "cosent_model.json").read_text())["head"]
+    assert repr(scorer) == (
+        f"PairScorer(model={str(mining_models / 'scorer')!r}, kind=interaction, head={head}, maxlen=32, decision=none)"
+    )
+    in_memory = SentenceEncoder(build_encoder(tiny_config, pooling="cls"), encoder.tokenizer)
+    assert repr(in_memory) == "SentenceEncoder(model=None (held in memory), decision=none)"
