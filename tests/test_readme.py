@@ -468,7 +468,7 @@ def decision_cases(tmp_path):
     )
     yield (
         "PATH: no match decision (no decision.json: ...); fit one on labelled pairs: cosent-tf calibrate MODEL_DIR "
-        "LABELLED_FILE, ...",
+        "LABELLED_FILE",
         decide,
     )
     yield (
