@@ -347,6 +347,7 @@ def test_evaluate_scores_a_pair_file_and_a_beir_triple(model_dir, tmp_path, caps
         main(["evaluate", str(model_dir), "--queries", str(tmp_path / "q.jsonl")])
 
 
+@pytest.mark.heavy
 def test_evaluate_retrieval_leaves_each_querys_own_text_out_of_its_ranking_and_says_how_many(
     mining_models, tmp_path, capsys
 ):
