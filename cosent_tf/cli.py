@@ -733,7 +733,7 @@ def _check_calibration_folder(model_dir: str):
             raise ConfigError(
                 f"{model_dir}: is a Hugging Face folder, not a cosent-tf model folder, and cosent-tf writes nothing "
                 "into another program's folder: calibrate the cosent-tf model folder it was exported from, or fit a "
-                f"decision in Python without saving it: {how_to_calibrate(model_dir)}"
+                f"decision without saving it: {how_to_calibrate(model_dir)}"
             )
     return read_spec(model_dir)
 
