@@ -38,8 +38,18 @@ DECISION_FILE = "decision.json"
 DECISION_FORMAT = "cosent-tf-decision"
 DECISION_FORMAT_VERSION = 1
 
-# What a threshold is chosen to maximise on the fitting data; the first is the default rule.
-RULES = ("accuracy", "f1")
+# What a threshold is chosen to maximise on the fitting data, and what that makes of it for people;
+# the first is the default rule. Neither is where the probability of a match crosses 0.5: F1's best
+# threshold lies where it is about half the best F1 (Lipton et al., "Thresholding classifiers to
+# maximize F1 score", 2014), so the f1 rule calls matches of probabilities below 0.5.
+RULE_MEANINGS = {
+    "accuracy": "the score that decides the most of the pairs it was fitted on right",
+    "f1": "the score that maximises F1 of the match class on the pairs it was fitted on",
+}
+RULES = tuple(RULE_MEANINGS)
+# A threshold that decides at least this share of the pairs it is applied to alike (all "match" or
+# all "no match") tells (nearly) none of them apart: training, evaluate and calibrate warn of it.
+ONE_SIDED_SHARE = 0.99
 CALIBRATION_METHODS = ("isotonic", "platt")
 # A calibration map needs this many pairs of each class and in all: five held-out folds of it must
 # each hold both classes, and fewer pairs give a map that mostly says which pairs were there.
@@ -127,6 +137,73 @@ def f1_at(scores: ArrayLike, labels: ArrayLike, threshold: float) -> float:
     true_positives = int(np.sum(predicted & positive))
     denominator = int(predicted.sum()) + int(positive.sum())
     return 2 * true_positives / denominator if denominator else 0.0
+
+
+def majority_accuracy(labels: ArrayLike) -> float:
+    """The accuracy of answering every pair with the more common of its 0/1 ``labels``: the bar a
+    decision's accuracy is worth something above (0.71 on pairs of which 29% are matches)."""
+    rate = float(np.mean(np.asarray(labels) > 0.5))
+    return max(rate, 1.0 - rate)
+
+
+def match_share_at(scores: ArrayLike, threshold: float) -> float:
+    """The share of pairs that ``score > threshold`` decides a match."""
+    return float(np.mean(np.asarray(scores, dtype=np.float64) > threshold))
+
+
+def majority_baseline(labels: ArrayLike) -> dict[str, float]:
+    """What an accuracy on 0/1 ``labels`` is to be read against: ``majority_accuracy``
+    (:func:`majority_accuracy`) and ``positive_rate``, the share of matches, which says which answer
+    the majority is."""
+    return {"majority_accuracy": majority_accuracy(labels), "positive_rate": float(np.mean(np.asarray(labels) > 0.5))}
+
+
+def majority_said(figures: Mapping[str, Any]) -> str:
+    """The majority baseline of ``figures`` (:func:`majority_baseline`'s keys) for people:
+    ``answering "no match" every time: 0.7100``."""
+    rate = figures["positive_rate"]
+    answer = '"match"' if rate > 0.5 else '"no match"' if rate < 0.5 else "either answer"
+    return f"answering {answer} every time: {figures['majority_accuracy']:.4f}"
+
+
+def decision_warnings(
+    figures: Mapping[str, Any], where: str, pairs: int, threshold_named: str = "the accuracy threshold"
+) -> list[str]:
+    """What is wrong with a match decision measured on ``pairs`` labelled pairs of ``where``, one
+    line each (none when nothing is).
+
+    Two things: ``accuracy`` (at ``threshold``, named ``threshold_named``) not above
+    ``majority_accuracy``, the accuracy of answering every pair alike; and a threshold that decides
+    at least :data:`ONE_SIDED_SHARE` of the pairs alike, from the share it decides a match
+    (``match_share`` at ``threshold``, ``f1_match_share`` at ``f1_threshold``). ``figures`` holds
+    them as :func:`decision_metrics` does; a figure it lacks is not checked.
+
+    Example:
+        >>> figures = {"accuracy": 0.71, "threshold": 0.9, "majority_accuracy": 0.71, "positive_rate": 0.29,
+        ...            "match_share": 0.0}
+        >>> len(decision_warnings(figures, "pairs.tsv", 100))
+        2
+    """
+    said = []
+    if "accuracy" in figures and "majority_accuracy" in figures and figures["accuracy"] <= figures["majority_accuracy"]:
+        said.append(
+            f"{where}: accuracy {figures['accuracy']:.4f} at {threshold_named} {figures['threshold']:.4f} is not above "
+            f"that of {majority_said(figures)}; on these {pairs} pairs the decision does no better than no model"
+        )
+    for named, share_key, threshold_key in (
+        (threshold_named, "match_share", "threshold"),
+        ("the f1 threshold", "f1_match_share", "f1_threshold"),
+    ):
+        if share_key not in figures:
+            continue
+        share = figures[share_key]
+        side, other, alike = ("match", "no match", share) if share >= 0.5 else ("no match", "match", 1.0 - share)
+        if alike >= ONE_SIDED_SHARE:
+            said.append(
+                f"{where}: {named} {figures[threshold_key]:.4f} decides {round(alike * pairs)} of the {pairs} pairs "
+                f'"{side}" ({ONE_SIDED_SHARE:.0%} or more alike): it (nearly) never says "{other}"'
+            )
+    return said
 
 
 # --- measures of probabilities -------------------------------------------------------------------
@@ -333,7 +410,10 @@ class MatchDecision:
         fitted_on: the data: ``file`` (what was read), ``pairs``, ``labels`` (``binary`` or
             ``graded``), ``label_range`` ([lowest, highest]), ``cut`` (for graded labels made
             binary: a label above it is a match; else None), and for a binary decision
-            ``positives`` and ``positive_rate``.
+            ``positives`` and ``positive_rate``, and how the decision does on those pairs:
+            ``accuracy`` at the accuracy threshold, ``majority_accuracy`` (:func:`majority_accuracy`)
+            and the share of them each threshold decides a match (``match_share`` at the accuracy
+            threshold, ``f1_match_share``).
         thresholds: per rule of :data:`RULES`, the score above which a pair is a match; None
             for graded labels without a cut.
         rule: the rule whose threshold decides by default.
@@ -404,6 +484,16 @@ class MatchDecision:
             f"its labels were graded ({low} to {high}) and no cut made them match / no match; recalibrate with "
             "a cut: cosent-tf calibrate MODEL_DIR FILE --cut LABEL (a label above LABEL is a match)"
         )
+
+    def fit_warnings(self) -> list[str]:
+        """:func:`decision_warnings` of the pairs the decision was fitted on: a threshold that decides
+        (nearly) all of them alike, and an accuracy no better than answering them all alike. None for a
+        decision fitted before those figures were recorded, or without thresholds."""
+        fitted = self.fitted_on
+        if self.thresholds is None or "majority_accuracy" not in fitted:
+            return []
+        figures = {**fitted, "threshold": self.thresholds.get("accuracy"), "f1_threshold": self.thresholds.get("f1")}
+        return decision_warnings(figures, str(fitted.get("file")), int(fitted.get("pairs", 0)))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -494,6 +584,11 @@ class MatchDecision:
                 + ", ".join(f"{rule} {value:.4f}" for rule, value in self.thresholds.items())
                 + f"; deciding by {self.rule}"
             )
+            if "majority_accuracy" in fitted and "accuracy" in fitted:
+                lines.append(
+                    f"accuracy on these pairs {fitted['accuracy']:.4f} at the accuracy threshold "
+                    f"({majority_said(fitted)})"
+                )
         if self.calibration is not None and self.held_out_log_loss:
             losses = ", ".join(f"{m} {v:.4f}" for m, v in sorted(self.held_out_log_loss.items()))
             lines.append(f"calibration: {self.calibration.method} (held-out log-loss {losses})")
@@ -633,7 +728,15 @@ def fit_decision(
         return MatchDecision(fitted_on, expected_label=expected_label, weights=weights, score=score)
     positives = int(matches.sum())
     fitted_on.update(positives=positives, positive_rate=positives / len(s))
-    thresholds = {"accuracy": best_threshold(s, matches)[0], "f1": best_f1_threshold(s, matches)[0]}
+    accuracy_threshold, accuracy = best_threshold(s, matches)
+    thresholds = {"accuracy": accuracy_threshold, "f1": best_f1_threshold(s, matches)[0]}
+    # how the decision does on its own pairs, for fit_warnings and the summary
+    fitted_on.update(
+        accuracy=accuracy,
+        majority_accuracy=majority_accuracy(matches),
+        match_share=match_share_at(s, thresholds["accuracy"]),
+        f1_match_share=match_share_at(s, thresholds["f1"]),
+    )
     why_not = check_calibration_data(matches, file)
     if why_not is not None:  # (with require_calibration, check_decision_labels has refused already)
         return MatchDecision(
@@ -649,7 +752,9 @@ def decision_metrics(scores: ArrayLike, labels: ArrayLike, decision: Optional[Ma
     """How a decision does on labelled pairs.
 
     On 0/1 labels, or graded ones under the decision's cut: accuracy and F1 at its thresholds next
-    to the best thresholds of these pairs themselves (the test oracle), and with a calibration map
+    to the best thresholds of these pairs themselves (the test oracle) and to the majority baseline
+    (:func:`majority_baseline`), the share of pairs each threshold decides a match
+    (``match_share``, ``f1_match_share``), and with a calibration map
     the log-loss, Brier score and ECE of its probabilities; the ECE of the score read as a
     probability (``ece_uncalibrated``) always. On graded labels with an expected-label map: that
     map's mean absolute error. Without a decision, only what needs none.
@@ -668,6 +773,7 @@ def decision_metrics(scores: ArrayLike, labels: ArrayLike, decision: Optional[Ma
     threshold_oracle, accuracy_oracle = best_threshold(s, matches)
     f1_threshold_oracle, f1_oracle = best_f1_threshold(s, matches)
     metrics.update(
+        **majority_baseline(matches),
         accuracy_oracle=accuracy_oracle,
         threshold_oracle=threshold_oracle,
         f1_oracle=f1_oracle,
@@ -676,11 +782,17 @@ def decision_metrics(scores: ArrayLike, labels: ArrayLike, decision: Optional[Ma
     )
     if decision is None or not decision.binary:
         return metrics
+    threshold = decision.threshold("accuracy")
     metrics.update(
-        accuracy=accuracy_at(s, matches, decision.threshold("accuracy")), threshold=decision.threshold("accuracy")
+        accuracy=accuracy_at(s, matches, threshold), threshold=threshold, match_share=match_share_at(s, threshold)
     )
     if decision.thresholds is not None and "f1" in decision.thresholds:
-        metrics.update(f1=f1_at(s, matches, decision.threshold("f1")), f1_threshold=decision.threshold("f1"))
+        f1_threshold = decision.threshold("f1")
+        metrics.update(
+            f1=f1_at(s, matches, f1_threshold),
+            f1_threshold=f1_threshold,
+            f1_match_share=match_share_at(s, f1_threshold),
+        )
     if decision.calibration is not None:
         p = decision.probability(s)
         metrics.update(

@@ -292,6 +292,51 @@ def _decision_fields(decided, i: int) -> list[str]:
     return fields
 
 
+def probability_note(decided) -> Optional[str]:
+    """One line for a run of ``similarity --decide`` whose decisions disagree with the probability
+    read at 0.5: how many pairs are a match at a probability below it (or no match above it), and
+    why (the rule's threshold is not where the probability crosses 0.5); None when none does, or
+    there is no probability.
+
+    Args:
+        decided: the :class:`~cosent_tf.inference.matchers.Decisions` of the run.
+
+    Returns:
+        The note, or None.
+
+    Example:
+        >>> import numpy as np
+        >>> from cosent_tf.inference.matchers import Decisions
+        >>> decided = Decisions(np.array([0.7]), np.array([0.12]), np.array([True]), 0.6, "f1")
+        >>> probability_note(decided).split(":")[0]
+        '1 of the 1 pairs decided "match" have a probability of a match below 0.5 (down to 0.1200)'
+    """
+    from .calibration import RULE_MEANINGS
+
+    if decided.probabilities is None:
+        return None
+    probabilities, matches = np.asarray(decided.probabilities), np.asarray(decided.matches, dtype=bool)
+    below, above = matches & (probabilities < 0.5), ~matches & (probabilities > 0.5)
+    said = []
+    if below.any():
+        said.append(
+            f'{int(below.sum())} of the {len(matches)} pairs decided "match" have a probability of a match below 0.5 '
+            f"(down to {float(probabilities[below].min()):.4f})"
+        )
+    if above.any():
+        said.append(
+            f'{int(above.sum())} of the {len(matches)} pairs decided "no match" have a probability of a match above '
+            f"0.5 (up to {float(probabilities[above].max()):.4f})"
+        )
+    if not said:
+        return None
+    return (
+        "; ".join(said) + f": the {decided.rule} threshold {decided.threshold:.4f} is {RULE_MEANINGS[decided.rule]}, "
+        "not where the probability crosses 0.5; to decide by the probability, compare the last column with a cut "
+        "of your own"
+    )
+
+
 def _check_dim_kind(args: argparse.Namespace) -> None:
     """Refuse ``--dim`` for an interaction model, before any weights load: its score is no vector."""
     from .inference.onnx_model import read_onnx_spec
@@ -345,7 +390,9 @@ def _similarity(args: argparse.Namespace) -> None:
     threshold = matcher.threshold if dim is None else None
     if texts is not None:
         if args.decide is not None:
-            print("\t".join(_decision_fields(matcher.decide([texts[0]], [texts[1]], rule, 1), 0)))
+            decided = matcher.decide([texts[0]], [texts[1]], rule, 1)
+            print("\t".join(_decision_fields(decided, 0)))
+            _say_probability_note(decided)
             return
         score = float(_pair_scores(matcher, [texts[0]], [texts[1]], 1, dim)[0])
         print("\t".join(_score_fields(score, threshold)))
@@ -373,6 +420,14 @@ def _similarity(args: argparse.Namespace) -> None:
         write_text(args.output, text)
         said, written = summary_stream(args.output), args.output
     print(f"{written}: {len(rows)} pairs, each line with its score{extra}", file=said)
+    if args.decide is not None:
+        _say_probability_note(decided)
+
+
+def _say_probability_note(decided) -> None:
+    note = probability_note(decided)
+    if note is not None:  # on stderr, as the other notes: stdout may be the decisions themselves
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _strategy(args: argparse.Namespace):
@@ -787,6 +842,8 @@ def _calibrate(args: argparse.Namespace) -> None:
     print(f"{os.path.join(args.model_dir, DECISION_FILE)}: the match decision of {args.model_dir}")
     for line in decision.summary():
         print(f"  {line}")
+    for message in decision.fit_warnings():
+        logging.getLogger("cosent_tf").warning("%s", message)
     if not decision.binary:
         print(
             "  no match decision: graded labels say how alike two texts are, not whether they match; pass --cut "
@@ -799,7 +856,7 @@ def _calibrate(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args):
-    from .calibration import decision_metrics
+    from .calibration import decision_metrics, decision_warnings
     from .data.retrieval import read_retrieval_files
     from .evaluation import evaluate_pairs, retrieval_by, retrieval_with_rerank
     from .inference.matchers import PairScorer, load_matcher
@@ -890,6 +947,11 @@ def _evaluate(args):
         if measured:
             metrics["decision"] = measured
             print("\n".join(_decision_report(measured, decision, dim)), file=sys.stderr)
+        warnings = decision_warnings(measured, args.file, len(pairs))
+        if args.threshold is not None and "accuracy" in pair_metrics:  # a threshold the decision does not hold
+            warnings += decision_warnings(pair_metrics, args.file, len(pairs), "--threshold")
+        for message in warnings:
+            logging.getLogger("cosent_tf").warning("%s", message)
         if args.reliability is not None:
             _plot_reliability(args, scores, pairs.labels, matcher.decision)
         columns = [pairs.texts_a, pairs.texts_b, [f"{y:g}" for y in pairs.labels], [f"{x:.6f}" for x in scores]]
@@ -969,6 +1031,8 @@ def _decision_report(measured: dict, decision, dim: Optional[int] = None) -> lis
     at the shipped thresholds next to the best ones on the file itself, and the calibration's
     log-loss, Brier score and ECE next to the ECE of the score read as a probability. At a width
     (``dim``) only the file's own: the shipped decision was fitted on full-width cosines."""
+    from .calibration import majority_said
+
     if dim is not None:
         heading = f"match decision at --dim {dim} (the shipped one was fitted on full-width cosines, so not applied):"
     elif decision is None:
@@ -977,15 +1041,17 @@ def _decision_report(measured: dict, decision, dim: Optional[int] = None) -> lis
         heading = f"match decision (fitted on {decision.fitted_on.get('file')}):"
     lines = [heading]
     for name, threshold in (("accuracy", "threshold"), ("f1", "f1_threshold")):
+        # an accuracy is read against that of answering every pair alike
+        baseline = f"; {majority_said(measured)}" if name == "accuracy" else ""
         if name in measured:
             lines.append(
                 f"  {name} {measured[name]:.4f} at the shipped threshold {measured[threshold]:.4f}; "
-                f"{measured[name + '_oracle']:.4f} at this file's best {measured[threshold + '_oracle']:.4f}"
+                f"{measured[name + '_oracle']:.4f} at this file's best {measured[threshold + '_oracle']:.4f}{baseline}"
             )
         elif name + "_oracle" in measured:
             lines.append(
                 f"  {name}: no shipped threshold; {measured[name + '_oracle']:.4f} at this file's best "
-                f"{measured[threshold + '_oracle']:.4f}"
+                f"{measured[threshold + '_oracle']:.4f}{baseline}"
             )
     if "ece" in measured:
         lines.append(
@@ -1273,7 +1339,10 @@ def argument_parser() -> argparse.ArgumentParser:
         metavar="RULE",
         help="after the score, match or no match at the threshold of RULE (accuracy or f1; default: the "
         "decision's own) and the probability of a match (9 decimals), from the model folder's decision.json; "
-        "put it after the texts or files, or write --decide=RULE",
+        "put it after the texts or files, or write --decide=RULE. Neither threshold is where the probability "
+        "crosses 0.5: f1's is the score that maximises F1 on the pairs the decision was fitted on, which lies "
+        "where the probability is about half that F1, so f1 decides matches at probabilities below 0.5; a note "
+        "says how many pairs are decided against their probability",
     )
     dim_option(
         sub,

@@ -15,7 +15,7 @@ import numpy as np
 from scipy import stats
 
 from . import inference
-from .calibration import accuracy_at, best_threshold
+from .calibration import accuracy_at, best_threshold, majority_baseline, match_share_at
 from .data.pairs import normalized_text
 from .data.tasks import Task
 from .errors import lookup
@@ -73,11 +73,13 @@ def task_metrics(
     valid_labels: Optional[ArrayLike] = None,
     binary: bool = False,
 ) -> dict[str, float]:
-    """Spearman and Pearson; for ``binary`` labels also accuracy at the threshold tuned on valid."""
+    """Spearman and Pearson; for ``binary`` labels also accuracy at the threshold tuned on valid, next
+    to the majority baseline (:func:`cosent_tf.calibration.majority_baseline`)."""
     metrics = correlation_metrics(scores, labels)
     if binary and valid_scores is not None:
         threshold, _ = best_threshold(valid_scores, valid_labels)
-        metrics.update(accuracy=accuracy_at(scores, labels, threshold), threshold=threshold)
+        accuracy = accuracy_at(scores, labels, threshold)
+        metrics.update(accuracy=accuracy, threshold=threshold, **majority_baseline(labels))
     return metrics
 
 
@@ -413,9 +415,11 @@ def evaluate_pairs(
     :class:`~cosent_tf.inference.matchers.PairScorer`: ``(metrics, scores, predictions)``.
 
     Metrics are Spearman and Pearson; for 0/1 labels also accuracy at ``threshold`` (default:
-    the model's tuned one; predictions are None without one); with ``retrieval`` (a
-    sentence encoder only) the metrics of :func:`pair_retrieval_sets` under ``retrieval``, each
-    query's own text taken out of its ranking (:func:`retrieval_by`); with
+    the model's tuned one; predictions are None without one), with the majority baseline
+    (:func:`cosent_tf.calibration.majority_baseline`) and the share of pairs decided a match
+    (``match_share``); with ``retrieval`` (a sentence encoder only) the metrics of
+    :func:`pair_retrieval_sets` under ``retrieval``, each query's own text taken out of its
+    ranking (:func:`retrieval_by`); with
     ``rerank`` too (a PairScorer), those of the same search with each query's top ``rerank_top``
     re-ordered by it (:func:`retrieval_with_rerank`) under ``retrieval_reranked``, from the
     same encoding of queries and corpus.
@@ -443,7 +447,12 @@ def evaluate_pairs(
     predictions = None
     if pairs.label_kind == "binary" and threshold is not None:
         predictions = (np.asarray(scores, dtype=np.float64) > threshold).astype(int)
-        metrics.update(accuracy=accuracy_at(scores, pairs.labels, threshold), threshold=float(threshold))
+        metrics.update(
+            accuracy=accuracy_at(scores, pairs.labels, threshold),
+            threshold=float(threshold),
+            **majority_baseline(pairs.labels),
+            match_share=match_share_at(scores, threshold),
+        )
     if retrieval:
         task = Task.for_labels("pairs", pairs.label_kind, pairs.labels.min(), pairs.labels.max())
         queries, corpus, relevant = pair_retrieval_sets(pairs.texts_a, pairs.texts_b, task.positive(pairs.labels))

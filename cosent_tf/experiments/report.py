@@ -40,7 +40,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..calibration import DECISION_FILE, ECE_BINS, decision_metrics, log_loss, reliability_curves
+from ..calibration import DECISION_FILE, ECE_BINS, decision_metrics, log_loss, majority_accuracy, reliability_curves
 from ..choices import POOLING_MODES
 from ..data.tasks import BINARY_TASKS, MATCHING_TASKS
 from ..errors import ConfigError
@@ -1258,7 +1258,7 @@ def calibration_results(runs: list[Run]) -> list[CalibrationResult]:
             _check_recorded(run, task, figures)
         figures["constant_log_loss"] = log_loss(np.full(len(matches), matches.mean()), matches)
         # what answering every pair alike scores: the bar an accuracy is worth something above
-        figures["accuracy_one_class"] = float(max(matches.mean(), 1 - matches.mean()))
+        figures["accuracy_one_class"] = majority_accuracy(matches)
         curves = reliability_curves(scores, matches, decision)
         results.append(
             {"run": run, "task": task, "model": model, "kind": kind, "figures": figures, "note": note, "curves": curves}

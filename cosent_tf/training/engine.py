@@ -27,7 +27,14 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backend import dtype_policy, keras, policy_name, random_seed, tf
-from ..calibration import decision_metrics, fit_decision, plot_reliability, reliability_curves
+from ..calibration import (
+    decision_metrics,
+    decision_warnings,
+    fit_decision,
+    majority_said,
+    plot_reliability,
+    reliability_curves,
+)
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
 from ..console import live_progress_on
 from ..data.batching import batches_per_epoch, duplicates_moved, text_keys
@@ -417,7 +424,8 @@ def _train(cfg, overwrite, strategy, source):
 
 def run_summary(metrics: dict, model_dir: str) -> str:
     """One readable line of a finished run's results, the last of its log: the task and model,
-    the test Spearman (and accuracy at the valid-tuned threshold on a binary task), the best
+    the test Spearman (and accuracy at the valid-tuned threshold on a binary task, with the accuracy
+    of answering every test pair with the majority label beside it), the best
     epoch's valid Spearman, where the model is, and whether it started from random weights.
 
     ``metrics`` is :func:`train`'s; with several evaluated tasks (NLI) the Spearmans are their mean.
@@ -428,6 +436,8 @@ def run_summary(metrics: dict, model_dir: str) -> str:
     said = f"{metrics['task']} {metrics['kind']} {metrics['loss']}: test spearman {test['spearman']:.4f}{mean}"
     if "accuracy" in test:
         said += f", accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f}"
+        if "majority_accuracy" in test:
+            said += f" ({majority_said(test)})"
     said += f" (best valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
     if metrics.get("random_weights"):
         said += " (from random weights: not for use)"
@@ -585,9 +595,11 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
     For every task the decision is fitted on its valid scores (:func:`cosent_tf.calibration.fit_decision`:
     thresholds and a calibration map for binary labels, the expected-label map for graded ones) and
     measured on test (:func:`cosent_tf.calibration.decision_metrics`: accuracy at the valid-tuned
-    threshold, F1, calibration); the training task's decision is returned to ship with the model,
-    and its reliability diagram drawn. A feature model also gets retrieval metrics on a task's test
-    pairs (binary or graded). The test scores and labels go to ``test_scores.npz``.
+    threshold next to the majority baseline, F1, calibration; what
+    :func:`cosent_tf.calibration.decision_warnings` finds wrong with it is logged); the training
+    task's decision is returned to ship with the model, and its reliability diagram drawn. A
+    feature model also gets retrieval metrics on a task's test pairs (binary or graded). The test
+    scores and labels go to ``test_scores.npz``.
 
     Returns:
         ``(per_task, decision)``; the decision is None when the training task is not among the
@@ -605,6 +617,8 @@ def _test(cfg, matcher, prepared, evaluation, tasks):
                 **decision_metrics(test_scores, test.labels, task_decision),
             },
         }
+        for message in decision_warnings(per_task[name]["test"], f"{name} test ({test.source})", len(test.labels)):
+            logger.warning("%s", message)
         if matcher.kind.sentence_vectors:  # any task with positive pairs: its graded ones too
             per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
         saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
