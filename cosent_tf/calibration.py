@@ -198,10 +198,10 @@ def decision_warnings(
             continue
         share = figures[share_key]
         side, other, alike = ("match", "no match", share) if share >= 0.5 else ("no match", "match", 1.0 - share)
-        if alike >= ONE_SIDED_SHARE:
+        if alike >= ONE_SIDED_SHARE - 1e-12:  # a share of exactly ONE_SIDED_SHARE, however it rounds
             said.append(
                 f"{where}: {named} {figures[threshold_key]:.4f} decides {round(alike * pairs)} of the {pairs} pairs "
-                f'"{side}" ({ONE_SIDED_SHARE:.0%} or more alike): it (nearly) never says "{other}"'
+                f'"{side}": it (nearly) never says "{other}"'
             )
     return said
 

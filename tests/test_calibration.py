@@ -22,6 +22,7 @@ from cosent_tf.calibration import (
     HELD_OUT_FOLDS,
     MIN_CALIBRATION_PAIRS,
     MIN_PAIRS_PER_CLASS,
+    ONE_SIDED_SHARE,
     MatchDecision,
     ScoreMap,
     accuracy_at,
@@ -30,6 +31,7 @@ from cosent_tf.calibration import (
     brier_score,
     decision_metrics,
     decision_or_threshold,
+    decision_warnings,
     expected_calibration_error,
     f1_at,
     fit_decision,
@@ -37,6 +39,7 @@ from cosent_tf.calibration import (
     fit_platt,
     held_out_folds,
     log_loss,
+    majority_accuracy,
     plot_reliability,
     read_decision,
     reliability_bins,
@@ -66,6 +69,17 @@ def reference_accuracy(scores, labels, threshold):
 def reference_f1(scores, labels, threshold):
     tp, fp, fn, tn = confusion(scores, labels, threshold)
     return 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else 0.0
+
+
+def reference_majority(labels):
+    """(the accuracy of answering every pair "match", that of answering every pair "no match"), pair by pair."""
+    all_match = sum(1 for label in labels if label > 0.5) / len(labels)
+    all_no_match = sum(1 for label in labels if not label > 0.5) / len(labels)
+    return all_match, all_no_match
+
+
+def reference_match_share(scores, threshold):
+    return sum(1 for score in scores if score > threshold) / len(scores)
 
 
 def every_split(scores):
@@ -587,6 +601,10 @@ def test_decision_metrics_follow_their_definitions():
         "log_loss": -np.mean([math.log(q) if match else math.log(1 - q) for q, match in zip(p, y)]),
         "brier": np.mean([(q - match) ** 2 for q, match in zip(p, y)]),
         "ece": reference_ece(p, test_labels),
+        "majority_accuracy": max(reference_majority(test_labels)),
+        "positive_rate": reference_majority(test_labels)[0],
+        "match_share": reference_match_share(test_scores, t),
+        "f1_match_share": reference_match_share(test_scores, t_f1),
     }
     assert set(metrics) == set(expected) | {"calibration", "threshold_oracle", "f1_threshold_oracle"}
     assert metrics["calibration"] == decision.calibration.method
@@ -605,8 +623,102 @@ def test_decision_metrics_without_a_decision_are_the_oracle_and_the_uncalibrated
         "f1_oracle",
         "f1_threshold_oracle",
         "ece_uncalibrated",
+        "majority_accuracy",
+        "positive_rate",
     }
+    assert metrics["majority_accuracy"] == max(reference_majority(labels))
     assert metrics["ece_uncalibrated"] == pytest.approx(reference_ece(np.clip(scores, 0, 1), labels), abs=1e-12)
+
+
+# 290 matches of 1000 pairs: answering "no match" every time is right on 710 of them.
+IMBALANCED_PAIRS, IMBALANCED_MATCHES = 1000, 290
+
+
+def imbalanced_scores(seed, separation):
+    """Scores of IMBALANCED_PAIRS pairs with IMBALANCED_MATCHES matches, higher by ``separation``
+    standard deviations."""
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation([1.0] * IMBALANCED_MATCHES + [0.0] * (IMBALANCED_PAIRS - IMBALANCED_MATCHES))
+    return 0.6 + 0.1 * (rng.standard_normal(IMBALANCED_PAIRS) + separation * labels), labels
+
+
+def test_the_majority_baseline_is_the_accuracy_of_answering_every_pair_alike():
+    _, labels = imbalanced_scores(20, 0.0)
+    assert majority_accuracy(labels) == pytest.approx(0.71, abs=1e-12) == reference_majority(labels)[1]
+    assert majority_accuracy(1 - labels) == pytest.approx(0.71, abs=1e-12) == reference_majority(1 - labels)[0]
+
+
+def test_a_decision_below_the_majority_and_one_that_decides_every_pair_alike_are_warned_of():
+    """The issue's case: on pairs of which 29% match, a threshold fitted elsewhere gives an accuracy
+    under the 0.71 of answering "no match" every time; one above every score says "no match" to all."""
+    scores, labels = imbalanced_scores(21, 0.3)
+    too_low = fit_decision(*imbalanced_scores(22, 2.0), "valid.tsv")  # fitted where matches stood apart
+    figures = decision_metrics(scores, labels, too_low)
+    assert figures["majority_accuracy"] == pytest.approx(0.71) and figures["positive_rate"] == pytest.approx(0.29)
+    accuracy, threshold = reference_accuracy(scores, labels, figures["threshold"]), figures["threshold"]
+    assert figures["accuracy"] == pytest.approx(accuracy) and accuracy < 0.71
+    assert decision_warnings(figures, "test.tsv", len(labels)) == [
+        f"test.tsv: accuracy {accuracy:.4f} at the accuracy threshold {threshold:.4f} is not above that of "
+        'answering "no match" every time: 0.7100; on these 1000 pairs the decision does no better than no model'
+    ]
+
+    above_all = dataclasses.replace(too_low, thresholds={"accuracy": float(scores.max()), "f1": 0.0})
+    figures = decision_metrics(scores, labels, above_all)
+    assert figures["accuracy"] == pytest.approx(0.71) and figures["match_share"] == 0.0
+    assert figures["f1_match_share"] == 1.0 and figures["f1"] == pytest.approx(2 * 290 / (1000 + 290))
+    assert decision_warnings(figures, "test.tsv", len(labels)) == [
+        f"test.tsv: accuracy 0.7100 at the accuracy threshold {scores.max():.4f} is not above that of answering "
+        '"no match" every time: 0.7100; on these 1000 pairs the decision does no better than no model',
+        f'test.tsv: the accuracy threshold {scores.max():.4f} decides 1000 of the 1000 pairs "no match": it '
+        '(nearly) never says "match"',
+        'test.tsv: the f1 threshold 0.0000 decides 1000 of the 1000 pairs "match": it (nearly) never says "no match"',
+    ]
+
+
+def test_a_decision_that_beats_the_majority_and_splits_the_pairs_is_not_warned_of():
+    scores, labels = imbalanced_scores(23, 2.0)
+    figures = decision_metrics(scores, labels, fit_decision(*imbalanced_scores(24, 2.0), "valid.tsv"))
+    assert figures["accuracy"] > 0.8 and 0.1 < figures["match_share"] < 0.5
+    assert decision_warnings(figures, "test.tsv", len(labels)) == []
+
+
+@pytest.mark.parametrize(
+    "matches_decided, said",
+    [
+        (990, '990 of the 1000 pairs "match": it (nearly) never says "no match"'),
+        (989, None),
+        (10, '990 of the 1000 pairs "no match": it (nearly) never says "match"'),
+        (11, None),
+    ],
+)
+def test_a_threshold_is_warned_of_from_one_sided_share_of_the_pairs_decided_alike(matches_decided, said):
+    assert ONE_SIDED_SHARE == 0.99
+    scores = np.arange(1000, dtype=np.float64)
+    threshold = 1000 - matches_decided - 0.5  # matches_decided pairs above it
+    figures = {"threshold": threshold, "match_share": reference_match_share(scores, threshold)}
+    expected = [] if said is None else [f"pairs.tsv: the accuracy threshold {threshold:.4f} decides {said}"]
+    assert decision_warnings(figures, "pairs.tsv", 1000) == expected
+
+
+def test_a_fitted_decision_records_how_it_does_on_its_own_pairs_and_warns_of_it():
+    scores, labels = imbalanced_scores(25, 0.0)  # scores that tell nothing: the best cut answers alike
+    decision = fit_decision(scores, labels, "mine.tsv")
+    fitted, t, t_f1 = decision.fitted_on, decision.thresholds["accuracy"], decision.thresholds["f1"]
+    assert fitted["majority_accuracy"] == pytest.approx(0.71)
+    assert fitted["accuracy"] == pytest.approx(reference_accuracy(scores, labels, t))
+    assert fitted["match_share"] == reference_match_share(scores, t)
+    assert fitted["f1_match_share"] == reference_match_share(scores, t_f1)
+    summary = (
+        f"accuracy on these pairs {fitted['accuracy']:.4f} at the accuracy threshold "
+        '(answering "no match" every time: 0.7100)'
+    )
+    assert summary in decision.summary()
+    warnings = decision.fit_warnings()
+    assert warnings == decision_warnings({**fitted, "threshold": t, "f1_threshold": t_f1}, "mine.tsv", 1000)
+    assert warnings and all(line.startswith("mine.tsv: ") for line in warnings)
+    assert MatchDecision.from_json(json.loads(json.dumps(decision.to_json())), "x").fit_warnings() == warnings
+    separated = fit_decision(*imbalanced_scores(26, 3.0), "mine.tsv")
+    assert separated.fit_warnings() == [] and separated.fitted_on["accuracy"] > 0.9
 
 
 def test_decision_metrics_on_graded_labels_without_a_cut_are_the_expected_label_error():

@@ -327,3 +327,55 @@ def test_evaluate_without_a_decision_points_to_a_calibration_that_works_on_its_f
     capsys.readouterr()
     main(["evaluate", model_dir, file])
     assert "no accuracy" not in capsys.readouterr().err
+
+
+@pytest.mark.heavy
+def test_on_imbalanced_pairs_calibrate_evaluate_and_decide_say_what_the_decision_is_worth(folders, tmp_path, capsys):
+    """The issue's case: 29 matches in 100 pairs, which the model ranks below every other pair, so no
+    threshold beats answering "no match" to every pair, which the accuracy threshold does, and the
+    f1 one says "match" to every pair at probabilities below 0.5. Each command says so."""
+    model_dir = model_copy(folders, "feature", tmp_path)
+    matcher = load_matcher(model_dir)
+    scores = np.float64(matcher.similarity(distinct_texts(0, 100), distinct_texts(100, 100)))
+    labels = np.zeros(100, dtype=int)
+    labels[np.argsort(scores)[:29]] = 1  # the matches score lowest
+    file, texts_a, texts_b, labels = write_pairs(tmp_path / "pairs.tsv", list(labels))
+    main(["calibrate", model_dir, file])
+    printed = capsys.readouterr()
+    matcher = load_matcher(model_dir)
+    threshold, f1_threshold = matcher.decision.thresholds["accuracy"], matcher.decision.thresholds["f1"]
+    assert int(np.sum(scores > threshold)) == 0 and int(np.sum(scores > f1_threshold)) == 100
+    said_alike = (
+        f'{file}: the accuracy threshold {threshold:.4f} decides 100 of the 100 pairs "no match": it (nearly) never '
+        'says "match"'
+    )
+    no_better = (
+        f"{file}: accuracy 0.7100 at the accuracy threshold {threshold:.4f} is not above that of answering "
+        '"no match" every time: 0.7100; on these 100 pairs the decision does no better than no model'
+    )
+    assert {no_better, said_alike} <= set(printed.err.splitlines())
+    assert (
+        '  accuracy on these pairs 0.7100 at the accuracy threshold (answering "no match" every time: 0.7100)'
+        in printed.out.splitlines()
+    )
+
+    main(["evaluate", model_dir, file])
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["decision"]["majority_accuracy"] == pytest.approx(0.71)
+    (accuracy_line,) = [line for line in printed.err.splitlines() if line.startswith("  accuracy ")]
+    assert accuracy_line.startswith(f"  accuracy 0.7100 at the shipped threshold {threshold:.4f}; ")
+    assert accuracy_line.endswith('; answering "no match" every time: 0.7100')
+    assert {no_better, said_alike} <= set(printed.err.splitlines())
+
+    main(["similarity", model_dir, file, str(tmp_path / "decided.tsv"), "--decide", "f1"])
+    printed = capsys.readouterr()
+    probabilities = matcher.predict_proba(texts_a, texts_b)
+    below = (scores > f1_threshold) & (probabilities < 0.5)
+    assert below.sum() > 0
+    notes = [line for line in printed.err.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f'note: {below.sum()} of the 100 pairs decided "match" have a probability of a match below 0.5 (down to '
+        f"{probabilities[below].min():.4f}): the f1 threshold {f1_threshold:.4f} is the score that maximises F1 of "
+        "the match class on the pairs it was fitted on, not where the probability crosses 0.5; to decide by the "
+        "probability, compare the last column with a cut of your own"
+    ]

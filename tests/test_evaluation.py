@@ -50,6 +50,7 @@ def test_binary_tasks_get_accuracy_at_the_threshold_tuned_on_valid():
     valid_scores, valid_labels = [0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]  # best cut: 0.5
     metrics = task_metrics([0.3, 0.6, 0.7, 0.4], [0, 1, 1, 1], valid_scores, valid_labels, binary=True)
     assert metrics["threshold"] == pytest.approx(0.5) and metrics["accuracy"] == pytest.approx(0.75)
+    assert metrics["majority_accuracy"] == 0.75 and metrics["positive_rate"] == 0.75  # "match" every time: 3 of 4
     assert set(task_metrics([0.3, 0.6, 0.7], [0, 1, 2], valid_scores, valid_labels)) == {"spearman", "pearson"}
 
 

@@ -42,12 +42,45 @@ def test_a_binary_run_ships_thresholds_fitted_on_valid_and_reports_them_on_test(
     assert decision.calibration is None and "needs at least 50 pairs" in decision.note
     assert "threshold" not in json.loads((model_dir / SPEC_FILE).read_text())  # one home: decision.json
     expected = decision_metrics(encoder.similarity(test.texts_a, test.texts_b), test.labels, decision)
-    for key in ("accuracy", "f1", "accuracy_oracle", "f1_oracle", "ece_uncalibrated"):
+    for key in (
+        "accuracy",
+        "f1",
+        "accuracy_oracle",
+        "f1_oracle",
+        "ece_uncalibrated",
+        "majority_accuracy",
+        "match_share",
+    ):
         assert metrics["test"][key] == pytest.approx(expected[key], abs=1e-6), key
     assert "ece" not in metrics["test"]
     assert not (bq_run.run / "reliability.png").exists()
     with pytest.raises(ConfigError, match="needs at least 50 pairs"):
         encoder.predict_proba(["你好"], ["您好"])
+
+
+def test_a_run_warns_of_a_test_decision_no_better_than_the_majority_or_deciding_every_pair_alike(bq_run):
+    """The zoo's tiny run from random weights: its f1 threshold says "match" to every test pair."""
+    with np.load(bq_run.run / "test_scores.npz") as saved:
+        scores, labels = np.float64(saved["BQ.scores"]), saved["BQ.labels"]
+    decision = read_decision(bq_run.run / "model")
+    where = f"BQ test ({bq_run.setup / 'data' / 'senteval_cn' / 'BQ' / 'BQ.test.data'})"
+    pairs, matches = len(labels), int(np.sum(labels > 0.5))
+    expected = []
+    threshold = decision.thresholds["accuracy"]
+    right = sum((score > threshold) == (label > 0.5) for score, label in zip(scores, labels))
+    if right <= max(matches, pairs - matches):
+        expected.append(f"{where}: accuracy {right / pairs:.4f} at the accuracy threshold {threshold:.4f} is not above")
+    for rule, named in (("accuracy", "the accuracy threshold"), ("f1", "the f1 threshold")):
+        called = sum(score > decision.thresholds[rule] for score in scores)
+        if max(called, pairs - called) >= 0.99 * pairs:
+            side = "match" if called > pairs / 2 else "no match"
+            expected.append(
+                f"{where}: {named} {decision.thresholds[rule]:.4f} decides {max(called, pairs - called)} of the "
+                f'{pairs} pairs "{side}"'
+            )
+    assert any('"match"' in line for line in expected)  # the f1 threshold's, at least
+    warned = [line for line in bq_run.stderr.splitlines() if line.startswith(f"{where}: ")]
+    assert len(warned) == len(expected) and all(line.startswith(start) for line, start in zip(warned, expected))
 
 
 def test_a_run_with_enough_valid_pairs_ships_a_calibration_map(tmp_path, tiny_setup):

@@ -256,8 +256,19 @@ def assert_summary(stdout, stderr, metrics, out):
     assert summary.startswith(f"{task} {metrics['kind']} {metrics['loss']}: test spearman {test['spearman']:.4f}")
     assert f"valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}" in summary
     assert f"model in {out / 'model'}" in summary
-    if "accuracy" in test:  # a binary task: accuracy at the threshold tuned on valid
-        assert f"accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f}" in summary
+    if "accuracy" in test:  # a binary task: accuracy at the threshold tuned on valid, beside the majority's
+        with np.load(out / "test_scores.npz") as saved:
+            labels = saved[f"{task}.labels"]
+        matches = sum(1 for label in labels if label > 0.5)
+        answer = (
+            '"match"' if 2 * matches > len(labels) else '"no match"' if 2 * matches < len(labels) else "either answer"
+        )
+        majority = max(matches, len(labels) - matches) / len(labels)
+        assert (
+            f"accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f} "
+            f"(answering {answer} every time: {majority:.4f})"
+        ) in summary
+        assert test["majority_accuracy"] == pytest.approx(majority, abs=1e-12)
     else:
         assert "accuracy" not in summary
     assert "random weights" in summary  # tiny_setup's runs have no --checkpoint
