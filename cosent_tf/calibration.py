@@ -162,7 +162,7 @@ def majority_said(figures: Mapping[str, Any]) -> str:
     """The majority baseline of ``figures`` (:func:`majority_baseline`'s keys) for people:
     ``answering "no match" every time: 0.7100``."""
     rate = figures["positive_rate"]
-    answer = '"match"' if rate > 0.5 else '"no match"' if rate < 0.5 else "either answer"
+    answer = '"match"' if rate > 0.5 else '"no match"' if rate < 0.5 else '"match" (or "no match")'
     return f"answering {answer} every time: {figures['majority_accuracy']:.4f}"
 
 

@@ -1194,8 +1194,10 @@ def argument_parser() -> argparse.ArgumentParser:
         "evaluate",
         _evaluate,
         "Spearman, Pearson and (binary labels) accuracy at the model's tuned threshold on a pair file, with "
-        "the model's match decision measured (accuracy and F1 at its thresholds next to the file's best, "
-        "log-loss, Brier score and ECE of its probability) under decision; --retrieval adds Recall@1/5/10, "
+        "the model's match decision measured (accuracy and F1 at its thresholds next to the file's best and "
+        "to the accuracy of answering every pair with the majority label, log-loss, Brier score and ECE of its "
+        "probability) under decision, and a warning when the decision does no better than that majority or "
+        "decides (nearly) every pair alike; --retrieval adds Recall@1/5/10, "
         "MRR@10 and nDCG@10 for a feature model, and --rerank those of the same search with each query's top "
         "hits re-ordered by an interaction model.",
     )
@@ -1250,7 +1252,9 @@ def argument_parser() -> argparse.ArgumentParser:
         "retraining, and write it into the folder as decision.json, replacing the one there: the thresholds "
         "best for accuracy and for F1, and a calibration map from score to the probability of a match "
         "(isotonic or Platt, whichever has the lower held-out log-loss); for graded labels also a map from "
-        "score to the expected label. Prints the decision, and the thresholds before and after.",
+        "score to the expected label. Prints the decision, its accuracy on FILE beside that of answering every "
+        "pair with the majority label, and the thresholds before and after; warns when a threshold decides "
+        "(nearly) every pair of FILE alike.",
     )
     sub.add_argument("model_dir", help="a cosent-tf model folder (a training run's OUTPUT_DIR/model)")
     sub.add_argument(
