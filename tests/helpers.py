@@ -200,9 +200,9 @@ def reference_python(what):
     return python
 
 
-class _KeptWarnings(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
+class _KeptMessages(logging.Handler):
+    def __init__(self, level):
+        super().__init__(level)
         self.messages = []
 
     def emit(self, record):
@@ -210,18 +210,19 @@ class _KeptWarnings(logging.Handler):
 
 
 @contextlib.contextmanager
-def warnings_logged(name):
-    """The messages of the warnings that the logger ``name`` and its children log within the block:
-    a list, filled as they come. Within the block the logger lets warnings through whatever its level."""
-    logger, kept = logging.getLogger(name), _KeptWarnings()
-    level = logger.level
+def warnings_logged(name, level=logging.WARNING):
+    """The messages of the warnings (with ``level``: the records of that level and above) that the
+    logger ``name`` and its children log within the block: a list, filled as they come. Within the
+    block the logger lets them through whatever its level."""
+    logger, kept = logging.getLogger(name), _KeptMessages(level)
+    before = logger.level
     logger.addHandler(kept)
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(level)
     try:
         yield kept.messages
     finally:
         logger.removeHandler(kept)
-        logger.setLevel(level)
+        logger.setLevel(before)
 
 
 @contextlib.contextmanager

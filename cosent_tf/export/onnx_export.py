@@ -407,10 +407,13 @@ def _optimizers() -> dict[str, Any]:
 
 def _probe_inputs(spec: ModelSpec, tokenizer: Any) -> tuple[list, Optional[int]]:
     """The token ids the export checks itself on (:data:`PROBE_TEXTS`, as texts or as pairs of them) and
-    the [SEP] id that marks a pair's second text, for a model with pair segments."""
+    the [SEP] id that marks a pair's second text, for a model with pair segments. Their truncation and
+    unknown tokens are not reported: they are the export's own texts, cut on purpose, not the user's."""
     if spec.kind == FEATURE.name:
-        return tokenizer.encode_all(list(PROBE_TEXTS), "the export's probe texts"), None
-    ids = tokenizer.encode_pairs(list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)), "the export's probe pairs")
+        return tokenizer.encode_all(list(PROBE_TEXTS), "the export's probe texts", report=False), None
+    ids = tokenizer.encode_pairs(
+        list(PROBE_TEXTS), list(reversed(PROBE_TEXTS)), "the export's probe pairs", report=False
+    )
     return ids, tokenizer.sep_id if spec.pair_segments else None
 
 
@@ -541,9 +544,12 @@ def quality_check(
     when it loses more than :data:`INT8_LOSS_WARNING` points of any of them, or a figure is no number."""
     texts_a, texts_b, labels = pairs.texts_a, pairs.texts_b, np.asarray(pairs.labels, dtype=np.float64)
     if spec.kind == FEATURE.name:
-        inputs: Any = (tokenizer.encode_all(texts_a), tokenizer.encode_all(texts_b))
+        inputs: Any = (
+            tokenizer.encode_all(texts_a, f"{check_file}, first texts"),
+            tokenizer.encode_all(texts_b, f"{check_file}, second texts"),
+        )
     else:
-        inputs = tokenizer.encode_pairs(texts_a, texts_b)
+        inputs = tokenizer.encode_pairs(texts_a, texts_b, f"{check_file}, pairs")
     sep_id = tokenizer.sep_id if spec.pair_segments else None
     binary = are_binary(labels)
     measured: dict[str, Any] = {"file": os.path.abspath(check_file), "pairs": len(labels)}

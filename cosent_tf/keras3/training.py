@@ -559,7 +559,7 @@ def _train(
         ids = {
             name: (
                 tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"),
-                tokenizer.encode_all(pairs.texts_b),
+                tokenizer.encode_all(pairs.texts_b, f"{pairs.source}, second texts"),
             )
             for name, pairs in (("train", data.train), ("valid", data.valid), ("test", data.test))
         }

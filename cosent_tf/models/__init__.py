@@ -54,6 +54,7 @@ _HOMES = {
     "load_vocab": ".tokenization",
     "check_vocab_size": ".tokenization",
     "Truncation": ".tokenization",
+    "UnknownTokens": ".tokenization",
     "SentenceTokenizer": ".tokenization",
     "SMALL_RANDOM_CONFIG": ".sources",
     "FORMATS": ".sources",

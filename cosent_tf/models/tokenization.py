@@ -171,6 +171,45 @@ class Truncation:
         )
 
 
+# The share of a split's tokens that may become [UNK] before the report is a warning: a vocabulary of
+# the data's language leaves a few rare characters and emoji unknown, one of another language most.
+UNKNOWN_TOKEN_WARNING_SHARE = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class UnknownTokens:
+    """How many of ``tokens`` tokens (of ``total`` sequences, [CLS] and [SEP] left out) were not in the
+    vocabulary and became ``[UNK]``, and in how many sequences."""
+
+    what: str
+    total: int
+    with_unknown: int
+    tokens: int
+    unknown: int
+    vocab_path: str
+
+    @property
+    def share(self) -> float:
+        """The share of the tokens that became [UNK] (0 when there were none)."""
+        return self.unknown / self.tokens if self.tokens else 0.0
+
+    @property
+    def high(self) -> bool:
+        """Whether the share reaches :data:`UNKNOWN_TOKEN_WARNING_SHARE` (the report is then a warning)."""
+        return self.share >= UNKNOWN_TOKEN_WARNING_SHARE
+
+    def __str__(self) -> str:
+        texts = f"{self.with_unknown} of {self.total} ({self.with_unknown / max(self.total, 1):.1%})"
+        tokens = f"{self.unknown} of {self.tokens} tokens ({self.share:.1%})"
+        said = f"{self.what}: {texts} had text the vocabulary lacks: {tokens} became [UNK]"
+        if self.high:
+            said += (
+                f"; over {UNKNOWN_TOKEN_WARNING_SHARE:.0%} is more than a vocabulary of the data's language leaves: "
+                f"is {self.vocab_path} the vocabulary of a model for this language?"
+            )
+        return said
+
+
 def _jieba_cut(text: str) -> Any:
     import jieba
 
@@ -231,7 +270,9 @@ class SentenceTokenizer:
         self.token_dict = token_dict
         self.vocab_size = len(token_dict)
         self.sep_id = token_dict.get("[SEP]")
+        self.unknown_id = token_dict.get("[UNK]")
         self.last_truncation: Optional[Truncation] = None  # the Truncation of the latest encode_all / encode_pairs
+        self.last_unknown: Optional[UnknownTokens] = None  # and its UnknownTokens
 
     def encode(self, text: str) -> list:
         """Token ids of one sentence, [CLS] ... [SEP]."""
@@ -241,28 +282,38 @@ class SentenceTokenizer:
         """Token ids of a concatenated pair, [CLS] a [SEP] b [SEP] (longer side truncated first)."""
         return self._tokenizer.encode(first, second, maxlen=self.maxlen)[0]
 
-    def encode_all(self, texts: Iterable[str], what: str = "texts") -> list:
+    def encode_all(self, texts: Iterable[str], what: str = "texts", report: bool = True) -> list:
         """Token ids of each text (int32 arrays); logs a :class:`Truncation` report (at debug level
-        when nothing was cut)."""
-        return self._encode_many([(t,) for t in texts], what)
+        when nothing was cut) and an :class:`UnknownTokens` one (at debug level when no token became
+        [UNK], a warning when many did). ``report=False``: both at debug level (texts of the
+        package's own, not the user's)."""
+        return self._encode_many([(t,) for t in texts], what, report)
 
-    def encode_pairs(self, firsts: Iterable[str], seconds: Iterable[str], what: str = "pairs") -> list:
-        """Token ids of each concatenated pair (int32 arrays); logs a :class:`Truncation` report (at
-        debug level when nothing was cut)."""
-        return self._encode_many(list(zip(firsts, seconds)), what)
+    def encode_pairs(
+        self, firsts: Iterable[str], seconds: Iterable[str], what: str = "pairs", report: bool = True
+    ) -> list:
+        """Token ids of each concatenated pair (int32 arrays); logs the reports of :meth:`encode_all`."""
+        return self._encode_many(list(zip(firsts, seconds)), what, report)
 
-    def _encode_many(self, items: list, what: str) -> list:
+    def _encode_many(self, items: list, what: str, report: bool = True) -> list:
         encoded, truncated, longest = [], 0, 0
+        tokens, unknown, with_unknown = 0, 0, 0
         for texts in items:
             ids = self._tokenizer.encode(*texts)[0]  # uncut first: most texts fit, and then once is enough
             longest = max(longest, len(ids))
+            content = len(ids) - len(texts) - 1  # without [CLS] and each text's [SEP]
+            unknown_here = ids.count(self.unknown_id) if self.unknown_id is not None else 0
+            tokens, unknown, with_unknown = tokens + content, unknown + unknown_here, with_unknown + (unknown_here > 0)
             if len(ids) > self.maxlen:
                 truncated += 1
                 ids = self._tokenizer.encode(*texts, maxlen=self.maxlen)[0]
             encoded.append(np.asarray(ids, dtype=np.int32))
         self.last_truncation = Truncation(what, len(items), truncated, longest, self.maxlen)
+        self.last_unknown = UnknownTokens(what, len(items), with_unknown, tokens, unknown, self.vocab_path)
         if items:  # said only when something was cut: a run encodes up to six splits, most of them uncut
-            logger.log(logging.INFO if truncated else logging.DEBUG, "%s", self.last_truncation)
+            logger.log(logging.INFO if truncated and report else logging.DEBUG, "%s", self.last_truncation)
+            level = logging.WARNING if self.last_unknown.high else logging.INFO
+            logger.log(level if unknown and report else logging.DEBUG, "%s", self.last_unknown)
         return encoded
 
     def tokenize(self, text: str) -> list:

@@ -5,6 +5,7 @@ tests/inference/test_onnx_model.py, the command line in tests/test_cli_onnx.py."
 
 import copy
 import json
+import logging
 import math
 import os
 import shutil
@@ -44,16 +45,21 @@ def write_check_file(path, seed=0):
 def folders(tmp_path_factory):
     """``feature`` (a mean-pooled model: a random model's [CLS] cosines lie too close to rank) and its
     export ``int8`` with --quantize int8 and --check (the warning's threshold lowered so that it fires;
-    ``warnings``: what was logged), written with overwrite over a Hugging Face export of the model, so
-    that this one conversion also shows that an ONNX export replaces one; ``plain``, another model's
-    float32 export, read from the zoo (tests/inference/test_onnx_model.py converts it too)."""
+    ``warnings``: what was logged, ``said``: every line the package logged), written with overwrite over
+    a Hugging Face export of the model, so that this one conversion also shows that an ONNX export
+    replaces one; ``plain``, another model's float32 export, read from the zoo
+    (tests/inference/test_onnx_model.py converts it too)."""
     root = tmp_path_factory.mktemp("onnx-export")
     keras.utils.set_random_seed(40)
     config = write_config(root / "config.json", layers=1)
     make_model_dir(root / "feature", config, pooling="last-avg", maxlen=16)
     check = write_check_file(root / "check.tsv")
     export_hf(str(root / "feature"), str(root / "int8"))
-    with warnings_logged(onnx_export.__name__) as collected, pytest.MonkeyPatch.context() as patch:
+    with (
+        warnings_logged(onnx_export.__name__) as collected,
+        warnings_logged("cosent_tf", logging.INFO) as said,
+        pytest.MonkeyPatch.context() as patch,
+    ):
         patch.setattr(onnx_export, "INT8_LOSS_WARNING", -math.inf)
         exported = export_onnx(
             str(root / "feature"), str(root / "int8"), quantize="int8", check_file=check[0], overwrite=True
@@ -66,6 +72,7 @@ def folders(tmp_path_factory):
         "plain": Path(plain),
         "plain_exported": plain_exported,
         "warnings": collected,
+        "said": said,
     }
 
 
@@ -122,6 +129,14 @@ def test_the_int8_file_is_written_beside_the_float32_one_and_recorded(folders):
     operations = {node.op_type for node in onnx.load(str(out / "onnx" / "model_qint8.onnx")).graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= operations
     assert "MatMulInteger" not in {node.op_type for node in onnx.load(str(out / "onnx" / "model.onnx")).graph.node}
+
+
+def test_the_export_says_nothing_of_its_own_probe_texts_and_no_line_twice(folders):
+    # the probe texts (one of them past any maxlen) are checked twice, against the engine and int8 against
+    # float32: neither is the user's data
+    said = folders["said"]
+    assert not [line for line in said if "probe" in line]
+    assert len(said) == len(set(said)), said
 
 
 def test_int8_vectors_are_close_to_float32_and_the_int8_encoder_runs_them(folders):

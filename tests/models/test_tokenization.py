@@ -6,7 +6,7 @@ from bert4keras.tokenizers import load_vocab as b4k_load_vocab
 
 from cosent_tf import DataError, SentenceTokenizer, read_senteval
 from cosent_tf.models.tokenization import load_vocab
-from tests.helpers import SHARED_DATA, SHARED_VOCAB, made_vocab, requires_shared_data
+from tests.helpers import SHARED_DATA, SHARED_VOCAB, made_vocab, requires_shared_data, write_vocab
 
 
 @requires_shared_data
@@ -77,3 +77,47 @@ def test_a_split_with_nothing_cut_reports_it_only_at_debug_level(caplog):
     with caplog.at_level(logging.DEBUG, logger="cosent_tf"):
         tokenizer.encode_all(["好", "我们"], what="valid, first texts")
     assert "valid, first texts: 0 of 2 (0.0%) longer than maxlen 6 tokens were cut" in caplog.text
+
+
+def test_unknown_tokens_are_counted_and_reported_a_warning_when_many(tmp_path, caplog):
+    import logging
+
+    # the first 300 tokens: ASCII, full-width punctuation and the CJK ideographs from 一 (U+4E00) to U+4EC4
+    vocab = write_vocab(tmp_path / "vocab.txt", size=300)
+    tokenizer = SentenceTokenizer(vocab, maxlen=6)
+    with caplog.at_level(logging.INFO, logger="cosent_tf"):
+        ids = tokenizer.encode_all(["一七", "花呗如何还钱", "a b"], what="valid, first texts")
+    unknown = tokenizer.token_dict["[UNK]"]
+    # brute force: the [UNK]s among the uncut ids' tokens, [CLS] and [SEP] left out
+    uncut = [tokenizer._tokenizer.encode(text)[0][1:-1] for text in ["一七", "花呗如何还钱", "a b"]]
+    assert sum(row.count(unknown) for row in uncut) == 6 and sum(map(len, uncut)) == 10
+    assert list(ids[1][1:-1]) == [unknown] * 4  # cut to maxlen, as before
+    report = tokenizer.last_unknown
+    assert (report.total, report.with_unknown, report.tokens, report.unknown) == (3, 1, 10, 6)
+    [record] = [r for r in caplog.records if "[UNK]" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "valid, first texts: 1 of 3 (33.3%) had text the vocabulary lacks: 6 of 10 tokens (60.0%) became [UNK]; "
+        f"over 5% is more than a vocabulary of the data's language leaves: is {vocab} the vocabulary of a model "
+        "for this language?"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cosent_tf"):
+        tokenizer.encode_pairs(["一七丁七丁七丁七丁七丁七丁七丁七丁七丁七"], ["花"], what="pairs")
+    [record] = [r for r in caplog.records if "[UNK]" in r.getMessage()]
+    assert record.levelno == logging.INFO  # 1 of 21 tokens: under the warning's share
+    assert (
+        record.getMessage()
+        == "pairs: 1 of 1 (100.0%) had text the vocabulary lacks: 1 of 21 tokens (4.8%) became [UNK]"
+    )
+
+
+def test_no_unknown_tokens_and_the_packages_own_texts_are_said_at_debug_level_only(caplog):
+    import logging
+
+    tokenizer = SentenceTokenizer(made_vocab(), maxlen=6)
+    with caplog.at_level(logging.INFO, logger="cosent_tf"):
+        tokenizer.encode_all(["好", "我们"], what="valid, first texts")
+        tokenizer.encode_all(["今天天气很好啊", "☃"], what="probe texts", report=False)
+    assert caplog.text == ""  # nothing unknown in the first; the second is not the user's data
+    assert (tokenizer.last_unknown.unknown, tokenizer.last_truncation.truncated) == (1, 1)
