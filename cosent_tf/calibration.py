@@ -65,6 +65,40 @@ LOG_LOSS_EPSILON = 1e-15
 # model folder's checkpoint index (it holds every tensor's checksum), a Hugging Face folder's weights.
 WEIGHT_FILES = ("bert_model.ckpt.index", "model.safetensors", "pytorch_model.bin", ONNX_FILES["float32"])
 
+# A threshold or cosine is shown with at least THRESHOLD_DECIMALS decimals, and with more near 1 (or
+# -1): enough to keep THRESHOLD_SIGNIFICANT_DIGITS digits of its distance from 1. A model whose
+# vectors crowd together puts every cosine within 1e-3 of 1, where four decimals show one number.
+THRESHOLD_DECIMALS = 4
+THRESHOLD_SIGNIFICANT_DIGITS = 4
+# float64 thresholds between float32 scores: digits past these say nothing
+THRESHOLD_MOST_DECIMALS = 9
+
+
+def format_threshold(value: float) -> str:
+    """A threshold (or a cosine a decision compares with one) as text, with digits enough to tell
+    apart two that differ near 1: every place that prints a threshold calls this.
+
+    Args:
+        value: the threshold.
+
+    Returns:
+        ``value`` with :data:`THRESHOLD_DECIMALS` decimals, or as many more (up to
+        :data:`THRESHOLD_MOST_DECIMALS`) as keep :data:`THRESHOLD_SIGNIFICANT_DIGITS` significant
+        digits of ``1 - |value|``; ``nan`` or ``inf`` as Python writes them.
+
+    Example:
+        >>> format_threshold(0.5), format_threshold(0.99981234), format_threshold(0.99987654)
+        ('0.5000', '0.9998123', '0.9998765')
+    """
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    decimals = THRESHOLD_DECIMALS
+    gap = 1.0 - abs(value)
+    if 0 < gap < 1:
+        decimals = max(decimals, THRESHOLD_SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(gap)))
+    return f"{value:.{min(decimals, THRESHOLD_MOST_DECIMALS)}f}"
+
 
 # --- thresholds ----------------------------------------------------------------------------------
 
@@ -581,7 +615,7 @@ class MatchDecision:
             assert self.thresholds is not None
             lines.append(
                 "thresholds: "
-                + ", ".join(f"{rule} {value:.4f}" for rule, value in self.thresholds.items())
+                + ", ".join(f"{rule} {format_threshold(value)}" for rule, value in self.thresholds.items())
                 + f"; deciding by {self.rule}"
             )
             if "majority_accuracy" in fitted and "accuracy" in fitted:

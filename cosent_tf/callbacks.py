@@ -1,5 +1,5 @@
 """Keras callbacks of the training engine: keep the best epoch, stop on a non-finite loss,
-and save the training state for an exact resume."""
+save the training state for an exact resume, and say how an epoch is going in a log file."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Optional
 
@@ -173,6 +174,91 @@ def _write_history(path: str, rows: list[dict[str, Any]]) -> None:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
+
+
+# Without a live progress bar (a log file, a pipe) a line says how an epoch is going at most this
+# often: a job's log shows within a minute that training is alive, and an epoch of hours stays a
+# screenful.
+PROGRESS_LINE_SECONDS = 60.0
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as people read a duration: ``45s``, ``6m20s``, ``2h05m``."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+class ProgressLines(keras.callbacks.Callback):
+    """A line within each epoch, at most every ``every_seconds``: the step of the epoch, the time
+    since the epoch began and an estimate of the time to its end, and the loss so far.
+
+    For a console that is not a terminal, where Keras's bar would keep every redraw and Keras
+    prints one line an epoch (``verbose=2``): a long epoch then shows that it is alive. No line
+    at the epoch's last step (Keras's own line follows). The estimate is from the steps run since
+    the epoch began in this process (a resumed epoch's earlier steps took no time here).
+
+    Args:
+        every_seconds: the least time between two lines.
+        clock: seconds from a fixed point (``time.monotonic``; a test's own clock).
+
+    Example:
+        >>> model.fit(batches, epochs=3, callbacks=[ProgressLines()], verbose=2)  # doctest: +SKIP
+        epoch 1/3: step 240/1000, 1m00s elapsed, ETA 3m10s, loss 0.5123
+    """
+
+    def __init__(
+        self, every_seconds: float = PROGRESS_LINE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.every_seconds = float(every_seconds)
+        self.clock = clock
+        self._epoch = 0
+        self._started = self._said = 0.0
+        self._first_batch: Optional[int] = None
+
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+        self._epoch = epoch
+        self._started = self._said = self.clock()
+        self._first_batch = None
+
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+        if self._first_batch is None:
+            self._first_batch = batch
+        steps = self.params.get("steps")
+        now = self.clock()
+        if now - self._said < self.every_seconds or (steps is not None and batch + 1 >= steps):
+            return
+        self._said = now
+        elapsed = now - self._started
+        run_here = batch + 1 - self._first_batch
+        said = f"epoch {self._epoch + 1}/{self.params.get('epochs')}: step {batch + 1}"
+        said += f"/{steps}" if steps else ""
+        said += f", {duration(elapsed)} elapsed"
+        if steps:
+            said += f", ETA {duration(elapsed / run_here * (steps - batch - 1))}"
+        loss = (logs or {}).get("loss")
+        if loss is not None:
+            said += f", loss {float(loss):.4f}"
+        logger.info("%s", said)
+
+
+def epoch_progress(live: bool) -> tuple[list[keras.callbacks.Callback], int]:
+    """How ``fit`` shows progress: ``(callbacks, verbose)``. ``live`` (a terminal, a Jupyter cell,
+    see :func:`cosent_tf.console.live_progress_on`): Keras's bar redrawn in place; otherwise a line
+    an epoch (``verbose=2``) and :class:`ProgressLines` within it.
+
+    Example:
+        >>> callbacks, verbose = epoch_progress(live=False)
+        >>> verbose
+        2
+    """
+    if live:
+        return [keras.callbacks.ProgbarLogger(count_mode="steps")], 1
+    return [ProgressLines()], 2
 
 
 class StartStep(keras.callbacks.Callback):

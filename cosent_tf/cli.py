@@ -25,7 +25,7 @@ from typing import Optional, TextIO
 import numpy as np
 
 from . import environment
-from .calibration import MIN_CALIBRATION_PAIRS, MIN_PAIRS_PER_CLASS, RULES
+from .calibration import MIN_CALIBRATION_PAIRS, MIN_PAIRS_PER_CLASS, RULES, format_threshold
 from .choices import (
     EXPORT_INPUTS,
     INDEX_KINDS,
@@ -400,14 +400,14 @@ def _similarity(args: argparse.Namespace) -> None:
     if args.decide is not None:
         decided = matcher.decide(texts_a, texts_b, rule, args.batch_size)
         rows = [[line, *_decision_fields(decided, i)] for i, line in enumerate(lines)]
-        extra = f", match or no match at the {decided.rule} threshold {decided.threshold:.4f}"
+        extra = f", match or no match at the {decided.rule} threshold {format_threshold(decided.threshold)}"
         if decided.probabilities is not None:
             assert matcher.decision is not None and matcher.decision.calibration is not None
             extra += f" and the probability of a match ({matcher.decision.calibration.method} calibration)"
     else:
         scores = _pair_scores(matcher, texts_a, texts_b, args.batch_size, dim)
         rows = [[line, *_score_fields(s, threshold)] for line, s in zip(lines, scores)]
-        extra = f" and 0/1 at the tuned threshold {threshold:.4f}" if threshold is not None else ""
+        extra = f" and 0/1 at the tuned threshold {format_threshold(threshold)}" if threshold is not None else ""
         if dim is not None:
             extra = f" (the cosine of the vectors cut to {dim} dimensions)"
             if matcher.threshold is not None:
@@ -800,7 +800,7 @@ def _threshold_changes(before, after) -> str:
     def shown(decision, rule: str) -> str:
         if decision is None or decision.thresholds is None or rule not in decision.thresholds:
             return "none"
-        return f"{decision.thresholds[rule]:.4f}"
+        return format_threshold(decision.thresholds[rule])
 
     return ", ".join(f"{rule} {shown(before, rule)} -> {shown(after, rule)}" for rule in RULES)
 
@@ -1043,16 +1043,16 @@ def _decision_report(measured: dict, decision, dim: Optional[int] = None) -> lis
     for name, threshold in (("accuracy", "threshold"), ("f1", "f1_threshold")):
         # an accuracy is read against that of answering every pair alike
         baseline = f"; {majority_said(measured)}" if name == "accuracy" else ""
+        if name + "_oracle" not in measured:
+            continue
+        best = (
+            f"{measured[name + '_oracle']:.4f} at this file's best {format_threshold(measured[threshold + '_oracle'])}"
+        )
         if name in measured:
-            lines.append(
-                f"  {name} {measured[name]:.4f} at the shipped threshold {measured[threshold]:.4f}; "
-                f"{measured[name + '_oracle']:.4f} at this file's best {measured[threshold + '_oracle']:.4f}{baseline}"
-            )
-        elif name + "_oracle" in measured:
-            lines.append(
-                f"  {name}: no shipped threshold; {measured[name + '_oracle']:.4f} at this file's best "
-                f"{measured[threshold + '_oracle']:.4f}{baseline}"
-            )
+            shipped = format_threshold(measured[threshold])
+            lines.append(f"  {name} {measured[name]:.4f} at the shipped threshold {shipped}; {best}{baseline}")
+        else:
+            lines.append(f"  {name}: no shipped threshold; {best}{baseline}")
     if "ece" in measured:
         lines.append(
             f"  probability ({measured['calibration']} calibration): log-loss {measured['log_loss']:.4f}, Brier "

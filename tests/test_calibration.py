@@ -37,6 +37,7 @@ from cosent_tf.calibration import (
     fit_decision,
     fit_isotonic,
     fit_platt,
+    format_threshold,
     held_out_folds,
     log_loss,
     majority_accuracy,
@@ -809,3 +810,40 @@ def test_a_graded_map_stays_within_the_labels_it_averages():
     decision = fit_decision(scores, labels, "x.tsv", graded=True)
     assert max(decision.expected_label.values) <= 0.8
     assert MatchDecision.from_json(decision.to_json(), "decision.json") == decision
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (0.5, "0.5000"),  # far from 1: four decimals, as always
+        (0.912346, "0.91235"),  # 1 - value = 0.087654: its four significant digits need five decimals
+        (0.99981234, "0.9998123"),
+        (0.99987654, "0.9998765"),
+        (-0.99981234, "-0.9998123"),  # near -1 alike
+        (1.0, "1.0000"),
+        (2.75, "2.7500"),  # an interaction model's score is no cosine
+        (1 - 1e-12, "1.000000000"),  # no more decimals than a float32 score has meaning for
+        (float("nan"), "nan"),
+    ],
+)
+def test_a_threshold_is_shown_with_four_significant_digits_of_its_distance_from_one(value, shown):
+    assert format_threshold(value) == shown
+
+
+@given(st.floats(0.9, 1 - 1e-8), st.floats(0.9, 1 - 1e-8))
+@settings(max_examples=200, deadline=None)
+def test_two_thresholds_near_one_are_shown_apart_when_their_distances_from_one_differ(a, b):
+    # the shown text read back is within half its last decimal, so its distance from 1 keeps 4 digits
+    for value in (a, b):
+        decimals = len(format_threshold(value).split(".")[1])
+        assert abs(float(format_threshold(value)) - value) <= 0.5 * 10**-decimals
+        assert 0.5 * 10**-decimals <= 5e-4 * (1 - value) * (1 + 1e-9) or decimals == 9
+    if abs((1 - a) - (1 - b)) > 1e-3 * max(1 - a, 1 - b):
+        assert format_threshold(a) != format_threshold(b)
+
+
+def test_the_decisions_summary_tells_thresholds_near_one_apart():
+    decision = MatchDecision(
+        {"file": "valid.tsv", "pairs": 100, "labels": "0/1"}, {"accuracy": 0.99981234, "f1": 0.99987654}
+    )
+    assert decision.summary()[1] == "thresholds: accuracy 0.9998123, f1 0.9998765; deciding by accuracy"

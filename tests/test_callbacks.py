@@ -115,3 +115,45 @@ def test_validation_checkpoint_chooses_no_epoch_while_every_score_is_nan(tmp_pat
     assert "epoch 2 valid: spearman nan  (no finite score yet)" in caplog.text
     model.fit(x, x[:, :2], epochs=1, callbacks=[callback], verbose=0)  # a finite score at last
     assert callback.best_epoch == 1 and callback.best == 0.2
+
+
+def test_a_log_file_gets_a_progress_line_within_the_epoch_with_its_eta(monkeypatch):
+    import io
+    import sys
+
+    from cosent_tf.callbacks import ProgressLines, epoch_progress
+    from cosent_tf.console import console_logging, live_progress_on
+
+    log = io.StringIO()  # a log file: no terminal
+    monkeypatch.setattr(sys, "stderr", log)
+    callbacks, verbose = epoch_progress(live_progress_on(log))
+    assert verbose == 2 and [type(c) for c in callbacks] == [ProgressLines]
+    ticks = iter(range(0, 1000, 10))  # a clock 10 s later at each reading: each step takes 10 s
+    progress = ProgressLines(every_seconds=25, clock=lambda: next(ticks))
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.0), loss="mse")  # lr 0: the same loss at every step
+    x = np.ones((8, 3), np.float32)
+    loss = float(model.evaluate(x, np.zeros((8, 2)), verbose=0))
+    with console_logging():
+        model.fit(x, np.zeros((8, 2)), batch_size=1, epochs=2, shuffle=False, callbacks=[progress], verbose=0)
+    # epoch 1 begins at 0 s, its steps end at 10, 20, ... 80 s; a line once 25 s have passed since the last
+    assert log.getvalue().splitlines() == [
+        f"epoch 1/2: step 3/8, 30s elapsed, ETA 50s, loss {loss:.4f}",
+        f"epoch 1/2: step 6/8, 1m00s elapsed, ETA 20s, loss {loss:.4f}",
+        f"epoch 2/2: step 3/8, 30s elapsed, ETA 50s, loss {loss:.4f}",
+        f"epoch 2/2: step 6/8, 1m00s elapsed, ETA 20s, loss {loss:.4f}",
+    ]
+
+
+def test_durations_read_as_people_read_them():
+    from cosent_tf.callbacks import duration
+
+    assert [duration(s) for s in (0, 44.6, 60, 380, 3599, 3600, 7530)] == [
+        "0s",
+        "45s",
+        "1m00s",
+        "6m20s",
+        "59m59s",
+        "1h00m",
+        "2h05m",
+    ]

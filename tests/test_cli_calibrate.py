@@ -11,6 +11,7 @@ from cosent_tf.calibration import (
     DECISION_FILE,
     decision_metrics,
     fit_decision,
+    format_threshold,
     read_decision,
     weights_fingerprint,
 )
@@ -96,7 +97,10 @@ def test_recalibrating_replaces_the_decision_and_prints_the_thresholds_before_an
     scores = load_matcher(model_dir).similarity(texts_a, texts_b)
     assert after.thresholds == pytest.approx(fit_decision(scores, labels, second).thresholds, abs=1e-7)
     assert after.fitted_on["file"] == second and after.rule == "f1"
-    changes = ", ".join(f"{r} {before.thresholds[r]:.4f} -> {after.thresholds[r]:.4f}" for r in ("accuracy", "f1"))
+    changes = ", ".join(
+        f"{r} {format_threshold(before.thresholds[r])} -> {format_threshold(after.thresholds[r])}"
+        for r in ("accuracy", "f1")
+    )
     assert f"thresholds before -> after: {changes}" in printed
 
 
@@ -146,7 +150,10 @@ def test_similarity_decide_agrees_with_the_python_api(folders, kind, tmp_path, c
         decided = matcher.decide(texts_a, texts_b, rule)
         assert [row[4] for row in rows] == ["match" if match else "no match" for match in decided.matches]
         np.testing.assert_allclose(scores, matcher.similarity(texts_a, texts_b), atol=1e-6)
-        assert f"match or no match at the {rule} threshold {decision.thresholds[rule]:.4f}" in capsys.readouterr().out
+        assert (
+            f"match or no match at the {rule} threshold {format_threshold(decision.thresholds[rule])}"
+            in capsys.readouterr().out
+        )
 
     main(["similarity", model_dir, texts_a[0], texts_b[0], "--decide"])
     score, said, probability = capsys.readouterr().out.strip().split("\t")

@@ -14,7 +14,7 @@ from scipy.stats import spearmanr
 
 from cosent_tf import SentenceEncoder
 from cosent_tf.backend import keras
-from cosent_tf.calibration import write_decision
+from cosent_tf.calibration import format_threshold, write_decision
 from cosent_tf.cli import main
 from cosent_tf.inference.matchers import load_matcher
 from tests.export.test_onnx_export import write_check_file
@@ -137,7 +137,10 @@ def test_similarity_decides_with_the_exports_decision(folders, tmp_path):
     argv = ["similarity", str(root / "export"), str(pairs), str(tmp_path / "decided.tsv"), "--decide"]
     said = printed([*argv, "--runtime", "onnx"])
     engine = load_matcher(str(root / "feature"))
-    assert f"match or no match at the accuracy threshold {engine.decision.thresholds['accuracy']:.4f}" in said
+    assert (
+        f"match or no match at the accuracy threshold {format_threshold(engine.decision.thresholds['accuracy'])}"
+        in said
+    )
     rows = [line.split("\t") for line in (tmp_path / "decided.tsv").read_text(encoding="utf-8").splitlines()]
     decided = engine.decide(PAIRS_A, PAIRS_B)
     assert [row[:2] for row in rows] == [[a, b] for a, b in zip(PAIRS_A, PAIRS_B)]

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import huggingface
 from ..backend import keras
-from ..calibration import MatchDecision, write_decision
+from ..calibration import MatchDecision, format_threshold, write_decision
 from ..errors import ConfigError
 from ..exports import HF_FOLDER
 from ..inference.model_dir import load_model_dir, read_model_decision
@@ -383,7 +383,8 @@ def decision_section(spec: ModelSpec, decision: MatchDecision) -> str:
     ]
     if decision.thresholds is not None:
         rules = ", ".join(
-            f"{value:.6g} for the best {RULE_NAMES.get(rule, rule)}" for rule, value in decision.thresholds.items()
+            f"{format_threshold(value)} for the best {RULE_NAMES.get(rule, rule)}"
+            for rule, value in decision.thresholds.items()
         )
         facts.append(
             f"a pair is a match when its score is above the threshold: {rules}; the decision (and `matches` "

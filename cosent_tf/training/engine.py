@@ -31,11 +31,12 @@ from ..calibration import (
     decision_metrics,
     decision_warnings,
     fit_decision,
+    format_threshold,
     majority_said,
     plot_reliability,
     reliability_curves,
 )
-from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint
+from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint, epoch_progress
 from ..console import live_progress_on
 from ..data.batching import batches_per_epoch, duplicates_moved, text_keys
 from ..data.groups import GroupData
@@ -435,7 +436,7 @@ def run_summary(metrics: dict, model_dir: str) -> str:
     mean = f", the mean over {', '.join(evaluated)}" if len(evaluated) > 1 else ""
     said = f"{metrics['task']} {metrics['kind']} {metrics['loss']}: test spearman {test['spearman']:.4f}{mean}"
     if "accuracy" in test:
-        said += f", accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f}"
+        said += f", accuracy {test['accuracy']:.4f} at threshold {format_threshold(test['threshold'])}"
         if "majority_accuracy" in test:
             said += f" ({majority_said(test)})"
     said += f" (best valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
@@ -554,16 +555,16 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ba
     )
     start = StartStep()  # after the backup, which restores the step of a resumed run
     # the backup after validation: an epoch's state is saved after its validation
-    callbacks = [guard, validation, backup, start]
-    if progress_bar:  # first, so that the bar's line is finished before validation speaks
-        callbacks.insert(0, keras.callbacks.ProgbarLogger(count_mode="steps"))
+    # first, so that a bar's line is finished before validation speaks
+    shown, verbose = epoch_progress(progress_bar)
+    callbacks = [*shown, guard, validation, backup, start]
     try:
         model.fit(
             matcher.dataset(train_inputs, labels, start, replicas, keys),
             epochs=cfg.epochs,
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,
-            verbose=1 if progress_bar else 2,
+            verbose=verbose,
         )
     except tf.errors.UnavailableError as lost:
         if cfg.strategy != "multi-worker":

@@ -23,7 +23,14 @@ import pytest
 
 from cosent_tf import ConfigError, SentenceEncoder
 from cosent_tf.backend import tf
-from cosent_tf.calibration import DECISION_FILE, MatchDecision, ScoreMap, read_decision, write_decision
+from cosent_tf.calibration import (
+    DECISION_FILE,
+    MatchDecision,
+    ScoreMap,
+    format_threshold,
+    read_decision,
+    write_decision,
+)
 from cosent_tf.data.pipeline import pair_segment_ids
 from cosent_tf.export.graph_tokenization import import_tensorflow_text
 from cosent_tf.export.huggingface import export_hf
@@ -452,7 +459,7 @@ def test_the_model_cards_python_decides_as_the_matcher(name, parts, cards):
         np.testing.assert_allclose(card["expected_labels"], matcher.predict_label(FIRST, SECOND), atol=TOLERANCE)
     written = (hf / "README.md").read_text(encoding="utf-8")
     for threshold in decision.thresholds.values():
-        assert f"{threshold:.6g}" in written
+        assert format_threshold(threshold) in written
     assert f"calibration: {decision.calibration.method}" in written.lower()
 
 

@@ -16,6 +16,7 @@ from cosent_tf import (
     SentenceEncoder,
     read_senteval,
 )
+from cosent_tf.calibration import format_threshold
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.training import engine as training
 from tests.helpers import ROOT
@@ -269,7 +270,7 @@ def assert_summary(stdout, stderr, metrics, out):
         )
         majority = max(matches, len(labels) - matches) / len(labels)
         assert (
-            f"accuracy {test['accuracy']:.4f} at threshold {test['threshold']:.4f} "
+            f"accuracy {test['accuracy']:.4f} at threshold {format_threshold(test['threshold'])} "
             f"(answering {answer} every time: {majority:.4f})"
         ) in summary
         assert test["majority_accuracy"] == pytest.approx(majority, abs=1e-12)
