@@ -131,7 +131,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self.best, self.best_epoch = value, epoch + 1
             self._best_weights = self.model.get_weights()
             self._save_best()
-        best = "  (best so far)" if improved else f"  (best {self.best:.4f} at epoch {self.best_epoch})"
+        best = "  (best so far)" if improved else f"  (best {self.monitor} {self.best:.4f} at epoch {self.best_epoch})"
         if self.best_epoch is None:
             best = "  (no finite score yet)"
         logger.info("epoch %d valid: %s%s", epoch + 1, _format(metrics), best)

@@ -63,3 +63,18 @@ INDEX_KINDS = ("exact", "hnsw", "ivf")
 # --rescore-multiplier's default: a search over int8 or binary vectors takes this many times top-k
 # candidates and re-scores them with the float32 vectors kept on disk.
 RESCORE_MULTIPLIER = 4
+
+# --best-metric: the valid figures that may pick a run's best epoch (higher is better), each with what
+# it is computed over: the valid pairs' scores (every run has them), or the valid pairs made a search
+# (each first text with a positive pair a query, the second texts the corpus: a feature model's, and
+# only where valid has positive pairs). A loss's default is its row's best_metric (cosent_tf.losses.LOSSES).
+PAIR_FIGURE, RETRIEVAL_FIGURE = "pairs", "retrieval"
+BEST_METRICS = {
+    "spearman": PAIR_FIGURE,
+    "pearson": PAIR_FIGURE,
+    "mrr@10": RETRIEVAL_FIGURE,
+    "ndcg@10": RETRIEVAL_FIGURE,
+    "recall@10": RETRIEVAL_FIGURE,
+}
+# What picks the best epoch when the metric asked for cannot be computed on a run's valid pairs.
+FALLBACK_BEST_METRIC = "spearman"

@@ -157,3 +157,23 @@ def test_durations_read_as_people_read_them():
         "1h00m",
         "2h05m",
     ]
+
+
+@pytest.mark.parametrize(
+    ("loss", "asked", "best_epoch"),
+    [("cosent", None, 2), ("mnrl", None, 3), ("mnrl", "spearman", 2), ("cosent", "mrr@10", 3)],
+)
+def test_the_best_epoch_is_the_one_of_the_metric_chosen_by_the_loss_or_the_option(loss, asked, best_epoch):
+    from cosent_tf.losses import get_loss
+
+    # Spearman is highest at epoch 2, MRR@10 at epoch 3
+    history = iter(
+        [{"spearman": 0.1, "mrr@10": 0.2}, {"spearman": 0.6, "mrr@10": 0.3}, {"spearman": 0.4, "mrr@10": 0.5}]
+    )
+    monitor, _ = get_loss("feature", loss).chosen_best_metric(asked)
+    callback = ValidationCheckpoint(lambda model: next(history), monitor=monitor)
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), loss="mse")
+    x = np.ones((4, 3), np.float32)
+    model.fit(x, x[:, :2], epochs=3, callbacks=[callback], verbose=0)
+    assert callback.best_epoch == best_epoch

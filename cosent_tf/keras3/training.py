@@ -102,6 +102,8 @@ def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
         problems.append("--micro-batch-size: the gradient cache is the Keras 2 engine's (GradientCacheModel) only")
     if cfg.eval_every:
         problems.append("--eval-every: the Keras 3 route validates at epoch ends only")
+    if cfg.best_metric not in (None, "spearman"):
+        problems.append(f"--best-metric {cfg.best_metric}: the Keras 3 route picks the best epoch by valid spearman")
     if cfg.backup_every:
         problems.append(
             "--backup-every: Keras 3's BackupAndRestore restores the epoch but not the batch within it, so a run "

@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ..choices import BEST_METRICS, FALLBACK_BEST_METRIC, RETRIEVAL_FIGURE
 from ..errors import ConfigError
 from ..models.kinds import FEATURE as FEATURE_KIND
 from ..models.kinds import INTERACTION as INTERACTION_KIND
@@ -94,6 +95,10 @@ class LossEntry:
             why not (said when it is asked for with ``--kind interaction``).
         mix_weights: for a weighted mix (cosine, in-batch, angle), its default weights, which
             ``build(weights=)`` replaces.
+        best_metric: the valid figure that picks the best epoch by default (a name of
+            :data:`cosent_tf.choices.BEST_METRICS`, ``--best-metric`` chooses another): what the loss
+            trains for, Spearman for a loss that scores pairs, MRR@10 for one that trains a search
+            (each anchor picking its positive among the batch's texts).
         on_keras3: ``cosent-tf train --keras 3`` trains it (:mod:`cosent_tf.keras3.training`: labelled
             pair batches, no training head); every loss has a Keras 3 class all the same.
     """
@@ -113,6 +118,7 @@ class LossEntry:
     ranks_labels: bool = False
     feature_only_because: str = ""
     mix_weights: Optional[tuple[float, float, float]] = None
+    best_metric: str = "spearman"
     on_keras3: bool = False
 
     def build(self, **options: Any) -> keras.losses.Loss:
@@ -148,6 +154,32 @@ class LossEntry:
         if self.training_head is not None:
             return f"the {self.title} loss trains a head on the whole vector, not the vector's own cosines"
         return ""
+
+    def chosen_best_metric(self, asked: Optional[str] = None, no_retrieval_because: str = "") -> tuple[str, str]:
+        """The valid figure that picks a run's best epoch, and a line that tells the user which and why.
+
+        Args:
+            asked: ``--best-metric``; None for this loss's :attr:`best_metric`.
+            no_retrieval_because: why a retrieval figure cannot be computed on the run's valid pairs
+                (an interaction model, no positive pair); empty when it can.
+
+        Returns:
+            ``(metric, line)``: the metric asked for or the loss's default, or
+            :data:`~cosent_tf.choices.FALLBACK_BEST_METRIC` (said in the line) when that is a
+            retrieval figure and ``no_retrieval_because`` says why there is none.
+
+        Example:
+            >>> LOSSES["feature", "mnrl"].chosen_best_metric()[0]
+            'mrr@10'
+        """
+        metric = asked or self.best_metric
+        why = "--best-metric" if asked else f"the {self.name} loss's default; --best-metric chooses another"
+        if BEST_METRICS[metric] == RETRIEVAL_FIGURE and no_retrieval_because:
+            return FALLBACK_BEST_METRIC, (
+                f"the best epoch is the one of the highest valid {FALLBACK_BEST_METRIC}: {metric} ({why}) is a "
+                f"retrieval figure over the valid pairs, and {no_retrieval_because}"
+            )
+        return metric, f"the best epoch is the one of the highest valid {metric} ({why})"
 
     @property
     def unit(self) -> str:
@@ -214,6 +246,7 @@ LOSSES = {
             batch_role="takes the other examples of a batch as each anchor's negatives",
             examples=GROUPS,
             in_batch=True,
+            best_metric="mrr@10",
             feature_only_because=(
                 "in-batch negatives compare each anchor's sentence vector with the vectors of the other texts "
                 "of its batch, and an interaction model scores a pair at once, without a vector per text"
@@ -251,6 +284,7 @@ LOSSES = {
             in_batch=True,
             ranks_labels=True,
             mix_weights=MIX_WEIGHTS,
+            best_metric="mrr@10",  # its default weights are mostly the in-batch negatives'
             feature_only_because=(
                 "its in-batch negatives and angle compare sentence vectors, and an interaction model scores a "
                 "pair at once, without a vector per text"
@@ -291,6 +325,16 @@ def in_batch_losses() -> tuple[str, ...]:
 def group_losses() -> tuple[str, ...]:
     """The ``--loss`` values that train on groups (an anchor, its positive, its hard negatives)."""
     return tuple(name for (_, name), entry in LOSSES.items() if entry.examples == GROUPS)
+
+
+def best_metric_defaults() -> str:
+    """The losses' default ``--best-metric``, for its help: ``mrr@10 for --loss mnrl, ...; spearman for the others``."""
+    other = {entry.best_metric for entry in LOSSES.values()} - {FALLBACK_BEST_METRIC}
+    said = [
+        f"{metric} for --loss {', '.join(dict.fromkeys(n for (_, n), e in LOSSES.items() if e.best_metric == metric))}"
+        for metric in sorted(other)
+    ]
+    return "; ".join([*said, f"{FALLBACK_BEST_METRIC} for the others"])
 
 
 def keras3_losses() -> tuple[str, ...]:

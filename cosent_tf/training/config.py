@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..choices import CPU_DEVICES_VARIABLE, POOLING_MODES, PRECISIONS, SCHEDULES, STRATEGIES
+from ..choices import BEST_METRICS, CPU_DEVICES_VARIABLE, POOLING_MODES, PRECISIONS, SCHEDULES, STRATEGIES
 from ..data.benchmarks import shared_vocab
 from ..data.files import FILE_FORMATS
 from ..data.tasks import CNSD, FILES, Task, get_task
@@ -33,6 +33,7 @@ from ..errors import ConfigError
 from ..losses.registry import (
     GROUPS,
     MIX_WEIGHTS,
+    best_metric_defaults,
     get_loss,
     group_losses,
     in_batch_losses,
@@ -367,6 +368,15 @@ class RunConfig:
         metavar="FRACTION",
     )
     eval_every: int = _option(0, ENGINE, "also validate every STEPS steps (for convergence curves)", metavar="STEPS")
+    best_metric: Optional[str] = _option(
+        None,
+        ENGINE,
+        "the valid figure whose highest value picks the best epoch, whose weights the model keeps: spearman or "
+        "pearson of the valid pairs' scores, or a retrieval figure of the valid pairs made a search (a feature "
+        "model's; spearman when valid has no positive pair, which the run says); default: what the loss trains "
+        f"for, {best_metric_defaults()}",
+        choices=list(BEST_METRICS),
+    )
     group_by_length: bool = _option(True, ENGINE, flags=("--no-group-by-length",))
     strict: bool = _option(
         False,

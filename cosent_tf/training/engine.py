@@ -37,6 +37,7 @@ from ..calibration import (
     reliability_curves,
 )
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint, epoch_progress
+from ..choices import BEST_METRICS, RETRIEVAL_FIGURE
 from ..console import live_progress_on
 from ..data.batching import batches_per_epoch, duplicates_moved, text_keys
 from ..data.groups import GroupData
@@ -44,7 +45,7 @@ from ..data.pairs import PairData
 from ..data.pipeline import group_dataset, group_lengths, interaction_dataset, pair_dataset, pair_lengths
 from ..data.tasks import CNSD, FILES, Task
 from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
-from ..evaluation import mean_over_tasks, pair_retrieval, pair_scores, task_metrics
+from ..evaluation import mean_over_tasks, pair_retrieval, pair_retrieval_sets, pair_scores, task_metrics
 from ..inference.model_dir import SPEC_FILE, ModelSpec, read_spec, save_model_dir
 from ..inference.runtime import batched_outputs, l2_normalize
 from ..io import atomic_path, folder_lock, write_json
@@ -186,12 +187,14 @@ class Matcher:
     def scores(self, prepared):
         return pair_scores(self.model, self.cfg.kind, prepared, sep_id=self.sep_id)
 
-    def retrieval(self, pairs: PairData, task: Task) -> dict:
+    def retrieval(self, pairs: PairData, task: Task, report: bool = True) -> dict:
         """Retrieval metrics of a feature model over the pairs (:func:`cosent_tf.evaluation.pair_retrieval`);
-        empty when no pair is positive."""
+        empty when no pair is positive. ``report=False``: the texts' truncation is not said again
+        (validation, at every epoch, of texts already reported)."""
 
         def vectors(texts):
-            return l2_normalize(batched_outputs(self.model, self.tokenizer.encode_all(texts, "retrieval texts")))
+            ids = self.tokenizer.encode_all(texts, "retrieval texts", report=report)
+            return l2_normalize(batched_outputs(self.model, ids))
 
         return pair_retrieval(vectors, pairs, task) or {}
 
@@ -365,14 +368,24 @@ def _train(cfg, overwrite, strategy, source):
             # resumes from the chief's backup (output_dir on a file system both can read).
             logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
             _, steps = _fit(
-                cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy, False
+                cfg,
+                matcher,
+                train_pairs,
+                train_inputs,
+                keys,
+                prepared,
+                evaluation,
+                data.tasks,
+                backup_dir,
+                strategy,
+                False,
             )
             return {"worker": worker(strategy), "steps": steps}
         if start:
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
         validation, steps = _fit(
-            cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy
+            cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, data.tasks, backup_dir, strategy
         )
         logger.info("training done; scoring valid and test with the best weights")
         per_task, decision = _test(cfg, matcher, prepared, evaluation, data.tasks)
@@ -385,6 +398,8 @@ def _train(cfg, overwrite, strategy, source):
             "loss": cfg.loss,
             "architecture": cfg.architecture,
             "best_epoch": validation.best_epoch,
+            "best_metric": validation.monitor,
+            "best_valid": validation.best,
             "steps": steps,
             "train_pairs": len(train_pairs),
             **in_batch,
@@ -427,7 +442,8 @@ def run_summary(metrics: dict, model_dir: str) -> str:
     """One readable line of a finished run's results, the last of its log: the task and model,
     the test Spearman (and accuracy at the valid-tuned threshold on a binary task, with the accuracy
     of answering every test pair with the majority label beside it), the best
-    epoch's valid Spearman, where the model is, and whether it started from random weights.
+    epoch's valid figure that chose it (``--best-metric``), where the model is, and whether it started
+    from random weights.
 
     ``metrics`` is :func:`train`'s; with several evaluated tasks (NLI) the Spearmans are their mean.
     """
@@ -439,7 +455,9 @@ def run_summary(metrics: dict, model_dir: str) -> str:
         said += f", accuracy {test['accuracy']:.4f} at threshold {format_threshold(test['threshold'])}"
         if "majority_accuracy" in test:
             said += f" ({majority_said(test)})"
-    said += f" (best valid spearman {valid['spearman']:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
+    chosen_by = metrics.get("best_metric", "spearman")  # a run of an earlier version chose by Spearman
+    best = valid[chosen_by] if chosen_by in valid else metrics["best_valid"]
+    said += f" (best valid {chosen_by} {best:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
     if metrics.get("random_weights"):
         said += " (from random weights: not for use)"
     return said
@@ -489,7 +507,24 @@ def _in_batch_report(cfg, matcher, train_inputs, keys, replicas) -> dict:
     return report
 
 
-def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, backup_dir, strategy, writes=True):
+def _best_metric(cfg, matcher, evaluation, tasks) -> tuple[str, str]:
+    """The valid figure that picks the best epoch (``--best-metric`` or the loss's default) and the line
+    that says which; Spearman when a retrieval figure was asked for and the valid pairs give none."""
+    no_retrieval_because = ""
+    if not matcher.kind.sentence_vectors:
+        no_retrieval_because = f"a model of --kind {cfg.kind} gives no sentence vectors to search with"
+    else:
+        without = [
+            name
+            for name, (valid, _) in evaluation.items()
+            if not pair_retrieval_sets(valid.texts_a, valid.texts_b, tasks[name].positive(valid.labels))[0]
+        ]
+        if without:
+            no_retrieval_because = f"the valid pairs of {', '.join(without)} hold no positive pair to search for"
+    return matcher.loss.chosen_best_metric(cfg.best_metric, no_retrieval_because)
+
+
+def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, tasks, backup_dir, strategy, writes=True):
     """Train with validation, best-weight keeping and backups; (the validation callback, steps done).
     ``writes``: False on a worker other than the chief, which validates but writes nothing."""
     replicas = strategy.num_replicas_in_sync
@@ -534,15 +569,27 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ba
         # collectives must come in the same order everywhere.
         optimizer.iterations  # noqa: B018
 
+    monitor, chosen = _best_metric(cfg, matcher, evaluation, tasks)
+    logger.info("%s", chosen)
+    searched = BEST_METRICS[monitor] == RETRIEVAL_FIGURE
+
     def evaluate_valid(_):
-        return mean_over_tasks(
-            {t: task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels) for t in evaluation}
-        )
+        per_task = {}
+        for t in evaluation:
+            per_task[t] = task_metrics(matcher.scores(prepared[t][0]), evaluation[t][0].labels)
+            if searched:  # only then: a search of valid costs as much again as scoring it
+                figures = matcher.retrieval(evaluation[t][0], tasks[t], report=False)
+                per_task[t].update({name: figures[name] for name in BEST_METRICS if name in figures})
+        flat = mean_over_tasks(per_task)
+        if monitor not in flat:  # several tasks: their mean picks the best epoch, as Spearman's does
+            flat[monitor] = float(np.mean([figures[monitor] for figures in per_task.values()]))
+        return flat
 
     progress_bar = live_progress_on(sys.stdout)  # where Keras writes (cosent-tf train: stderr)
     validation = ValidationCheckpoint(
         evaluate_valid,
         os.path.join(cfg.output_dir, BEST_WEIGHTS),
+        monitor=monitor,
         every_steps=cfg.eval_every,
         csv_path=os.path.join(cfg.output_dir, VALID_METRICS),
         progress_bar=progress_bar,

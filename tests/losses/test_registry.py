@@ -92,3 +92,38 @@ def test_unknown_names_list_the_choices():
         get_loss("interaction", "mse")
     with pytest.raises(ConfigError, match="unknown model kind 'siamese'"):
         get_loss("siamese", "cosent")
+
+
+def test_each_loss_picks_its_best_epoch_by_what_it_trains_for_and_says_so():
+    from cosent_tf.choices import BEST_METRICS
+
+    defaults = {(kind, name): entry.chosen_best_metric() for (kind, name), entry in LOSSES.items()}
+    assert {key: metric for key, (metric, _) in defaults.items()} == {
+        ("feature", "cosent"): "spearman",
+        ("feature", "sbert"): "spearman",
+        ("feature", "mse"): "spearman",
+        ("feature", "contrastive"): "spearman",
+        ("feature", "mnrl"): "mrr@10",  # trains a search: each anchor picks its positive among the batch's texts
+        ("feature", "angle"): "spearman",
+        ("feature", "cosent-ibn"): "mrr@10",  # its default weights are mostly its in-batch negatives'
+        ("interaction", "ce"): "spearman",
+        ("interaction", "cosent"): "spearman",
+    }
+    assert all(entry.best_metric in BEST_METRICS for entry in LOSSES.values())
+    assert defaults["feature", "mnrl"][1] == (
+        "the best epoch is the one of the highest valid mrr@10 (the mnrl loss's default; --best-metric chooses another)"
+    )
+    mnrl, cosent = get_loss("feature", "mnrl"), get_loss("feature", "cosent")
+    assert mnrl.chosen_best_metric("spearman") == (
+        "spearman",
+        "the best epoch is the one of the highest valid spearman (--best-metric)",
+    )
+    assert cosent.chosen_best_metric("ndcg@10")[0] == "ndcg@10"
+    # no retrieval figure for the run: Spearman, and why
+    assert mnrl.chosen_best_metric(None, "the valid pairs of BQ hold no positive pair to search for") == (
+        "spearman",
+        "the best epoch is the one of the highest valid spearman: mrr@10 (the mnrl loss's default; --best-metric "
+        "chooses another) is a retrieval figure over the valid pairs, and the valid pairs of BQ hold no positive "
+        "pair to search for",
+    )
+    assert mnrl.chosen_best_metric("pearson", "no vectors")[0] == "pearson"  # a pair figure needs no search

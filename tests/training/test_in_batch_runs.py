@@ -246,8 +246,9 @@ def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     spy = Spy(monkeypatch)
     capfd.readouterr()
     metrics = train(setup, "learning", "--loss", "mnrl", "--lr", "5e-3", "--epochs", "5")
+    said = capfd.readouterr().err
     # the group size the examples allow is said once, not by each step that needs it
-    assert capfd.readouterr().err.count("examples have 1 to 3 hard negatives") == 1
+    assert said.count("examples have 1 to 3 hard negatives") == 1
     # no options given: one direction, the largest group the examples allow, the whole batch at once
     # (test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model gives them)
     spied = spy.last
@@ -257,6 +258,13 @@ def test_an_mnrl_run_lowers_its_training_loss(setup, monkeypatch, capfd):
     assert len(losses) == 5 and np.all(np.isfinite(losses))
     assert losses[-1] < 0.8 * losses[0]
     assert losses[-1] < np.log(8 * 2)  # below a uniform choice among the batch's 16 candidates
+    # the best epoch is the one of the highest valid MRR@10 (mnrl trains a search), measured at every epoch
+    assert "the best epoch is the one of the highest valid mrr@10 (the mnrl loss's default; " in said
+    ends = [row for row in read_csv(setup[0] / "learning" / "valid_metrics.csv") if row["end_of_epoch"] == "True"]
+    mrr = [float(row["mrr@10"]) for row in ends]
+    assert len(mrr) == 5 and metrics["best_metric"] == "mrr@10"
+    assert metrics["best_epoch"] == int(np.argmax(mrr)) + 1 and metrics["best_valid"] == pytest.approx(max(mrr))
+    assert f"(best valid mrr@10 {max(mrr):.4f} at epoch {metrics['best_epoch']})" in said
 
 
 @pytest.mark.heavy
@@ -482,3 +490,32 @@ def test_a_query_with_several_positives_is_held_out_whole(setup, tmp_path):
     assert set(data.train.anchors).isdisjoint(valid.texts_a)
     assert len(set(valid.texts_a)) == 12  # 30% of the 40 lines, each with all its positives
     assert len(data.train) + sum(valid.labels == 1) == sum(1 + i % 3 for i in range(40))
+
+
+def test_a_retrieval_metric_falls_back_to_spearman_where_valid_gives_no_search_and_says_why():
+    from types import SimpleNamespace
+
+    from cosent_tf.data.pairs import PairData
+    from cosent_tf.data.tasks import get_task
+    from cosent_tf.losses import get_loss
+    from cosent_tf.models.kinds import KINDS
+    from cosent_tf.training.engine import _best_metric
+
+    def matcher(kind, loss):
+        return SimpleNamespace(kind=KINDS[kind], loss=get_loss(kind, loss))
+
+    with_positives = PairData(["a", "b"], ["c", "d"], [1, 0], "valid.tsv")
+    negatives_only = PairData(["a", "b"], ["c", "d"], [0, 0], "valid.tsv")
+    tasks = {"BQ": get_task("BQ")}
+    cfg = SimpleNamespace(kind="feature", best_metric=None)
+    assert _best_metric(cfg, matcher("feature", "mnrl"), {"BQ": (with_positives, None)}, tasks)[0] == "mrr@10"
+    metric, said = _best_metric(cfg, matcher("feature", "mnrl"), {"BQ": (negatives_only, None)}, tasks)
+    assert metric == "spearman" and said.endswith(
+        "is a retrieval figure over the valid pairs, and the valid pairs of BQ hold no positive pair to search for"
+    )
+    cfg = SimpleNamespace(kind="interaction", best_metric="mrr@10")
+    metric, said = _best_metric(cfg, matcher("interaction", "cosent"), {"BQ": (with_positives, None)}, tasks)
+    assert metric == "spearman" and said == (
+        "the best epoch is the one of the highest valid spearman: mrr@10 (--best-metric) is a retrieval figure over "
+        "the valid pairs, and a model of --kind interaction gives no sentence vectors to search with"
+    )
