@@ -221,8 +221,10 @@ def decision_warnings(
     said = []
     if "accuracy" in figures and "majority_accuracy" in figures and figures["accuracy"] <= figures["majority_accuracy"]:
         said.append(
-            f"{where}: accuracy {figures['accuracy']:.4f} at {threshold_named} {figures['threshold']:.4f} is not above "
-            f"that of {majority_said(figures)}; on these {pairs} pairs the decision does no better than no model"
+            f"{where}: accuracy {figures['accuracy']:.4f} at {threshold_named} "
+            f"{format_threshold(figures['threshold'])} "
+            f"is not above that of {majority_said(figures)}; on these {pairs} pairs the decision does no better than "
+            "no model"
         )
     for named, share_key, threshold_key in (
         (threshold_named, "match_share", "threshold"),
@@ -234,7 +236,8 @@ def decision_warnings(
         side, other, alike = ("match", "no match", share) if share >= 0.5 else ("no match", "match", 1.0 - share)
         if alike >= ONE_SIDED_SHARE - 1e-12:  # a share of exactly ONE_SIDED_SHARE, however it rounds
             said.append(
-                f"{where}: {named} {figures[threshold_key]:.4f} decides {round(alike * pairs)} of the {pairs} pairs "
+                f"{where}: {named} {format_threshold(figures[threshold_key])} decides {round(alike * pairs)} of the "
+                f"{pairs} pairs "
                 f'"{side}": it (nearly) never says "{other}"'
             )
     return said

@@ -331,7 +331,8 @@ def probability_note(decided) -> Optional[str]:
     if not said:
         return None
     return (
-        "; ".join(said) + f": the {decided.rule} threshold {decided.threshold:.4f} is {RULE_MEANINGS[decided.rule]}, "
+        "; ".join(said)
+        + f": the {decided.rule} threshold {format_threshold(decided.threshold)} is {RULE_MEANINGS[decided.rule]}, "
         "not where the probability crosses 0.5; to decide by the probability, compare the last column with a cut "
         "of your own"
     )

@@ -659,7 +659,8 @@ def test_a_decision_below_the_majority_and_one_that_decides_every_pair_alike_are
     accuracy, threshold = reference_accuracy(scores, labels, figures["threshold"]), figures["threshold"]
     assert figures["accuracy"] == pytest.approx(accuracy) and accuracy < 0.71
     assert decision_warnings(figures, "test.tsv", len(labels)) == [
-        f"test.tsv: accuracy {accuracy:.4f} at the accuracy threshold {threshold:.4f} is not above that of "
+        f"test.tsv: accuracy {accuracy:.4f} at the accuracy threshold {format_threshold(threshold)} is not above "
+        "that of "
         'answering "no match" every time: 0.7100; on these 1000 pairs the decision does no better than no model'
     ]
 
@@ -668,9 +669,11 @@ def test_a_decision_below_the_majority_and_one_that_decides_every_pair_alike_are
     assert figures["accuracy"] == pytest.approx(0.71) and figures["match_share"] == 0.0
     assert figures["f1_match_share"] == 1.0 and figures["f1"] == pytest.approx(2 * 290 / (1000 + 290))
     assert decision_warnings(figures, "test.tsv", len(labels)) == [
-        f"test.tsv: accuracy 0.7100 at the accuracy threshold {scores.max():.4f} is not above that of answering "
+        f"test.tsv: accuracy 0.7100 at the accuracy threshold {format_threshold(scores.max())} is not above that of "
+        "answering "
         '"no match" every time: 0.7100; on these 1000 pairs the decision does no better than no model',
-        f'test.tsv: the accuracy threshold {scores.max():.4f} decides 1000 of the 1000 pairs "no match": it '
+        f'test.tsv: the accuracy threshold {format_threshold(scores.max())} decides 1000 of the 1000 pairs "no '
+        'match": it '
         '(nearly) never says "match"',
         'test.tsv: the f1 threshold 0.0000 decides 1000 of the 1000 pairs "match": it (nearly) never says "no match"',
     ]
@@ -697,7 +700,9 @@ def test_a_threshold_is_warned_of_from_one_sided_share_of_the_pairs_decided_alik
     scores = np.arange(1000, dtype=np.float64)
     threshold = 1000 - matches_decided - 0.5  # matches_decided pairs above it
     figures = {"threshold": threshold, "match_share": reference_match_share(scores, threshold)}
-    expected = [] if said is None else [f"pairs.tsv: the accuracy threshold {threshold:.4f} decides {said}"]
+    expected = (
+        [] if said is None else [f"pairs.tsv: the accuracy threshold {format_threshold(threshold)} decides {said}"]
+    )
     assert decision_warnings(figures, "pairs.tsv", 1000) == expected
 
 

@@ -353,11 +353,13 @@ def test_on_imbalanced_pairs_calibrate_evaluate_and_decide_say_what_the_decision
     threshold, f1_threshold = matcher.decision.thresholds["accuracy"], matcher.decision.thresholds["f1"]
     assert int(np.sum(scores > threshold)) == 0 and int(np.sum(scores > f1_threshold)) == 100
     said_alike = (
-        f'{file}: the accuracy threshold {threshold:.4f} decides 100 of the 100 pairs "no match": it (nearly) never '
+        f'{file}: the accuracy threshold {format_threshold(threshold)} decides 100 of the 100 pairs "no match": it '
+        "(nearly) never "
         'says "match"'
     )
     no_better = (
-        f"{file}: accuracy 0.7100 at the accuracy threshold {threshold:.4f} is not above that of answering "
+        f"{file}: accuracy 0.7100 at the accuracy threshold {format_threshold(threshold)} is not above that of "
+        "answering "
         '"no match" every time: 0.7100; on these 100 pairs the decision does no better than no model'
     )
     assert {no_better, said_alike} <= set(printed.err.splitlines())
@@ -370,7 +372,7 @@ def test_on_imbalanced_pairs_calibrate_evaluate_and_decide_say_what_the_decision
     printed = capsys.readouterr()
     assert json.loads(printed.out)["decision"]["majority_accuracy"] == pytest.approx(0.71)
     (accuracy_line,) = [line for line in printed.err.splitlines() if line.startswith("  accuracy ")]
-    assert accuracy_line.startswith(f"  accuracy 0.7100 at the shipped threshold {threshold:.4f}; ")
+    assert accuracy_line.startswith(f"  accuracy 0.7100 at the shipped threshold {format_threshold(threshold)}; ")
     assert accuracy_line.endswith('; answering "no match" every time: 0.7100')
     assert {no_better, said_alike} <= set(printed.err.splitlines())
 
@@ -382,7 +384,8 @@ def test_on_imbalanced_pairs_calibrate_evaluate_and_decide_say_what_the_decision
     notes = [line for line in printed.err.splitlines() if line.startswith("note: ")]
     assert notes == [
         f'note: {below.sum()} of the 100 pairs decided "match" have a probability of a match below 0.5 (down to '
-        f"{probabilities[below].min():.4f}): the f1 threshold {f1_threshold:.4f} is the score that maximises F1 of "
+        f"{probabilities[below].min():.4f}): the f1 threshold {format_threshold(f1_threshold)} is the score that "
+        "maximises F1 of "
         "the match class on the pairs it was fitted on, not where the probability crosses 0.5; to decide by the "
         "probability, compare the last column with a cut of your own"
     ]

@@ -19,7 +19,15 @@ from typing import Any, Self, overload
 import numpy as np
 
 from ..backend import keras, tf
-from ..calibration import RULES, MatchDecision, are_binary, fit_decision, read_decision, write_decision
+from ..calibration import (
+    RULES,
+    MatchDecision,
+    are_binary,
+    fit_decision,
+    format_threshold,
+    read_decision,
+    write_decision,
+)
 from ..choices import PRECISIONS, RUNTIMES
 from ..errors import ConfigError
 from ..io import read_whole_folder
@@ -122,7 +130,7 @@ class _Matcher:
         if not decision.binary:
             return "graded (expected label), no threshold"
         calibrated = "no calibration" if decision.calibration is None else f"{decision.calibration.method} calibration"
-        return f"{decision.rule} threshold {decision.threshold():.4f}, {calibrated}"
+        return f"{decision.rule} threshold {format_threshold(decision.threshold())}, {calibrated}"
 
     @classmethod
     def check_folder(

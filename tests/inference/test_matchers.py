@@ -5,6 +5,7 @@ import pytest
 
 from cosent_tf import ConfigError, PairScorer, SentenceEncoder, VectorIndex, build_encoder
 from cosent_tf.backend import dtype_policy, tf
+from cosent_tf.calibration import format_threshold
 from cosent_tf.inference.matchers import MATCHERS
 from cosent_tf.inference.runtime import batched_outputs
 from cosent_tf.models.builders import head_layer_name
@@ -199,7 +200,7 @@ def test_a_matchers_repr_names_its_folder_kind_pooling_width_maxlen_and_decision
     encoder.calibrate(texts_a, texts_b, labels, "pairs.tsv")
     assert fitted.calibration is not None
     assert repr(encoder).endswith(
-        f"maxlen=16, decision=accuracy threshold {fitted.thresholds['accuracy']:.4f}, "
+        f"maxlen=16, decision=accuracy threshold {format_threshold(fitted.thresholds['accuracy'])}, "
         f"{fitted.calibration.method} calibration)"
     )
     scorer = PairScorer.load(mining_models / "scorer")

@@ -13,6 +13,7 @@ from cosent_tf.calibration import (
     best_threshold,
     decision_metrics,
     expected_calibration_error,
+    format_threshold,
     read_decision,
 )
 from cosent_tf.data.benchmarks import load_task
@@ -69,13 +70,17 @@ def test_a_run_warns_of_a_test_decision_no_better_than_the_majority_or_deciding_
     threshold = decision.thresholds["accuracy"]
     right = sum((score > threshold) == (label > 0.5) for score, label in zip(scores, labels))
     if right <= max(matches, pairs - matches):
-        expected.append(f"{where}: accuracy {right / pairs:.4f} at the accuracy threshold {threshold:.4f} is not above")
+        expected.append(
+            f"{where}: accuracy {right / pairs:.4f} at the accuracy threshold {format_threshold(threshold)} is not "
+            "above"
+        )
     for rule, named in (("accuracy", "the accuracy threshold"), ("f1", "the f1 threshold")):
         called = sum(score > decision.thresholds[rule] for score in scores)
         if max(called, pairs - called) >= 0.99 * pairs:
             side = "match" if called > pairs / 2 else "no match"
             expected.append(
-                f"{where}: {named} {decision.thresholds[rule]:.4f} decides {max(called, pairs - called)} of the "
+                f"{where}: {named} {format_threshold(decision.thresholds[rule])} decides "
+                f"{max(called, pairs - called)} of the "
                 f'{pairs} pairs "{side}"'
             )
     assert any('"match"' in line for line in expected)  # the f1 threshold's, at least
