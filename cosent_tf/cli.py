@@ -460,16 +460,30 @@ def _search_build(args):
     from .inference.matchers import SentenceEncoder
 
     parts = args.parts or []
-    inputs = [args.model_dir, args.corpus, *parts, *map(part_record_path, parts)]
+    inputs = [args.model_dir, args.corpus, *parts, *map(part_record_path, parts), args.from_index]
     check_output_folder(args.index_dir, VectorIndex.FOLDER, args.overwrite, inputs, output_kinds())
-    if parts and args.strategy != "default":
+    if parts and args.from_index is not None:
         raise ConfigError(
-            f"--strategy {args.strategy} encodes on several devices, but --parts builds the index from vectors "
-            "encoded already: drop --strategy (give it to encode --shard)"
+            "--parts and --from-index: an index is built from the parts of encode --shard or from the vectors of an "
+            "earlier index, not both; give one"
+        )
+    built_from = "--parts" if parts else "--from-index" if args.from_index is not None else None
+    if built_from and args.strategy != "default":
+        raise ConfigError(
+            f"--strategy {args.strategy} encodes on several devices, but {built_from} builds the index from vectors "
+            "encoded already: drop --strategy" + (" (give it to encode --shard)" if parts else "")
+        )
+    if args.from_index is not None and args.precision != "float32":
+        raise ConfigError(
+            f"--precision {args.precision} is what the model computes in, but --from-index runs no model: drop it "
+            "(--vector-precision says how the index stores its vectors)"
         )
     settings = _index_settings(args, args.index)
     corpus = read_lines(args.corpus, args.strict)  # a bad file is said before the model's load
-    if parts:
+    if args.from_index is not None:
+        index = _build_from_index(args, corpus, inputs, settings)
+        source = f"the vectors of {args.from_index} (no encoding)"
+    elif parts:
         SentenceEncoder.check_folder(args.model_dir, runtime=args.runtime)
         checked = check_parts(parts, args.corpus, len(corpus), args.model_dir, args.dim)
         # Assembled in the folder being written, where the index keeps them: on the disk once.
@@ -497,6 +511,60 @@ def _search_build(args):
         f"{args.index_dir}: {len(index)} vectors of dimension {index.dimension} from {source}, "
         f"{_index_described(index)}"
     )
+
+
+def _build_from_index(args: argparse.Namespace, corpus: list[str], inputs: list, settings: dict):
+    """``search build --from-index``: the index of ``corpus`` built, and saved, from the float32
+    vectors of the earlier index ``args.from_index`` (cut to ``--dim``), once that index is found to
+    hold ``corpus``'s lines, encoded by ``args.model_dir``'s weights; the model is not loaded."""
+    from .inference.index import VectorIndex
+    from .inference.matchers import SentenceEncoder
+    from .inference.vectors import check_dim
+
+    spec = SentenceEncoder.check_folder(args.model_dir, runtime=args.runtime)
+    earlier = VectorIndex.load(args.from_index)
+    earlier.check_model(
+        args.model_dir, f"pass the model that built {args.from_index}, or leave --from-index out to encode the corpus"
+    )
+    for number, (line, text) in enumerate(zip(corpus, earlier.texts), start=1):
+        if line != text:
+            raise DataError(
+                args.corpus,
+                f"{line!r} differs from {args.from_index}'s text {number} ({text!r}): give the corpus "
+                f"{args.from_index} was built from, or leave --from-index out to encode this one",
+                line=number,
+            )
+    if len(corpus) != len(earlier):
+        raise DataError(
+            args.corpus,
+            f"has {len(corpus)} lines, but {args.from_index} holds {len(earlier)} texts (its first "
+            f"{min(len(corpus), len(earlier))} are these lines): give the corpus {args.from_index} was built from, "
+            "or leave --from-index out to encode this one",
+        )
+    dim = None if args.dim == earlier.dimension else args.dim
+    if dim is not None and dim > earlier.dimension:
+        model_width = earlier.model_width or earlier.dimension
+        raise ConfigError(
+            f"--dim {dim}: {args.from_index} holds vectors of {earlier.dimension} dimensions"
+            + (f" (cut from the model's {model_width})" if model_width != earlier.dimension else "")
+            + f", and a cut keeps at most those: ask for at most {earlier.dimension}, or leave --from-index out to "
+            "encode the corpus at that width"
+        )
+    if dim is not None:  # the model's widths warn of a cut it was not trained for, as encoding at dim does
+        check_dim(dim, earlier.model_width or earlier.dimension, spec.matryoshka_dims, args.model_dir)
+    with VectorIndex.writing(args.index_dir, args.overwrite, inputs) as folder:
+        vectors = earlier.copy_vectors(folder.new_vectors(len(corpus), dim or earlier.dimension), dim)
+        index = VectorIndex.build(
+            vectors,
+            corpus,
+            model_dir=args.model_dir,
+            precision=args.vector_precision,
+            kind=args.index,
+            model_width=earlier.model_width,
+            **settings,
+        )
+        folder.save(index)
+    return index
 
 
 def _index_described(index) -> str:
@@ -1372,14 +1440,18 @@ def argument_parser() -> argparse.ArgumentParser:
     sub = command(
         "build",
         _search_build,
-        "Encode a corpus file (one text a line) into an index folder, or (--parts) build it from the parts that "
-        "encode --shard wrote. The index keeps the float32 vectors; with --vector-precision int8 or binary it "
-        "first searches their smaller codes, and with --index hnsw or ivf an approximate structure (faiss), "
-        "then re-scores the candidates with the float32 vectors.",
+        "Encode a corpus file (one text a line) into an index folder, or build it from vectors encoded already: "
+        "the parts that encode --shard wrote (--parts), or an earlier index's (--from-index). The index keeps the "
+        "float32 vectors; with --vector-precision int8 or binary it first searches their smaller codes, and with "
+        "--index hnsw or ivf an approximate structure (faiss), then re-scores the candidates with the float32 vectors.",
         actions,
     )
     sub.add_argument("model_dir")
-    sub.add_argument("corpus", help="UTF-8 text file, one text a line (with --parts: the file the parts encoded)")
+    sub.add_argument(
+        "corpus",
+        help="UTF-8 text file, one text a line (with --parts: the file the parts encoded; with --from-index: the "
+        "file that index was built from)",
+    )
     sub.add_argument("index_dir", help="a new or empty folder (or an earlier index, with --overwrite)")
     sub.add_argument("--overwrite", action="store_true", help="replace INDEX_DIR if it holds an earlier index")
     dim_option(sub, "index")
@@ -1397,7 +1469,15 @@ def argument_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="PART.npy",
         help="build from the parts of encode --shard I/N instead of encoding: one for each shard 0 to N-1, each with "
-        "its NAME.part.json, encoded from CORPUS by MODEL_DIR at one width",
+        "its NAME.part.json, encoded from CORPUS by MODEL_DIR at one width (encode --shard 0/1 writes the whole "
+        "corpus as one part)",
+    )
+    sub.add_argument(
+        "--from-index",
+        metavar="INDEX",
+        help="build from the float32 vectors an earlier index keeps instead of encoding, to make another precision, "
+        "kind or width of it: INDEX must hold CORPUS's lines, encoded by MODEL_DIR's weights; --dim at most its "
+        "width (a shorter cut of its vectors, renormalised; default: its width)",
     )
     strategy_option(sub)
     inference_options(sub)

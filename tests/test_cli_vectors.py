@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -503,6 +505,258 @@ def test_mine_still_searches_a_float32_index(folder, corpus_index, tmp_path):
     )
     rows = [json.loads(line) for line in lines(tmp_path / "mined.jsonl")]
     assert rows and all(row["neg"] for row in rows)
+
+
+# --- search build --from-index ------------------------------------------------------------------
+
+
+def no_model_loaded(monkeypatch):
+    """Make loading a model an error: --from-index must build from the earlier index's vectors alone."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("search build --from-index loaded a model")
+
+    monkeypatch.setattr(SentenceEncoder, "load", refuse)
+
+
+def build_from(folder, earlier, index_dir, *extra, corpus="corpus.txt", model="model"):
+    main(
+        ["search", "build", str(folder / model), str(folder / corpus), str(index_dir), "--from-index", str(earlier)]
+        + list(extra)
+    )
+
+
+def description(index_dir):
+    """index.json without the paths, which name each index's own place."""
+    with open(index_dir / "index.json", encoding="utf-8") as f:
+        info = json.load(f)
+    return {key: value for key, value in info.items() if key not in ("model_dir_from_index",)}
+
+
+def same_hits(folder, tmp_path, first, second, *extra, atol=0.0):
+    """``search query`` of the queries over two indexes gives the same hits, the scores within ``atol``."""
+    found = []
+    for number, index_dir in enumerate((first, second)):
+        output = tmp_path / f"hits-{number}.jsonl"
+        main(["search", "query", str(index_dir), str(folder / "queries.txt"), str(output), "--top-k", "5", *extra])
+        found.append(query_hits(output))
+    np.testing.assert_array_equal(found[0][0], found[1][0])
+    np.testing.assert_allclose(found[0][1], found[1][1], rtol=0, atol=atol)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(
+    "earlier, wanted",
+    [(("float32", "exact"), ("int8", "hnsw")), (("binary", "hnsw"), ("float32", "exact"))],
+)
+def test_an_index_built_from_another_is_the_index_encoding_builds(
+    folder, corpus_index, tmp_path, monkeypatch, capsys, earlier, wanted
+):
+    encoded, source = corpus_index(*wanted), corpus_index(*earlier)  # each built by encoding the corpus
+    index_dir = tmp_path / "index"
+    with monkeypatch.context() as patch:
+        no_model_loaded(patch)
+        build_from(folder, source, index_dir, "--vector-precision", wanted[0], "--index", wanted[1])
+    described = {"float32": "float32", "int8": "int8 codes", "binary": "sign bits"}[wanted[0]]
+    kind = {"exact": "exact search", "hnsw": "an HNSW graph"}[wanted[1]]
+    rescored = "" if wanted == ("float32", "exact") else ", hits re-scored by float32 vectors"
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"{index_dir}: 150 vectors of dimension {WIDTH} from the vectors of {source} (no encoding), "
+        f"{described}, {kind}{rescored}"
+    )
+    built, expected = VectorIndex.load(index_dir), VectorIndex.load(encoded)
+    np.testing.assert_array_equal(built.vectors, expected.vectors)
+    for codes in ("codes", "ranges"):
+        if getattr(expected, codes) is None:
+            assert getattr(built, codes) is None
+        else:
+            np.testing.assert_array_equal(getattr(built, codes), getattr(expected, codes))
+    assert built.texts == expected.texts
+    # the same model, fingerprint, width, precision, kind and settings
+    assert description(index_dir) == description(encoded)
+    # an approximate structure's threads may link a graph another way each build: its candidates are
+    # the whole corpus here, re-scored
+    same_hits(folder, tmp_path, index_dir, encoded, *([] if wanted[1] == "exact" else ["--rescore-multiplier", "30"]))
+
+
+@pytest.mark.heavy
+def test_an_index_built_from_another_at_a_width_is_the_index_encoding_at_it_builds(
+    folder, corpus_index, tmp_path, monkeypatch, capsys
+):
+    model, corpus = str(folder / "model"), str(folder / "corpus.txt")
+    earlier = corpus_index("float32", "exact")
+    main(["search", "build", model, corpus, str(tmp_path / "encoded"), "--dim", "8", "--vector-precision", "binary"])
+    warning = f"--dim 8: {model} was trained for its full width 16 only"
+    assert warning in capsys.readouterr().err
+    with monkeypatch.context() as patch:
+        no_model_loaded(patch)
+        cut_index = tmp_path / "cut"
+        build_from(folder, earlier, cut_index, "--dim", "8", "--vector-precision", "binary")
+        captured = capsys.readouterr()
+        assert warning in captured.err  # check_dim's warning, as encoding at the width gives it
+        assert f"{cut_index}: 150 vectors of dimension 8 from the vectors of " in captured.out
+        # an index at a width, rebuilt without --dim: its own width, its vectors as they are
+        build_from(folder, cut_index, tmp_path / "again", "--index", "hnsw")
+        assert "--dim" not in capsys.readouterr().err
+    built, encoded = VectorIndex.load(cut_index), VectorIndex.load(tmp_path / "encoded")
+    assert (built.dimension, built.model_width) == (encoded.dimension, encoded.model_width) == (8, WIDTH)
+    # the unit vectors cut and renormalised, where encoding cut the model's raw vectors: a float32 rounding apart
+    np.testing.assert_allclose(built.vectors, encoded.vectors, rtol=0, atol=2.5e-7)
+    np.testing.assert_allclose(built.vectors, cut(full_vectors(folder, lines(folder / "corpus.txt")), 8), atol=1e-6)
+    np.testing.assert_array_equal(built.codes, encoded.codes)
+    assert description(cut_index) == description(tmp_path / "encoded")
+    same_hits(folder, tmp_path, cut_index, tmp_path / "encoded", "--rescore-multiplier", "30", atol=1e-6)
+    again = VectorIndex.load(tmp_path / "again")
+    assert (again.dimension, again.kind, again.precision) == (8, "hnsw", "float32")
+    np.testing.assert_array_equal(again.vectors, built.vectors)
+    with pytest.raises(
+        SystemExit,
+        match=re.escape(
+            f"--dim 16: {cut_index} holds vectors of 8 dimensions (cut from the model's 16), and a cut keeps at most "
+            "those: ask for at most 8, or leave --from-index out to encode the corpus at that width"
+        ),
+    ):
+        build_from(folder, cut_index, tmp_path / "wider", "--dim", "16")
+    assert not os.path.exists(tmp_path / "wider")
+
+
+def _edited_corpus(folder, tmp_path, change):
+    texts = lines(folder / "corpus.txt")
+    change(texts)
+    (tmp_path / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    return tmp_path / "corpus.txt"
+
+
+def _other_weights(folder, earlier, tmp_path):
+    """A copy of the index whose recorded weights are not the model's: the model retrained since."""
+    copy = shutil.copytree(earlier, tmp_path / "retrained")
+    info = json.loads((copy / "index.json").read_text(encoding="utf-8"))
+    info["model_fingerprint"] = "sha256:" + "0" * 64
+    (copy / "index.json").write_text(json.dumps(info), encoding="utf-8")
+    return copy
+
+
+# Each refusal of --from-index: the arguments after MODEL_DIR (given the corpus's folder, the earlier
+# index and the test's folder), and the message.
+FROM_INDEX_REFUSALS = {
+    "another corpus": (
+        lambda root, earlier, tmp: [
+            _edited_corpus(root, tmp, lambda texts: texts.__setitem__(6, "改了")),
+            tmp / "index",
+            "--from-index",
+            earlier,
+        ],
+        lambda root, earlier, tmp: (
+            f"{tmp / 'corpus.txt'}, line 7: '改了' differs from {earlier}'s text 7 "
+            f"({lines(root / 'corpus.txt')[6]!r}): give the corpus {earlier} was built from, or leave --from-index "
+            "out to encode this one"
+        ),
+    ),
+    "a longer corpus": (
+        lambda root, earlier, tmp: [
+            _edited_corpus(root, tmp, lambda texts: texts.append("多一行")),
+            tmp / "index",
+            "--from-index",
+            earlier,
+        ],
+        lambda root, earlier, tmp: (
+            f"{tmp / 'corpus.txt'}: has 151 lines, but {earlier} holds 150 texts (its first 150 are these lines): "
+            f"give the corpus {earlier} was built from, or leave --from-index out to encode this one"
+        ),
+    ),
+    "the model retrained": (
+        lambda root, earlier, tmp: [
+            root / "corpus.txt",
+            tmp / "index",
+            "--from-index",
+            _other_weights(root, earlier, tmp),
+        ],
+        lambda root, earlier, tmp: (
+            f"{tmp / 'retrained'}: the model {root / 'model'} does not have the weights that built the index "
+            "(retrained or replaced since: its weights fingerprint is not the recorded one); its vectors cannot be "
+            f"compared with the index's: pass the model that built {tmp / 'retrained'}, or leave --from-index out to "
+            "encode the corpus"
+        ),
+    ),
+    "--dim above its width": (
+        lambda root, earlier, tmp: [root / "corpus.txt", tmp / "index", "--from-index", earlier, "--dim", "17"],
+        lambda root, earlier, tmp: (
+            f"--dim 17: {earlier} holds vectors of 16 dimensions, and a cut keeps at most those: ask for at most 16, "
+            "or leave --from-index out to encode the corpus at that width"
+        ),
+    ),
+    "with --parts": (
+        lambda root, earlier, tmp: [
+            root / "corpus.txt",
+            tmp / "index",
+            "--from-index",
+            earlier,
+            "--parts",
+            tmp / "part-0.npy",
+        ],
+        lambda root, earlier, tmp: (
+            "--parts and --from-index: an index is built from the parts of encode --shard or from the vectors of an "
+            "earlier index, not both; give one"
+        ),
+    ),
+    "with --strategy": (
+        lambda root, earlier, tmp: [
+            root / "corpus.txt",
+            tmp / "index",
+            "--from-index",
+            earlier,
+            "--strategy",
+            "mirrored",
+        ],
+        lambda root, earlier, tmp: (
+            "--strategy mirrored encodes on several devices, but --from-index builds the index from vectors encoded "
+            "already: drop --strategy"
+        ),
+    ),
+    "with --precision": (
+        lambda root, earlier, tmp: [root / "corpus.txt", tmp / "index", "--from-index", earlier, "--precision", "bf16"],
+        lambda root, earlier, tmp: (
+            "--precision bf16 is what the model computes in, but --from-index runs no model: drop it "
+            "(--vector-precision says how the index stores its vectors)"
+        ),
+    ),
+    "into itself": (
+        lambda root, earlier, tmp: [root / "corpus.txt", earlier, "--from-index", earlier, "--overwrite"],
+        lambda root, earlier, tmp: (
+            f"{earlier}: the output folder would lie inside the input {earlier}; choose an output folder apart from "
+            "the inputs"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FROM_INDEX_REFUSALS))
+def test_an_index_that_does_not_fit_is_refused_before_anything_is_written(
+    folder, corpus_index, tmp_path, monkeypatch, case
+):
+    arguments, message = FROM_INDEX_REFUSALS[case]
+    earlier = corpus_index("float32", "exact")
+    given = arguments(folder, earlier, tmp_path)
+    before = {name: (earlier / name).read_bytes() for name in os.listdir(earlier)}
+    no_model_loaded(monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        main(["search", "build", str(folder / "model"), *map(str, given)])
+    assert str(stopped.value) == f"error: {message(folder, earlier, tmp_path)}"
+    assert not os.path.exists(tmp_path / "index")
+    assert {name: (earlier / name).read_bytes() for name in os.listdir(earlier)} == before
+
+
+def test_an_index_of_another_model_is_refused(folder, corpus_index, tmp_path, monkeypatch):
+    earlier = corpus_index("float32", "exact")
+    no_model_loaded(monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        build_from(folder, earlier, tmp_path / "index", model="matryoshka")
+    assert str(stopped.value) == (
+        f"error: {earlier}: the index was built with the model {folder / 'model'}, not {folder / 'matryoshka'}; its "
+        f"vectors cannot be compared with another model's: pass the model that built {earlier}, or leave "
+        "--from-index out to encode the corpus"
+    )
+    assert not os.path.exists(tmp_path / "index")
 
 
 # --- export --------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..data.pairs import MAX_LINE_BYTES
 from ..errors import ConfigError, DataError
 from ..io import FolderKind, atomic_directory, json_field, json_type, read_json, read_whole_folder
 from . import ann as approximate
-from .vectors import approximate_scores, check_precision, int8_ranges, packed_bytes, quantize
+from .vectors import approximate_scores, check_precision, int8_ranges, packed_bytes, quantize, truncate
 
 logger = logging.getLogger("cosent_tf")
 
@@ -398,6 +398,43 @@ class VectorIndex:
             ranked = np.where(rows >= 0, rows, len(self))  # a missing candidate ranks last
             best_scores[start : start + step], best_rows[start : start + step] = _best(scores, ranked, k)
         return best_scores, best_rows
+
+    def copy_vectors(self, into: np.ndarray, dim: int | None = None) -> np.ndarray:
+        """Write this index's float32 vectors into ``into``, cut to their first ``dim`` dimensions and
+        renormalised (:func:`~cosent_tf.inference.vectors.truncate`) when ``dim`` is given, and
+        return it: another index built on them (``search build --from-index``) encodes nothing.
+        :data:`CHECK_ROWS` rows at a time, so neither a memory-mapped index nor ``into``
+        (:meth:`IndexFolder.new_vectors`) need fit in memory.
+
+        Raises:
+            ValueError: ``into`` is not float32 (this index's count, ``dim`` or its dimension), or
+                ``dim`` is not from 1 to its dimension.
+            DataError: a vector that is not finite, naming this index's vectors.npy.
+
+        Example:
+            >>> with VectorIndex.writing("bq-index-64") as folder:
+            ...     vectors = earlier.copy_vectors(folder.new_vectors(len(earlier), 64), dim=64)
+            ...     folder.save(VectorIndex.build(vectors, earlier.texts, earlier.model_path(), precision="int8"))
+        """
+        width = self.dimension if dim is None else dim
+        if not 1 <= width <= self.dimension:
+            raise ValueError(f"cannot cut vectors of {self.dimension} dimensions to {dim}")
+        if into.dtype != np.float32 or into.shape != (len(self), width):
+            raise ValueError(
+                f"a {into.dtype} matrix of shape {into.shape} cannot take {len(self)} float32 vectors of {width} "
+                "dimensions"
+            )
+        for start in range(0, len(self), self.CHECK_ROWS):
+            block = truncate(self.vectors[start : start + self.CHECK_ROWS], dim)
+            finite = np.isfinite(block).all(axis=1)
+            if not finite.all():
+                row = start + int(np.argmin(finite))
+                raise DataError(
+                    os.path.join(self.directory, self.VECTORS) if self.directory else "this index's vectors",
+                    f"vector {row} (of texts.jsonl line {row + 1}) holds NaN or infinite values; rebuild the index",
+                )
+            into[start : start + len(block)] = block
+        return into
 
     def model_path(self, model_dir: str | None = None) -> str:
         """The model folder to encode queries with: the one that built the index, or ``model_dir``.

@@ -91,3 +91,28 @@ def test_a_failed_index_save_leaves_the_previous_index_whole(tmp_path, monkeypat
     assert {name: (tmp_path / "index" / name).read_bytes() for name in os.listdir(tmp_path / "index")} == before
     assert sorted(os.listdir(tmp_path)) == ["index"]  # no temporary folder left behind
     assert VectorIndex.load(tmp_path / "index").texts == ["a", "b", "c"]
+
+
+def test_an_index_copies_its_vectors_cut_and_renormalised_a_block_at_a_time(tmp_path, monkeypatch):
+    rng = np.random.default_rng(3)
+    vectors = random_units(rng, 11, 6)
+    VectorIndex(vectors, [str(row) for row in range(11)]).save(tmp_path / "index")
+    earlier = VectorIndex.load(tmp_path / "index")  # memory-mapped
+    monkeypatch.setattr(VectorIndex, "CHECK_ROWS", 4)  # 11 rows: blocks of 4, 4 and 3
+    copied = earlier.copy_vectors(np.full((11, 6), np.nan, dtype=np.float32))
+    np.testing.assert_array_equal(copied, vectors)
+    cut = vectors[:, :4].astype(np.float64)
+    expected = cut / np.linalg.norm(cut, axis=1, keepdims=True)
+    np.testing.assert_allclose(earlier.copy_vectors(np.zeros((11, 4), np.float32), dim=4), expected, atol=1e-7)
+    with pytest.raises(ValueError, match="cannot cut vectors of 6 dimensions to 7"):
+        earlier.copy_vectors(np.zeros((11, 7), np.float32), dim=7)
+    with pytest.raises(ValueError, match=r"a float32 matrix of shape \(11, 6\) cannot take 11 float32 vectors of 4"):
+        earlier.copy_vectors(np.zeros((11, 6), np.float32), dim=4)
+    # a vector spoilt after the build (an int8 index's load does not read them all): named with its file
+    spoilt = np.load(tmp_path / "index" / "vectors.npy")
+    spoilt[9, 2] = np.nan
+    np.save(tmp_path / "index" / "vectors.npy", spoilt)
+    unchecked = VectorIndex(np.load(tmp_path / "index" / "vectors.npy", mmap_mode="r"), earlier.texts)
+    unchecked.directory = str(tmp_path / "index")
+    with pytest.raises(DataError, match=r"vectors.npy: vector 9 \(of texts.jsonl line 10\) holds NaN or infinite"):
+        unchecked.copy_vectors(np.zeros((11, 6), np.float32))
