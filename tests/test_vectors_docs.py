@@ -187,6 +187,7 @@ def test_the_section_shows_each_step_the_issue_asks_for():
     assert any(args[:2] == ["search", "build"] and {"--dim", "binary"} <= set(args) for args in guide)
     assert any(args[:2] == ["search", "query"] and "--rescore-multiplier" in args for args in guide)
     assert any(args[:2] == ["search", "build"] and "--parts" in args for args in guide)
+    assert any(args[:2] == ["search", "build"] and {"--from-index", "--dim"} <= set(args) for args in guide)
     assert any("--shard" in args for args in guide) and any("mirrored" in args for args in guide)
     assert any(args[0] == "export" and "--dim" in args for args in guide)
     readme = commands(README)
@@ -379,6 +380,18 @@ def test_the_hnsw_index_holds_a_graph_of_the_same_vectors(guide_clone):
     queries = cut(vectors_of(clone / "runs" / "mat-bq" / "model", read_lines(clone / "queries.txt")), 128)
     corpus_texts = read_lines(clone / "corpus.txt")
     check_hits_are_exact_cosines(read_hits(clone / "hits-hnsw.jsonl", corpus_texts), corpus_vectors, queries)
+
+
+@pytest.mark.slow
+def test_the_indexes_from_another_index_hold_its_vectors(guide_clone):
+    clone, _ = guide_clone
+    earlier = np.load(clone / "runs" / "mat-bq-index" / "vectors.npy")
+    for name, precision, dim in (("mat-bq-int8", "int8", 128), ("mat-bq-64", "float32", 64)):
+        with open(clone / "runs" / name / "index.json", encoding="utf-8") as f:
+            info = json.load(f)
+        assert (info["dimension"], info["precision"], info["model_width"]) == (dim, precision, 312)
+    np.testing.assert_array_equal(np.load(clone / "runs" / "mat-bq-int8" / "vectors.npy"), earlier)
+    np.testing.assert_allclose(np.load(clone / "runs" / "mat-bq-64" / "vectors.npy"), cut(earlier, 64), atol=TOLERANCE)
 
 
 @pytest.mark.slow
