@@ -499,7 +499,7 @@ def _search_build(args):
                 **settings,
             )
             folder.save(index)
-        source = f"the {len(parts)} parts of {args.corpus}"
+        source = f"the {len(parts)} part{'s' if len(parts) > 1 else ''} of {args.corpus}"
     else:
         encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime, strategy=_strategy(args))
         index = encoder.build_index(

@@ -139,6 +139,17 @@ def test_an_index_built_from_the_parts_is_the_index_built_in_one_go(folder, tmp_
     assert sorted(os.listdir(tmp_path)) == ["index", "parts.jsonl", "whole.jsonl"]
 
 
+@pytest.mark.heavy
+def test_one_shard_of_one_is_the_whole_corpus_as_a_part(folder, tmp_path, capsys):
+    # the one-machine route from encode to search build --parts (docs/guide.md, --parts' help)
+    encode(folder, "model", "corpus.txt", tmp_path / "all.npy", "--shard", "0/1")
+    build(folder, tmp_path / "index", [str(tmp_path / "all.npy")], "--vector-precision", "int8")
+    assert f"{CORPUS_LINES} vectors of dimension 16 from the 1 part of" in capsys.readouterr().out
+    np.testing.assert_allclose(
+        VectorIndex.load(tmp_path / "index").vectors, VectorIndex.load(folder / "whole").vectors, atol=1e-6
+    )
+
+
 def test_parts_at_a_width_build_an_index_at_that_width(folder, tmp_path):
     for shard in range(2):
         encode(folder, "model", "corpus.txt", tmp_path / f"part-{shard}.npy", "--shard", f"{shard}/2", "--dim", "8")

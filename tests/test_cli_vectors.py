@@ -533,15 +533,16 @@ def description(index_dir):
     return {key: value for key, value in info.items() if key not in ("model_dir_from_index",)}
 
 
-def same_hits(folder, tmp_path, first, second, *extra, atol=0.0):
-    """``search query`` of the queries over two indexes gives the same hits, the scores within ``atol``."""
-    found = []
-    for number, index_dir in enumerate((first, second)):
-        output = tmp_path / f"hits-{number}.jsonl"
-        main(["search", "query", str(index_dir), str(folder / "queries.txt"), str(output), "--top-k", "5", *extra])
-        found.append(query_hits(output))
-    np.testing.assert_array_equal(found[0][0], found[1][0])
-    np.testing.assert_allclose(found[0][1], found[1][1], rtol=0, atol=atol)
+def same_hits(folder, first, second, dim=None, atol=0.0, **searched):
+    """The two indexes find the same hits for the queries (their vectors, cut to ``dim``), the scores
+    within ``atol``."""
+    queries = full_vectors(folder, QUERIES)
+    queries = queries if dim is None else cut(queries, dim).astype(np.float32)
+    (first_scores, first_rows), (second_scores, second_rows) = (
+        VectorIndex.load(index_dir).search(queries, 5, **searched) for index_dir in (first, second)
+    )
+    np.testing.assert_array_equal(first_rows, second_rows)
+    np.testing.assert_allclose(first_scores, second_scores, rtol=0, atol=atol)
 
 
 @pytest.mark.heavy
@@ -576,7 +577,7 @@ def test_an_index_built_from_another_is_the_index_encoding_builds(
     assert description(index_dir) == description(encoded)
     # an approximate structure's threads may link a graph another way each build: its candidates are
     # the whole corpus here, re-scored
-    same_hits(folder, tmp_path, index_dir, encoded, *([] if wanted[1] == "exact" else ["--rescore-multiplier", "30"]))
+    same_hits(folder, index_dir, encoded, **({} if wanted[1] == "exact" else {"rescore_multiplier": 30}))
 
 
 @pytest.mark.heavy
@@ -605,7 +606,7 @@ def test_an_index_built_from_another_at_a_width_is_the_index_encoding_at_it_buil
     np.testing.assert_allclose(built.vectors, cut(full_vectors(folder, lines(folder / "corpus.txt")), 8), atol=1e-6)
     np.testing.assert_array_equal(built.codes, encoded.codes)
     assert description(cut_index) == description(tmp_path / "encoded")
-    same_hits(folder, tmp_path, cut_index, tmp_path / "encoded", "--rescore-multiplier", "30", atol=1e-6)
+    same_hits(folder, cut_index, tmp_path / "encoded", dim=8, atol=1e-6, rescore_multiplier=30)
     again = VectorIndex.load(tmp_path / "again")
     assert (again.dimension, again.kind, again.precision) == (8, "hnsw", "float32")
     np.testing.assert_array_equal(again.vectors, built.vectors)
