@@ -107,7 +107,7 @@ def no_weights_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model's weights loaded before the refusal")
 
-    monkeypatch.setattr("cosent_tf.inference.matchers.load_model_dir", refuse)
+    monkeypatch.setattr("cosent_tf.inference.model_dir.load_model_dir", refuse)
 
 
 @pytest.mark.parametrize(

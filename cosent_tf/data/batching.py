@@ -6,6 +6,9 @@ Batch order is a seeded shuffle that changes every epoch; with ``group_by_length
 of a pool of batches are sorted by length before being cut into batches (and the batches shuffled
 again), so little padding is computed. For an in-batch negatives loss, examples that share a text
 can be kept in different batches (:func:`keep_duplicates_apart`).
+
+Inference batches (:func:`length_sorted_batches`, :func:`segment_ids`) are here too: an ONNX export
+runs on them without TensorFlow (:mod:`cosent_tf.inference.runtime`).
 """
 
 from __future__ import annotations
@@ -490,3 +493,81 @@ def pair_lengths(ids_a: Sequence[Sequence[int]], ids_b: Sequence[Sequence[int]])
         [3]
     """
     return [max(len(a), len(b)) for a, b in zip(ids_a, ids_b)]
+
+
+def segment_ids(token_ids: np.ndarray, sep_id: Optional[int] = None) -> np.ndarray:
+    """Segment ids of a padded batch.
+
+    Args:
+        token_ids: the padded batch.
+        sep_id: None: all 0, as the original interaction experiments; else the [SEP] token's
+            id, and the ids are those of concatenated pairs, as
+            :func:`cosent_tf.data.pipeline.pair_segment_ids` gives them in a graph: 1 on the second
+            text and its [SEP], 0 elsewhere (padding included).
+
+    Returns:
+        An array of the batch's shape.
+
+    Example:
+        >>> segment_ids(np.array([[101, 7, 102]]))
+        array([[0, 0, 0]])
+    """
+    if sep_id is None:
+        return np.zeros_like(token_ids)
+    token_ids = np.asarray(token_ids)
+    is_sep = (token_ids == sep_id).astype(np.int32)
+    seps_before = np.cumsum(is_sep, axis=1) - is_sep
+    return ((seps_before > 0) & (token_ids != 0)).astype(np.int32)
+
+
+def length_sorted_batches(
+    token_ids: Sequence[Sequence[int]], batch_size: int = 64
+) -> tuple[np.ndarray, Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """Inference batches sorted by length, each padded only to its own longest sequence.
+
+    Args:
+        token_ids: the inputs' token ids.
+        batch_size: inputs per batch.
+
+    Returns:
+        ``(order, batches)``: ``batches`` yields ``(index, padded_ids)``; concatenated outputs
+        are in ``order`` (row r belongs to input ``order[r]``), which :func:`restore_order`
+        undoes.
+
+    Raises:
+        ValueError: ``batch_size`` is not positive.
+
+    Example:
+        >>> order, batches = length_sorted_batches([[1, 2, 3], [4]], batch_size=2)
+        >>> order.tolist(), [ids.shape for _, ids in batches]
+        ([1, 0], [(2, 3)])
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    order = np.argsort([len(s) for s in token_ids], kind="stable")
+
+    def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for start in range(0, len(order), batch_size):
+            index = order[start : start + batch_size]
+            yield index, pad_batch([token_ids[i] for i in index])
+
+    return order, batches()
+
+
+def restore_order(predictions: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Rows in the order of :func:`length_sorted_batches`' inputs.
+
+    Args:
+        predictions: rows in length-sorted order.
+        order: the order :func:`length_sorted_batches` returned.
+
+    Returns:
+        The rows in input order.
+
+    Example:
+        >>> restore_order(np.array([10, 20]), np.array([1, 0])).tolist()
+        [20, 10]
+    """
+    restored = np.empty_like(predictions)
+    restored[order] = predictions
+    return restored

@@ -20,8 +20,11 @@ from ..backend import tf
 from .batching import (  # the batch order, TF-free; re-exported: the Keras 2 pipeline's names since 0.1
     batch_indices,
     batches_per_epoch,
+    length_sorted_batches,  # noqa: F401 (inference's batches, which need no TensorFlow: kept at their old home)
     pad_batch,
     pair_lengths,
+    restore_order,  # noqa: F401
+    segment_ids,
 )
 
 StartStep = Union[int, Callable[[], int]]
@@ -287,26 +290,6 @@ def pair_segment_ids(token_ids: Union[np.ndarray, tf.Tensor], sep_id: int) -> tf
     return tf.cast((seps_before > 0) & tf.not_equal(token_ids, 0), tf.int32)
 
 
-def segment_ids(token_ids: np.ndarray, sep_id: Optional[int] = None) -> np.ndarray:
-    """Segment ids of a padded batch.
-
-    Args:
-        token_ids: the padded batch.
-        sep_id: None: all 0, as the original interaction experiments; else the [SEP] token's
-            id, and the ids are those of concatenated pairs (:func:`pair_segment_ids`).
-
-    Returns:
-        An array of the batch's shape.
-
-    Example:
-        >>> segment_ids(np.array([[101, 7, 102]]))
-        array([[0, 0, 0]])
-    """
-    if sep_id is None:
-        return np.zeros_like(token_ids)
-    return pair_segment_ids(token_ids, sep_id).numpy()
-
-
 def interaction_dataset(
     pair_ids: list[list[int]],
     labels: Sequence[float] | np.ndarray,
@@ -353,56 +336,3 @@ def interaction_dataset(
             yield (token_ids, segment_ids(token_ids, sep_id)), labels[index]
 
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
-
-
-def length_sorted_batches(
-    token_ids: Sequence[Sequence[int]], batch_size: int = 64
-) -> tuple[np.ndarray, Iterator[tuple[np.ndarray, np.ndarray]]]:
-    """Inference batches sorted by length, each padded only to its own longest sequence.
-
-    Args:
-        token_ids: the inputs' token ids.
-        batch_size: inputs per batch.
-
-    Returns:
-        ``(order, batches)``: ``batches`` yields ``(index, padded_ids)``; concatenated outputs
-        are in ``order`` (row r belongs to input ``order[r]``), which :func:`restore_order`
-        undoes.
-
-    Raises:
-        ValueError: ``batch_size`` is not positive.
-
-    Example:
-        >>> order, batches = length_sorted_batches([[1, 2, 3], [4]], batch_size=2)
-        >>> order.tolist(), [ids.shape for _, ids in batches]
-        ([1, 0], [(2, 3)])
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    order = np.argsort([len(s) for s in token_ids], kind="stable")
-
-    def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            yield index, pad_batch([token_ids[i] for i in index])
-
-    return order, batches()
-
-
-def restore_order(predictions: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Rows in the order of :func:`length_sorted_batches`' inputs.
-
-    Args:
-        predictions: rows in length-sorted order.
-        order: the order :func:`length_sorted_batches` returned.
-
-    Returns:
-        The rows in input order.
-
-    Example:
-        >>> restore_order(np.array([10, 20]), np.array([1, 0])).tolist()
-        [20, 10]
-    """
-    restored = np.empty_like(predictions)
-    restored[order] = predictions
-    return restored

@@ -10,7 +10,8 @@ The bert4keras ``Tokenizer`` (``do_lower_case=True``) turns a text into tokens i
 
 Steps 1 and 2 act on one character at a time, so apart from CJK ideographs (padded by
 one regular expression) they are a table from each character to what it becomes,
-computed here with Python's own ``unicodedata``, the one bert4keras uses: the graph
+computed here with Python's own ``unicodedata`` and the rules of
+:mod:`cosent_tf.models.wordpiece`, the Python tokenizer's: the graph
 reproduces Python's decisions rather than re-deriving them from another Unicode
 library. Step 3 is tensorflow-text's ``WordpieceTokenizer``, whose greedy search is
 bert4keras's. tensorflow-text's own ``BertTokenizer`` is not used: its lower-casing
@@ -32,6 +33,7 @@ from typing import Any
 
 from ..environment import keras3_process
 from ..errors import ConfigError
+from ..models.wordpiece import CJK_RANGES, MAX_WORD_CHARS, is_cjk, is_punctuation, normalised
 
 # The Keras 3 route's SavedModel export tokenises with this module too, in a process where the Keras 2
 # engine (cosent_tf.backend, which holds TensorFlow's start-up lines back) may not be imported.
@@ -40,51 +42,18 @@ if keras3_process():
 else:
     from ..backend import tf
 
-MAX_WORD_CHARS = 200  # bert4keras Tokenizer(word_maxlen=200)
-_CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
-)
-_CJK_PATTERN = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in _CJK_RANGES) + "]"
-
-
-def _is_cjk(code: int) -> bool:
-    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
-
-
-def _is_punctuation(ch: str) -> bool:
-    code = ord(ch)
-    return (
-        33 <= code <= 47
-        or 58 <= code <= 64
-        or 91 <= code <= 96
-        or 123 <= code <= 126
-        or unicodedata.category(ch).startswith("P")
-    )
+_CJK_PATTERN = "[" + "".join(f"\\x{{{lo:X}}}-\\x{{{hi:X}}}" for lo, hi in CJK_RANGES) + "]"
 
 
 def _spaced(ch: str) -> str:
     """What bert4keras's splitting step makes of one (already normalised) character."""
-    if _is_punctuation(ch) or _is_cjk(ord(ch)):
+    if is_punctuation(ch) or is_cjk(ord(ch)):
         return f" {ch} "
     if ch in " \n\r\t" or unicodedata.category(ch) == "Zs" or ch.isspace():
         return " "  # str.split() also splits at the other white space (U+2028, U+2029)
     if ord(ch) in (0, 0xFFFD) or unicodedata.category(ch) in ("Cc", "Cf"):
         return ""
     return ch
-
-
-def _normalised(ch: str, do_lower_case: bool) -> str:
-    if not do_lower_case:
-        return ch
-    decomposed = unicodedata.normalize("NFD", ch.lower())
-    return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
 
 @functools.lru_cache(maxsize=2)
@@ -111,8 +80,8 @@ def character_table(do_lower_case: bool = True) -> dict[str, str]:
         ch = chr(code)
         if unicodedata.category(ch) in ("Cn", "Co"):
             continue  # unassigned and private-use characters: steps 1-2 leave them as they are
-        replacement = "".join(_spaced(c) for c in _normalised(ch, do_lower_case))
-        unchanged = f" {ch} " if _is_cjk(code) else ch
+        replacement = "".join(_spaced(c) for c in normalised(ch, do_lower_case))
+        unchanged = f" {ch} " if is_cjk(code) else ch
         if replacement != unchanged:
             table[ch] = replacement
     return table

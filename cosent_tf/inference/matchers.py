@@ -14,11 +14,10 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Self, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 import numpy as np
 
-from ..backend import keras, tf
 from ..calibration import (
     RULES,
     MatchDecision,
@@ -32,14 +31,16 @@ from ..choices import PRECISIONS, RUNTIMES
 from ..errors import ConfigError
 from ..io import read_whole_folder
 from ..models.kinds import FEATURE, INTERACTION, get_kind
-from ..models.spec import SPEC_FILE, ModelSpec, how_to_calibrate, read_spec
+from ..models.spec import SPEC_FILE, ModelSpec, how_to_calibrate, read_model_decision, read_spec
 from ..models.tokenization import SentenceTokenizer
 from .index import Hit, RerankedHit, VectorIndex, rerank_depth
-from .model_dir import load_model_dir, read_model_decision
 from .onnx_model import load_onnx_dir, read_onnx_spec
 from .runtime import batched_outputs, interaction_scores, l2_normalize
 from .texts import check_texts
 from .vectors import check_dim
+
+if TYPE_CHECKING:  # a matcher of an ONNX export runs without TensorFlow: the tensorflow runtime imports it
+    from ..backend import keras, tf
 
 # Auto progress bars appear from this many texts on.
 PROGRESS_FROM = 5000
@@ -242,6 +243,8 @@ class _Matcher:
         if runtime == "onnx":
             spec, model, tokenizer = load_onnx_dir(path, precision)
         else:
+            from .model_dir import load_model_dir
+
             with strategy.scope() if strategy is not None else contextlib.nullcontext():
                 spec, model, tokenizer = load_model_dir(path, precision)
         return cls(model, tokenizer, spec, os.path.abspath(path), decision, strategy)

@@ -4,6 +4,9 @@ evaluation and training's validation share, and the cosine and cross-encoder sco
 On several devices, a ``tf.distribute`` strategy (made by the caller: the command line takes the
 training engine's, :func:`cosent_tf.training.distribute.get_strategy`) shares each batch among
 its replicas (:func:`replicated_function`); the outputs are the one-device ones, in input order.
+
+TensorFlow is imported when a Keras model is run: an ONNX export
+(:class:`~cosent_tf.inference.onnx_model.OnnxModel`) goes through the same batches without it.
 """
 
 from __future__ import annotations
@@ -11,23 +14,23 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..backend import keras, model_precision, tf
 from ..console import live_progress_on
-from ..data.pipeline import length_sorted_batches, restore_order, segment_ids
+from ..data.batching import length_sorted_batches, restore_order, segment_ids
+from .onnx_model import OnnxModel
 from .vectors import l2_normalize
+
+if TYPE_CHECKING:
+    from ..backend import keras, tf
 
 _INFERENCE_FUNCTIONS: weakref.WeakKeyDictionary[keras.Model, Callable[..., Any]] = weakref.WeakKeyDictionary()
 _REPLICATED_FUNCTIONS: weakref.WeakKeyDictionary[
     keras.Model, tuple[tf.distribute.Strategy, Callable[..., np.ndarray]]
 ] = weakref.WeakKeyDictionary()
-
-
-_IDS = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 
 
 def inference_function(model: Any) -> Callable[..., Any]:
@@ -43,20 +46,23 @@ def inference_function(model: Any) -> Callable[..., Any]:
     interact in the model, so the outputs are the whole batch's (a batch of one leaves an
     empty half).
     """
-    if not isinstance(model, keras.Model):  # a runner of its own (an ONNX model, inference.onnx_model)
+    if isinstance(model, OnnxModel):  # a runner of its own
         return model
     cached = _INFERENCE_FUNCTIONS.get(model)
     if cached is not None:
         return cached
+    from ..backend import tf
+
+    ids = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 
     # A function of its own, called on each half: the model is traced once, not once per half
     # (tracing is most of a small model's first batch); Grappler inlines both calls, so the
     # halves are still two independent subgraphs.
-    @tf.function(input_signature=[_IDS, _IDS])
+    @tf.function(input_signature=[ids, ids])
     def outputs(token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return _model_outputs(model, token_ids, segment_ids)
 
-    @tf.function(input_signature=[_IDS, _IDS])
+    @tf.function(input_signature=[ids, ids])
     def function(token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
         return _in_halves(outputs, token_ids, segment_ids)
 
@@ -66,6 +72,8 @@ def inference_function(model: Any) -> Callable[..., Any]:
 
 def _model_outputs(model: keras.Model, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
     """The model's float32 outputs of a batch, in inference mode; traced inside a tf.function."""
+    from ..backend import model_precision, tf
+
     with model_precision(model):  # runs while tracing
         return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
 
@@ -75,6 +83,8 @@ def _in_halves(
 ) -> tf.Tensor:
     """``compute``'s float32 outputs of a batch run as two independent halves (see
     :func:`inference_function`); traced inside a tf.function."""
+    from ..backend import tf
+
     half = (tf.shape(token_ids)[0] + 1) // 2
     halves = [compute(token_ids[:half], segment_ids[:half]), compute(token_ids[half:], segment_ids[half:])]
     return tf.concat(halves, axis=0)
@@ -106,8 +116,10 @@ def replicated_function(model: keras.Model, strategy: tf.distribute.Strategy) ->
         >>> replicated_function(model, strategy)(ids, np.zeros_like(ids)).shape
         (2, 768)
     """
-    if not isinstance(model, keras.Model):
+    if isinstance(model, OnnxModel):
         raise ValueError(f"a tf.distribute strategy runs a Keras model, not a {type(model).__name__}")
+    from ..backend import tf
+
     cached = _REPLICATED_FUNCTIONS.get(model)
     if cached is not None and cached[0] is strategy:
         return cached[1]

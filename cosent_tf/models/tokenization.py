@@ -1,10 +1,8 @@
-"""Tokenisation: bert4keras's WordPiece Tokenizer, with jieba pre-tokenisation for word models.
+"""Tokenisation: bert4keras's WordPiece tokenisation (:mod:`.wordpiece`, which imports no framework),
+with jieba pre-tokenisation for word models.
 
-Both Kerases tokenise with it (the Keras 3 route too: keras-hub's tokenizer lower-cases with NFKC,
-which changes Chinese punctuation). In a Keras 2 process it comes through :mod:`cosent_tf.backend`
-as always; in a process that holds Keras 3 (it imported :mod:`cosent_tf.keras3`, or ``keras`` 3 and
-not the Keras 2 engine) bert4keras's tokenizer module is imported beside Keras 3 by
-:func:`tokenizer_beside_keras3`.
+Both Kerases and the ONNX runtime tokenise with it (the Keras 3 route too: keras-hub's tokenizer
+lower-cases with NFKC, which changes Chinese punctuation).
 """
 
 from __future__ import annotations
@@ -12,64 +10,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 from collections.abc import Iterable
 from typing import Any, Optional, Protocol, Union
 
 import numpy as np
 
 from ..data.pairs import decoded_lines
-from ..environment import keras3_process
 from ..errors import ConfigError, DataError
 from ..huggingface import folders as huggingface
 from .checkpoint_files import read_config
-
-# bert4keras's Keras switch, as cosent_tf.environment sets it for the Keras 2 engine.
-BERT4KERAS_ENVIRONMENT = {"TF_KERAS": "1", "TF_USE_LEGACY_KERAS": "1"}
-
-
-def _is_keras_module(name: str) -> bool:
-    """``keras``, ``keras.*`` and ``tensorflow.keras*``: the names bert4keras's backend points at tf-keras."""
-    return name in ("keras", "tensorflow.keras") or name.startswith(("keras.", "tensorflow.keras."))
-
-
-def tokenizer_beside_keras3() -> Any:
-    """bert4keras's ``Tokenizer`` class, imported without taking ``keras`` from Keras 3.
-
-    bert4keras's tokenizers import its backend, which sets ``sys.modules["keras"]`` to tf-keras
-    (under ``TF_KERAS=1``, which it needs beside a Keras 3 install): every ``keras``, ``keras.*``
-    and ``tensorflow.keras*`` entry of ``sys.modules`` is put back as it was afterwards, and ``bert4keras.backend``
-    is taken out of ``sys.modules`` (the tokenizer keeps what it imported from it), so that
-    :func:`cosent_tf.keras3.runtime.checked_keras` still finds Keras 3 and no Keras 2 engine. The
-    environment variables are restored too.
-    """
-    if "bert4keras.tokenizers" in sys.modules:
-        return sys.modules["bert4keras.tokenizers"].Tokenizer
-    keras_before = {name: module for name, module in sys.modules.items() if _is_keras_module(name)}
-    environment_before = {name: os.environ.get(name) for name in BERT4KERAS_ENVIRONMENT}
-    had_backend = "bert4keras.backend" in sys.modules
-    os.environ.update(BERT4KERAS_ENVIRONMENT)
-    try:
-        from bert4keras.tokenizers import Tokenizer
-    finally:
-        for name in [name for name in sys.modules if _is_keras_module(name)]:
-            if name not in keras_before:
-                del sys.modules[name]
-        sys.modules.update(keras_before)
-        if not had_backend:
-            sys.modules.pop("bert4keras.backend", None)
-        for name, value in environment_before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    return Tokenizer
-
-
-if keras3_process():
-    Bert4kerasTokenizer = tokenizer_beside_keras3()
-else:  # the Keras 2 engine's, as always
-    from ..backend import Bert4kerasTokenizer
+from .wordpiece import WordPieceTokenizer
 
 
 class VocabularySource(Protocol):
@@ -219,10 +169,10 @@ def _jieba_cut(text: str) -> Any:
 class SentenceTokenizer:
     """Text to token ids for sentence encoders and cross-encoders.
 
-    Character-level by default (bert4keras ``Tokenizer(vocab, do_lower_case=True)``, as the
-    original experiments); ``word_level=True`` first cuts text with jieba (HMM off), as
-    WoBERT and RoFormer expect. Sequences include [CLS] and [SEP] and are truncated to
-    ``maxlen`` tokens.
+    Character-level by default (bert4keras's ``Tokenizer(vocab, do_lower_case=True)``, as the
+    original experiments: :class:`~cosent_tf.models.wordpiece.WordPieceTokenizer`);
+    ``word_level=True`` first cuts text with jieba (HMM off), as WoBERT and RoFormer expect.
+    Sequences include [CLS] and [SEP] and are truncated to ``maxlen`` tokens.
 
     Args:
         vocab_path: the vocabulary file, or a :class:`~cosent_tf.models.sources.ModelSource`
@@ -264,9 +214,7 @@ class SentenceTokenizer:
             import jieba
 
             jieba.setLogLevel(logging.WARNING)
-        self._tokenizer = Bert4kerasTokenizer(
-            token_dict, do_lower_case=self.do_lower_case, pre_tokenize=_jieba_cut if word_level else None
-        )
+        self._tokenizer = WordPieceTokenizer(token_dict, self.do_lower_case, _jieba_cut if word_level else None)
         self.token_dict = token_dict
         self.vocab_size = len(token_dict)
         self.sep_id = token_dict.get("[SEP]")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from cosent_tf import interaction_dataset, pair_dataset
+from cosent_tf.data import batching
 from cosent_tf.data.batching import batch_indices, batches_per_epoch, pad_batch, text_keys
 from cosent_tf.data.pipeline import length_sorted_batches, pair_segment_ids, restore_order
 
@@ -208,6 +209,10 @@ def test_pair_segment_ids_mark_the_second_text_and_its_sep_only():
     ids = np.array([[101, 7, 8, 102, 9, 102, 0, 0], [101, 7, 102, 9, 9, 9, 102, 0]])
     expected = [[0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 1, 0]]
     np.testing.assert_array_equal(pair_segment_ids(ids, 102).numpy(), expected)
+    # the NumPy twin the inference batches use (an ONNX export runs them without TensorFlow)
+    numpy_ids = batching.segment_ids(ids, 102)
+    np.testing.assert_array_equal(numpy_ids, expected)
+    assert numpy_ids.dtype == np.int32
 
 
 def test_interaction_batches_carry_pair_segments_only_when_asked():

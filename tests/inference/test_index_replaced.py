@@ -12,7 +12,7 @@ import pytest
 
 from cosent_tf import ConfigError, DataError, SentenceEncoder
 from cosent_tf.inference import ann as approximate
-from cosent_tf.inference import matchers
+from cosent_tf.inference import model_dir
 from cosent_tf.inference.index import VectorIndex
 from cosent_tf.inference.model_dir import MODEL_FOLDER
 from cosent_tf.io import FOLDER_READ_ATTEMPTS, FolderKind, atomic_directory
@@ -196,7 +196,7 @@ def test_a_model_folder_replaced_while_it_loads_is_loaded_whole(mining_models, t
         spec = json.loads((destination / SPEC_FILE).read_text())
         spec["threshold"] = threshold  # a decision kept in the description (the folders of 0.5), read first
         (destination / SPEC_FILE).write_text(json.dumps(spec))
-    load_weights = matchers.load_model_dir
+    load_weights = model_dir.load_model_dir
     replaced = []
 
     def weights_after_a_replacement(path, precision):
@@ -206,7 +206,7 @@ def test_a_model_folder_replaced_while_it_loads_is_loaded_whole(mining_models, t
             replaced.append(path)
         return load_weights(path, precision)
 
-    monkeypatch.setattr(matchers, "load_model_dir", weights_after_a_replacement)
+    monkeypatch.setattr(model_dir, "load_model_dir", weights_after_a_replacement)
     encoder = SentenceEncoder.load(str(folder))
     expected = SentenceEncoder.load(str(tmp_path / "next"))
     assert replaced and encoder.threshold == pytest.approx(0.75) == expected.threshold

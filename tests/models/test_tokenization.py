@@ -1,4 +1,6 @@
 import os
+import random
+import unicodedata
 
 import pytest
 from bert4keras.tokenizers import Tokenizer
@@ -6,6 +8,7 @@ from bert4keras.tokenizers import load_vocab as b4k_load_vocab
 
 from cosent_tf import DataError, SentenceTokenizer, read_senteval
 from cosent_tf.models.tokenization import load_vocab
+from cosent_tf.models.wordpiece import WordPieceTokenizer
 from tests.helpers import SHARED_DATA, SHARED_VOCAB, made_vocab, requires_shared_data, write_vocab
 
 
@@ -16,6 +19,58 @@ def test_character_level_equals_bert4keras_on_real_sentences():
     data = read_senteval(os.path.join(SHARED_DATA, "senteval_cn", "STS-B", "STS-B.test.data"))
     for text in data.texts_a[:300] + ["ＱＱ号码是123，Hello World！…①"]:
         assert tokenizer.encode(text) == reference.encode(text, maxlen=64)[0]
+
+
+def every_character_in_texts(length=48):
+    """Every assigned character (surrogates and private use aside) of Unicode, in texts of ``length``
+    characters, shuffled so that each text mixes scripts, spaces, controls and combining marks."""
+    characters = [
+        chr(code)
+        for code in range(0x110000)
+        if not 0xD800 <= code <= 0xDFFF and unicodedata.category(chr(code)) not in ("Cn", "Co")
+    ]
+    random.Random(5).shuffle(characters)
+    return ["".join(characters[start : start + length]) for start in range(0, len(characters), length)]
+
+
+@pytest.mark.heavy
+@requires_shared_data
+def test_the_framework_free_tokenizer_gives_bert4keras_tokens_and_ids():
+    """cosent_tf.models.wordpiece is bert4keras's tokenisation without its TensorFlow import: the same
+    tokens on every character of Unicode, with and without lower-casing; the same ids on words of the
+    vocabulary's pieces (greedy longest match, ##-pieces, [UNK]), alone and in pairs cut to maxlen."""
+    token_dict = b4k_load_vocab(SHARED_VOCAB)
+    rng = random.Random(7)
+    pieces = [token.removeprefix("##") for token in token_dict if not token.startswith("[")]
+    words = [" ".join("".join(rng.choices(pieces, k=rng.randint(1, 4))) for _ in range(8)) for _ in range(200)]
+    special = ["ΣΟΦΟΣ ΟΔΟΣ", "Café au LAIT", "ＱＱ号码是123，Hello World！…①", "", " \t\u3000 ", "x" * 201 + " 好"]
+    characters = every_character_in_texts()
+    texts = words + special + characters[:100]
+    for do_lower_case in (True, False):
+        reference = Tokenizer(token_dict, do_lower_case=do_lower_case)
+        ours = WordPieceTokenizer(token_dict, do_lower_case)
+        assert [ours.tokenize(text) for text in characters] == [reference.tokenize(text) for text in characters]
+        for text in texts:
+            assert ours.encode(text, maxlen=20) == reference.encode(text, maxlen=20), text
+        for first, second in zip(texts[::2], texts[1::2]):
+            for maxlen in (None, 5, 24):
+                assert ours.encode(first, second, maxlen=maxlen) == reference.encode(first, second, maxlen=maxlen)
+
+
+def test_word_level_tokens_are_bert4keras_tokens_with_jieba(tmp_path):
+    import jieba
+
+    words = ["飞机", "起飞", "要", "一", "架", "了", "飞", "机", "abc", "##d"]
+    token_dict = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}
+
+    def cut(text):
+        return jieba.cut(text, HMM=False)
+
+    reference = Tokenizer(token_dict, do_lower_case=True, pre_tokenize=cut)
+    ours = WordPieceTokenizer(token_dict, True, pre_tokenize=cut)
+    for text in ["一架飞机要起飞了", "ABCD 飞机！", "飞 机起 飞", "Ｃafé一架"]:
+        assert ours.tokenize(text) == reference.tokenize(text)
+        assert ours.encode(text, "飞机起飞了", maxlen=6) == reference.encode(text, "飞机起飞了", maxlen=6)
 
 
 def test_truncation_and_pairs():
