@@ -5,6 +5,8 @@ engine's own answers; options that do not go together refused with their message
 import contextlib
 import io
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from tests.inference.test_onnx_model import gentle_decision, make_folder
 TEXTS = ["花呗如何还钱", "", "我想换手机了", "为什么我的花呗不能用了" * 4, "ＱＱ号码是多少？", "明天会下雨吗"]
 PAIRS_A = distinct_texts(3, 24)
 PAIRS_B = distinct_texts(4, 24)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEAVY = ("tensorflow", "keras", "tf_keras", "bert4keras")
 
 
 def printed(argv):
@@ -99,6 +103,35 @@ def test_encode_runs_the_export_as_the_library_does(folders, tmp_path):
     engine = SentenceEncoder.load(str(root / "feature")).encode(TEXTS)
     np.testing.assert_allclose(np.load(tmp_path / "float32.npy"), engine, atol=1e-5, rtol=0)
     assert np.all(np.sum(np.load(tmp_path / "int8.npy") * engine, axis=1) > 0.99)
+
+
+@pytest.mark.heavy
+def test_an_export_is_served_without_tensorflow_keras_or_bert4keras(folders, tmp_path):
+    # A fresh interpreter: this process holds TensorFlow already, so what serving an export imports
+    # shows only in one of its own (the command line and the library in one process).
+    root = folders["root"]
+    export, texts = str(root / "export"), str(root / "texts.txt")
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from cosent_tf.cli import main\n"
+        "from cosent_tf import SentenceEncoder\n"
+        "from cosent_tf.inference.matchers import load_matcher\n"
+        f"assert main(['encode', {export!r}, {texts!r}, {str(tmp_path / 'cli.npy')!r}, '--runtime', 'onnx']) == 0\n"
+        f"encoder = SentenceEncoder.load({export!r}, runtime='onnx')\n"
+        f"np.save({str(tmp_path / 'api.npy')!r}, encoder.encode({TEXTS!r}))\n"
+        f"decided = load_matcher({export!r}, runtime='onnx').decide({PAIRS_A[:2]!r}, {PAIRS_B[:2]!r})\n"
+        f"np.save({str(tmp_path / 'scores.npy')!r}, decided.scores)\n"
+        f"print('imported:', sorted({{name.split('.')[0] for name in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "imported: []"
+    engine = SentenceEncoder.load(str(root / "feature"))
+    np.testing.assert_allclose(np.load(tmp_path / "cli.npy"), engine.encode(TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.load(tmp_path / "api.npy"), engine.encode(TEXTS), atol=1e-5, rtol=0)
+    expected = load_matcher(str(root / "feature")).decide(PAIRS_A[:2], PAIRS_B[:2]).scores
+    np.testing.assert_allclose(np.load(tmp_path / "scores.npy"), expected, atol=1e-5, rtol=0)
 
 
 def test_search_builds_and_queries_an_index_with_the_onnx_runtime(folders, tmp_path):
