@@ -101,6 +101,16 @@ def test_each_route_of_the_serving_section_has_what_runs_in_a_test():
     assert not any("onnxruntime" in block or "sentence_transformers" in block for _, block in PYTHON_BLOCKS)
 
 
+def test_each_page_that_loads_an_export_in_sentence_transformers_says_which_version_to_install():
+    """sentence-transformers 6 cannot install its ONNX extra: a page that shows ``backend="onnx"``
+    gives the install command of the environment the tests check that route in (the Makefile's)."""
+    with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
+        (requirement,) = set(re.findall(r'"(sentence-transformers\[onnx\][^"]*)"', f.read()))
+    for name, text in SECTIONS.items():
+        assert 'backend="onnx"' in text, name
+        assert f'pip install "{requirement}"' in " ".join(text.split()), name
+
+
 def write_inputs(root):
     """The folders and files the sections' commands read, as a user would have them."""
     config = write_config(root / "config.json")
