@@ -2,8 +2,8 @@
 
 Everything else in the package imports ``keras`` and ``tf`` from here and reads as plain
 Keras 2. Importing this module imports TensorFlow (its start-up notices held back, see
-:func:`_startup_lines_held_back`), checks that ``tf.keras`` is tf-keras, splits the CPU into
-``COSENT_TF_CPU_DEVICES`` logical devices and installs the repeatable dropout
+:func:`cosent_tf.console.tensorflow_start_up_held_back`), checks that ``tf.keras`` is tf-keras,
+splits the CPU into ``COSENT_TF_CPU_DEVICES`` logical devices and installs the repeatable dropout
 (:func:`install_repeatable_dropout`). The environment it relies on is set by
 :mod:`cosent_tf.environment`; the transformer classes and their fixes are
 :mod:`cosent_tf.models.architectures`. Why each setting exists: docs/platform.md.
@@ -15,9 +15,7 @@ import contextlib
 import functools
 import os
 import random
-import re
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -25,42 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import environment  # noqa: F401  (before TensorFlow: Keras 2 and the allocator settings)
-
-# What TensorFlow's native code prints at start-up whatever TF_CPP_MIN_LOG_LEVEL says: absl's
-# notice, oneDNN's, the CPU-feature note, and CUDA probing on a machine without a GPU.
-TENSORFLOW_STARTUP_LINES = re.compile(
-    r"All log messages before absl::InitializeLog|oneDNN custom operations are on|Could not find cuda drivers"
-    r"|failed call to cuInit|Unable to register cu|This TensorFlow binary is optimized to use"
-    r"|rebuild TensorFlow with the appropriate compiler flags"
-)
-
-
-@contextlib.contextmanager
-def _startup_lines_held_back() -> Iterator[None]:
-    """For the block, hold back what native code writes to stderr (file descriptor 2); then
-    pass on every line but TensorFlow's start-up lines. ``COSENT_TF_VERBOSE=1`` shows them."""
-    if os.environ.get("COSENT_TF_VERBOSE") == "1":
-        yield
-        return
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no usable stderr: nothing to hold back
-        yield
-        return
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
-            kept = "".join(line for line in lines if not TENSORFLOW_STARTUP_LINES.search(line))
-            if kept:
-                sys.stderr.write(kept)
-                sys.stderr.flush()
+from .console import TENSORFLOW_STARTUP_LINES, tensorflow_start_up_held_back  # noqa: F401  (named here as before)
 
 
 @contextlib.contextmanager
@@ -87,7 +50,7 @@ if "cosent_tf.keras3" in sys.modules:
         "(bert4keras does): use one Keras per process, and run the Keras 2 code in a process of its own"
     )
 
-with _startup_lines_held_back(), _jax_unimportable():
+with tensorflow_start_up_held_back(), _jax_unimportable():
     import tensorflow as tf  # noqa: E402
 
     tf.config.list_physical_devices()  # probes the devices now, while their notices are held back

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .backend import keras
+from .console import metrics_text, validation_line
 from .errors import NonFiniteLossError, TrainingInterrupted
 from .io import atomic_path, read_history  # read_history lives in io, which imports no TensorFlow
 
@@ -114,7 +115,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             metrics = self._record(self._epoch + 1, step, False)
             if self.progress_bar:
                 sys.stdout.write("\n")  # the bar's line is unfinished
-            logger.info("step %d valid: %s", step, _format(metrics))
+            logger.info("step %d valid: %s", step, metrics_text(metrics))
 
     def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
         if not self._resume_checked:
@@ -131,10 +132,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self.best, self.best_epoch = value, epoch + 1
             self._best_weights = self.model.get_weights()
             self._save_best()
-        best = "  (best so far)" if improved else f"  (best {self.monitor} {self.best:.4f} at epoch {self.best_epoch})"
-        if self.best_epoch is None:
-            best = "  (no finite score yet)"
-        logger.info("epoch %d valid: %s%s", epoch + 1, _format(metrics), best)
+        logger.info("%s", validation_line(epoch + 1, metrics, self.best, self.best_epoch, self.monitor))
 
     def _save_best(self) -> None:
         if self.weights_path and self.writes:
@@ -162,10 +160,6 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self.model.set_weights(self._best_weights)
         elif self.best_epoch is not None and self.weights_path and os.path.exists(self.weights_path):
             self.model.load_weights(self.weights_path)  # best epoch came before a resume
-
-
-def _format(metrics: Mapping[str, float]) -> str:
-    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
 
 
 def _write_history(path: str, rows: list[dict[str, Any]]) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
+import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 from .errors import CosentError
@@ -50,6 +52,36 @@ def live_progress_on(stream: Optional[Any] = None) -> bool:
     except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
         return False
     return type(stream).__module__.startswith("ipykernel.")
+
+
+def validation_line(
+    epoch: int, metrics: Mapping[str, float], best: float, best_epoch: Optional[int], monitor: str = "spearman"
+) -> str:
+    """The log line of an epoch end's validation, the same on both Kerases.
+
+    Args:
+        epoch: the epoch that ended, from 1.
+        metrics: its valid metrics, by name.
+        best: the best score so far of the metric that picks the best epoch (this epoch's included).
+        best_epoch: the epoch that scored it (None while no score was finite).
+        monitor: the metric that picks the best epoch (``--best-metric``).
+
+    Example:
+        >>> validation_line(2, {"spearman": 0.81234, "pearson": 0.79}, 0.81234, 2)
+        'epoch 2 valid: spearman 0.8123, pearson 0.7900  (best so far)'
+    """
+    if best_epoch is None:
+        best_said = "  (no finite score yet)"
+    elif best_epoch == epoch:
+        best_said = "  (best so far)"
+    else:
+        best_said = f"  (best {monitor} {best:.4f} at epoch {best_epoch})"
+    return f"epoch {epoch} valid: {metrics_text(metrics)}{best_said}"
+
+
+def metrics_text(metrics: Mapping[str, float]) -> str:
+    """``spearman 0.8123, pearson 0.7900``: metrics as a log line shows them."""
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
 
 
 @contextlib.contextmanager
@@ -153,3 +185,48 @@ def errors_reported(verbose: bool) -> Iterator[None]:
         if verbose:
             traceback.print_exc()
         raise SystemExit(f"error: {error_message(error)}") from None
+
+
+# What TensorFlow's native code prints at start-up whatever TF_CPP_MIN_LOG_LEVEL says: absl's
+# notice, oneDNN's, the CPU-feature note, and CUDA probing on a machine without a GPU.
+TENSORFLOW_STARTUP_LINES = re.compile(
+    r"All log messages before absl::InitializeLog|oneDNN custom operations are on|Could not find cuda drivers"
+    r"|failed call to cuInit|Unable to register cu|This TensorFlow binary is optimized to use"
+    r"|rebuild TensorFlow with the appropriate compiler flags"
+)
+
+
+@contextlib.contextmanager
+def tensorflow_start_up_held_back() -> Iterator[None]:
+    """For the block, hold back what native code writes to stderr (file descriptor 2); then
+    pass on every line but TensorFlow's start-up lines. ``COSENT_TF_VERBOSE=1`` shows them.
+
+    Both Kerases import TensorFlow within it: the Keras 2 engine (:mod:`cosent_tf.backend`) and the
+    Keras 3 route (:func:`cosent_tf.keras3.runtime.checked_keras`).
+
+    Example:
+        >>> with tensorflow_start_up_held_back():
+        ...     import tensorflow  # doctest: +SKIP
+    """
+    if os.environ.get("COSENT_TF_VERBOSE") == "1":
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr: nothing to hold back
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not TENSORFLOW_STARTUP_LINES.search(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()

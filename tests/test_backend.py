@@ -95,9 +95,9 @@ def test_architectures_are_named_with_their_choices():
 
 
 def test_tensorflow_start_up_lines_are_held_back_and_everything_else_passes(capfd):
-    from cosent_tf.backend import _startup_lines_held_back
+    from cosent_tf.console import tensorflow_start_up_held_back
 
-    with _startup_lines_held_back():
+    with tensorflow_start_up_held_back():
         os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on. You may see...\n")
         os.write(2, b"E0000 cuda_platform.cc:52] failed call to cuInit: INTERNAL\n")
         os.write(2, b"a real problem\n")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from cosent_tf import SentenceEncoder, VectorIndex
-from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
 from cosent_tf.cli import argument_parser, console_logging, main
+from cosent_tf.console import TENSORFLOW_STARTUP_LINES
 from cosent_tf.environment import keeps_weights_in_amx_layout
 from tests.export.conftest import EXPORTED, feature_string_export, made
 from tests.helpers import ONEDNN_ON_ANY_CPU, ROOT, make_model_dir

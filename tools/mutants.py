@@ -112,9 +112,9 @@ ENGINE_MUTANTS = [
     ),
     (
         "threshold tuned on test",
-        "cosent_tf/training/engine.py",
-        "_fit_decision(valid_scores, valid, tasks[name]",
-        "_fit_decision(test_scores, test, tasks[name]",
+        "cosent_tf/training/run_results.py",
+        "fit_run_decision(valid_scores, valid, tasks[name]",
+        "fit_run_decision(test_scores, test, tasks[name]",
     ),
     (
         "interaction labels of a sorted index",

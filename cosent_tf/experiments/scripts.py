@@ -89,6 +89,7 @@ def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) ->
         print(json_text(settings, indent=2, ensure_ascii=False))
         return settings
     from ..training import engine
+    from ..training.run_results import printed_results
 
     try:
         with contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
@@ -102,7 +103,7 @@ def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) ->
     if "worker" in metrics:  # a multi-worker run's other worker: the chief has the results
         print(json_text(metrics))
     else:
-        print(json_text({k: metrics[k] for k in ("valid", "test", "best_epoch", "wall_seconds")}))
+        print(json_text(printed_results(metrics)))
     return metrics
 
 

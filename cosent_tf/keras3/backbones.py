@@ -37,10 +37,10 @@ from ..models.checkpoint_files import (
     read_config,
 )
 from ..models.spec import hugging_face_format, read_spec
-from .runtime import checked_keras, keras_hub_backbone
+from .runtime import checked_keras, imported_quietly, keras_hub_backbone
 
 keras: Any = checked_keras()
-import keras_hub  # noqa: E402  (after the Keras check: keras-hub imports keras)
+keras_hub: Any = imported_quietly("keras_hub")  # after the Keras check: keras-hub imports keras
 
 logger = logging.getLogger(__name__)
 

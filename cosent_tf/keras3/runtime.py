@@ -7,9 +7,11 @@ no longer gives Keras 3. :func:`checked_keras` says so by name instead of failin
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
+from ..console import tensorflow_start_up_held_back
 from ..errors import ConfigError
 from ..models.families import ARCHITECTURES, get_architecture
 
@@ -29,7 +31,7 @@ def checked_keras() -> Any:
             "that has not imported cosent_tf's Keras 2 modules (cosent_tf.backend, models, training, inference)"
         )
     try:
-        import keras
+        keras = imported_quietly("keras")
     except ImportError as error:
         raise ImportError(
             f"cosent_tf.keras3 needs Keras 3 and keras-hub: pip install 'cosent-tf[keras3]' ({error})"
@@ -37,6 +39,21 @@ def checked_keras() -> Any:
     if not str(getattr(keras, "__version__", "0")).startswith("3."):
         raise ImportError(f"cosent_tf.keras3 needs Keras 3, but `keras` in this process is {keras.__name__}")
     return keras
+
+
+def imported_quietly(name: str) -> Any:
+    """The module ``name``, imported on first use with TensorFlow's start-up lines held back, as the
+    Keras 2 engine's import of TensorFlow holds them (:func:`cosent_tf.console.tensorflow_start_up_held_back`).
+
+    Keras 3 imports TensorFlow on its TensorFlow backend, and keras-hub on either; where TensorFlow
+    came in, its devices are probed within the block too, which is when CUDA's probing speaks."""
+    if name in sys.modules:
+        return sys.modules[name]
+    with tensorflow_start_up_held_back():
+        module = importlib.import_module(name)
+        if "tensorflow" in sys.modules:
+            sys.modules["tensorflow"].config.list_physical_devices()
+    return module
 
 
 # The Keras 3 backends the route is tested on.

@@ -6,8 +6,11 @@ The run reads the same :class:`~cosent_tf.training.config.RunConfig`, the same d
 trains on interleaved pair batches (rows 2k and 2k+1 are pair k) with the loss of
 :mod:`cosent_tf.keras3.losses`, validates Spearman after every epoch keeping the best weights, and
 writes the SAME model folder as the Keras 2 engine (``cosent_model.json``, ``bert_config.json``, a
-Google-format ``bert_model.ckpt`` and ``vocab.txt``), which ``cosent-tf evaluate`` and ``encode``
-load. Nothing here imports the Keras 2 engine (:mod:`cosent_tf.backend`): one Keras per process.
+Google-format ``bert_model.ckpt``, ``vocab.txt`` and the match decision ``decision.json``), which
+``cosent-tf evaluate`` and ``encode`` load. What the run reports (its metrics, the decision fitted on
+valid, the JSON line, the last line of the log) is the Keras 2 engine's
+(:mod:`cosent_tf.training.run_results`). Nothing here imports the Keras 2 engine
+(:mod:`cosent_tf.backend`): one Keras per process.
 
 What the Keras 2 engine does that this route does not is refused by option name
 (:func:`unsupported_options`), never silently ignored.
@@ -23,20 +26,24 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 import numpy as np
-from scipy import stats
 
+from ..calibration import MatchDecision, write_decision
 from ..choices import CPU_DEVICES_VARIABLE
+from ..console import live_progress_on, validation_line
 from ..data.batching import batch_indices, batches_per_epoch, pair_lengths
 from ..data.benchmarks import load_task, senteval_dir, shared_vocab, task_file
 from ..data.files import PairFileFormat, read_pair_file
 from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError, DataError, NonFiniteLossError
+from ..evaluation import mean_over_tasks, pair_retrieval, task_metrics
+from ..inference.vectors import l2_normalize
 from ..io import atomic_directory, atomic_path, folder_lock, read_json, write_json
 from ..losses.registry import get_loss, keras3_losses
 from ..models.families import get_architecture
@@ -44,6 +51,14 @@ from ..models.kinds import FEATURE, get_kind
 from ..models.spec import folder_settings
 from ..training.config import RunConfig, folder_defaults
 from ..training.recipes import get_recipe
+from ..training.run_folder import plot_valid_curve
+from ..training.run_results import (
+    printed_results,
+    run_summary,
+    say_random_weights,
+    starts_from_random_weights,
+    test_and_decide,
+)
 from ..training.run_rules import (
     BACKUP,
     BEST_WEIGHTS,
@@ -51,6 +66,7 @@ from ..training.run_rules import (
     MODEL,
     MODEL_FOLDER,
     RUN_CONFIG,
+    VALID_CURVE,
     VALIDATION_STATE,
     check_run_folder,
     fingerprints,
@@ -315,11 +331,6 @@ def cosines(encoder: Any, ids_a: list, ids_b: list) -> np.ndarray:
     return np.sum(a * b, axis=1)
 
 
-def spearman(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Spearman's rank correlation, as :func:`cosent_tf.evaluation.spearman`."""
-    return float(stats.spearmanr(scores, labels).correlation)
-
-
 class _LinearWarmup:
     """Builds the Keras 3 schedule of the Keras 2 engine's :class:`cosent_tf.optimizers.WarmupSchedule`:
     ``peak · t / warmup`` while ``t < warmup``, then ``peak`` (constant) or linear decay to 0 at ``total``."""
@@ -433,8 +444,9 @@ class _EpochSetter:
         return EpochSetter()
 
 
-def _validation(keras: Any, score: Callable[[], float], folder: str) -> Any:
-    """A callback that scores valid after every epoch, keeps the best epoch's weights in
+def _validation(keras: Any, evaluate: Callable[[], dict], folder: str) -> Any:
+    """A callback that measures valid after every epoch (``evaluate``: metric name -> value, Spearman
+    picking the best epoch), logs the Keras 2 engine's line of it, keeps the best epoch's weights in
     ``folder``/best.weights.h5 and its record in validation.json (read back by a resumed run).
 
     The weights are written to a temporary file beside their place and moved there whole, and the
@@ -449,17 +461,21 @@ def _validation(keras: Any, score: Callable[[], float], folder: str) -> Any:
                 self.state = read_json(state_path, "the run's validation record")
 
         def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-            value = score()
+            metrics = evaluate()
+            value = metrics["spearman"]
             loss = (logs or {}).get("loss")
             if loss is not None and not math.isfinite(float(loss)):
                 raise NonFiniteLossError(f"the training loss is {loss} at epoch {epoch + 1}: lower --lr")
-            logger.info("epoch %d: valid spearman %.4f", epoch + 1, value)
-            self.state["history"].append({"epoch": epoch + 1, "spearman": value, "loss": loss})
+            step = int(np.asarray(self.model.optimizer.iterations))
+            self.state["history"].append(
+                {"epoch": epoch + 1, "step": step, "end_of_epoch": True, **metrics, "loss": loss}
+            )
             if math.isfinite(value) and (self.state["best"] is None or value > self.state["best"]):
                 with atomic_path(weights_path) as tmp:  # keeps the .weights.h5 ending Keras reads the format from
                     self.model.save_weights(tmp)
                 self.state.update(best=value, best_epoch=epoch + 1)
             write_json(state_path, self.state)
+            logger.info("%s", validation_line(epoch + 1, metrics, self.state["best"], self.state["best_epoch"]))
 
     return Validation()
 
@@ -485,8 +501,9 @@ def train(
         callbacks: more Keras callbacks for ``fit`` (a progress display; a test's interruption).
 
     Returns:
-        The metrics written to ``metrics.json``: ``valid`` and ``test`` Spearman, ``best_epoch``,
-        ``steps``, ``keras``, ``backend``, ``notes``.
+        The metrics written to ``metrics.json``, the Keras 2 engine's (``valid`` and ``test``: Spearman,
+        Pearson, and on test the match decision's figures and retrieval; ``tasks``, ``best_epoch``,
+        ``steps``, ``notes``, ``random_weights``, ...) and ``keras``, ``backend`` and ``history``.
 
     Raises:
         ConfigError: an option this route cannot honour (named), or an output folder that may not
@@ -556,6 +573,11 @@ def _train(
         held.enter_context(folder_lock(output_dir, "training run"))
         note = prepare_run_folder(output_dir, settings, overwrite, inputs) or "a new run"
         logger.info("%s: %s (Keras 3, %s backend)", output_dir, note, backend)
+        random_weights = starts_from_random_weights(cfg.checkpoint)
+        if random_weights:
+            say_random_weights(cfg.checkpoint)
+        for data_note in data.notes:
+            logger.warning("NOTE: %s", data_note)
         write_json(os.path.join(output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
         tokenizer = SentenceTokenizer(vocab, maxlen, get_architecture(cfg.architecture).word_level, lower)
         ids = {
@@ -572,19 +594,25 @@ def _train(
         with _scope(strategy):
             encoder = compiled_encoder(keras, cfg, backbone, data.task, steps_per_epoch * epochs)
 
-        def score_valid() -> float:
-            return spearman(cosines(encoder, *ids["valid"]), data.valid.labels)
+        def evaluate_valid() -> dict:
+            return task_metrics(cosines(encoder, *ids["valid"]), data.valid.labels)
 
-        validation = _validation(keras, score_valid, output_dir)
+        validation = _validation(keras, evaluate_valid, output_dir)
         backup = keras.callbacks.BackupAndRestore(
             os.path.join(output_dir, BACKUP), save_freq=cfg.backup_every or "epoch", delete_checkpoint=False
         )
+        fit_callbacks = [_EpochSetter.make(keras, batches), validation, backup, *callbacks]
+        # A bar redrawn in place only where Keras writes to a terminal (cosent-tf train: stderr), a
+        # line an epoch elsewhere; the bar's logger first, so that it ends its line before validation speaks.
+        progress_bar = live_progress_on(sys.stdout)
+        if progress_bar:
+            fit_callbacks.insert(0, keras.callbacks.ProgbarLogger())
         encoder.fit(
             fit_input(keras, batches),
             epochs=epochs,
             steps_per_epoch=cfg.steps_per_epoch,
-            callbacks=[_EpochSetter.make(keras, batches), validation, backup, *callbacks],
-            verbose=2,
+            callbacks=fit_callbacks,
+            verbose=1 if progress_bar else 2,
             shuffle=False,
         )
         state = validation.state
@@ -592,8 +620,21 @@ def _train(
             raise NonFiniteLossError("validation never gave a finite Spearman: the model diverged; nothing was saved")
         steps = int(np.asarray(encoder.optimizer.iterations))  # before the best weights (and their step) return
         encoder.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
-        valid = spearman(cosines(encoder, *ids["valid"]), data.valid.labels)
-        test = spearman(cosines(encoder, *ids["test"]), data.test.labels)
+        logger.info("training done; scoring valid and test with the best weights")
+
+        def unit_vectors(texts: Sequence[str]) -> np.ndarray:
+            return l2_normalize(encode_ids(encoder, tokenizer.encode_all(texts, "retrieval texts")))
+
+        per_task, decision = test_and_decide(
+            cfg,
+            {cfg.task: (data.valid, data.test)},
+            {cfg.task: data.task},
+            lambda _: (cosines(encoder, *ids["valid"]), cosines(encoder, *ids["test"])),
+            lambda pairs, task: pair_retrieval(unit_vectors, pairs, task) or {},
+            FEATURE.scored_by,
+        )
+        title = f"{cfg.kind} {cfg.loss} on {cfg.task}"
+        plot_valid_curve(state["history"], os.path.join(output_dir, VALID_CURVE), title)
         metrics = {
             "task": cfg.task,
             "kind": cfg.kind,
@@ -605,10 +646,12 @@ def _train(
             "steps": steps,
             "train_pairs": len(data.train),
             "replicas": replicas,
-            "random_weights": not cfg.checkpoint,
+            "comparable": not data.notes and data.task.data != FILES,
+            "random_weights": random_weights,
             "notes": data.notes,
-            "valid": {"spearman": valid},
-            "test": {"spearman": test},
+            "valid": mean_over_tasks({name: results["valid"] for name, results in per_task.items()}),
+            "test": mean_over_tasks({name: results["test"] for name, results in per_task.items()}),
+            "tasks": per_task,
             "history": state["history"],
             "wall_seconds": round(time.time() - started, 1),
         }
@@ -616,7 +659,7 @@ def _train(
             "task": cfg.task,
             "loss": cfg.loss,
             "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
-            "random_weights": not cfg.checkpoint,
+            "random_weights": random_weights,
             "run": os.path.abspath(output_dir),
             "best_epoch": state["best_epoch"],
             "test": metrics["test"],
@@ -635,10 +678,11 @@ def _train(
             do_lower_case=lower,
             has_pooler=has_pooler,
             source=source,
+            decision=decision,
         )
         write_json(os.path.join(output_dir, METRICS), metrics)
         shutil.rmtree(os.path.join(output_dir, BACKUP), ignore_errors=True)  # last: until metrics.json, a rerun resumes
-        logger.info("%s: test spearman %.4f (best valid %.4f at epoch %d)", cfg.task, test, valid, state["best_epoch"])
+        logger.info("%s", run_summary(metrics, os.path.join(output_dir, MODEL)))
         return metrics
 
 
@@ -680,10 +724,12 @@ def save_model_folder(
     has_pooler: bool = True,
     source: Optional[dict] = None,
     overwrite: bool = True,
+    decision: Optional[MatchDecision] = None,
 ) -> None:
     """Write the Keras 2 engine's model folder for a keras-hub ``backbone``, atomically:
     ``cosent_model.json``, ``bert_config.json``, a Google-format ``bert_model.ckpt`` (Google's
-    variable names, :func:`cosent_tf.keras3.backbones.google_arrays`) and ``vocab.txt``.
+    variable names, :func:`cosent_tf.keras3.backbones.google_arrays`), ``vocab.txt`` and, given a
+    ``decision``, ``decision.json`` (stamped with the weights' fingerprint, as the Keras 2 engine's).
 
     A keras-hub backbone always has BERT's pooler, random unless its source held one: pass
     ``has_pooler=False`` for such a backbone (the trainer does, from its source) and the pooler is
@@ -720,15 +766,16 @@ def save_model_folder(
             json.dump(config, f, indent=2, ensure_ascii=False)
         shutil.copyfile(vocab_path, os.path.join(tmp, VOCAB_FILE))
         write_spec(tmp, spec)
+        if decision is not None:
+            write_decision(tmp, decision)
 
 
 def run_training(cfg: RunConfig, overwrite: bool = False, print_config: bool = False) -> dict:
-    """``cosent-tf train --keras 3``: train ``cfg`` and print the metrics as JSON, the only line on
-    stdout (the log and Keras's progress go to stderr), as the Keras 2 engine's command does.
+    """``cosent-tf train --keras 3``: train ``cfg`` and print the Keras 2 engine's JSON line of its
+    metrics (:func:`cosent_tf.training.run_results.printed_results`), the only line on stdout (the log
+    and Keras's progress go to stderr), as the Keras 2 engine's command does; return all the metrics.
 
     ``print_config``: print the resolved settings instead, reading and writing nothing else."""
-    import sys
-
     from ..io import json_text
 
     if print_config:
@@ -737,5 +784,5 @@ def run_training(cfg: RunConfig, overwrite: bool = False, print_config: bool = F
         return settings
     with contextlib.redirect_stdout(sys.stderr):
         metrics = train(cfg, overwrite)
-    print(json_text(metrics, ensure_ascii=False), flush=True)
+    print(json_text(printed_results(metrics), ensure_ascii=False), flush=True)
     return metrics

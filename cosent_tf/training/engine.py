@@ -27,15 +27,6 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backend import dtype_policy, keras, policy_name, random_seed, tf
-from ..calibration import (
-    decision_metrics,
-    decision_warnings,
-    fit_decision,
-    format_threshold,
-    majority_said,
-    plot_reliability,
-    reliability_curves,
-)
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint, epoch_progress
 from ..choices import BEST_METRICS, RETRIEVAL_FIGURE
 from ..console import live_progress_on
@@ -46,9 +37,9 @@ from ..data.pipeline import group_dataset, group_lengths, interaction_dataset, p
 from ..data.tasks import CNSD, FILES, Task
 from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_retrieval_sets, pair_scores, task_metrics
-from ..inference.model_dir import SPEC_FILE, ModelSpec, read_spec, save_model_dir
+from ..inference.model_dir import ModelSpec, save_model_dir
 from ..inference.runtime import batched_outputs, l2_normalize
-from ..io import atomic_path, folder_lock, write_json
+from ..io import folder_lock, write_json
 from ..losses import get_loss
 from ..losses.matryoshka import MatryoshkaLoss
 from ..models.architectures import get_architecture
@@ -66,15 +57,21 @@ from .run_folder import (
     BEST_WEIGHTS,
     METRICS,
     MODEL,
-    RELIABILITY,
     RUN_CONFIG,
-    TEST_SCORES,
     VALID_CURVE,
     VALID_METRICS,
     check_run_folder,
     fingerprints,
     plot_valid_curve,
     prepare_run_folder,
+)
+from .run_results import (  # noqa: F401  (the notes and the summary line are named here too, as before)
+    RANDOM_CHECKPOINT_NOTE,
+    RANDOM_WEIGHTS_NOTE,
+    run_summary,
+    say_random_weights,
+    starts_from_random_weights,
+    test_and_decide,
 )
 
 logger = logging.getLogger(__name__)
@@ -303,28 +300,6 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
         return _train(cfg, overwrite, strategy, source)
 
 
-# Said at the start of a run without --checkpoint, and recorded with its results.
-RANDOM_WEIGHTS_NOTE = (
-    "no --checkpoint: the model starts from random weights, which is fine for trying the engine but "
-    "not for use: such a model gives unrelated sentences cosines near 1, and its figures are not "
-    "comparable with a pretrained model's"
-)
-RANDOM_CHECKPOINT_NOTE = (
-    "the --checkpoint model folder was itself trained from random weights, so this model is random at its root too"
-)
-
-
-def starts_from_random_weights(checkpoint) -> bool:
-    """Whether a run from ``checkpoint`` starts from random weights: none given, or a model folder
-    that was itself trained from random weights."""
-    if not checkpoint:
-        return True
-    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    if os.path.exists(os.path.join(folder, SPEC_FILE)):
-        return bool(read_spec(folder).source.get("random_weights"))
-    return False
-
-
 def _train(cfg, overwrite, strategy, source):
     started = time.time()
     chief = is_chief(strategy)
@@ -337,7 +312,7 @@ def _train(cfg, overwrite, strategy, source):
                 )
             random_weights = source.random_weights
             if random_weights:
-                logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not cfg.checkpoint else RANDOM_CHECKPOINT_NOTE)
+                say_random_weights(cfg.checkpoint)
             data = load_run_data(cfg)
             if chief:
                 settings = dataclasses.asdict(cfg)
@@ -388,7 +363,14 @@ def _train(cfg, overwrite, strategy, source):
             cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, data.tasks, backup_dir, strategy
         )
         logger.info("training done; scoring valid and test with the best weights")
-        per_task, decision = _test(cfg, matcher, prepared, evaluation, data.tasks)
+        per_task, decision = test_and_decide(
+            cfg,
+            evaluation,
+            data.tasks,
+            lambda name: (matcher.scores(prepared[name][0]), matcher.scores(prepared[name][1])),
+            matcher.retrieval if matcher.kind.sentence_vectors else None,
+            matcher.kind.scored_by,
+        )
         plot_valid_curve(
             validation.history, os.path.join(cfg.output_dir, VALID_CURVE), f"{cfg.kind} {cfg.loss} on {cfg.task}"
         )
@@ -436,31 +418,6 @@ def _train(cfg, overwrite, strategy, source):
         shutil.rmtree(backup_dir)  # last: until metrics.json exists, a rerun resumes from it
         logger.info("%s", run_summary(metrics, os.path.join(cfg.output_dir, MODEL)))
         return metrics
-
-
-def run_summary(metrics: dict, model_dir: str) -> str:
-    """One readable line of a finished run's results, the last of its log: the task and model,
-    the test Spearman (and accuracy at the valid-tuned threshold on a binary task, with the accuracy
-    of answering every test pair with the majority label beside it), the best
-    epoch's valid figure that chose it (``--best-metric``), where the model is, and whether it started
-    from random weights.
-
-    ``metrics`` is :func:`train`'s; with several evaluated tasks (NLI) the Spearmans are their mean.
-    """
-    test, valid = metrics["test"], metrics["valid"]
-    evaluated = metrics.get("tasks", {})
-    mean = f", the mean over {', '.join(evaluated)}" if len(evaluated) > 1 else ""
-    said = f"{metrics['task']} {metrics['kind']} {metrics['loss']}: test spearman {test['spearman']:.4f}{mean}"
-    if "accuracy" in test:
-        said += f", accuracy {test['accuracy']:.4f} at threshold {format_threshold(test['threshold'])}"
-        if "majority_accuracy" in test:
-            said += f" ({majority_said(test)})"
-    chosen_by = metrics.get("best_metric", "spearman")  # a run of an earlier version chose by Spearman
-    best = valid[chosen_by] if chosen_by in valid else metrics["best_valid"]
-    said += f" (best valid {chosen_by} {best:.4f} at epoch {metrics['best_epoch']}); model in {model_dir}"
-    if metrics.get("random_weights"):
-        said += " (from random weights: not for use)"
-    return said
 
 
 def _in_batch_report(cfg, matcher, train_inputs, keys, replicas) -> dict:
@@ -635,69 +592,3 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ta
             "again from scratch with --overwrite"
         )
     return validation, validation.steps_done
-
-
-def _test(cfg, matcher, prepared, evaluation, tasks):
-    """Valid and test metrics per task, and the match decision the model ships.
-
-    For every task the decision is fitted on its valid scores (:func:`cosent_tf.calibration.fit_decision`:
-    thresholds and a calibration map for binary labels, the expected-label map for graded ones) and
-    measured on test (:func:`cosent_tf.calibration.decision_metrics`: accuracy at the valid-tuned
-    threshold next to the majority baseline, F1, calibration; what
-    :func:`cosent_tf.calibration.decision_warnings` finds wrong with it is logged); the training
-    task's decision is returned to ship with the model, and its reliability diagram drawn. A
-    feature model also gets retrieval metrics on a task's test pairs (binary or graded). The test
-    scores and labels go to ``test_scores.npz``.
-
-    Returns:
-        ``(per_task, decision)``; the decision is None when the training task is not among the
-        evaluated ones (NLI) or its valid pairs could not be fitted (one class), which is logged.
-    """
-    per_task, saved_scores, decision = {}, {}, None
-    for name, (valid_inputs, test_inputs) in prepared.items():
-        valid_scores, test_scores = matcher.scores(valid_inputs), matcher.scores(test_inputs)
-        valid, test = evaluation[name]
-        task_decision = _fit_decision(valid_scores, valid, tasks[name], matcher.kind.scored_by, cfg.precision)
-        per_task[name] = {
-            "valid": task_metrics(valid_scores, valid.labels),
-            "test": {
-                **task_metrics(test_scores, test.labels),
-                **decision_metrics(test_scores, test.labels, task_decision),
-            },
-        }
-        for message in decision_warnings(per_task[name]["test"], f"{name} test ({test.source})", len(test.labels)):
-            logger.warning("%s", message)
-        if matcher.kind.sentence_vectors:  # any task with positive pairs: its graded ones too
-            per_task[name]["test"]["retrieval"] = matcher.retrieval(test, tasks[name])
-        saved_scores[f"{name}.scores"], saved_scores[f"{name}.labels"] = test_scores, test.labels
-        if name == cfg.task:
-            decision = task_decision
-            if decision is not None and decision.calibration is not None:
-                plot_reliability(
-                    os.path.join(cfg.output_dir, RELIABILITY),
-                    reliability_curves(test_scores, np.asarray(test.labels) > 0.5, decision),
-                    f"{cfg.kind} {cfg.loss} on {name}: test pairs, the map fitted on valid",
-                )
-    with atomic_path(os.path.join(cfg.output_dir, TEST_SCORES)) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **saved_scores)
-    return per_task, decision
-
-
-def _fit_decision(scores, pairs, task, scored_by, precision):
-    """The match decision fitted on a task's valid scores, or None (logged) when its labels allow
-    none; a calibration map only when there are enough pairs (the decision's note says otherwise)."""
-    try:
-        decision = fit_decision(
-            scores,
-            pairs.labels,
-            os.path.abspath(pairs.source) if os.path.isfile(pairs.source) else pairs.source,
-            graded=not task.binary,
-            score=scored_by,
-            require_calibration=False,
-        )
-    except ConfigError as e:
-        logger.warning("%s: no match decision: %s", task.name, e)
-        return None
-    if precision != "float32":  # the folder loads in float32 by default: say which scores it was fitted on
-        decision = dataclasses.replace(decision, fitted_on={**decision.fitted_on, "precision": precision})
-    return decision

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from cosent_tf.backend import TENSORFLOW_STARTUP_LINES
+from cosent_tf.console import TENSORFLOW_STARTUP_LINES
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS
 from cosent_tf.training.run_rules import VALIDATION_STATE
