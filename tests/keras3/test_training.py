@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -45,11 +46,12 @@ CHARACTERS = (
 )
 
 
-def pair_files(folder, count=48, seed=0):
+def pair_files(folder, count=48, seed=0, binary=False):
     """Graded pairs that only a trained model can rank: the second text replaces each character of
     the first by its fixed partner (a seeded pairing of the characters) with the pair's label as
     probability, else by a random character; the two texts share no characters on purpose, so an
-    untrained model's cosines follow no label."""
+    untrained model's cosines follow no label. ``binary``: the labels written are 1 for a
+    probability of 0.5 and above, else 0."""
     rng = np.random.default_rng(seed)
     characters = list(CHARACTERS)
     partner = dict(zip(characters, rng.permutation(characters)))
@@ -60,7 +62,8 @@ def pair_files(folder, count=48, seed=0):
             label = (i % 5) / 4
             first = rng.choice(characters, rng.integers(6, 11))
             second = [partner[c] if rng.random() < label else rng.choice(characters) for c in first]
-            lines.append(f"{''.join(first)}\t{''.join(second)}\t{label:g}")
+            written = int(label >= 0.5) if binary else label
+            lines.append(f"{''.join(first)}\t{''.join(second)}\t{written:g}")
         path = os.path.join(folder, f"{name}.tsv")
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
@@ -268,6 +271,48 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_
         train(cfg)
 
 
+def test_on_a_terminal_a_progress_bar_is_redrawn_and_each_validation_line_starts_a_line_of_its_own(
+    tiny_run, monkeypatch
+):
+    """Keras's output and the log on a terminal, as `cosent-tf train --keras 3` run from one shows them."""
+    import pty
+    import threading
+
+    from cosent_tf.console import console_logging
+
+    cfg, _ = tiny_run
+    terminal, process_side = pty.openpty()
+    shown = []
+
+    def read_until_closed():  # a terminal holds a few kilobytes: read while the run writes
+        while True:
+            try:
+                chunk = os.read(terminal, 65536)
+            except OSError:  # the other side is closed
+                return
+            if not chunk:
+                return
+            shown.append(chunk)
+
+    reader = threading.Thread(target=read_until_closed, daemon=True)
+    reader.start()
+    try:
+        with open(process_side, "w", encoding="utf-8", buffering=1) as shown_on:
+            monkeypatch.setattr(sys, "stdout", shown_on)
+            monkeypatch.setattr(sys, "stderr", shown_on)
+            with console_logging():
+                train(cfg)
+            monkeypatch.undo()
+        reader.join(timeout=60)
+    finally:
+        os.close(terminal)
+    text = b"".join(shown).decode("utf-8")
+    # a bar redrawn in place: a carriage return that ends no line (the terminal ends lines with "\r\n")
+    assert re.search("\r(?!\n)", text) and "━" in text and "Epoch 2/2" in text, text[-2000:]
+    lines = re.findall(r"(.?)(epoch \d+ valid:)", text, flags=re.DOTALL)
+    assert len(lines) == 2 and all(before == "\n" for before, _ in lines), lines
+
+
 def test_a_bf16_run_trains_and_puts_the_policy_back(tiny_run):
     import keras
 
@@ -398,27 +443,118 @@ def test_mirrored_step_on_the_global_batch_equals_one_devices_step(loss, mirrore
         assert relative > 1e-2, figures
 
 
-def test_the_command_trains_on_keras3_on_this_backend(tmp_path):
-    """``cosent-tf train --keras 3`` in a process of its own, on the backend KERAS_BACKEND names; on
+# The options of the command's run, from random weights (a --config, no --checkpoint); the Keras 2
+# engine's run of the same options is what the command's outputs are compared with.
+COMMAND_OPTIONS = ["--epochs", "1", "--batch-size", "8", "--maxlen", "32"]
+
+
+@pytest.fixture(scope="module")
+def command_run(tmp_path_factory):
+    """``cosent-tf train --keras 3`` on binary pair files, finished: (its folder, the train, valid and
+    config files, its stdout, its stderr). In a process of its own, as a user runs it (what it prints
+    at TensorFlow's start is the process's first lines), on the backend KERAS_BACKEND names; on
     TensorFlow under --strategy mirrored over two logical CPUs (COSENT_TF_CPU_DEVICES)."""
-    train_file, valid_file = pair_files(str(tmp_path))
-    config = tmp_path / "tiny.json"
+    folder = tmp_path_factory.mktemp("command")
+    train_file, valid_file = pair_files(str(folder), binary=True)
+    config = folder / "tiny.json"
     config.write_text(json.dumps(TINY), encoding="utf-8")
-    backend = os.environ["KERAS_BACKEND"]
-    mirrored = ["--strategy", "mirrored"] if backend == "tensorflow" else []
+    mirrored = ["--strategy", "mirrored"] if os.environ["KERAS_BACKEND"] == "tensorflow" else []
     command = [sys.executable, "-m", "cosent_tf.cli", "train", "--keras", "3", "--train", train_file]
-    command += ["--valid", valid_file, "--config", str(config), "--vocab", SHARED_VOCAB, "--epochs", "1"]
-    command += ["--batch-size", "8", "--maxlen", "32", "--output-dir", str(tmp_path / "run"), *mirrored]
+    command += ["--valid", valid_file, "--config", str(config), "--vocab", SHARED_VOCAB, *COMMAND_OPTIONS]
+    command += ["--output-dir", str(folder / "run"), *mirrored]
     env = {**os.environ, "COSENT_TF_CPU_DEVICES": "2"}
+    env.pop("COSENT_TF_VERBOSE", None)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    metrics = json.loads(done.stdout)  # the one line on stdout
-    assert metrics["backend"] == backend and metrics["replicas"] == (2 if mirrored else 1)
+    return folder / "run", (train_file, valid_file, str(config)), done.stdout, done.stderr
+
+
+def read_json_file(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_the_command_trains_on_keras3_on_this_backend(command_run):
+    run, _, _, _ = command_run
+    backend = os.environ["KERAS_BACKEND"]
+    metrics = read_json_file(run / "metrics.json")
+    assert metrics["backend"] == backend and metrics["replicas"] == (2 if backend == "tensorflow" else 1)
     assert metrics["steps"] == 6 and np.isfinite(metrics["test"]["spearman"])
-    with open(tmp_path / "run" / "model" / "cosent_model.json", encoding="utf-8") as f:
-        assert json.load(f)["source"]["backend"] == backend
-    with open(tmp_path / "run" / "config.json", encoding="utf-8") as f:
-        assert json.load(f)["keras"] == 3
+    assert read_json_file(run / "model" / "cosent_model.json")["source"]["backend"] == backend
+    assert read_json_file(run / "config.json")["keras"] == 3
+
+
+def test_the_command_prints_its_results_and_sums_them_up_last_as_the_keras2_engine_does(command_run):
+    """stdout: the Keras 2 engine's JSON line; stderr: the random-weights note, a validation line an
+    epoch, none of TensorFlow's start-up lines, and last the summary with the model's path."""
+    from cosent_tf.console import TENSORFLOW_STARTUP_LINES
+    from cosent_tf.training.run_results import RANDOM_WEIGHTS_NOTE
+
+    run, _, stdout, stderr = command_run
+    metrics = read_json_file(run / "metrics.json")
+    test, valid = metrics["test"], metrics["valid"]
+    assert stdout.count("\n") == 1
+    assert json.loads(stdout) == {name: metrics[name] for name in ("valid", "test", "best_epoch", "wall_seconds")}
+    assert not TENSORFLOW_STARTUP_LINES.search(stderr), stderr[:2000]
+    lines = stderr.splitlines()
+    assert f"NOTE: {RANDOM_WEIGHTS_NOTE}" in lines
+    assert f"epoch 1 valid: spearman {valid['spearman']:.4f}, pearson {valid['pearson']:.4f}  (best so far)" in lines
+    assert lines[-1] == (
+        f"train feature cosent: test spearman {test['spearman']:.4f}, accuracy {test['accuracy']:.4f} at threshold "
+        f"{test['threshold']:.4f} (best valid spearman {valid['spearman']:.4f} at epoch 1); model in {run / 'model'} "
+        "(from random weights: not for use)"
+    )
+
+
+def test_the_command_ships_the_decision_fitted_on_valid_and_measures_it_on_test(command_run):
+    """decision.json in the model folder, for this model's weights, its accuracy threshold the best of
+    the valid pairs' cosines (brute force over the model's own vectors), and the test figures in
+    metrics.json those of that threshold."""
+    from cosent_tf.calibration import read_decision
+    from cosent_tf.keras3.encoder import SentenceEncoder
+
+    run, (_, valid_file, _), _, _ = command_run
+    metrics = read_json_file(run / "metrics.json")
+    decision = read_decision(run / "model")  # refuses a decision of other weights
+    assert decision is not None and decision.fitted_on["file"] == os.path.abspath(valid_file)
+
+    vectors = SentenceEncoder.load(str(run / "model")).encode(texts_of(valid_file))
+    cosines = np.sum(vectors[0::2] * vectors[1::2], axis=1, dtype=np.float64)
+    labels = np.loadtxt(valid_file, dtype=str, delimiter="\t")[:, 2].astype(float)
+    candidates = np.concatenate([[-np.inf], np.sort(cosines)])
+    best = max(np.mean((cosines > cut) == (labels > 0.5)) for cut in candidates)
+    threshold = decision.threshold("accuracy")
+    assert np.mean((cosines > threshold) == (labels > 0.5)) == pytest.approx(best, abs=1e-9)
+    test = metrics["test"]  # test is valid here (no --test file)
+    assert test["threshold"] == pytest.approx(threshold) and test["accuracy"] == pytest.approx(best, abs=1e-6)
+    assert set(test["retrieval"]) >= {"recall@1", "mrr@10", "ndcg@10"} and test["retrieval"]["queries"] > 0
+
+
+def test_the_command_writes_the_fields_and_files_of_the_keras2_engines_run(command_run, tmp_path):
+    """The Keras 2 engine's run of the same options and files: the same fields in metrics.json (and
+    under test, and under test.retrieval), the same files in the model folder; Keras 3 adds its
+    ``keras``, ``backend`` and ``history``."""
+    run, (train_file, valid_file, config), _, _ = command_run
+    keras2 = run_keras2(
+        f"""
+        import os
+        from cosent_tf.training import RunConfig, train
+        run = os.path.join(tmp, "run")
+        metrics = train(RunConfig(task="train", train_file={train_file!r}, valid_file={valid_file!r}, config={config!r},
+                                  vocab={SHARED_VOCAB!r}, epochs=1, batch_size=8, maxlen=32, output_dir=run))
+        outputs["metrics"] = np.array(sorted(metrics))
+        outputs["test"] = np.array(sorted(metrics["test"]))
+        outputs["retrieval"] = np.array(sorted(metrics["test"]["retrieval"]))
+        outputs["model"] = np.array(sorted(os.listdir(os.path.join(run, "model"))))
+        """,
+        tmp_path,
+        reads=[train_file, valid_file, config],
+    )
+    metrics = read_json_file(run / "metrics.json")
+    assert sorted(set(metrics) - {"keras", "backend", "history"}) == list(keras2["metrics"])
+    assert sorted(metrics["test"]) == list(keras2["test"])
+    assert sorted(metrics["test"]["retrieval"]) == list(keras2["retrieval"])
+    assert sorted(os.listdir(run / "model")) == list(keras2["model"])
 
 
 def test_overwrite_removes_only_a_runs_own_outputs_and_refuses_a_folder_of_the_users(tiny_run, tmp_path):
@@ -461,8 +597,9 @@ def test_the_best_weights_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch
     from cosent_tf.keras3.training import _validation
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
     scores = iter([0.1, 0.5])
-    callback = _validation(keras, lambda: next(scores), str(tmp_path))
+    callback = _validation(keras, lambda: {"spearman": next(scores)}, str(tmp_path))
     callback.set_model(model)
     callback.on_epoch_end(0, {"loss": 1.0})
     first = [np.asarray(w) for w in model.get_weights()]
