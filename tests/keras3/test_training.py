@@ -195,6 +195,7 @@ def test_a_run_learns_and_its_folder_loads_in_keras2_with_the_same_vectors(tiny_
             "bert_model.ckpt.index",
             "checkpoint",
             "cosent_model.json",
+            "decision.json",
             "vocab.txt",
         ]
     )
