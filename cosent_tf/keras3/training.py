@@ -73,7 +73,7 @@ from ..training.run_rules import (
     prepare_run_folder,
 )
 from ..weight_decay import decayed
-from .runtime import backend_name, checked_keras, keras_hub_backbone
+from .runtime import backend_name, checked_keras, imported_quietly, keras_hub_backbone
 
 logger = logging.getLogger(__name__)
 
@@ -511,6 +511,9 @@ def train(
         DataError: a data file missing or unusable.
     """
     keras = checked_keras()
+    # TensorFlow comes in on either backend (keras-hub imports it, and Keras seeds it on JAX too):
+    # imported here, its start-up lines are held back as the Keras 2 engine's are
+    imported_quietly("tensorflow")
     cfg = resolve(cfg)
     started = time.time()
     data = _load_data(cfg)
