@@ -646,6 +646,8 @@ def _train(
             "keras": 3,
             "backend": backend,
             "best_epoch": state["best_epoch"],
+            "best_metric": "spearman",  # the one this route picks by (resolve refuses another)
+            "best_valid": state["best"],
             "steps": steps,
             "train_pairs": len(data.train),
             "replicas": replicas,
