@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from cosent_tf.calibration import format_threshold, majority_said
 from cosent_tf.keras3.training import (
     build_loss,
     fit_input,
@@ -502,8 +503,8 @@ def test_the_command_prints_its_results_and_sums_them_up_last_as_the_keras2_engi
     assert f"epoch 1 valid: spearman {valid['spearman']:.4f}, pearson {valid['pearson']:.4f}  (best so far)" in lines
     assert lines[-1] == (
         f"train feature cosent: test spearman {test['spearman']:.4f}, accuracy {test['accuracy']:.4f} at threshold "
-        f"{test['threshold']:.4f} (best valid spearman {valid['spearman']:.4f} at epoch 1); model in {run / 'model'} "
-        "(from random weights: not for use)"
+        f"{format_threshold(test['threshold'])} ({majority_said(test)}) (best valid spearman {valid['spearman']:.4f} "
+        f"at epoch 1); model in {run / 'model'} (from random weights: not for use)"
     )
 
 
