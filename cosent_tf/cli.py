@@ -20,7 +20,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 import numpy as np
 
@@ -486,19 +486,10 @@ def _search_build(args):
     elif parts:
         SentenceEncoder.check_folder(args.model_dir, runtime=args.runtime)
         checked = check_parts(parts, args.corpus, len(corpus), args.model_dir, args.dim)
-        # Assembled in the folder being written, where the index keeps them: on the disk once.
-        with VectorIndex.writing(args.index_dir, args.overwrite, inputs) as folder:
-            vectors = assemble_parts(checked, folder.new_vectors(len(corpus), checked[0][1].dim))
-            index = VectorIndex.build(
-                vectors,
-                corpus,
-                model_dir=args.model_dir,
-                precision=args.vector_precision,
-                kind=args.index,
-                model_width=checked[0][1].model_width,
-                **settings,
-            )
-            folder.save(index)
+        record = checked[0][1]
+        index = _index_of_vectors(
+            args, inputs, corpus, record.dim, lambda into: assemble_parts(checked, into), record.model_width, settings
+        )
         source = f"the {len(parts)} part{'s' if len(parts) > 1 else ''} of {args.corpus}"
     else:
         encoder = SentenceEncoder.load(args.model_dir, args.precision, runtime=args.runtime, strategy=_strategy(args))
@@ -552,15 +543,39 @@ def _build_from_index(args: argparse.Namespace, corpus: list[str], inputs: list,
         )
     if dim is not None:  # the model's widths warn of a cut it was not trained for, as encoding at dim does
         check_dim(dim, earlier.model_width or earlier.dimension, spec.matryoshka_dims, args.model_dir)
+    return _index_of_vectors(
+        args,
+        inputs,
+        corpus,
+        dim or earlier.dimension,
+        lambda into: earlier.copy_vectors(into, dim),
+        earlier.model_width,
+        settings,
+    )
+
+
+def _index_of_vectors(
+    args: argparse.Namespace,
+    inputs: list,
+    corpus: list[str],
+    dimension: int,
+    fill: Callable[[np.ndarray], np.ndarray],
+    model_width: Optional[int],
+    settings: dict,
+):
+    """The index of ``corpus`` over float32 vectors encoded already, saved in ``args.index_dir``:
+    ``fill`` puts them into the folder being written (its vectors.npy, memory-mapped), where the
+    index keeps them, so that they are on the disk once."""
+    from .inference.index import VectorIndex
+
     with VectorIndex.writing(args.index_dir, args.overwrite, inputs) as folder:
-        vectors = earlier.copy_vectors(folder.new_vectors(len(corpus), dim or earlier.dimension), dim)
         index = VectorIndex.build(
-            vectors,
+            fill(folder.new_vectors(len(corpus), dimension)),
             corpus,
             model_dir=args.model_dir,
             precision=args.vector_precision,
             kind=args.index,
-            model_width=earlier.model_width,
+            model_width=model_width,
             **settings,
         )
         folder.save(index)

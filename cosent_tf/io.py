@@ -410,8 +410,7 @@ def atomic_directory(
     ``path`` is checked with :func:`check_output_folder` first; an earlier output of the
     same kind that it replaces is swapped for the new folder in one step where the system can
     (:func:`_exchange`; else it is moved aside just before), and removed only after the new
-    folder is in its place. The
-    finished folder gets the mode the umask gives. Temporary folders left beside ``path`` by
+    folder is in its place. The finished folder gets the mode the umask gives. Temporary folders left beside ``path`` by
     a writer that was killed are removed first (:func:`_writers_held`).
     """
     path = os.path.abspath(os.fspath(path))

@@ -248,3 +248,16 @@ def kept_from_others(folder):
             if not os.path.islink(name) and mode & wanted & ~mask != wanted & ~mask:
                 kept.append((os.path.relpath(name, folder), oct(mode)))
     return kept
+
+
+def read_until_closed(terminal, shown):
+    """Append what the terminal ``terminal`` (a pty's side) shows to ``shown`` until its other side
+    is closed: run in a thread, as a terminal holds a few kilobytes only."""
+    while True:
+        try:
+            chunk = os.read(terminal, 65536)
+        except OSError:  # the other side is closed
+            return
+        if not chunk:
+            return
+        shown.append(chunk)

@@ -26,6 +26,7 @@ from cosent_tf.keras3.training import (
 )
 from cosent_tf.losses.registry import keras3_losses
 from cosent_tf.training.config import RunConfig
+from tests.helpers import read_until_closed  # Keras-free at import, as support.py is
 from tests.keras3.support import ROOT, SHARED_VOCAB, run_keras2
 
 TINY = {
@@ -286,17 +287,7 @@ def test_on_a_terminal_a_progress_bar_is_redrawn_and_each_validation_line_starts
     terminal, process_side = pty.openpty()
     shown = []
 
-    def read_until_closed():  # a terminal holds a few kilobytes: read while the run writes
-        while True:
-            try:
-                chunk = os.read(terminal, 65536)
-            except OSError:  # the other side is closed
-                return
-            if not chunk:
-                return
-            shown.append(chunk)
-
-    reader = threading.Thread(target=read_until_closed, daemon=True)
+    reader = threading.Thread(target=read_until_closed, args=(terminal, shown), daemon=True)
     reader.start()
     try:
         with open(process_side, "w", encoding="utf-8", buffering=1) as shown_on:

@@ -19,7 +19,7 @@ from cosent_tf import (
 from cosent_tf.calibration import format_threshold
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.training import engine as training
-from tests.helpers import ROOT
+from tests.helpers import ROOT, read_until_closed
 from tests.training.run_helpers import RUN_FILES, read_csv
 
 SCRIPTS = [
@@ -182,18 +182,6 @@ def test_sigint_while_reading_data_stops_without_a_traceback(tiny_setup, monkeyp
     assert stopped.value.code == 128 + signal.SIGINT
     assert "stopped: SIGINT received; run the same command again" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
-
-
-def read_until_closed(terminal, shown):
-    """Append what the terminal ``terminal`` shows to ``shown`` until its other side is closed."""
-    while True:
-        try:
-            chunk = os.read(terminal, 65536)
-        except OSError:  # the other side is closed
-            return
-        if not chunk:
-            return
-        shown.append(chunk)
 
 
 @pytest.mark.parametrize("every", ["0", "2"], ids=["at epoch ends", "within epochs"])
