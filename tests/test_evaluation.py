@@ -98,12 +98,7 @@ def test_retrieval_metrics_match_a_hand_count_on_random_vectors(seed):
     ranks = [
         [int(np.sum(row > row[d])) + 1 for d in sorted(wanted)] for row, wanted in zip(queries @ corpus.T, relevant)
     ]  # 1-based rank of each relevant text (no ties in random floats)
-    for k in (1, 5, 10):
-        assert got[f"recall@{k}"] == pytest.approx(np.mean([np.mean([r <= k for r in rs]) for rs in ranks]))
-    assert got["mrr@10"] == pytest.approx(np.mean([1 / min(rs) if min(rs) <= 10 else 0 for rs in ranks]))
-    ideal = [sum(1 / np.log2(i + 2) for i in range(min(len(rs), 10))) for rs in ranks]
-    dcg = [sum(1 / np.log2(r + 1) for r in rs if r <= 10) for rs in ranks]
-    assert got["ndcg@10"] == pytest.approx(np.mean(np.array(dcg) / ideal))
+    assert_figures_of_ranks(got, ranks)
     assert (got["queries"], got["corpus"]) == (6, 30)
 
 
@@ -147,12 +142,7 @@ def test_a_querys_own_text_is_taken_out_of_its_ranking_and_answers_as_a_brute_fo
         others = [d for d in range(25) if d not in own[q]]
         order = sorted(others, key=lambda d: -float(query_vectors[q] @ corpus_vectors[d]))
         ranks.append([order.index(d) + 1 for d in sorted(relevant[q] - own[q])])
-    for k in (1, 5, 10):
-        assert got[f"recall@{k}"] == pytest.approx(np.mean([np.mean([r <= k for r in rs]) for rs in ranks]))
-    assert got["mrr@10"] == pytest.approx(np.mean([1 / min(rs) if min(rs) <= 10 else 0 for rs in ranks]))
-    ideal = [sum(1 / np.log2(i + 2) for i in range(min(len(rs), 10))) for rs in ranks]
-    dcg = [sum(1 / np.log2(r + 1) for r in rs if r <= 10) for rs in ranks]
-    assert got["ndcg@10"] == pytest.approx(np.mean(np.array(dcg) / ideal))
+    assert_figures_of_ranks(got, ranks)
     assert (got["queries"], got["corpus"]) == (5, 25)
     assert (got["own_text_excluded"], got["own_text_only_left_out"]) == (4, 1)
     # searched with their own copies, queries 1 and 2 find them first, a miss at rank 1
@@ -181,3 +171,14 @@ def test_a_retrieval_test_whose_every_query_has_only_its_own_text_is_refused_nam
             [{0}, {1}],
             "pairs.tsv",
         )
+
+
+def assert_figures_of_ranks(got, ranks):
+    """``got``'s recall@k, MRR@10 and nDCG@10 are those of ``ranks``: each query's 1-based ranks of
+    its relevant texts, counted by brute force."""
+    for k in (1, 5, 10):
+        assert got[f"recall@{k}"] == pytest.approx(np.mean([np.mean([r <= k for r in rs]) for rs in ranks]))
+    assert got["mrr@10"] == pytest.approx(np.mean([1 / min(rs) if min(rs) <= 10 else 0 for rs in ranks]))
+    ideal = [sum(1 / np.log2(i + 2) for i in range(min(len(rs), 10))) for rs in ranks]
+    dcg = [sum(1 / np.log2(r + 1) for r in rs if r <= 10) for rs in ranks]
+    assert got["ndcg@10"] == pytest.approx(np.mean(np.array(dcg) / ideal))
