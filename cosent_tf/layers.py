@@ -1,17 +1,17 @@
-"""Pooling of transformer outputs into sentence vectors."""
+"""Pooling of transformer outputs into sentence vectors, on this process's Keras
+(:mod:`cosent_tf.process_keras`): tf-keras for the Keras 2 engine, Keras 3 on TensorFlow or JAX."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from .backend import keras, tf
 from .choices import POOLING_MODES
 from .errors import ConfigError
 from .maths import pooling
-from .maths.ops import tensorflow_ops
+from .process_keras import keras, ops, serializable
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
+@serializable
 class Pooling(keras.layers.Layer):
     """Turn transformer outputs into one vector per sentence.
 
@@ -49,17 +49,26 @@ class Pooling(keras.layers.Layer):
         self.mode = mode
         self.supports_masking = True
 
-    def call(self, inputs: Any, mask: Optional[tf.Tensor] = None) -> tf.Tensor:
-        return pooling.pool(tensorflow_ops(), self.mode, inputs, mask)
+    def call(self, inputs: Any, mask: Optional[Any] = None) -> Any:
+        if isinstance(mask, (list, tuple)):  # Keras 3 passes one mask per input of a list
+            mask = mask[-1]
+        return pooling.pool(ops(), self.mode, inputs, mask)
 
-    def compute_mask(self, inputs: Any, mask: Optional[tf.Tensor] = None) -> None:
+    def compute_mask(self, inputs: Any, mask: Optional[Any] = None) -> None:
         return None
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[Optional[int], ...]:
+        if self.mode == "first-last-avg":
+            input_shape = input_shape[-1]
+        if self.mode == "pooler":
+            return tuple(input_shape)
+        return (input_shape[0], input_shape[-1])
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "mode": self.mode}
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
+@serializable
 class PaddingMask(keras.layers.Layer):
     """1.0 where a token id is not the padding id, else 0.0: the mask :class:`Pooling` takes.
 
@@ -77,8 +86,11 @@ class PaddingMask(keras.layers.Layer):
         super().__init__(**kwargs)
         self.padding_id = padding_id
 
-    def call(self, token_ids: tf.Tensor) -> tf.Tensor:
-        return pooling.padding_mask(tensorflow_ops(), token_ids, self.padding_id)
+    def call(self, token_ids: Any) -> Any:
+        return pooling.padding_mask(ops(), token_ids, self.padding_id)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[Optional[int], ...]:
+        return tuple(input_shape)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "padding_id": self.padding_id}

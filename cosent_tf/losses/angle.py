@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths import angle as maths
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
-def angle_similarities(y_pred: Any) -> tf.Tensor:
+def angle_similarities(y_pred: Any) -> Any:
     """The AnglE score of rows 2k and 2k+1 for every pair k, in float32 (or float64).
 
     Each vector is read as a complex vector: its first half the real parts, its second half the
@@ -18,19 +18,19 @@ def angle_similarities(y_pred: Any) -> tf.Tensor:
     ``|cos(x, y) + sum(Im(x) * Re(y) - Re(x) * Im(y))|``; it is not a geometric angle
     (:func:`cosent_tf.maths.angle.angle_similarities` on TensorFlow).
     """
-    return maths.angle_similarities(tensorflow_ops(), y_pred)
+    return maths.angle_similarities(ops(), y_pred)
 
 
-def angle_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool = True) -> tf.Tensor:
+def angle_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool = True) -> Any:
     """AnglE loss of an interleaved batch; usable as ``compile(loss=angle_loss)``.
 
     See :class:`AnglELoss` for the formula, the expected inputs and ``global_batch``.
     """
-    return maths.angle(tensorflow_ops(), y_true, y_pred, scale, global_batch)
+    return maths.angle(ops(), y_true, y_pred, scale, global_batch)
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class AnglELoss(keras.losses.Loss):
+@serializable
+class AnglELoss(BatchLoss):
     """AnglE loss for a feature-based (siamese) model: CoSENT's ranking on an angle score.
 
     Near cos = ±1 the cosine's gradient vanishes; AnglE ranks the pairs by a score taken from
@@ -81,7 +81,7 @@ class AnglELoss(keras.losses.Loss):
         self.scale = float(scale)
         self.global_batch = bool(global_batch)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return angle_loss(y_true, y_pred, self.scale, self.global_batch)
 
     def get_config(self) -> dict[str, Any]:

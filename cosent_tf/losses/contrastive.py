@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths.contrastive import threshold_contrastive
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
-def threshold_contrastive_loss(
-    y_true: Any, y_pred: Any, epsilon: float = 0.5, positive_above: float = 0.5
-) -> tf.Tensor:
+def threshold_contrastive_loss(y_true: Any, y_pred: Any, epsilon: float = 0.5, positive_above: float = 0.5) -> Any:
     """See :class:`ThresholdContrastiveLoss`."""
-    return threshold_contrastive(tensorflow_ops(), y_true, y_pred, epsilon, positive_above)
+    return threshold_contrastive(ops(), y_true, y_pred, epsilon, positive_above)
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class ThresholdContrastiveLoss(keras.losses.Loss):
+@serializable
+class ThresholdContrastiveLoss(BatchLoss):
     """Pull positive pairs to cosine 1, push negative pairs only below a threshold ε::
 
         loss = mean_k [ y_k (1 - cos_k) + (1 - y_k) max(0, cos_k - ε) ],  y_k = label_k > positive_above
@@ -54,7 +52,7 @@ class ThresholdContrastiveLoss(keras.losses.Loss):
         self.epsilon = float(epsilon)
         self.positive_above = float(positive_above)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return threshold_contrastive_loss(y_true, y_pred, self.epsilon, self.positive_above)
 
     def get_config(self) -> dict[str, Any]:

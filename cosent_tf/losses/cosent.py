@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths import pairs
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
-def ranking_loss(scores: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+def ranking_loss(scores: Any, labels: Any) -> Any:
     """:func:`cosent_tf.maths.pairs.ranking_loss` on TensorFlow."""
-    return pairs.ranking_loss(tensorflow_ops(), scores, labels)
+    return pairs.ranking_loss(ops(), scores, labels)
 
 
-def cosent_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool = True) -> tf.Tensor:
+def cosent_loss(y_true: Any, y_pred: Any, scale: float = 20.0, global_batch: bool = True) -> Any:
     """CoSENT loss of an interleaved batch; usable as ``compile(loss=cosent_loss)``.
 
     See :class:`CoSENTLoss` for the formula, the expected inputs and ``global_batch``.
     """
-    return pairs.cosent(tensorflow_ops(), y_true, y_pred, scale, global_batch)
+    return pairs.cosent(ops(), y_true, y_pred, scale, global_batch)
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class CoSENTLoss(keras.losses.Loss):
+@serializable
+class CoSENTLoss(BatchLoss):
     """CoSENT loss for a feature-based (siamese) model.
 
     For every two pairs in the batch whose labels are ordered, the pair with the larger
@@ -74,7 +74,7 @@ class CoSENTLoss(keras.losses.Loss):
         self.scale = float(scale)
         self.global_batch = bool(global_batch)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return cosent_loss(y_true, y_pred, self.scale, self.global_batch)
 
     def get_config(self) -> dict[str, Any]:

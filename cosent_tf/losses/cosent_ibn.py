@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths import cosent_ibn as maths
 from ..maths.mnrl import QUERY_TO_DOC, check_directions
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
 def positive_pair_loss(
     y_true: Any, y_pred: Any, scale: float, positive_above: float, directions: Sequence[str] = (QUERY_TO_DOC,)
-) -> tf.Tensor:
+) -> Any:
     """In-batch negatives over the positive pairs of an interleaved batch: the first sentence of
     every pair whose label is above ``positive_above`` must pick its second sentence among the
     second sentences of all those pairs. The pairs that are not positive take no part; a batch
     without a positive pair gives 0."""
-    return maths.positive_pairs_in_batch(tensorflow_ops(), y_true, y_pred, scale, positive_above, directions)
+    return maths.positive_pairs_in_batch(ops(), y_true, y_pred, scale, positive_above, directions)
 
 
 def cosent_ibn_loss(
@@ -33,14 +33,14 @@ def cosent_ibn_loss(
     positive_above: float = 0.5,
     directions: Sequence[str] = (QUERY_TO_DOC,),
     global_batch: bool = True,
-) -> tf.Tensor:
+) -> Any:
     """The weighted mix of an interleaved batch; usable as ``compile(loss=...)``.
 
     See :class:`CoSENTIBNLoss` for the formula, the inputs and the options. A part whose
     weight is 0 is not computed.
     """
     return maths.cosent_ibn(
-        tensorflow_ops(),
+        ops(),
         y_true,
         y_pred,
         cosine_w,
@@ -55,8 +55,8 @@ def cosent_ibn_loss(
     )
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class CoSENTIBNLoss(keras.losses.Loss):
+@serializable
+class CoSENTIBNLoss(BatchLoss):
     """AnglE's training objective for labelled pairs: weighted CoSENT, in-batch negatives over
     the positive pairs, and the angle ranking, for a feature-based model::
 
@@ -141,7 +141,7 @@ class CoSENTIBNLoss(keras.losses.Loss):
         self.directions = check_directions(directions, "joint")
         self.global_batch = bool(global_batch)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return cosent_ibn_loss(
             y_true,
             y_pred,

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths.interaction import SCORE_LIMIT as SCORE_LIMIT  # the clip on scores, re-exported
 from ..maths.interaction import interaction_cosent
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
-def interaction_cosent_loss(y_true: Any, y_pred: Any, global_batch: bool = True) -> tf.Tensor:
+def interaction_cosent_loss(y_true: Any, y_pred: Any, global_batch: bool = True) -> Any:
     """CoSENT over the scores of a cross-encoder; see :class:`InteractionCoSENTLoss`."""
-    return interaction_cosent(tensorflow_ops(), y_true, y_pred, global_batch)
+    return interaction_cosent(ops(), y_true, y_pred, global_batch)
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class InteractionCoSENTLoss(keras.losses.Loss):
+@serializable
+class InteractionCoSENTLoss(BatchLoss):
     """CoSENT ranking loss for an interaction model's scalar scores f(i, j)::
 
         loss = log(1 + sum_{label(i,j) > label(k,l)} exp(f(k, l) - f(i, j)))
@@ -52,7 +52,7 @@ class InteractionCoSENTLoss(keras.losses.Loss):
         super().__init__(name=name, **kwargs)
         self.global_batch = bool(global_batch)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return interaction_cosent_loss(y_true, y_pred, self.global_batch)
 
     def get_config(self) -> dict[str, Any]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from ..backend import keras, tf
 from ..maths.matryoshka import check_dims, matryoshka
-from ..maths.ops import tensorflow_ops
+from ..process_keras import keras, ops, serializable
+from .base import BatchLoss
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class MatryoshkaLoss(keras.losses.Loss):
+@serializable
+class MatryoshkaLoss(BatchLoss):
     """Any feature loss at several widths of the sentence vectors (Kusupati et al., "Matryoshka
     Representation Learning", NeurIPS 2022; sentence-transformers' ``MatryoshkaLoss``)::
 
@@ -38,8 +38,8 @@ class MatryoshkaLoss(keras.losses.Loss):
         **kwargs: further ``keras.losses.Loss`` arguments.
 
     Raises:
-        ValueError: bad ``dims`` or ``weights`` (:func:`check_dims`); when called, a width above
-            the vectors' width.
+        ValueError: bad ``dims`` or ``weights`` (:func:`check_dims`), or a ``loss`` that is not a
+            Keras loss; when called, a width above the vectors' width.
 
     Example:
         >>> from cosent_tf.losses import CoSENTLoss
@@ -59,10 +59,14 @@ class MatryoshkaLoss(keras.losses.Loss):
         **kwargs: Any,
     ) -> None:
         super().__init__(name=name, **kwargs)
+        if not isinstance(loss, keras.losses.Loss):
+            raise ValueError(
+                f"MatryoshkaLoss wraps a loss of this process's Keras (CoSENTLoss, AnglELoss ...), got {loss!r}"
+            )
         self.loss, (self.dims, self.weights) = loss, check_dims(dims, weights)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
-        return matryoshka(tensorflow_ops(), self.loss.call, y_true, y_pred, self.dims, self.weights)
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return matryoshka(ops(), self.loss.call, y_true, y_pred, self.dims, self.weights)
 
     def get_config(self) -> dict[str, Any]:
         return {

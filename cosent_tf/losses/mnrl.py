@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths import mnrl as maths
 from ..maths.mnrl import (  # noqa: F401 (the directions, re-exported)
     DIRECTIONS,
@@ -17,28 +16,29 @@ from ..maths.mnrl import (  # noqa: F401 (the directions, re-exported)
     check_directions,
     check_group_size,
 )
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
-def grouped_vectors(y_pred: Any, group_size: int) -> tf.Tensor:
+def grouped_vectors(y_pred: Any, group_size: int) -> Any:
     """``y_pred`` as (examples, group_size, d) in float32 (float64 stays float64), checking that the
     rows come in whole groups: at trace time when the batch size is static, else when run."""
-    return maths.grouped_vectors(tensorflow_ops(), y_pred, group_size)
+    return maths.grouped_vectors(ops(), y_pred, group_size)
 
 
 def in_batch_negatives_loss(
-    anchors: tf.Tensor,
-    candidates: tf.Tensor,
+    anchors: Any,
+    candidates: Any,
     scale: float,
     directions: Sequence[str] = (QUERY_TO_DOC,),
     partition_mode: str = "joint",
-) -> tf.Tensor:
+) -> Any:
     """Mean over anchors of the softmax cross-entropy that picks each anchor's own positive.
 
     ``anchors`` is (B, d); ``candidates`` is (B, k, d) with each anchor's positive at index 0
     and its hard negatives after it (:func:`cosent_tf.maths.mnrl.in_batch_negatives`).
     """
-    return maths.in_batch_negatives(tensorflow_ops(), anchors, candidates, scale, directions, partition_mode)
+    return maths.in_batch_negatives(ops(), anchors, candidates, scale, directions, partition_mode)
 
 
 def multiple_negatives_ranking_loss(
@@ -49,19 +49,19 @@ def multiple_negatives_ranking_loss(
     directions: Sequence[str] = (QUERY_TO_DOC,),
     partition_mode: str = "joint",
     global_batch: bool = True,
-) -> tf.Tensor:
+) -> Any:
     """Multiple negatives ranking loss of a grouped batch; usable as ``compile(loss=...)``.
 
     See :class:`MultipleNegativesRankingLoss` for the formula, the inputs and the options;
     ``y_true`` is not read.
     """
     return maths.multiple_negatives_ranking(
-        tensorflow_ops(), y_true, y_pred, scale, group_size, directions, partition_mode, global_batch
+        ops(), y_true, y_pred, scale, group_size, directions, partition_mode, global_batch
     )
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class MultipleNegativesRankingLoss(keras.losses.Loss):
+@serializable
+class MultipleNegativesRankingLoss(BatchLoss):
     """In-batch negatives (InfoNCE) for a feature-based model: each anchor must pick its own
     positive among every positive and hard negative of the batch.
 
@@ -142,7 +142,7 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
         self.partition_mode = partition_mode
         self.global_batch = bool(global_batch)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return multiple_negatives_ranking_loss(
             y_true, y_pred, self.scale, self.group_size, self.directions, self.partition_mode, self.global_batch
         )

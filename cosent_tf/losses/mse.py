@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import keras, tf
 from ..maths.mse import cosine_mse
-from ..maths.ops import tensorflow_ops
+from ..process_keras import ops, serializable
+from .base import BatchLoss
 
 
-def cosine_mse_loss(y_true: Any, y_pred: Any, max_label: float = 1.0) -> tf.Tensor:
+def cosine_mse_loss(y_true: Any, y_pred: Any, max_label: float = 1.0) -> Any:
     """See :class:`CosineMSELoss`."""
-    return cosine_mse(tensorflow_ops(), y_true, y_pred, max_label)
+    return cosine_mse(ops(), y_true, y_pred, max_label)
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
-class CosineMSELoss(keras.losses.Loss):
+@serializable
+class CosineMSELoss(BatchLoss):
     """Regress the cosine onto the label scaled to [0, 1]::
 
         loss = mean_k (cos(u_k, v_k) - label_k / max_label)^2
@@ -44,7 +44,7 @@ class CosineMSELoss(keras.losses.Loss):
         super().__init__(name=name, **kwargs)
         self.max_label = float(max_label)
 
-    def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         return cosine_mse_loss(y_true, y_pred, self.max_label)
 
     def get_config(self) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from ..models.kinds import FEATURE as FEATURE_KIND
 from ..models.kinds import INTERACTION as INTERACTION_KIND
 from ..models.kinds import KINDS
 
-if TYPE_CHECKING:  # the loss modules import TensorFlow, which the table's rows do not need
-    from ..backend import keras
+if TYPE_CHECKING:  # the loss modules import Keras, which the table's rows do not need
+    from ..process_keras import keras
 
 # The model kinds' table lives with the models; its names are what a loss entry's kind holds.
 FEATURE, INTERACTION = FEATURE_KIND.name, INTERACTION_KIND.name
@@ -36,10 +36,9 @@ def _imported_when_called(module: str, name: str) -> Callable[..., Any]:
     return make
 
 
-class Keras2Losses:
-    """The loss classes of the Keras 2 engine (:mod:`cosent_tf.losses`), each imported on its first
-    call; :mod:`cosent_tf.keras3.losses` has the same names for Keras 3. A row's ``make`` builds its
-    loss from one of the two."""
+class LossClasses:
+    """The loss classes (:mod:`cosent_tf.losses`, written once over this process's Keras), each
+    imported on its first call; a row's ``make`` builds its loss from them."""
 
     CoSENTLoss = _imported_when_called(".cosent", "CoSENTLoss")
     InteractionCoSENTLoss = _imported_when_called(".interaction_cosent", "InteractionCoSENTLoss")
@@ -72,10 +71,9 @@ class LossEntry:
             sentences) or ``interaction`` (a cross-encoder, batches of concatenated pairs).
         title: its name in result tables.
         make: ``make(losses, scale=, epsilon=, max_label=, positive_above=, global_batch=, group_size=,
-            symmetric=, weights=)`` -> the loss made from the classes of ``losses`` (:class:`Keras2Losses`
-            or :mod:`cosent_tf.keras3.losses`, which have the same names); it takes the options it needs
-            and ignores the others. :meth:`build` calls it for Keras 2; the Keras 3 trainer with
-            :mod:`cosent_tf.keras3.losses`.
+            symmetric=, weights=)`` -> the loss made from the classes of ``losses``
+            (:class:`LossClasses`, which :meth:`build` passes); it takes the options it needs and
+            ignores the others.
         on_classes: trained on class labels (a task's graded scores are split first).
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
@@ -122,8 +120,8 @@ class LossEntry:
     on_keras3: bool = False
 
     def build(self, **options: Any) -> keras.losses.Loss:
-        """The Keras 2 loss of this row with the run's ``options`` (see ``make``)."""
-        return self.make(Keras2Losses, **options)
+        """The loss of this row, on this process's Keras, with the run's ``options`` (see ``make``)."""
+        return self.make(LossClasses, **options)
 
     def check_batch(self, batch_size: int, replicas: int = 1, global_batch: bool = True) -> None:
         """Raise ConfigError if batches of ``batch_size`` pairs, shared by ``replicas`` (each ranking
@@ -188,11 +186,11 @@ class LossEntry:
 
 
 def _sentence_bert_head(num_classes: int) -> keras.layers.Layer:
-    return Keras2Losses.SentenceBertHead(num_classes, name="SentenceBert-Head")
+    return LossClasses.SentenceBertHead(num_classes, name="SentenceBert-Head")
 
 
 def _cross_entropy(losses: Any, **_: Any) -> keras.losses.Loss:
-    from ..backend import keras
+    from ..process_keras import keras
 
     return keras.losses.SparseCategoricalCrossentropy()
 

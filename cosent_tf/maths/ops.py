@@ -197,12 +197,6 @@ class TensorFlowOps(Ops):
     def mean(self, x: Any, axis: Any = None) -> Any:
         return self.tf.reduce_mean(x, axis=axis)
 
-    def sparse_categorical_crossentropy(self, target: Any, output: Any) -> Any:
-        # tf-keras's own, which reads the logits behind a softmax layer's output as keras.ops does
-        from ..backend import keras
-
-        return keras.losses.sparse_categorical_crossentropy(target, output)
-
     def _check_rows_when_run(self, x: Any, divisor: int, message: str) -> Any:
         return _tf_check_rows_when_run(self.tf, x, divisor, message)
 

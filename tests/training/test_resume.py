@@ -224,7 +224,7 @@ def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup
             calls.assign_add(1)
             return tf.where(calls > 7, tf.constant(float("nan")), super().call(y_true, y_pred))
 
-    monkeypatch.setattr(registry.Keras2Losses, "CoSENTLoss", NanFromStepEight)
+    monkeypatch.setattr(registry.LossClasses, "CoSENTLoss", NanFromStepEight)
     with pytest.raises(
         SystemExit,
         match=r"the training loss became nan at step 8 \(batch 2 of the epoch\); training "
