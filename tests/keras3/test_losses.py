@@ -537,7 +537,7 @@ def test_rows_that_are_not_whole_groups_are_refused_naming_group_size():
 def test_bad_matryoshka_options_are_refused():
     with pytest.raises(ValueError, match="names a width twice"):
         k3.MatryoshkaLoss(k3.CoSENTLoss(), [4, 4])
-    with pytest.raises(ValueError, match="wraps a Keras 3 loss"):
+    with pytest.raises(ValueError, match="wraps a loss of this process.s Keras"):
         k3.MatryoshkaLoss(lambda y, x: 0.0, [4])
     with pytest.raises(ValueError, match="the vectors have 4 dimensions, fewer than 8"):
         k3.MatryoshkaLoss(k3.CoSENTLoss(), [8, 2])(np.zeros(4), np.ones((4, 4), np.float32))
