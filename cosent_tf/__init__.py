@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import environment  # noqa: F401  (sets up Keras 2 before anything imports TensorFlow)
 from .api import lazy_names
 from .compat import install_moved_modules
+from .losses import CLASSES as _LOSS_CLASSES
 
 __version__ = "0.6.0"
 
@@ -26,16 +27,7 @@ _HOMES = {
     "PaddingMask": ".layers",
     "SentenceTokenizer": ".models.tokenization",
     # losses and the optimizer
-    "CoSENTLoss": ".losses",
-    "InteractionCoSENTLoss": ".losses",
-    "SentenceBertHead": ".losses",
-    "SentenceBertSoftmaxLoss": ".losses",
-    "CosineMSELoss": ".losses",
-    "ThresholdContrastiveLoss": ".losses",
-    "MatryoshkaLoss": ".losses",
-    "MultipleNegativesRankingLoss": ".losses",
-    "AnglELoss": ".losses",
-    "CoSENTIBNLoss": ".losses",
+    **dict.fromkeys(_LOSS_CLASSES, ".losses"),
     "FusedAdam": ".optimizers",
     # data
     "Task": ".data.tasks",

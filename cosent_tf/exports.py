@@ -17,8 +17,9 @@ from .choices import ONNX_FILES
 from .huggingface.folders import ST_MODULE_FOLDERS
 from .io import FolderKind
 
-# The file that marks a folder as this tool's export (cosent_tf.export.savedmodel writes it).
+# The file that marks a folder as this tool's export (both Kerases' exports write it), and its format.
 EXPORT_RECORD = "cosent_tf_export.json"
+EXPORT_FORMAT = "cosent-tf-export"
 # The folder of an ONNX export's model files.
 ONNX_DIR = os.path.dirname(ONNX_FILES["float32"])
 

@@ -74,7 +74,7 @@ from ..calibration import DECISION_FILE, MatchDecision, ScoreMap
 from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
-from ..exports import EXPORT_RECORD, SAVED_MODEL
+from ..exports import EXPORT_FORMAT, EXPORT_RECORD, SAVED_MODEL
 from ..inference.model_dir import load_model_dir, read_model_decision
 from ..inference.vectors import check_dim
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
@@ -374,9 +374,6 @@ SIGNATURES = {
 }
 # What an export of a model folder with a match decision serves besides, of either kind.
 DECISION_SIGNATURES = {"strings": {"decide": "decide", "decide_ids": "decide_ids"}, "ids": {"decide_ids": "decide_ids"}}
-
-
-EXPORT_FORMAT = "cosent-tf-export"
 
 
 def check_export_folder(out_dir: str | os.PathLike[str], kind: FolderKind, overwrite: bool, model_dir: str) -> None:

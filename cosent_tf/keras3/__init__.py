@@ -1,30 +1,24 @@
 """The Keras 3 route: cosent-tf's losses, pooling and encoders on Keras 3 (TensorFlow or JAX
 backend) with keras-hub backbones, beside the Keras 2 engine.
 
-The maths is the Keras 2 engine's (:mod:`cosent_tf.maths`), run on ``keras.ops``. A process holds
-one Keras: importing this package checks that ``keras`` is Keras 3 and that the Keras 2 engine
-has not been imported (:mod:`cosent_tf.keras3.runtime`). docs/keras3.md is the guide.
+The losses and layers are the package's own, written once over the process's Keras
+(:mod:`cosent_tf.process_keras`), and so Keras 3 classes here; their maths (:mod:`cosent_tf.maths`)
+runs on ``keras.ops``. A process holds one Keras: importing this package chooses Keras 3 for it,
+after checking that ``keras`` is Keras 3 and that the Keras 2 engine has not been imported
+(:mod:`cosent_tf.keras3.runtime`). docs/keras3.md is the guide.
 """
 
 from __future__ import annotations
 
 from ..api import lazy_names
+from ..losses import CLASSES as _LOSS_CLASSES
 from .runtime import checked_keras
 
 checked_keras()
 
 _HOMES = {
-    # losses (cosent_tf.keras3.losses): the Keras 2 engine's, same names and configs
-    "CoSENTLoss": ".losses",
-    "InteractionCoSENTLoss": ".losses",
-    "SentenceBertHead": ".losses",
-    "SentenceBertSoftmaxLoss": ".losses",
-    "CosineMSELoss": ".losses",
-    "ThresholdContrastiveLoss": ".losses",
-    "MultipleNegativesRankingLoss": ".losses",
-    "AnglELoss": ".losses",
-    "CoSENTIBNLoss": ".losses",
-    "MatryoshkaLoss": ".losses",
+    # the losses and the training head (cosent_tf.losses's, on Keras 3 in this process)
+    **dict.fromkeys(_LOSS_CLASSES, ".losses"),
     # layers
     "Pooling": ".layers",
     "PaddingMask": ".layers",

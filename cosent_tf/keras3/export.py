@@ -18,34 +18,13 @@ import numpy as np
 
 from .. import huggingface
 from ..errors import ConfigError
-from ..exports import EXPORT_RECORD
-from ..huggingface.folders import ST_MODULE_FOLDERS
-from ..io import FolderKind, atomic_directory, write_json
+from ..exports import EXPORT_FORMAT, EXPORT_RECORD, HF_FOLDER, SAVED_MODEL
+from ..io import atomic_directory, write_json
 from ..models.checkpoint_files import CHECKPOINT_PREFIX, CONFIG_FILE, read_checkpoint_arrays, read_config
 from ..models.kinds import FEATURE
 from ..models.spec import read_spec
 from .runtime import backend_name
 
-# Every export holds EXPORT_RECORD (the Keras 2 exports' marker), so that only an export is replaced.
-EXPORT_FORMAT = "cosent-tf-export"
-SAVED_MODEL_FOLDER = FolderKind(
-    "a SavedModel export", EXPORT_RECORD, (EXPORT_RECORD, "saved_model.pb", "fingerprint.pb", "variables", "assets")
-)
-SENTENCE_TRANSFORMERS_FOLDER = FolderKind(
-    "a Hugging Face export",
-    EXPORT_RECORD,
-    (
-        huggingface.CONFIG_FILE,
-        huggingface.SAFETENSORS_FILE,
-        huggingface.VOCAB_FILE,
-        huggingface.TOKENIZER_CONFIG,
-        "special_tokens_map.json",
-        huggingface.MODULES_FILE,
-        huggingface.SENTENCE_CONFIG,
-        *ST_MODULE_FOLDERS,
-        EXPORT_RECORD,
-    ),
-)
 # The SavedModel's signature: raw UTF-8 strings (batch,) in, L2-normalised float32 vectors
 # (batch, hidden) out, as SentenceEncoder.encode gives them.
 SIGNATURE = "serving_default"
@@ -126,7 +105,7 @@ def export_saved_model(model_dir: str, out: str, overwrite: bool = False) -> str
             return {OUTPUT: tf.math.l2_normalize(vectors, axis=1, epsilon=1e-24)}
 
     served = Served()
-    with atomic_directory(out, SAVED_MODEL_FOLDER, overwrite, inputs=[model_dir]) as tmp:
+    with atomic_directory(out, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
         tf.saved_model.save(served, tmp, signatures={SIGNATURE: served.serve})
         _record(tmp, "saved-model", model_dir, spec, keras=3, signature=SIGNATURE, output=OUTPUT)
     return out
@@ -167,7 +146,7 @@ def export_sentence_transformers(model_dir: str, out: str, overwrite: bool = Fal
     from ..models.tokenization import load_vocab
 
     tokens = load_vocab(os.path.join(model_dir, huggingface.VOCAB_FILE))
-    with atomic_directory(out, SENTENCE_TRANSFORMERS_FOLDER, overwrite, inputs=[model_dir]) as tmp:
+    with atomic_directory(out, HF_FOLDER, overwrite, inputs=[model_dir]) as tmp:
         weights = huggingface.hf_weights(arrays, config["num_hidden_layers"])
         huggingface.write_hf_folder(tmp, weights, huggingface.hf_config(config))
         huggingface.write_sentence_transformers_modules(
