@@ -395,3 +395,21 @@ def test_no_module_starts_tensorflow_before_the_backend_holds_its_start_up_lines
                 if module.split(".")[0] in STARTS_TENSORFLOW:
                     early.append(f"{os.path.relpath(path, ROOT)}:{line} imports {module}")
     assert early == []
+
+
+def test_the_package_losses_and_layers_are_tf_keras_classes_in_a_keras2_process():
+    import tf_keras
+
+    from cosent_tf import layers, losses, process_keras
+    from cosent_tf.losses.registry import LOSSES
+    from cosent_tf.maths.ops import TensorFlowOps
+
+    assert (process_keras.KERAS_MAJOR, process_keras.keras) == (2, tf_keras)
+    assert isinstance(process_keras.ops(), TensorFlowOps)
+    for name in losses.CLASSES:
+        base = tf_keras.layers.Layer if name == "SentenceBertHead" else tf_keras.losses.Loss
+        assert issubclass(getattr(losses, name), base), name
+    for name in ("Pooling", "PaddingMask"):
+        assert issubclass(getattr(layers, name), tf_keras.layers.Layer)
+    built = LOSSES["feature", "cosent"].build(scale=7.0, epsilon=0.5, max_label=1.0, positive_above=0.5)
+    assert isinstance(built, tf_keras.losses.Loss) and built.scale == 7.0

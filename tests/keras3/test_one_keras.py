@@ -91,3 +91,23 @@ def test_the_tokenizer_imported_after_keras_3_alone_keeps_it(first):
     assert done.returncode == 0, done.stderr[-3000:]
     backend_loaded, version = done.stdout.split()
     assert backend_loaded == "False" and version.startswith("3.")
+
+
+def test_the_package_losses_and_layers_are_keras_3_classes_here_and_the_keras3_names_are_them():
+    import keras
+
+    from cosent_tf import layers, losses, process_keras
+    from cosent_tf.keras3 import layers as keras3_layers
+    from cosent_tf.keras3 import losses as keras3_losses
+    from cosent_tf.losses.registry import LOSSES
+
+    assert (process_keras.KERAS_MAJOR, process_keras.keras) == (3, keras)
+    for name in losses.CLASSES:
+        assert getattr(keras3_losses, name) is getattr(losses, name)
+        base = keras.layers.Layer if name == "SentenceBertHead" else keras.losses.Loss
+        assert issubclass(getattr(losses, name), base), name
+    for name in ("Pooling", "PaddingMask"):
+        assert getattr(keras3_layers, name) is getattr(layers, name)
+        assert issubclass(getattr(layers, name), keras.layers.Layer)
+    built = LOSSES["feature", "cosent"].build(scale=7.0, epsilon=0.5, max_label=1.0, positive_above=0.5)
+    assert isinstance(built, keras.losses.Loss) and built.scale == 7.0
