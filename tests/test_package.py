@@ -107,15 +107,23 @@ def _defined_in_keras3(names):
     if not names:
         return folder.is_dir()
     tree = ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))
-    homes = next(
-        ast.literal_eval(node.value)
+    table = next(
+        node.value
         for node in tree.body
         if isinstance(node, ast.Assign) and [target.id for target in node.targets] == ["_HOMES"]
     )
+    homes = {}
+    for key, value in zip(table.keys, table.values):
+        if key is None:  # **dict.fromkeys(_LOSS_CLASSES, ".losses"): the package's loss classes
+            homes.update(dict.fromkeys(cosent_tf.losses.CLASSES, ast.literal_eval(value.args[1])))
+        else:
+            homes[ast.literal_eval(key)] = ast.literal_eval(value)
     if len(names) != 1 or names[0] not in homes:
         return False
     home = ast.parse((folder / f"{homes[names[0]].lstrip('.')}.py").read_text(encoding="utf-8"))
-    return any(getattr(node, "name", None) == names[0] for node in home.body)
+    defined = {getattr(node, "name", None) for node in home.body}
+    imported = {alias.name for node in home.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    return names[0] in defined | imported
 
 
 @pytest.mark.parametrize("dotted", MESSAGE_NAMES)
