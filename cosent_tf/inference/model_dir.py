@@ -28,10 +28,9 @@ import os
 from typing import Any, Optional, Union
 
 from ..backend import dtype_policy, inference_policy_name, keras
-from ..calibration import MatchDecision, write_decision
-from ..io import atomic_directory
+from ..calibration import MatchDecision
 from ..models.builders import build_from_spec, head_layer_name
-from ..models.checkpoints import head_variables, write_checkpoint_folder
+from ..models.checkpoints import head_variables, model_arrays, read_config
 from ..models.kinds import get_kind
 
 # The spec's home (hf_spec's and read_model_decision's too) is cosent_tf.models.spec, which imports no
@@ -47,7 +46,7 @@ from ..models.spec import (
     hf_spec,
     read_model_decision,
     read_spec,
-    write_spec,
+    write_model_folder,
 )
 from ..models.tokenization import SentenceTokenizer
 
@@ -97,14 +96,14 @@ def save_model_dir(
         >>> save_model_dir("my-model", encoder, ModelSpec("feature", pooling="cls"), config, vocab)  # doctest: +SKIP
     """
     spec.check(SPEC_FILE)
-    extra = {}
+    if not isinstance(config, dict):
+        config = read_config(config)
+    arrays = model_arrays(keras_model, config, spec.architecture)
     if get_kind(spec.kind).spec_field == "head":  # a head outside the transformer is saved beside it
-        extra = {name: weight.numpy() for name, weight in head_variables(keras_model, head_layer_name(str(spec.head)))}
-    with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
-        write_checkpoint_folder(keras_model, tmp, config, spec.architecture, vocab_path, extra)
-        write_spec(tmp, spec)
-        if decision is not None:
-            write_decision(tmp, decision)
+        arrays.update(
+            {name: weight.numpy() for name, weight in head_variables(keras_model, head_layer_name(str(spec.head)))}
+        )
+    write_model_folder(directory, arrays, spec, config, vocab_path, overwrite, decision)
 
 
 def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: str = "float32") -> tuple:

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..console import live_progress_on
 from ..data.batching import length_sorted_batches, restore_order, segment_ids
 from .onnx_model import OnnxModel
-from .vectors import l2_normalize
+from .vectors import l2_normalize, row_cosines  # noqa: F401  (l2_normalize: its callers import it from here)
 
 if TYPE_CHECKING:
     from ..backend import keras, tf
@@ -220,9 +220,8 @@ def cosine_scores(
     Example:
         >>> cosine_scores(encoder, tokenizer.encode_all(["花呗如何还钱"]), tokenizer.encode_all(["花呗怎么还款"]))
     """
-    vectors = l2_normalize(batched_outputs(encoder, list(ids_a) + list(ids_b), batch_size, show_progress))
-    first, second = vectors[: len(ids_a)], vectors[len(ids_a) :]
-    return np.sum(first * second, axis=1)
+    vectors = batched_outputs(encoder, list(ids_a) + list(ids_b), batch_size, show_progress)
+    return row_cosines(vectors[: len(ids_a)], vectors[len(ids_a) :])
 
 
 def interaction_scores(

@@ -107,6 +107,12 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
+def row_cosines(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The cosine of each row of ``first`` with the same row of ``second`` (0 where either is a zero
+    row), in their dtype: a feature model's score of each pair, on either Keras."""
+    return np.sum(l2_normalize(first) * l2_normalize(second), axis=1)
+
+
 def truncate(vectors: np.ndarray, dim: Optional[int]) -> np.ndarray:
     """The first ``dim`` dimensions of each row, renormalised to unit length (float32); ``vectors``
     as float32 when ``dim`` is None. A row of zeros stays zeros.

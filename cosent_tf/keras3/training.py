@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -33,52 +32,39 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..calibration import MatchDecision, write_decision
+from ..calibration import MatchDecision
 from ..choices import CPU_DEVICES_VARIABLE
 from ..console import live_progress_on, validation_line
 from ..data.batching import batch_indices, batches_per_epoch, pair_lengths
-from ..data.benchmarks import load_task, senteval_dir, shared_vocab, task_file
-from ..data.files import PairFileFormat, read_pair_file
 from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, Task, get_task
-from ..errors import ConfigError, DataError, NonFiniteLossError
+from ..errors import ConfigError, NonFiniteLossError
 from ..evaluation import mean_over_tasks, pair_retrieval, task_metrics
-from ..inference.vectors import l2_normalize
-from ..io import atomic_directory, atomic_path, folder_lock, read_json, write_json
+from ..inference.vectors import l2_normalize, row_cosines
+from ..io import atomic_path, read_json, write_json
 from ..losses.registry import get_loss, keras3_losses
 from ..models.families import get_architecture
-from ..models.kinds import FEATURE, get_kind
-from ..models.spec import folder_settings
-from ..training.config import RunConfig, folder_defaults
-from ..training.recipes import get_recipe
+from ..models.kinds import FEATURE
+from ..models.sources import ModelSource
+from ..models.spec import ModelSpec, write_model_folder
+from ..training.config import RunConfig
+from ..training.run_data import RunData, check_input_files, load_run_data, run_inputs
 from ..training.run_folder import plot_valid_curve
-from ..training.run_results import (
-    printed_results,
-    run_summary,
-    say_random_weights,
-    starts_from_random_weights,
-    test_and_decide,
-)
+from ..training.run_results import model_origin, printed_results, run_summary, say_random_weights, test_and_decide
 from ..training.run_rules import (
     BACKUP,
     BEST_WEIGHTS,
     METRICS,
     MODEL,
-    MODEL_FOLDER,
     RUN_CONFIG,
     VALID_CURVE,
     VALIDATION_STATE,
-    check_run_folder,
-    fingerprints,
-    prepare_run_folder,
+    take_run_folder,
 )
 from ..weight_decay import decayed
 from .runtime import backend_name, checked_keras, imported_quietly, keras_hub_backbone
 
 logger = logging.getLogger(__name__)
-
-# The bundled small random BERT (cosent_tf/configs), used when a run names no config or checkpoint.
-SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
 
 # A run's output folder is the Keras 2 engine's kind (cosent_tf.training.run_rules: its marker,
 # lock, fingerprints of the inputs, and the outputs --overwrite may remove); its best weights
@@ -151,92 +137,30 @@ def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
 
 def resolve(cfg: RunConfig) -> RunConfig:
     """``cfg`` with its defaults filled in as :meth:`RunConfig.resolved` does for the Keras 2 engine
-    (which opens the model source through the Keras 2 engine), and refused where Keras 3 cannot run it.
+    (:meth:`RunConfig.filled_in`, the same rules), and refused where Keras 3 cannot run it.
 
     Raises:
         ConfigError: a number out of range, an unknown task, loss or recipe, an architecture only
             Keras 2 has, or an option this route cannot honour (named, with why).
     """
+    return _resolve(cfg)[0]
+
+
+def _resolve(cfg: RunConfig) -> tuple[RunConfig, ModelSource]:
+    """:func:`resolve`, and the run's model source (:meth:`RunConfig.model_source`), opened once."""
     cfg.check()
-    backend = backend_name()
     keras_hub_backbone(cfg.architecture)  # ConfigError for NEZHA, RoFormer, WoBERT
-    problems = unsupported_options(cfg, backend)
+    problems = unsupported_options(cfg, backend_name())
     if problems:
         raise ConfigError("--keras 3 cannot run this: " + "; ".join(problems))
-    task = Task(cfg.task, data=FILES) if cfg.train_file else get_task(cfg.task)
-    kind, recipe = get_kind(cfg.kind), get_recipe(cfg.recipe)
-    values = dataclasses.asdict(cfg)
-    folder = folder_defaults(cfg, folder_settings(cfg.checkpoint))
-    values["keras"] = 3
-    values["maxlen"] = cfg.maxlen or folder.get("maxlen") or kind.maxlen(task)
-    values["batch_size"] = cfg.batch_size or recipe.batch_size or task.batch_size
-    values["epochs"] = cfg.epochs or recipe.epochs or task.epochs
-    values["steps_per_epoch"] = cfg.steps_per_epoch or task.steps_per_epoch
-    for name in ("lr", "weight_decay", "warmup", "schedule"):
-        values[name] = getattr(recipe, name) if getattr(cfg, name) is None else getattr(cfg, name)
-    values["head_input"] = cfg.head_input or "cls"
-    # A model folder's own pooling is known once it is loaded (_train); a sentence-transformers
-    # folder's is read with its length, from its JSON files.
-    values["pooling"] = cfg.pooling or folder.get("pooling") or (None if cfg.checkpoint else recipe.pooling)
-    if cfg.checkpoint is None:
-        values["config"] = cfg.config or SMALL_RANDOM_CONFIG
-    values["vocab"] = cfg.vocab
-    values["output_dir"] = cfg.output_dir or os.path.join("runs", f"{kind.output_prefix}{cfg.loss}-{cfg.task}")
-    return RunConfig(**values)
+    resolved, source = cfg.filled_in()
+    # A model folder (or a Hugging Face folder, read as one) goes on pooling as it pools unless
+    # --pooling says otherwise; the Keras 2 engine starts it on the recipe's pooling.
+    own_pooling = source.spec.pooling if source.spec is not None else None
+    return dataclasses.replace(resolved, keras=3, pooling=cfg.pooling or own_pooling or resolved.pooling), source
 
 
 # -- data ------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _RunData:
-    train: PairData
-    valid: PairData
-    test: PairData
-    task: Task
-    notes: list
-    files: list  # every data file read, fingerprinted in the run's marker
-
-
-def _load_data(cfg: RunConfig) -> _RunData:
-    """The run's pairs, read as the Keras 2 engine reads them (a benchmark task, or the user's files
-    with a seeded hold-out), sampled with ``max_train_pairs`` and ``max_eval_pairs``."""
-    notes: list[str] = []
-    if cfg.train_file:
-        files = [cfg.train_file, cfg.valid_file, cfg.test_file]
-        file_format = PairFileFormat(cfg.file_format, cfg.text_a_field, cfg.text_b_field, cfg.label_field)
-        train = read_pair_file(cfg.train_file, file_format, cfg.strict)
-        task = Task.for_labels(cfg.task, train.label_kind, float(train.labels.min()), float(train.labels.max()))
-        if cfg.valid_file:
-            valid = read_pair_file(cfg.valid_file, file_format, cfg.strict)
-        else:
-            order = np.random.default_rng(cfg.seed).permutation(len(train))
-            cut = int(round(len(train) * cfg.valid_fraction))
-            if not 0 < cut < len(train):
-                raise DataError(
-                    train.source, f"{len(train)} pairs: --valid-fraction {cfg.valid_fraction:g} leaves none on a side"
-                )
-            held = np.zeros(len(train), bool)
-            held[order[:cut]] = True
-            valid, train = train.subset(np.flatnonzero(held)), train.subset(np.flatnonzero(~held))
-            notes.append(f"no --valid file: a seeded {cfg.valid_fraction:.0%} of {cfg.train_file} is held out as valid")
-        if cfg.test_file:
-            test = read_pair_file(cfg.test_file, file_format, cfg.strict)
-        else:
-            test = valid
-            notes.append("no --test file: the test metrics are the valid ones")
-    else:
-        folder, task = senteval_dir(cfg.data_dir), get_task(cfg.task)
-        if not os.path.exists(task_file(folder, cfg.task, "train")):
-            raise DataError(task_file(folder, cfg.task, "train"), "the train split is not here (file does not exist)")
-        train, valid, test = (load_task(folder, cfg.task, split, cfg.strict) for split in ("train", "valid", "test"))
-        files = [task_file(folder, cfg.task, split) for split in ("train", "valid", "test")]
-    train = train.sample(cfg.max_train_pairs, cfg.seed)
-    valid, test = valid.sample(cfg.max_eval_pairs, cfg.seed), test.sample(cfg.max_eval_pairs, cfg.seed)
-    for pairs in (train, valid):
-        if len(np.unique(pairs.labels)) < 2 and not (pairs is train and cfg.allow_single_label):
-            raise DataError(pairs.source, f"all {len(pairs)} pairs have one label: there is nothing to rank")
-    return _RunData(train, valid, test, task, notes, [path for path in files if path])
 
 
 def padded(rows: Sequence[Sequence[int]], multiple: int = 8) -> np.ndarray:
@@ -325,10 +249,7 @@ def encode_ids(encoder: Any, ids: Sequence[Sequence[int]], batch_size: int = 64)
 
 def cosines(encoder: Any, ids_a: list, ids_b: list) -> np.ndarray:
     """The cosine of each pair's two vectors (float64)."""
-    a, b = encode_ids(encoder, ids_a).astype(np.float64), encode_ids(encoder, ids_b).astype(np.float64)
-    a /= np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    b /= np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return np.sum(a * b, axis=1)
+    return row_cosines(encode_ids(encoder, ids_a).astype(np.float64), encode_ids(encoder, ids_b).astype(np.float64))
 
 
 class _LinearWarmup:
@@ -514,9 +435,10 @@ def train(
     # TensorFlow comes in on either backend (keras-hub imports it, and Keras seeds it on JAX too):
     # imported here, its start-up lines are held back as the Keras 2 engine's are
     imported_quietly("tensorflow")
-    cfg = resolve(cfg)
+    cfg, source = _resolve(cfg)
     started = time.time()
-    data = _load_data(cfg)
+    check_input_files(cfg, source)
+    data = load_run_data(cfg)
     backend = backend_name()
     policy = keras.config.dtype_policy()
     python_state, numpy_state = random.getstate(), np.random.get_state()
@@ -524,7 +446,7 @@ def train(
         keras.utils.set_random_seed(cfg.seed)
         if cfg.precision == "bf16":
             keras.config.set_dtype_policy("mixed_bfloat16")
-        return _train(keras, cfg, overwrite, data, backend, started, callbacks)
+        return _train(keras, cfg, source, overwrite, data, backend, started, callbacks)
     finally:
         # Put back what can be put back: the dtype policy and Python's and NumPy's generators
         # (TensorFlow's and Keras's global seeds stay at the run's seed: neither says what it was).
@@ -533,23 +455,25 @@ def train(
         np.random.set_state(numpy_state)
 
 
-def _backbone(cfg: RunConfig) -> tuple:
-    """(keras-hub backbone, BERT config dict, vocab path, lower-cases, pooling the source names,
-    whether the source held BERT's pooler)."""
+def _backbone(cfg: RunConfig, source: ModelSource) -> tuple:
+    """(keras-hub backbone, BERT config dict, lower-cases, whether the source held BERT's pooler)."""
     from .backbones import backbone_from_config, load_backbone
 
     if cfg.checkpoint:
         loaded = load_backbone(cfg.checkpoint, cfg.architecture)
-        vocab = cfg.vocab or loaded.vocab_path or shared_vocab(cfg.data_dir, RunConfig.data_dir)
-        return loaded.backbone, dict(loaded.config), vocab, loaded.do_lower_case, loaded.pooling, loaded.has_pooler
-    assert cfg.config is not None
-    config = read_json(cfg.config, "the BERT config")
-    vocab = cfg.vocab or shared_vocab(cfg.data_dir, RunConfig.data_dir)
-    return backbone_from_config(config, cfg.architecture), config, vocab, True, None, False
+        return loaded.backbone, dict(loaded.config), loaded.do_lower_case, loaded.has_pooler
+    return backbone_from_config(source.config, cfg.architecture), source.config, source.do_lower_case, False
 
 
 def _train(
-    keras: Any, cfg: RunConfig, overwrite: bool, data: _RunData, backend: str, started: float, callbacks: Sequence[Any]
+    keras: Any,
+    cfg: RunConfig,
+    source: ModelSource,
+    overwrite: bool,
+    data: RunData,
+    backend: str,
+    started: float,
+    callbacks: Sequence[Any],
 ) -> dict:
     from ..models.tokenization import SentenceTokenizer
 
@@ -557,26 +481,26 @@ def _train(
         strategy = _strategy(cfg)
         replicas = strategy.num_replicas_in_sync if strategy is not None else 1
         output_dir, batch_size, epochs, maxlen = cfg.output_dir, cfg.batch_size, cfg.epochs, cfg.maxlen
+        pooling, vocab = cfg.pooling, cfg.vocab
         assert output_dir is not None and batch_size is not None and epochs is not None and maxlen is not None
+        assert pooling is not None and vocab is not None, "a resolved RunConfig"
+        assert isinstance(data.train, PairData), "the Keras 3 route trains on pairs (no group loss)"
+        valid, test = data.evaluation[cfg.task]
         if batch_size % replicas:
             raise ConfigError(f"--batch-size {batch_size} cannot be shared equally by {replicas} replicas")
         # A batch too small for the loss to learn from is refused by name, before anything is written.
         get_loss(cfg.kind, cfg.loss).check_batch(batch_size, replicas, cfg.global_batch_loss)
         with _scope(strategy):
-            backbone, config, vocab, lower, source_pooling, has_pooler = _backbone(cfg)
-        pooling = cfg.pooling or source_pooling or get_recipe(cfg.recipe).pooling
-        cfg = dataclasses.replace(cfg, pooling=pooling, vocab=vocab)
+            backbone, config, lower, has_pooler = _backbone(cfg, source)
         # The Keras 2 engine's run folder rules: refused before the lock if it is not a run's (nothing
         # written); then locked, marked with the inputs' fingerprints, resumed only over the same
         # settings and inputs, and --overwrite removes the run's own outputs only.
-        settings = dataclasses.asdict(cfg)
-        paths = [*data.files, cfg.config if not cfg.checkpoint else None, vocab, *_checkpoint_files(cfg.checkpoint)]
-        check_run_folder(output_dir, (*paths, cfg.checkpoint), settings)
-        inputs = fingerprints(paths)
-        held.enter_context(folder_lock(output_dir, "training run"))
-        note = prepare_run_folder(output_dir, settings, overwrite, inputs) or "a new run"
+        paths = run_inputs(cfg, data, source)
+        note = (
+            take_run_folder(output_dir, dataclasses.asdict(cfg), paths, cfg.checkpoint, overwrite, held) or "a new run"
+        )
         logger.info("%s: %s (Keras 3, %s backend)", output_dir, note, backend)
-        random_weights = starts_from_random_weights(cfg.checkpoint)
+        random_weights = source.random_weights
         if random_weights:
             say_random_weights(cfg.checkpoint)
         for data_note in data.notes:
@@ -588,7 +512,7 @@ def _train(
                 tokenizer.encode_all(pairs.texts_a, f"{pairs.source}, first texts"),
                 tokenizer.encode_all(pairs.texts_b, f"{pairs.source}, second texts"),
             )
-            for name, pairs in (("train", data.train), ("valid", data.valid), ("test", data.test))
+            for name, pairs in (("train", data.train), ("valid", valid), ("test", test))
         }
         batches = pair_batches(
             keras, *ids["train"], data.train.labels, batch_size, cfg.seed, cfg.group_by_length, replicas
@@ -598,7 +522,7 @@ def _train(
             encoder = compiled_encoder(keras, cfg, backbone, data.task, steps_per_epoch * epochs)
 
         def evaluate_valid() -> dict:
-            return task_metrics(cosines(encoder, *ids["valid"]), data.valid.labels)
+            return task_metrics(cosines(encoder, *ids["valid"]), valid.labels)
 
         validation = _validation(keras, evaluate_valid, output_dir)
         backup = keras.callbacks.BackupAndRestore(
@@ -630,8 +554,8 @@ def _train(
 
         per_task, decision = test_and_decide(
             cfg,
-            {cfg.task: (data.valid, data.test)},
-            {cfg.task: data.task},
+            data.evaluation,
+            data.tasks,
             lambda _: (cosines(encoder, *ids["valid"]), cosines(encoder, *ids["test"])),
             lambda pairs, task: pair_retrieval(unit_vectors, pairs, task) or {},
             FEATURE.scored_by,
@@ -660,14 +584,8 @@ def _train(
             "history": state["history"],
             "wall_seconds": round(time.time() - started, 1),
         }
-        source = {
-            "task": cfg.task,
-            "loss": cfg.loss,
-            "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
-            "random_weights": random_weights,
-            "run": os.path.abspath(output_dir),
-            "best_epoch": state["best_epoch"],
-            "test": metrics["test"],
+        origin = {
+            **model_origin(cfg, random_weights, state["best_epoch"], metrics["test"]),
             "keras": keras.__version__,
             "backend": backend,
             "precision": cfg.precision,
@@ -682,33 +600,13 @@ def _train(
             maxlen=maxlen,
             do_lower_case=lower,
             has_pooler=has_pooler,
-            source=source,
+            source=origin,
             decision=decision,
         )
         write_json(os.path.join(output_dir, METRICS), metrics)
         shutil.rmtree(os.path.join(output_dir, BACKUP), ignore_errors=True)  # last: until metrics.json, a rerun resumes
         logger.info("%s", run_summary(metrics, os.path.join(output_dir, MODEL)))
         return metrics
-
-
-def _checkpoint_files(checkpoint: Optional[str]) -> list:
-    """The files a run reads its starting weights from, fingerprinted in the run's marker: a
-    folder's files (a sentence-transformers folder's transformer folder's too), or a Google
-    checkpoint prefix's ``.index`` and data files; none without a checkpoint."""
-    import glob
-
-    from .. import huggingface
-
-    if not checkpoint:
-        return []
-    if not os.path.isdir(checkpoint):
-        return sorted(p for p in glob.glob(glob.escape(checkpoint) + ".*") if os.path.isfile(p))
-    folders = [checkpoint]
-    if huggingface.is_hf_folder(checkpoint):
-        folders.append(huggingface.transformer_folder(checkpoint))
-    return sorted(
-        {os.path.join(f, name) for f in folders for name in os.listdir(f) if os.path.isfile(os.path.join(f, name))}
-    )
 
 
 def _scope(strategy: Any) -> Any:
@@ -740,14 +638,6 @@ def save_model_folder(
     ``has_pooler=False`` for such a backbone (the trainer does, from its source) and the pooler is
     written only when the pooling is ``pooler`` (then trained), as the Keras 2 builder does, so
     that a random pooler is never shipped as if it were trained. The default writes the backbone whole."""
-    from ..models.checkpoint_files import (
-        CHECKPOINT_PREFIX,
-        CHECKPOINT_STATE,
-        CONFIG_FILE,
-        VOCAB_FILE,
-        write_checkpoint_arrays,
-    )
-    from ..models.spec import ModelSpec, write_spec
     from .backbones import POOLER_NAMES, google_arrays
 
     spec = ModelSpec(
@@ -759,20 +649,10 @@ def save_model_folder(
         word_level=get_architecture(architecture).word_level,
         source=dict(source or {}),
     )
-    spec.check("cosent_model.json")
     arrays = {name: np.asarray(value, np.float32) for name, value in google_arrays(backbone, architecture).items()}
     if not has_pooler and pooling != "pooler":
         arrays = {name: value for name, value in arrays.items() if name not in POOLER_NAMES}
-    with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
-        write_checkpoint_arrays(os.path.join(tmp, CHECKPOINT_PREFIX), arrays)
-        with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:
-            f.write(CHECKPOINT_STATE)
-        with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2, ensure_ascii=False)
-        shutil.copyfile(vocab_path, os.path.join(tmp, VOCAB_FILE))
-        write_spec(tmp, spec)
-        if decision is not None:
-            write_decision(tmp, decision)
+    write_model_folder(directory, arrays, spec, config, vocab_path, overwrite, decision)
 
 
 def run_training(cfg: RunConfig, overwrite: bool = False, print_config: bool = False) -> dict:

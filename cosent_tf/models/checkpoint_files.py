@@ -1,5 +1,6 @@
-"""Google-format checkpoint folders as files: their names, their config, and their arrays read and
-written as ``{Google checkpoint name: numpy array}``, without Keras.
+"""Google-format checkpoint folders as files: their names, their config, where a checkpoint's files
+are (and what a folder that holds none is instead), and their arrays read and written as
+``{Google checkpoint name: numpy array}``, without Keras.
 
 The Keras 2 engine (:mod:`cosent_tf.models.checkpoints`, which re-exports all of this) and the
 Keras 3 route (:mod:`cosent_tf.keras3.backbones`) both read and write these folders; the latter
@@ -10,7 +11,9 @@ format is TensorFlow's); importing TensorFlow changes no Keras.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,6 +113,29 @@ def write_checkpoint_arrays(prefix: str, arrays: Mapping[str, Any]) -> list:
     return names
 
 
+def write_checkpoint_folder_arrays(
+    directory: str, arrays: Mapping[str, Any], config: dict, vocab_path: str | None = None
+) -> list:
+    """Write a Google-format checkpoint folder's files into the existing (temporary) folder
+    ``directory``: ``arrays`` as ``bert_model.ckpt`` (:func:`write_checkpoint_arrays`), the
+    ``checkpoint`` file, ``config`` as ``bert_config.json`` and, given ``vocab_path``, the
+    vocabulary as ``vocab.txt`` (a Hugging Face ``tokenizer.json``'s tokens written out as one).
+
+    Returns:
+        The checkpoint names written, in order.
+    """
+    names = write_checkpoint_arrays(os.path.join(directory, CHECKPOINT_PREFIX), arrays)
+    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
+        f.write(CHECKPOINT_STATE)
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
+    if vocab_path is not None and os.fspath(vocab_path).endswith(".json"):  # a Hugging Face tokenizer.json
+        huggingface.write_vocab(os.path.join(directory, VOCAB_FILE), huggingface.read_tokenizer_json(vocab_path)[0])
+    elif vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
+    return names
+
+
 def read_checkpoint_arrays(prefix: str, shown: str | None = None) -> dict[str, np.ndarray]:
     """Every variable of the TensorFlow checkpoint ``prefix`` as {name: numpy array}.
 
@@ -133,3 +159,72 @@ def read_checkpoint_arrays(prefix: str, shown: str | None = None) -> dict[str, n
         raise CheckpointError(
             f"{shown}: cannot read this checkpoint ({first_line(e)}); it may be truncated or corrupted"
         ) from None
+
+
+def checkpoint_files(checkpoint: str) -> tuple:
+    """(config, checkpoint, vocab) paths of a checkpoint folder, or of the folder of a Google prefix.
+
+    Google format: ``bert_config.json``, the ``bert_model.ckpt`` prefix (or the one given),
+    ``vocab.txt``. A Hugging Face (or sentence-transformers) folder: its transformer's
+    ``config.json``, the folder itself, and ``vocab.txt`` or else ``tokenizer.json``. A hub
+    name (nothing is downloaded) is a CheckpointError that says how to get the folder.
+    """
+    checkpoint = os.fspath(checkpoint)
+    if huggingface.is_hf_folder(checkpoint):
+        config = os.path.join(huggingface.transformer_folder(checkpoint), huggingface.CONFIG_FILE)
+        return config, checkpoint, huggingface.vocab_path(checkpoint)
+    refuse_hub_name(checkpoint)
+    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    prefix = os.path.join(folder, CHECKPOINT_PREFIX) if os.path.isdir(checkpoint) else checkpoint
+    return os.path.join(folder, CONFIG_FILE), prefix, os.path.join(folder, VOCAB_FILE)
+
+
+def refuse_other_folder(path: Any) -> None:
+    """Raise CheckpointError when ``path`` is a folder that holds no checkpoint of any format read
+    here, saying what it is instead: a training run's folder (whose ``model`` folder is the
+    checkpoint), a SavedModel, or else what was looked for and what the folder holds. A path that
+    is no folder, or a folder with a config or a checkpoint's ``.index``, passes: its files are
+    checked as they are read.
+
+    Args:
+        path: what was given as the checkpoint.
+
+    Raises:
+        CheckpointError: ``path`` is a folder of another kind; the message names it.
+
+    Example:
+        >>> refuse_other_folder("chinese_L-12_H-768_A-12/")  # doctest: +SKIP
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path) or huggingface.is_hf_folder(path):
+        return
+    names = sorted(os.listdir(path))
+    run_model = os.path.join(path, RUN_MODEL_FOLDER)
+    if RUN_MARKER in names or (
+        CONFIG_FILE not in names and os.path.isfile(os.path.join(run_model, CHECKPOINT_PREFIX + ".index"))
+    ):
+        raise CheckpointError(f"{where(path)}: is a cosent-tf training run folder, not a checkpoint: pass {run_model}")
+    if SAVED_MODEL_FILE in names:
+        raise CheckpointError(
+            f"{where(path)}: is a TensorFlow SavedModel (an export for serving), which cannot be trained or loaded "
+            "from: pass the model folder it was exported from"
+        )
+    if CONFIG_FILE in names or any(name.endswith(".index") for name in names):
+        return
+    held = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
+    raise CheckpointError(
+        f"{where(path)}: no TensorFlow checkpoint or Hugging Face model in this folder: looked for {CONFIG_FILE} "
+        f"and {CHECKPOINT_PREFIX}.index "
+        f"(a Google-format checkpoint, or a cosent-tf model folder), and {huggingface.CONFIG_FILE} with "
+        f"{' or '.join(huggingface.WEIGHT_FILES)} (a Hugging Face or sentence-transformers folder); it holds {held}"
+    )
+
+
+def refuse_hub_name(path: str) -> None:
+    """A CheckpointError when ``path`` is no folder here but reads as a Hugging Face hub name."""
+    if huggingface.looks_like_hub_name(path):
+        raise CheckpointError(
+            f"{where(path)}: no such folder here, and it reads as a Hugging Face hub name, but nothing is downloaded: "
+            f"download the model where there is internet (huggingface-cli download {path} --local-dir FOLDER), "
+            "then pass FOLDER"
+        )

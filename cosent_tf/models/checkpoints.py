@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import logging
 import os
 import re
@@ -45,10 +44,14 @@ from .checkpoint_files import (  # noqa: F401  (their home is checkpoint_files, 
     TF_GLOB_CHARACTERS,
     VOCAB_FILE,
     check_config,
+    checkpoint_files,
     read_config,
+    refuse_other_folder,
     write_checkpoint_arrays,
+    write_checkpoint_folder_arrays,
 )
 from .checkpoint_files import first_line as _first_line
+from .checkpoint_files import refuse_hub_name as _refuse_hub_name
 
 logger = logging.getLogger(__name__)
 
@@ -151,56 +154,6 @@ def readable_prefix(prefix: str) -> tuple:
     for path in glob.glob(glob.escape(prefix) + ".*"):
         os.symlink(os.path.abspath(path), os.path.join(links, CHECKPOINT_PREFIX + path[len(prefix) :]))
     return os.path.join(links, CHECKPOINT_PREFIX), links
-
-
-def refuse_other_folder(path: Any) -> None:
-    """Raise CheckpointError when ``path`` is a folder that holds no checkpoint of any format read
-    here, saying what it is instead: a training run's folder (whose ``model`` folder is the
-    checkpoint), a SavedModel, or else what was looked for and what the folder holds. A path that
-    is no folder, or a folder with a config or a checkpoint's ``.index``, passes: its files are
-    checked as they are read.
-
-    Args:
-        path: what was given as the checkpoint.
-
-    Raises:
-        CheckpointError: ``path`` is a folder of another kind; the message names it.
-
-    Example:
-        >>> refuse_other_folder("chinese_L-12_H-768_A-12/")  # doctest: +SKIP
-    """
-    path = os.fspath(path)
-    if not os.path.isdir(path) or huggingface.is_hf_folder(path):
-        return
-    names = sorted(os.listdir(path))
-    run_model = os.path.join(path, RUN_MODEL_FOLDER)
-    if RUN_MARKER in names or (
-        CONFIG_FILE not in names and os.path.isfile(os.path.join(run_model, CHECKPOINT_PREFIX + ".index"))
-    ):
-        raise CheckpointError(f"{where(path)}: is a cosent-tf training run folder, not a checkpoint: pass {run_model}")
-    if SAVED_MODEL_FILE in names:
-        raise CheckpointError(
-            f"{where(path)}: is a TensorFlow SavedModel (an export for serving), which cannot be trained or loaded "
-            "from: pass the model folder it was exported from"
-        )
-    if CONFIG_FILE in names or any(name.endswith(".index") for name in names):
-        return
-    held = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "") if names else "nothing"
-    raise CheckpointError(
-        f"{where(path)}: no TensorFlow checkpoint or Hugging Face model in this folder: looked for {CONFIG_FILE} "
-        f"and {CHECKPOINT_PREFIX}.index "
-        f"(a Google-format checkpoint, or a cosent-tf model folder), and {huggingface.CONFIG_FILE} with "
-        f"{' or '.join(huggingface.WEIGHT_FILES)} (a Hugging Face or sentence-transformers folder); it holds {held}"
-    )
-
-
-def _refuse_hub_name(path):
-    if huggingface.looks_like_hub_name(path):
-        raise CheckpointError(
-            f"{where(path)}: no such folder here, and it reads as a Hugging Face hub name, but nothing is downloaded: "
-            f"download the model where there is internet (huggingface-cli download {path} --local-dir FOLDER), "
-            "then pass FOLDER"
-        )
 
 
 def _mapped_variables(transformer):
@@ -370,17 +323,6 @@ def model_arrays(keras_model, config, architecture: str = "bert") -> dict:
     return arrays
 
 
-def _write_variables(keras_model, config, architecture, prefix, extra=None):
-    """Write ``keras_model``'s transformer weights under Google checkpoint names to ``prefix``.
-
-    bert4keras's own writer needs TF1 sessions, so the variables go through the ``SaveV2``
-    op. ``extra`` ({name: array}) adds variables of layers outside the transformer;
-    loaders that do not know them ignore them.
-    """
-    arrays = {**model_arrays(keras_model, config, architecture), **(extra or {})}
-    return write_checkpoint_arrays(prefix, arrays)
-
-
 def save_checkpoint(
     model: keras.Model,
     directory: str,
@@ -414,31 +356,5 @@ def write_checkpoint_folder(model, directory, config, architecture="bert", vocab
     """:func:`save_checkpoint` into an existing (temporary) folder, not atomically."""
     if not isinstance(config, dict):
         config = read_config(config)
-    names = _write_variables(model, config, architecture, os.path.join(directory, CHECKPOINT_PREFIX), extra)
-    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
-        f.write(CHECKPOINT_STATE)
-    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2, ensure_ascii=False)
-    if vocab_path is not None and os.fspath(vocab_path).endswith(".json"):  # a Hugging Face tokenizer.json
-        huggingface.write_vocab(os.path.join(directory, VOCAB_FILE), huggingface.read_tokenizer_json(vocab_path)[0])
-    elif vocab_path is not None:
-        shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
-    return names
-
-
-def checkpoint_files(checkpoint: str) -> tuple:
-    """(config, checkpoint, vocab) paths of a checkpoint folder, or of the folder of a Google prefix.
-
-    Google format: ``bert_config.json``, the ``bert_model.ckpt`` prefix (or the one given),
-    ``vocab.txt``. A Hugging Face (or sentence-transformers) folder: its transformer's
-    ``config.json``, the folder itself, and ``vocab.txt`` or else ``tokenizer.json``. A hub
-    name (nothing is downloaded) is a CheckpointError that says how to get the folder.
-    """
-    checkpoint = os.fspath(checkpoint)
-    if huggingface.is_hf_folder(checkpoint):
-        config = os.path.join(huggingface.transformer_folder(checkpoint), huggingface.CONFIG_FILE)
-        return config, checkpoint, huggingface.vocab_path(checkpoint)
-    _refuse_hub_name(checkpoint)
-    folder = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    prefix = os.path.join(folder, CHECKPOINT_PREFIX) if os.path.isdir(checkpoint) else checkpoint
-    return os.path.join(folder, CONFIG_FILE), prefix, os.path.join(folder, VOCAB_FILE)
+    arrays = {**model_arrays(model, config, architecture), **(extra or {})}
+    return write_checkpoint_folder_arrays(directory, arrays, config, vocab_path)

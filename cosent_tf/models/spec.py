@@ -16,14 +16,21 @@ import json
 import math
 import numbers
 import os
+from collections.abc import Mapping
 from typing import Any, Optional, Protocol, Union
 
 from .. import huggingface
-from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision
+from ..calibration import DECISION_FILE, MatchDecision, decision_or_threshold, read_decision, write_decision
 from ..errors import ConfigError
 from ..exports import EXPORT_RECORD
-from ..io import FolderKind, is_inside, json_field, read_json
-from .checkpoint_files import CHECKPOINT_ENTRIES, CHECKPOINT_PREFIX, CONFIG_FILE, VOCAB_FILE
+from ..io import FolderKind, atomic_directory, is_inside, json_field, read_json
+from .checkpoint_files import (
+    CHECKPOINT_ENTRIES,
+    CHECKPOINT_PREFIX,
+    CONFIG_FILE,
+    VOCAB_FILE,
+    write_checkpoint_folder_arrays,
+)
 from .families import get_architecture
 from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, KINDS, get_kind
 
@@ -148,6 +155,34 @@ def write_spec(folder: str, spec: ModelSpec) -> None:
     with open(os.path.join(folder, SPEC_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, ensure_ascii=False, sort_keys=True)
         f.write("\n")
+
+
+def write_model_folder(
+    directory: str,
+    arrays: Mapping[str, Any],
+    spec: ModelSpec,
+    config: dict,
+    vocab_path: str,
+    overwrite: bool = False,
+    decision: Optional[MatchDecision] = None,
+) -> None:
+    """Write a model folder from its weights as ``arrays`` ({Google checkpoint name: array}), atomically:
+    the checkpoint folder's files (:func:`~cosent_tf.models.checkpoint_files.write_checkpoint_folder_arrays`),
+    ``spec`` (checked first) and, given a ``decision``, ``decision.json`` stamped with these weights.
+    Both Kerases' writers end here (:func:`cosent_tf.inference.model_dir.save_model_dir` from a Keras 2
+    model, :func:`cosent_tf.keras3.training.save_model_folder` from a keras-hub backbone), so that
+    their folders are one kind.
+
+    Raises:
+        ConfigError: the spec is wrong, or ``directory`` holds something else (or a model folder
+            and ``overwrite`` is false).
+    """
+    spec.check(SPEC_FILE)
+    with atomic_directory(directory, MODEL_FOLDER, overwrite) as tmp:
+        write_checkpoint_folder_arrays(tmp, arrays, config, vocab_path)
+        write_spec(tmp, spec)
+        if decision is not None:
+            write_decision(tmp, decision)
 
 
 class OpenedFolder(Protocol):

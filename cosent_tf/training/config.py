@@ -547,6 +547,27 @@ class RunConfig:
                 "--keras 3: this run was handed to the Keras 2 engine; train it with `cosent-tf train --keras 3` "
                 "or cosent_tf.keras3.train"
             )
+        return self.filled_in(source)
+
+    def filled_in(self, source: Optional[ModelSource] = None) -> tuple[RunConfig, ModelSource]:
+        """The defaults of :meth:`resolve`, which both Kerases' trainers fill in alike, and the model
+        source they come from; neither the numbers nor the Keras are checked (the caller has done so:
+        :meth:`resolve` for the Keras 2 engine, :func:`cosent_tf.keras3.training.resolve` for Keras 3).
+
+        Args:
+            source: as :meth:`resolved`'s.
+
+        Returns:
+            ``(the configuration with its defaults filled in, its model source)``.
+
+        Raises:
+            ConfigError: as :meth:`resolved`.
+            CheckpointError: as :meth:`resolved`.
+
+        Example:
+            >>> RunConfig(task="BQ", keras=3).filled_in()[0].batch_size  # doctest: +SKIP
+            64
+        """
         task = Task(self.task, data=FILES) if self.train_file else get_task(self.task)
         loss = get_loss(self.kind, self.loss)
         kind = get_kind(self.kind)

@@ -39,7 +39,7 @@ from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_retrieval_sets, pair_scores, task_metrics
 from ..inference.model_dir import ModelSpec, save_model_dir
 from ..inference.runtime import batched_outputs, l2_normalize
-from ..io import folder_lock, write_json
+from ..io import write_json
 from ..losses import get_loss
 from ..losses.matryoshka import MatryoshkaLoss
 from ..models.architectures import get_architecture
@@ -60,19 +60,18 @@ from .run_folder import (
     RUN_CONFIG,
     VALID_CURVE,
     VALID_METRICS,
-    check_run_folder,
-    fingerprints,
     plot_valid_curve,
-    prepare_run_folder,
 )
 from .run_results import (  # noqa: F401  (the notes and the summary line are named here too, as before)
     RANDOM_CHECKPOINT_NOTE,
     RANDOM_WEIGHTS_NOTE,
+    model_origin,
     run_summary,
     say_random_weights,
     starts_from_random_weights,
     test_and_decide,
 )
+from .run_rules import take_run_folder
 
 logger = logging.getLogger(__name__)
 
@@ -315,12 +314,9 @@ def _train(cfg, overwrite, strategy, source):
                 say_random_weights(cfg.checkpoint)
             data = load_run_data(cfg)
             if chief:
-                settings = dataclasses.asdict(cfg)
                 paths = run_inputs(cfg, data, source)
-                check_run_folder(cfg.output_dir, (*paths, cfg.checkpoint), settings)
-                inputs = fingerprints(paths)
-                run_folder_held.enter_context(folder_lock(cfg.output_dir, "training run"))
-                start = prepare_run_folder(cfg.output_dir, settings, overwrite, inputs)
+                settings = dataclasses.asdict(cfg)
+                start = take_run_folder(cfg.output_dir, settings, paths, cfg.checkpoint, overwrite, run_folder_held)
         train_pairs, evaluation, notes = data.train, data.evaluation, data.notes
         for note in notes:
             logger.warning("NOTE: %s", note)
@@ -396,15 +392,7 @@ def _train(cfg, overwrite, strategy, source):
             "wall_seconds": round(time.time() - started, 1),
         }
         matcher.spec.threshold = None  # the thresholds are the decision's (decision.json)
-        matcher.spec.source = {
-            "task": cfg.task,
-            "loss": cfg.loss,
-            "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
-            "random_weights": random_weights,
-            "run": os.path.abspath(cfg.output_dir),
-            "best_epoch": validation.best_epoch,
-            "test": metrics["test"],
-        }
+        matcher.spec.source = model_origin(cfg, random_weights, validation.best_epoch, metrics["test"])
         save_model_dir(
             os.path.join(cfg.output_dir, MODEL),
             matcher.model,

@@ -58,6 +58,15 @@ def check_inputs(cfg: RunConfig, source: Optional[ModelSource] = None) -> None:
 
     ``source`` is the run's model source (:meth:`RunConfig.model_source`), which keeps what it
     reads for the rest of the run; None opens it here."""
+    source = check_input_files(cfg, source)
+    if not source.weights_in_memory:
+        source.variables()  # a Google checkpoint's variable list: cheap, and it must be readable
+
+
+def check_input_files(cfg: RunConfig, source: Optional[ModelSource] = None) -> ModelSource:
+    """:func:`check_inputs` but the checkpoint's variable list, which only the Keras 2 engine reads
+    through TensorFlow's reader (the Keras 3 route reads the arrays when it loads its backbone);
+    the model source, opened here when ``source`` is None."""
     check_weights_may_change()
     if cfg.train_file:
         for option, path in (("--train", cfg.train_file), ("--valid", cfg.valid_file), ("--test", cfg.test_file)):
@@ -88,8 +97,7 @@ def check_inputs(cfg: RunConfig, source: Optional[ModelSource] = None) -> None:
     source.check_maxlen(cfg.architecture, cfg.maxlen)
     if cfg.checkpoint and not os.path.exists(cfg.checkpoint) and not os.path.exists(cfg.checkpoint + ".index"):
         raise CheckpointError(f"{where(cfg.checkpoint)}: checkpoint not found")
-    if not source.weights_in_memory:
-        source.variables()  # a Google checkpoint's variable list: cheap, and it must be readable
+    return source
 
 
 def _file_kind(path):

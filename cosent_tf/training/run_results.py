@@ -69,6 +69,22 @@ def say_random_weights(checkpoint: Optional[str]) -> None:
     logger.warning("NOTE: %s", RANDOM_WEIGHTS_NOTE if not checkpoint else RANDOM_CHECKPOINT_NOTE)
 
 
+def model_origin(cfg: RunConfig, random_weights: bool, best_epoch: int, test: Mapping[str, Any]) -> dict:
+    """What a run's model folder records of where its weights come from (its spec's ``source``): the
+    task, loss and starting checkpoint, whether it started from random weights, the run's folder,
+    the best epoch and its test metrics."""
+    assert cfg.output_dir is not None, "a resolved RunConfig"
+    return {
+        "task": cfg.task,
+        "loss": cfg.loss,
+        "checkpoint": cfg.checkpoint and os.path.abspath(cfg.checkpoint),
+        "random_weights": random_weights,
+        "run": os.path.abspath(cfg.output_dir),
+        "best_epoch": best_epoch,
+        "test": test,
+    }
+
+
 def printed_results(metrics: Mapping[str, Any]) -> dict:
     """The part of a finished run's metrics that ``cosent-tf train`` prints as its JSON line."""
     return {name: metrics[name] for name in PRINTED_RESULTS}

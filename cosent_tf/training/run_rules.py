@@ -18,6 +18,7 @@ run's settings), ``metrics.json`` and model folder; an unfinished one is refused
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -28,7 +29,7 @@ from collections.abc import Iterable
 from typing import Optional
 
 from ..errors import ConfigError, DataError
-from ..io import FolderKind, is_inside, json_field, read_json, write_json
+from ..io import FolderKind, folder_lock, is_inside, json_field, read_json, write_json
 from ..models.checkpoint_files import RUN_MARKER, RUN_MODEL_FOLDER, TF_GLOB_CHARACTERS
 from ..models.spec import MODEL_FOLDER, SPEC_FILE
 
@@ -290,3 +291,24 @@ def prepare_run_folder(
         if key != "output_dir" and saved.get(key) != current.get(key)
     ]
     return "resuming the unfinished run in this folder" + (f" with {', '.join(changed)}" if changed else "")
+
+
+def take_run_folder(
+    folder: str, settings: dict, paths: list, checkpoint: Optional[str], overwrite: bool, held: contextlib.ExitStack
+) -> Optional[str]:
+    """A run's start in ``folder``, as both Kerases' trainers take it: checked
+    (:func:`check_run_folder`, before any lock, so that a refused folder gets none; ``paths``, the
+    files the run reads, and its ``checkpoint`` may not lie inside it), locked until ``held``
+    closes, and prepared (:func:`prepare_run_folder`, with the fingerprints of ``paths``).
+
+    Returns:
+        :func:`prepare_run_folder`'s note, or None for a new run in a new or empty folder.
+
+    Raises:
+        ConfigError: as :func:`check_run_folder` and :func:`prepare_run_folder`, or another run
+            holds the folder's lock.
+    """
+    check_run_folder(folder, (*paths, checkpoint), settings)
+    inputs = fingerprints(paths)
+    held.enter_context(folder_lock(folder, "training run"))
+    return prepare_run_folder(folder, settings, overwrite, inputs)

@@ -336,6 +336,24 @@ def test_options_keras3_cannot_honour_are_refused_by_name(tiny_run):
     assert not os.path.exists(cfg.output_dir)
 
 
+def test_valid_and_test_files_labelled_otherwise_than_train_are_refused_before_anything_is_written(tiny_run, tmp_path):
+    """The Keras 2 engine's loader (training.run_data) reads the files: graded valid pairs beside
+    binary train pairs would pick the best epoch, and fit the decision, on another scale."""
+    from cosent_tf.errors import DataError
+
+    cfg, _ = tiny_run
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    train_file, _ = pair_files(str(binary), binary=True)
+    with pytest.raises(DataError) as refused:
+        train(dataclasses.replace(cfg, train_file=train_file))
+    assert str(refused.value) == (
+        f"{cfg.valid_file}: its labels are graded but those of the train file {train_file} are binary: the files "
+        "must label pairs the same way"
+    )
+    assert not os.path.exists(cfg.output_dir)
+
+
 def test_a_run_from_a_sentence_transformers_folder_takes_its_length_and_pooling_unless_given(tmp_path, caplog):
     from cosent_tf import huggingface
 

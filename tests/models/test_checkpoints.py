@@ -92,7 +92,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(tiny_config, tmp_path, mo
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoints, "_write_variables", crash)
+    monkeypatch.setattr(checkpoints, "model_arrays", crash)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(build_encoder(tiny_config), tmp_path / "ckpt", tiny_config, overwrite=True)
     after = {f: (tmp_path / "ckpt" / f).read_bytes() for f in os.listdir(tmp_path / "ckpt")}

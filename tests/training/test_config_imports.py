@@ -108,6 +108,21 @@ def test_the_report_script_writes_a_report_without_tensorflow(tmp_path):
     assert str(out / "results.md") in written and "CoSENT" in (out / "results.md").read_text()
 
 
+def test_the_modules_both_kerases_trainers_share_import_no_keras():
+    """The run's model source, its data and its metrics serve the Keras 2 engine and the Keras 3
+    route (TensorFlow or JAX backend) alike: importing them must choose no Keras, since a process
+    holds one. A fresh interpreter is the only place to see what an import pulls in."""
+    frameworks = (*HEAVY, "jax")
+    code = (
+        "import sys\n"
+        "import cosent_tf.models.sources, cosent_tf.training.run_data, cosent_tf.evaluation\n"
+        f"print('frameworks:', sorted({{m.split('.')[0] for m in sys.modules}} & set({frameworks!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "frameworks: []", result.stdout[-500:]
+
+
 def test_each_table_has_one_home_that_its_modules_re_export():
     from cosent_tf import backend, choices, layers, optimizers
     from cosent_tf.models import architectures, families
