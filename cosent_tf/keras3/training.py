@@ -47,20 +47,11 @@ from ..models.families import get_architecture
 from ..models.kinds import FEATURE
 from ..models.sources import ModelSource
 from ..models.spec import ModelSpec, write_model_folder
+from ..training import run_rules
 from ..training.config import RunConfig
 from ..training.run_data import RunData, check_input_files, load_run_data, run_inputs
 from ..training.run_folder import plot_valid_curve
 from ..training.run_results import model_origin, printed_results, run_summary, say_random_weights, test_and_decide
-from ..training.run_rules import (
-    BACKUP,
-    BEST_WEIGHTS,
-    METRICS,
-    MODEL,
-    RUN_CONFIG,
-    VALID_CURVE,
-    VALIDATION_STATE,
-    take_run_folder,
-)
 from ..weight_decay import decayed
 from .runtime import backend_name, checked_keras, imported_quietly, keras_hub_backbone
 
@@ -372,7 +363,10 @@ def _validation(keras: Any, evaluate: Callable[[], dict], folder: str) -> Any:
 
     The weights are written to a temporary file beside their place and moved there whole, and the
     record after them: a run killed while saving keeps the earlier best weights, never a torn file."""
-    weights_path, state_path = os.path.join(folder, BEST_WEIGHTS), os.path.join(folder, VALIDATION_STATE)
+    weights_path, state_path = (
+        os.path.join(folder, run_rules.BEST_WEIGHTS),
+        os.path.join(folder, run_rules.VALIDATION_STATE),
+    )
 
     class Validation(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -497,7 +491,8 @@ def _train(
         # settings and inputs, and --overwrite removes the run's own outputs only.
         paths = run_inputs(cfg, data, source)
         note = (
-            take_run_folder(output_dir, dataclasses.asdict(cfg), paths, cfg.checkpoint, overwrite, held) or "a new run"
+            run_rules.take_run_folder(output_dir, dataclasses.asdict(cfg), paths, cfg.checkpoint, overwrite, held)
+            or "a new run"
         )
         logger.info("%s: %s (Keras 3, %s backend)", output_dir, note, backend)
         random_weights = source.random_weights
@@ -505,7 +500,7 @@ def _train(
             say_random_weights(cfg.checkpoint)
         for data_note in data.notes:
             logger.warning("NOTE: %s", data_note)
-        write_json(os.path.join(output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
+        write_json(os.path.join(output_dir, run_rules.RUN_CONFIG), dataclasses.asdict(cfg))
         tokenizer = SentenceTokenizer(vocab, maxlen, get_architecture(cfg.architecture).word_level, lower)
         ids = {
             name: (
@@ -526,7 +521,7 @@ def _train(
 
         validation = _validation(keras, evaluate_valid, output_dir)
         backup = keras.callbacks.BackupAndRestore(
-            os.path.join(output_dir, BACKUP), save_freq=cfg.backup_every or "epoch", delete_checkpoint=False
+            os.path.join(output_dir, run_rules.BACKUP), save_freq=cfg.backup_every or "epoch", delete_checkpoint=False
         )
         fit_callbacks = [_EpochSetter.make(keras, batches), validation, backup, *callbacks]
         # A bar redrawn in place only where Keras writes to a terminal (cosent-tf train: stderr), a
@@ -546,7 +541,7 @@ def _train(
         if state["best_epoch"] is None:
             raise NonFiniteLossError("validation never gave a finite Spearman: the model diverged; nothing was saved")
         steps = int(np.asarray(encoder.optimizer.iterations))  # before the best weights (and their step) return
-        encoder.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
+        encoder.load_weights(os.path.join(output_dir, run_rules.BEST_WEIGHTS))
         logger.info("training done; scoring valid and test with the best weights")
 
         def unit_vectors(texts: Sequence[str]) -> np.ndarray:
@@ -561,7 +556,7 @@ def _train(
             FEATURE.scored_by,
         )
         title = f"{cfg.kind} {cfg.loss} on {cfg.task}"
-        plot_valid_curve(state["history"], os.path.join(output_dir, VALID_CURVE), title)
+        plot_valid_curve(state["history"], os.path.join(output_dir, run_rules.VALID_CURVE), title)
         metrics = {
             "task": cfg.task,
             "kind": cfg.kind,
@@ -591,7 +586,7 @@ def _train(
             "precision": cfg.precision,
         }
         save_model_folder(
-            os.path.join(output_dir, MODEL),
+            os.path.join(output_dir, run_rules.MODEL),
             backbone,
             cfg.architecture,
             config,
@@ -603,9 +598,11 @@ def _train(
             source=origin,
             decision=decision,
         )
-        write_json(os.path.join(output_dir, METRICS), metrics)
-        shutil.rmtree(os.path.join(output_dir, BACKUP), ignore_errors=True)  # last: until metrics.json, a rerun resumes
-        logger.info("%s", run_summary(metrics, os.path.join(output_dir, MODEL)))
+        write_json(os.path.join(output_dir, run_rules.METRICS), metrics)
+        shutil.rmtree(
+            os.path.join(output_dir, run_rules.BACKUP), ignore_errors=True
+        )  # last: until metrics.json, a rerun resumes
+        logger.info("%s", run_summary(metrics, os.path.join(output_dir, run_rules.MODEL)))
         return metrics
 
 

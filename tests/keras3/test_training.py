@@ -361,7 +361,10 @@ def test_a_run_from_a_sentence_transformers_folder_takes_its_length_and_pooling_
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(huggingface.hf_config(TINY)), encoding="utf-8")
     huggingface.write_sentence_transformers_modules(folder, "max", TINY["hidden_size"], 24, True)
-    given = RunConfig(task="tiny", train_file=str(tmp_path / "train.tsv"), keras=3, checkpoint=str(folder))
+    # A folder without a vocabulary of its own is given one, as the model source it is opened as needs
+    given = RunConfig(
+        task="tiny", train_file=str(tmp_path / "train.tsv"), keras=3, checkpoint=str(folder), vocab=SHARED_VOCAB
+    )
     with caplog.at_level(logging.INFO, "cosent_tf.training.config"):
         cfg = resolve(given)
     assert (cfg.maxlen, cfg.pooling) == (24, "max")  # not the task's 64, nor a pooling left to the load
