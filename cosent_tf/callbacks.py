@@ -1,5 +1,8 @@
 """Keras callbacks of the training engine: keep the best epoch, stop on a non-finite loss,
-save the training state for an exact resume, and say how an epoch is going in a log file."""
+save the training state for an exact resume, and say how an epoch is going in a log file.
+
+Written once over the process's Keras (:mod:`cosent_tf.process_keras`): the same classes run on
+tf-keras and on Keras 3 (TensorFlow or JAX backend)."""
 
 from __future__ import annotations
 
@@ -16,12 +19,17 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .backend import keras
 from .console import metrics_text, validation_line
 from .errors import NonFiniteLossError, TrainingInterrupted
 from .io import atomic_path, read_history  # read_history lives in io, which imports no TensorFlow
+from .process_keras import KERAS_MAJOR, keras
 
 logger = logging.getLogger(__name__)
+
+
+def optimizer_step(model: Any) -> int:
+    """The optimizer steps ``model`` has taken (a resumed run's restored ones included)."""
+    return int(model.optimizer.iterations.numpy())
 
 
 class ValidationCheckpoint(keras.callbacks.Callback):
@@ -84,16 +92,13 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         self._best_weights = None
         self._resume_checked = False
 
-    def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
-
     def on_train_begin(self, logs: Optional[dict] = None) -> None:
         self._resume_checked = False
 
     def _resume(self) -> None:
         """Reload the history up to the restored step (a backup callback restores it in on_train_begin)."""
         self._resume_checked = True
-        step = self._step()
+        step = optimizer_step(self.model)
         if step and self.csv_path and os.path.exists(self.csv_path):
             self.history = [row for row in read_history(self.csv_path) if row["step"] <= step]
             for row in self.history:
@@ -110,7 +115,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if not self.every_steps or batch + 1 == self.params.get("steps"):
             return
-        step = self._step()
+        step = optimizer_step(self.model)
         if step % self.every_steps == 0:
             metrics = self._record(self._epoch + 1, step, False)
             if self.progress_bar:
@@ -123,7 +128,7 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-        metrics = self._record(epoch + 1, self._step(), True)
+        metrics = self._record(epoch + 1, optimizer_step(self.model), True)
         if logs is not None:
             logs.update({f"val_{k}": v for k, v in metrics.items()})
         value = metrics[self.monitor]
@@ -146,14 +151,14 @@ class ValidationCheckpoint(keras.callbacks.Callback):
         metrics = self.evaluate(self.model)
         self.history.append({"epoch": epoch, "step": step, "end_of_epoch": end_of_epoch, **metrics})
         if self.csv_path and self.writes:
-            _write_history(self.csv_path, self.history)
+            write_history(self.csv_path, self.history)
         return metrics
 
     def on_train_end(self, logs: Optional[dict] = None) -> None:
         if not self._resume_checked:  # resumed after the last epoch: no epoch ran
             self._resume()
         # before the best weights come back: a weights file also holds the optimizer's state then
-        self.steps_done = self._step()
+        self.steps_done = optimizer_step(self.model)
         if not self.restore_best:
             return
         if self._best_weights is not None:
@@ -162,7 +167,8 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self.model.load_weights(self.weights_path)  # best epoch came before a resume
 
 
-def _write_history(path: str, rows: list[dict[str, Any]]) -> None:
+def write_history(path: str, rows: list[dict[str, Any]]) -> None:
+    """``rows`` (epoch, step, end_of_epoch, metrics...) written atomically as a ``valid_metrics.csv``."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
@@ -251,8 +257,22 @@ def epoch_progress(live: bool) -> tuple[list[keras.callbacks.Callback], int]:
         2
     """
     if live:
-        return [keras.callbacks.ProgbarLogger(count_mode="steps")], 1
+        # tf-keras's bar counts samples unless told to count steps; Keras 3's counts steps, and has no such option
+        bar = keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2 else keras.callbacks.ProgbarLogger()
+        return [bar], 1
     return [ProgressLines()], 2
+
+
+class EpochSetter(keras.callbacks.Callback):
+    """Tells a batch stream whose batches are drawn anew each epoch (its ``epoch``) which epoch is
+    starting, a resumed run's first one included."""
+
+    def __init__(self, batches: Any) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+        self.batches.epoch = epoch
 
 
 class StartStep(keras.callbacks.Callback):
@@ -269,7 +289,7 @@ class StartStep(keras.callbacks.Callback):
         self.step: Optional[int] = None
 
     def on_train_begin(self, logs: Optional[dict] = None) -> None:
-        self.step = int(self.model.optimizer.iterations.numpy())
+        self.step = optimizer_step(self.model)
 
     def __call__(self) -> int:
         if self.step is None:
@@ -293,7 +313,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(loss):
-            step = int(self.model.optimizer.iterations.numpy())
+            step = optimizer_step(self.model)
             kept = [f"{what}: {path}" for what, path in self.kept if os.path.exists(path)]
             raise NonFiniteLossError(
                 f"the training loss became {loss} at step {step} (batch {batch + 1} of the epoch); "
@@ -301,6 +321,11 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
                 + ("; ".join(kept) + "." if kept else "Nothing was saved yet.")
                 + (" " + self.advice if self.advice else "")
             )
+
+
+# tf-keras's BackupAndRestore resumes at the batch after the one it saved; Keras 3's at the epoch after
+# the one it saved, so that a state saved within an epoch would train that epoch's first batches twice.
+MID_EPOCH_RESUME = KERAS_MAJOR == 2
 
 
 class StepBackup(keras.callbacks.BackupAndRestore):
@@ -324,14 +349,23 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     epoch-end callbacks, such as validation, have run): this one calls its private
     ``_backup`` hook to do both. The signal handlers it installs are put back when
     training ends, however it ends.
+
+    Keras 3's BackupAndRestore saves and restores the epoch only, never the batch within it, so
+    on Keras 3 the state is saved at epoch ends only (``every_steps`` is refused), and a signal
+    stops training at once, keeping the last epoch end's state.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, backup_dir: str, every_steps: int = 0) -> None:
-        # An integer save_freq makes the restore resume at the saved batch, not the next epoch.
+        # An integer save_freq makes tf-keras's restore resume at the saved batch, not the next epoch.
         super().__init__(backup_dir, save_freq=1 << 62, delete_checkpoint=False)
         self.every_steps = int(every_steps or 0)
+        if self.every_steps and not MID_EPOCH_RESUME:
+            raise ValueError(
+                "Keras 3's BackupAndRestore restores the epoch but not the batch within it: a backup every "
+                f"{self.every_steps} steps would make a resumed run train that epoch's first batches twice"
+            )
         self.received: Optional[int] = None
         self._handlers: dict[int, Any] = {}
 
@@ -352,25 +386,35 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if batch + 1 == self.params.get("steps"):
             return  # the epoch's end saves, once its validation has run
-        step = int(self.model.optimizer.iterations.numpy())
-        if self.received is not None or (self.every_steps and step % self.every_steps == 0):
-            self._backup(epoch=self._current_epoch, batch=batch)
-        self._stop_if_signalled()
+        step = optimizer_step(self.model)
+        if MID_EPOCH_RESUME and (self.received is not None or (self.every_steps and step % self.every_steps == 0)):
+            self._save(epoch=self._current_epoch, batch=batch)
+        self._stop_if_signalled(mid_epoch=True)
 
     def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-        self._backup(epoch=epoch, batch=self.params.get("steps", 1) - 1)
-        self._stop_if_signalled()
+        self._save(epoch=epoch, batch=self.params.get("steps", 1) - 1)
+        self._stop_if_signalled(mid_epoch=False)
 
-    def _stop_if_signalled(self) -> None:
+    def _save(self, epoch: int, batch: int) -> None:
+        """The training state after ``batch`` of ``epoch`` (counted from 0)."""
+        if MID_EPOCH_RESUME:
+            self._backup(epoch=epoch, batch=batch)  # tf-keras's hook, of both its save modes
+        else:  # Keras 3 writes the epoch to resume at; only an epoch's end is ever saved
+            self._current_epoch, self._last_batch_seen = epoch + 1, 0
+            self._save_model()
+
+    def _stop_if_signalled(self, mid_epoch: bool) -> None:
         if self.received is None:
             return
         self.restore_signal_handlers()
         name = signal.Signals(self.received).name
-        step = int(self.model.optimizer.iterations.numpy())
+        step = optimizer_step(self.model)
+        if mid_epoch and not MID_EPOCH_RESUME:
+            saved = f"training stopped after step {step}; the state of the last epoch's end is in {self.backup_dir}"
+        else:
+            saved = f"training state saved after step {step} in {self.backup_dir}"
         raise TrainingInterrupted(
-            self.received,
-            f"{name} received: training state saved after step {step} in {self.backup_dir}; "
-            "run the same command again to resume from there",
+            self.received, f"{name} received: {saved}; run the same command again to resume from there"
         )
 
     def on_train_end(self, logs: Optional[dict] = None) -> None:
