@@ -1,10 +1,13 @@
+"""The training callbacks on the process's Keras: the Keras 3 suite runs the tests that do not
+need TensorFlow's own data pipeline on each backend (tests/keras3/test_callbacks.py imports them)."""
+
 import os
 
 import numpy as np
 import pytest
 
-from cosent_tf.backend import keras
 from cosent_tf.callbacks import ValidationCheckpoint, read_history
+from cosent_tf.process_keras import keras
 
 
 def test_validation_checkpoint_keeps_the_best_epoch(tmp_path):
@@ -35,7 +38,6 @@ def test_non_finite_loss_names_the_step_and_keeps_the_backup(tmp_path):
     import tensorflow as tf
 
     from cosent_tf import NonFiniteLossError
-    from cosent_tf.backend import keras
     from cosent_tf.callbacks import StopOnNonFiniteLoss
 
     def batches():  # four good batches, then NaN targets: the loss breaks at step 5 (epoch 2)
@@ -177,3 +179,29 @@ def test_the_best_epoch_is_the_one_of_the_metric_chosen_by_the_loss_or_the_optio
     x = np.ones((4, 3), np.float32)
     model.fit(x, x[:, :2], epochs=3, callbacks=[callback], verbose=0)
     assert callback.best_epoch == best_epoch
+
+
+def test_the_best_weights_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A save that fails part-way (a full disk, a kill) leaves the earlier best weights readable."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    scores = iter([0.1, 0.5])
+    callback = ValidationCheckpoint(lambda m: {"spearman": next(scores)}, str(tmp_path / "best.weights.h5"))
+    callback.set_model(model)
+    callback.on_epoch_end(0, {"loss": 1.0})
+    first = [np.asarray(w) for w in model.get_weights()]
+    model.set_weights([w + 1 for w in first])
+
+    def torn(path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"torn")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model, "save_weights", torn)
+    with pytest.raises(OSError):
+        callback.on_epoch_end(1, {"loss": 1.0})
+    monkeypatch.undo()
+    model.load_weights(str(tmp_path / "best.weights.h5"))
+    for a, b in zip(model.get_weights(), first):
+        np.testing.assert_array_equal(a, b)
+    assert os.listdir(tmp_path) == ["best.weights.h5"]

@@ -5,6 +5,7 @@ from cosent_tf import FusedAdam
 from cosent_tf.backend import keras, tf
 from cosent_tf.optimizers import WarmupSchedule, build_optimizer
 from tests.harness import run_keras_object_test
+from tests.test_schedule_and_decay import reference_adamw, reference_schedule
 
 
 def _train(optimizer, steps=4, seed=0):
@@ -46,35 +47,6 @@ def test_keras_contract_of_fused_adam(schedule):
     features = np.random.default_rng(6).normal(size=(8, 5)).astype(np.float32)
     rate = WarmupSchedule(0.05, total_steps=6, warmup_steps=2) if schedule else 0.05
     run_keras_object_test(FusedAdam, {"learning_rate": rate, "beta_2": 0.98}, features)
-
-
-def reference_schedule(step, peak, total, warmup, decay):
-    """transformers' get_linear_schedule_with_warmup / get_constant_schedule_with_warmup, written out."""
-    if step < warmup:
-        return peak * step / warmup
-    return peak if decay == "constant" else peak * max(0.0, (total - step) / max(1, total - warmup))
-
-
-@pytest.mark.parametrize("decay", ["linear", "constant"])
-def test_warmup_schedule_is_the_reference_one(decay):
-    schedule = WarmupSchedule(1e-3, total_steps=20, warmup_steps=4, decay=decay)
-    for step in range(24):
-        assert float(schedule(step)) == pytest.approx(reference_schedule(step, 1e-3, 20, 4, decay), rel=1e-6, abs=1e-12)
-
-
-def reference_adamw(variables, gradient_steps, lrs, weight_decay, decayed, b1=0.9, b2=0.999, eps=1e-7):
-    """AdamW with decoupled decay, in float64: θ ← θ − lr·wd·θ, then Keras's Adam update."""
-    values = {name: value.astype(np.float64) for name, value in variables.items()}
-    m = {name: np.zeros_like(value) for name, value in values.items()}
-    v = {name: np.zeros_like(value) for name, value in values.items()}
-    for t, (gradients, lr) in enumerate(zip(gradient_steps, lrs), start=1):
-        for name, g in gradients.items():
-            if name in decayed:
-                values[name] -= lr * weight_decay * values[name]
-            m[name] = b1 * m[name] + (1 - b1) * g
-            v[name] = b2 * v[name] + (1 - b2) * g * g
-            values[name] -= lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m[name] / (np.sqrt(v[name]) + eps)
-    return values
 
 
 def test_weight_decay_and_schedule_match_the_reference_update_and_skip_embeddings_norms_and_biases():

@@ -21,32 +21,40 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import random
 import shutil
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ..calibration import MatchDecision
+from ..callbacks import (
+    EpochSetter,
+    StepBackup,
+    StopOnNonFiniteLoss,
+    ValidationCheckpoint,
+    epoch_progress,
+    write_history,
+)
 from ..choices import CPU_DEVICES_VARIABLE
-from ..console import live_progress_on, validation_line
+from ..console import live_progress_on
 from ..data.batching import batch_indices, batches_per_epoch, pair_lengths
 from ..data.pairs import PairData
 from ..data.tasks import CNSD, FILES, Task, get_task
 from ..errors import ConfigError, NonFiniteLossError
 from ..evaluation import mean_over_tasks, pair_retrieval, task_metrics
 from ..inference.vectors import l2_normalize, row_cosines
-from ..io import atomic_path, read_json, write_json
+from ..io import read_json, write_json
 from ..losses.registry import get_loss, keras3_losses
 from ..models.families import get_architecture
 from ..models.kinds import FEATURE
 from ..models.sources import ModelSource
 from ..models.spec import ModelSpec, write_model_folder
+from ..optimizers import build_optimizer
 from ..training import run_rules
 from ..training.config import RunConfig
 from ..training.run_data import RunData, check_input_files, load_run_data, run_inputs
@@ -181,8 +189,8 @@ def pair_batches(
     An epoch's batches are the Keras 2 engine's (:func:`cosent_tf.data.batching.batch_indices`: a
     seeded shuffle of its own for every epoch, grouped by length when asked, each batch a multiple of
     ``replicas`` pairs), so that a run on either Keras with one seed sees the same batches, and a
-    resumed run the ones an uninterrupted one would. Its ``epoch`` is set by :class:`_EpochSetter`
-    before each epoch draws its batches."""
+    resumed run the ones an uninterrupted one would. Its ``epoch`` is set by
+    :class:`cosent_tf.callbacks.EpochSetter` before each epoch draws its batches."""
     lengths = pair_lengths(ids_a, ids_b)
     labels = np.asarray(labels, np.float32)
 
@@ -243,44 +251,6 @@ def cosines(encoder: Any, ids_a: list, ids_b: list) -> np.ndarray:
     return row_cosines(encode_ids(encoder, ids_a).astype(np.float64), encode_ids(encoder, ids_b).astype(np.float64))
 
 
-class _LinearWarmup:
-    """Builds the Keras 3 schedule of the Keras 2 engine's :class:`cosent_tf.optimizers.WarmupSchedule`:
-    ``peak · t / warmup`` while ``t < warmup``, then ``peak`` (constant) or linear decay to 0 at ``total``."""
-
-    @staticmethod
-    def make(keras: Any, peak: float, total: int, warmup: int, decay: str) -> Any:
-        ops = keras.ops
-
-        class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-            def __call__(self, step: Any) -> Any:
-                step = ops.cast(step, "float32")
-                factor = ops.convert_to_tensor(1.0)
-                if decay == "linear":
-                    factor = ops.maximum(0.0, (total - step) / max(1.0, total - warmup))
-                if warmup:
-                    factor = ops.where(step < warmup, step / warmup, factor)
-                return peak * factor
-
-            def get_config(self) -> dict:
-                return {}
-
-        return WarmupSchedule()
-
-
-def build_optimizer(keras: Any, cfg: RunConfig, total_steps: int, not_decayed: list) -> Any:
-    """The engine's recipe on Keras 3: Adam at ``lr``, AdamW-style decoupled weight decay (when
-    ``weight_decay`` is set) of every variable but ``not_decayed`` (the Keras 2 engine's rule,
-    :func:`cosent_tf.weight_decay.decayed`), under the warm-up / linear schedule when asked for."""
-    assert cfg.lr is not None and cfg.schedule is not None, "a resolved RunConfig"
-    rate: Any = cfg.lr
-    if cfg.warmup or cfg.schedule != "constant":
-        rate = _LinearWarmup.make(keras, cfg.lr, total_steps, round((cfg.warmup or 0.0) * total_steps), cfg.schedule)
-    optimizer = keras.optimizers.Adam(rate, weight_decay=cfg.weight_decay or None)
-    if cfg.weight_decay:
-        optimizer.exclude_from_weight_decay(var_list=list(not_decayed))
-    return optimizer
-
-
 def build_loss(cfg: RunConfig, task: Task) -> Any:
     """The run's feature loss from :mod:`cosent_tf.keras3.losses`, made by its row of the loss table."""
     from . import losses
@@ -313,7 +283,15 @@ def compiled_encoder(keras: Any, cfg: RunConfig, backbone: Any, task: Task, tota
     assert cfg.pooling is not None, "the run's pooling is resolved before the encoder is built"
     encoder = build_encoder(backbone, pooling=cfg.pooling)
     loss = build_loss(cfg, task)
-    optimizer = build_optimizer(keras, cfg, total_steps, not_decayed_variables(encoder, backbone))
+    assert cfg.lr is not None and cfg.schedule is not None, "a resolved RunConfig"
+    optimizer = build_optimizer(
+        cfg.lr,
+        total_steps,
+        cfg.weight_decay or 0.0,
+        cfg.warmup or 0.0,
+        cfg.schedule,
+        not_decayed=not_decayed_variables(encoder, backbone),
+    )
     encoder.compile(optimizer=optimizer, loss=loss)
     return encoder
 
@@ -344,55 +322,16 @@ def _strategy(cfg: RunConfig) -> Any:
 # -- the run ------------------------------------------------------------------------------------------
 
 
-class _EpochSetter:
-    """Callback factory: tells the batches which epoch is starting (the resumed one too)."""
-
-    @staticmethod
-    def make(keras: Any, batches: Any) -> Any:
-        class EpochSetter(keras.callbacks.Callback):
-            def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
-                batches.epoch = epoch
-
-        return EpochSetter()
-
-
-def _validation(keras: Any, evaluate: Callable[[], dict], folder: str) -> Any:
-    """A callback that measures valid after every epoch (``evaluate``: metric name -> value, Spearman
-    picking the best epoch), logs the Keras 2 engine's line of it, keeps the best epoch's weights in
-    ``folder``/best.weights.h5 and its record in validation.json (read back by a resumed run).
-
-    The weights are written to a temporary file beside their place and moved there whole, and the
-    record after them: a run killed while saving keeps the earlier best weights, never a torn file."""
-    weights_path, state_path = (
-        os.path.join(folder, run_rules.BEST_WEIGHTS),
-        os.path.join(folder, run_rules.VALIDATION_STATE),
-    )
-
-    class Validation(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.state: dict = {"best_epoch": None, "best": None, "history": []}
-            if os.path.exists(state_path):
-                self.state = read_json(state_path, "the run's validation record")
-
-        def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-            metrics = evaluate()
-            value = metrics["spearman"]
-            loss = (logs or {}).get("loss")
-            if loss is not None and not math.isfinite(float(loss)):
-                raise NonFiniteLossError(f"the training loss is {loss} at epoch {epoch + 1}: lower --lr")
-            step = int(np.asarray(self.model.optimizer.iterations))
-            self.state["history"].append(
-                {"epoch": epoch + 1, "step": step, "end_of_epoch": True, **metrics, "loss": loss}
-            )
-            if math.isfinite(value) and (self.state["best"] is None or value > self.state["best"]):
-                with atomic_path(weights_path) as tmp:  # keeps the .weights.h5 ending Keras reads the format from
-                    self.model.save_weights(tmp)
-                self.state.update(best=value, best_epoch=epoch + 1)
-            write_json(state_path, self.state)
-            logger.info("%s", validation_line(epoch + 1, metrics, self.state["best"], self.state["best_epoch"]))
-
-    return Validation()
+def _adopt_validation_record(folder: str) -> None:
+    """An unfinished run of an earlier Keras 3 trainer kept its validations in ``validation.json``
+    (VALIDATION_STATE): they become the rows of ``valid_metrics.csv``, which the run resumes from as
+    the Keras 2 engine's does (the rows' training loss, which that file does not hold, left out)."""
+    old, new = os.path.join(folder, run_rules.VALIDATION_STATE), os.path.join(folder, run_rules.VALID_METRICS)
+    if not os.path.exists(old) or os.path.exists(new):
+        return
+    record = read_json(old, "the run's validation record")
+    write_history(new, [{key: value for key, value in row.items() if key != "loss"} for row in record["history"]])
+    os.remove(old)
 
 
 def train(
@@ -519,29 +458,42 @@ def _train(
         def evaluate_valid() -> dict:
             return task_metrics(cosines(encoder, *ids["valid"]), valid.labels)
 
-        validation = _validation(keras, evaluate_valid, output_dir)
-        backup = keras.callbacks.BackupAndRestore(
-            os.path.join(output_dir, run_rules.BACKUP), save_freq=cfg.backup_every or "epoch", delete_checkpoint=False
-        )
-        fit_callbacks = [_EpochSetter.make(keras, batches), validation, backup, *callbacks]
         # A bar redrawn in place only where Keras writes to a terminal (cosent-tf train: stderr), a
         # line an epoch elsewhere; the bar's logger first, so that it ends its line before validation speaks.
         progress_bar = live_progress_on(sys.stdout)
-        if progress_bar:
-            fit_callbacks.insert(0, keras.callbacks.ProgbarLogger())
-        encoder.fit(
-            fit_input(keras, batches),
-            epochs=epochs,
-            steps_per_epoch=cfg.steps_per_epoch,
-            callbacks=fit_callbacks,
-            verbose=1 if progress_bar else 2,
-            shuffle=False,
+        _adopt_validation_record(output_dir)
+        best_weights = os.path.join(output_dir, run_rules.BEST_WEIGHTS)
+        validation = ValidationCheckpoint(
+            lambda _: evaluate_valid(),
+            best_weights,
+            csv_path=os.path.join(output_dir, run_rules.VALID_METRICS),
+            progress_bar=progress_bar,
         )
-        state = validation.state
-        if state["best_epoch"] is None:
+        backup = StepBackup(os.path.join(output_dir, run_rules.BACKUP))
+        guard = StopOnNonFiniteLoss(
+            kept=[
+                ("the best weights so far", best_weights),
+                ("the last saved training state", backup.backup_dir),
+            ],
+            advice="Lower --lr and run the command again; it resumes from the saved state.",
+        )
+        shown, verbose = epoch_progress(progress_bar)
+        # the backup after validation: an epoch's state is saved after its validation
+        fit_callbacks = [*shown, EpochSetter(batches), guard, validation, backup, *callbacks]
+        try:
+            encoder.fit(
+                fit_input(keras, batches),
+                epochs=epochs,
+                steps_per_epoch=cfg.steps_per_epoch,
+                callbacks=fit_callbacks,
+                verbose=verbose,
+                shuffle=False,
+            )
+        finally:
+            backup.restore_signal_handlers()
+        if validation.best_epoch is None:
             raise NonFiniteLossError("validation never gave a finite Spearman: the model diverged; nothing was saved")
-        steps = int(np.asarray(encoder.optimizer.iterations))  # before the best weights (and their step) return
-        encoder.load_weights(os.path.join(output_dir, run_rules.BEST_WEIGHTS))
+        steps = validation.steps_done  # the model holds the best epoch's weights now
         logger.info("training done; scoring valid and test with the best weights")
 
         def unit_vectors(texts: Sequence[str]) -> np.ndarray:
@@ -556,7 +508,8 @@ def _train(
             FEATURE.scored_by,
         )
         title = f"{cfg.kind} {cfg.loss} on {cfg.task}"
-        plot_valid_curve(state["history"], os.path.join(output_dir, run_rules.VALID_CURVE), title)
+        plot_valid_curve(validation.history, os.path.join(output_dir, run_rules.VALID_CURVE), title)
+        test = mean_over_tasks({name: results["test"] for name, results in per_task.items()})
         metrics = {
             "task": cfg.task,
             "kind": cfg.kind,
@@ -564,9 +517,9 @@ def _train(
             "architecture": cfg.architecture,
             "keras": 3,
             "backend": backend,
-            "best_epoch": state["best_epoch"],
+            "best_epoch": validation.best_epoch,
             "best_metric": "spearman",  # the one this route picks by (resolve refuses another)
-            "best_valid": state["best"],
+            "best_valid": validation.best,
             "steps": steps,
             "train_pairs": len(data.train),
             "replicas": replicas,
@@ -574,13 +527,13 @@ def _train(
             "random_weights": random_weights,
             "notes": data.notes,
             "valid": mean_over_tasks({name: results["valid"] for name, results in per_task.items()}),
-            "test": mean_over_tasks({name: results["test"] for name, results in per_task.items()}),
+            "test": test,
             "tasks": per_task,
-            "history": state["history"],
+            "history": validation.history,
             "wall_seconds": round(time.time() - started, 1),
         }
         origin = {
-            **model_origin(cfg, random_weights, state["best_epoch"], metrics["test"]),
+            **model_origin(cfg, random_weights, validation.best_epoch, test),
             "keras": keras.__version__,
             "backend": backend,
             "precision": cfg.precision,
