@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 import numpy as np
@@ -54,6 +54,19 @@ def output_kinds() -> tuple:
     return MODEL_FOLDER, VectorIndex.FOLDER, SAVED_MODEL, ONNX_FOLDER, HF_FOLDER, RUN_FOLDER
 
 
+@contextlib.contextmanager
+def _stopped_by_signal() -> Iterator[None]:
+    """A run stopped by SIGTERM or SIGINT (either Keras's): its message, and SystemExit(128 + the signal)."""
+    try:
+        yield
+    except TrainingInterrupted as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + stopped.signal_number) from None
+    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
+        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGINT) from None
+
+
 def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) -> dict:
     """Train ``cfg`` and print the final metrics as JSON, the only line on stdout.
 
@@ -83,7 +96,8 @@ def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) ->
         # here; cosent_tf.keras3 refuses by name a process where it does.
         from ..keras3.training import run_training as run_on_keras3
 
-        return run_on_keras3(cfg, overwrite, print_config)
+        with _stopped_by_signal():
+            return run_on_keras3(cfg, overwrite, print_config)
     if print_config:
         settings = dataclasses.asdict(cfg.resolved())
         print(json_text(settings, indent=2, ensure_ascii=False))
@@ -91,15 +105,8 @@ def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) ->
     from ..training import engine
     from ..training.run_results import printed_results
 
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
-            metrics = engine.train(cfg, overwrite)
-    except TrainingInterrupted as stopped:
-        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
-        raise SystemExit(128 + stopped.signal_number) from None
-    except KeyboardInterrupt:  # outside fit (reading data, testing): what is on disk is complete
-        print("stopped: SIGINT received; run the same command again to carry on", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signal.SIGINT) from None
+    with _stopped_by_signal(), contextlib.redirect_stdout(sys.stderr):  # Keras's epoch lines and progress bar too
+        metrics = engine.train(cfg, overwrite)
     if "worker" in metrics:  # a multi-worker run's other worker: the chief has the results
         print(json_text(metrics))
     else:

@@ -66,8 +66,9 @@ from .runtime import backend_name, checked_keras, imported_quietly, keras_hub_ba
 logger = logging.getLogger(__name__)
 
 # A run's output folder is the Keras 2 engine's kind (cosent_tf.training.run_rules: its marker,
-# lock, fingerprints of the inputs, and the outputs --overwrite may remove); its best weights
-# (BEST_WEIGHTS) are Keras 3's own file, and VALIDATION_STATE keeps every validation for a resumed run.
+# lock, fingerprints of the inputs, and the outputs --overwrite may remove), its validations the
+# Keras 2 engine's too (VALID_METRICS, cosent_tf.callbacks.ValidationCheckpoint); its best weights
+# (BEST_WEIGHTS) are Keras 3's own file.
 
 
 def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:

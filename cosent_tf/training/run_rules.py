@@ -46,7 +46,7 @@ MODEL = RUN_MODEL_FOLDER  # the best model as a model folder, with the threshold
 METRICS = "metrics.json"  # the final metrics; its presence makes the run finished
 BACKUP = "backup"  # the training state while the run is unfinished, removed last
 LOCK = ".lock"  # held while a run writes to the folder
-VALIDATION_STATE = "validation.json"  # the Keras 3 trainer's validations and best epoch, read on resuming
+VALIDATION_STATE = "validation.json"  # an earlier Keras 3 trainer's validations, turned into VALID_METRICS on resuming
 RUN_OUTPUTS = (
     RUN_MARKER,
     RUN_CONFIG,

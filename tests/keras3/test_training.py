@@ -274,6 +274,88 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_
         train(cfg)
 
 
+def test_an_unfinished_run_of_the_earlier_keras3_trainer_resumes_from_its_validation_record(tiny_run):
+    """The Keras 3 trainer kept its validations in validation.json before it shared the Keras 2
+    engine's valid_metrics.csv: a run it left unfinished resumes with its first epoch's validation."""
+    import keras
+
+    from cosent_tf.io import read_history, write_json
+
+    cfg, _ = tiny_run
+
+    class StopAtSecondEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                raise _Interrupted()
+
+    with pytest.raises(_Interrupted):
+        train(cfg, callbacks=[StopAtSecondEpoch()])
+    csv_path, record_path = (os.path.join(cfg.output_dir, name) for name in ("valid_metrics.csv", "validation.json"))
+    (first,) = read_history(csv_path)
+    # the earlier trainer's record of that epoch, in place of the file it did not write
+    write_json(record_path, {"best_epoch": 1, "best": first["spearman"], "history": [{**first, "loss": 0.25}]})
+    os.remove(csv_path)
+
+    resumed = train(cfg)
+
+    assert [row["epoch"] for row in resumed["history"]] == [1, 2]
+    assert resumed["history"][0] == first
+    ends = [row["spearman"] for row in resumed["history"]]
+    assert (resumed["best_epoch"], resumed["best_valid"]) == (1 + int(np.argmax(ends)), max(ends))
+    assert not os.path.exists(record_path) and read_history(csv_path) == resumed["history"]
+
+
+def test_sigterm_stops_the_run_at_once_naming_what_is_kept_and_it_resumes_from_the_last_epoch_end(tiny_run):
+    import signal
+
+    import keras
+
+    from cosent_tf.errors import TrainingInterrupted
+
+    cfg, _ = tiny_run
+
+    class TerminatedInSecondEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if (self.epoch, batch) == (1, 1):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    backup = os.path.join(cfg.output_dir, "backup")
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted) as stopped:
+        train(cfg, callbacks=[TerminatedInSecondEpoch()])
+    assert str(stopped.value) == (
+        f"SIGTERM received: training stopped after step 8; the state of the last epoch's end is in {backup}; "
+        "run the same command again to resume from there"
+    )
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+    resumed = train(cfg)
+
+    assert [(row["epoch"], row["step"]) for row in resumed["history"]] == [(1, 6), (2, 12)]
+    assert resumed["steps"] == 12
+
+
+@pytest.mark.backends("tensorflow")  # the command's handling, before and after any backend's work
+def test_the_command_stopped_by_a_signal_says_so_and_exits_as_the_keras2_engines_does(monkeypatch, capsys):
+    import signal
+
+    from cosent_tf.errors import TrainingInterrupted
+    from cosent_tf.experiments import scripts
+    from cosent_tf.keras3 import training
+
+    def stopped(*args):
+        raise TrainingInterrupted(signal.SIGTERM, "SIGTERM received: training stopped after step 8; ...")
+
+    monkeypatch.setattr(training, "run_training", stopped)
+    with pytest.raises(SystemExit) as exited:
+        scripts.run_training(RunConfig(task="tiny", keras=3), overwrite=False)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == "stopped: SIGTERM received: training stopped after step 8; ...\n"
+
+
 def test_on_a_terminal_a_progress_bar_is_redrawn_and_each_validation_line_starts_a_line_of_its_own(
     tiny_run, monkeypatch
 ):
