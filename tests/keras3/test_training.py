@@ -228,91 +228,20 @@ def _spearman(vectors, labels):
     return stats.spearmanr(cosines, labels).correlation
 
 
-class _Interrupted(Exception):
-    pass
-
-
 def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_run, tmp_path):
-    import keras
-
-    from cosent_tf.keras3.backbones import google_arrays, load_backbone
-
-    cfg, _ = tiny_run
-    whole = train(RunConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "whole")}))
-
-    class StopAtSecondEpoch(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1:
-                raise _Interrupted()
-
-    with pytest.raises(_Interrupted):
-        train(cfg, callbacks=[StopAtSecondEpoch()])
-    assert os.listdir(os.path.join(cfg.output_dir, "backup"))
-    assert not os.path.exists(os.path.join(cfg.output_dir, "metrics.json"))
-    assert os.path.exists(os.path.join(cfg.output_dir, ".cosent-run"))  # the Keras 2 engine's run marker
-    with open(cfg.train_file, encoding="utf-8") as f:
-        original = f.read()
-    with open(cfg.train_file, "a", encoding="utf-8") as f:
-        f.write("我\t你\t1\n")
-    with pytest.raises(Exception, match="input files differ now"):  # its fingerprint in the marker
-        train(cfg)
-    with open(cfg.train_file, "w", encoding="utf-8") as f:
-        f.write(original)
-    resumed = train(cfg)
-
-    assert [row["epoch"] for row in resumed["history"]] == [1, 2]
-    assert resumed["steps"] == whole["steps"]
-    assert resumed["valid"]["spearman"] == pytest.approx(whole["valid"]["spearman"], abs=1e-6)
-    loaded = [load_backbone(os.path.join(folder, "model")) for folder in (cfg.output_dir, str(tmp_path / "whole"))]
-    assert all(one.has_pooler for one in loaded)  # the start folder's, kept
-    arrays = [google_arrays(one.backbone) for one in loaded]
-    assert arrays[0].keys() == arrays[1].keys()
-    for name in arrays[0]:
-        np.testing.assert_allclose(arrays[0][name], arrays[1][name], atol=1e-6, err_msg=name)
-
-    with pytest.raises(Exception, match="holds a finished run"):
-        train(cfg)
-
-
-def test_an_unfinished_run_of_the_earlier_keras3_trainer_resumes_from_its_validation_record(tiny_run):
-    """The Keras 3 trainer kept its validations in validation.json before it shared the Keras 2
-    engine's valid_metrics.csv: a run it left unfinished resumes with its first epoch's validation."""
-    import keras
-
-    from cosent_tf.io import read_history, write_json
-
-    cfg, _ = tiny_run
-
-    class StopAtSecondEpoch(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1:
-                raise _Interrupted()
-
-    with pytest.raises(_Interrupted):
-        train(cfg, callbacks=[StopAtSecondEpoch()])
-    csv_path, record_path = (os.path.join(cfg.output_dir, name) for name in ("valid_metrics.csv", "validation.json"))
-    (first,) = read_history(csv_path)
-    # the earlier trainer's record of that epoch, in place of the file it did not write
-    write_json(record_path, {"best_epoch": 1, "best": first["spearman"], "history": [{**first, "loss": 0.25}]})
-    os.remove(csv_path)
-
-    resumed = train(cfg)
-
-    assert [row["epoch"] for row in resumed["history"]] == [1, 2]
-    assert resumed["history"][0] == first
-    ends = [row["spearman"] for row in resumed["history"]]
-    assert (resumed["best_epoch"], resumed["best_valid"]) == (1 + int(np.argmax(ends)), max(ends))
-    assert not os.path.exists(record_path) and read_history(csv_path) == resumed["history"]
-
-
-def test_sigterm_stops_the_run_at_once_naming_what_is_kept_and_it_resumes_from_the_last_epoch_end(tiny_run):
+    """SIGTERM within the second epoch stops the run at once, saying what it kept; run again, it resumes
+    from the first epoch's end to the weights of an uninterrupted run, from the record of the
+    validations that an earlier Keras 3 trainer kept (validation.json, since valid_metrics.csv) too."""
     import signal
 
     import keras
 
     from cosent_tf.errors import TrainingInterrupted
+    from cosent_tf.io import read_history, write_json
+    from cosent_tf.keras3.backbones import google_arrays, load_backbone
 
     cfg, _ = tiny_run
+    whole = train(RunConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "whole")}))
 
     class TerminatedInSecondEpoch(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -331,11 +260,38 @@ def test_sigterm_stops_the_run_at_once_naming_what_is_kept_and_it_resumes_from_t
         "run the same command again to resume from there"
     )
     assert signal.getsignal(signal.SIGTERM) is handler
-
+    assert os.listdir(backup)
+    assert not os.path.exists(os.path.join(cfg.output_dir, "metrics.json"))
+    assert os.path.exists(os.path.join(cfg.output_dir, ".cosent-run"))  # the Keras 2 engine's run marker
+    with open(cfg.train_file, encoding="utf-8") as f:
+        original = f.read()
+    with open(cfg.train_file, "a", encoding="utf-8") as f:
+        f.write("我\t你\t1\n")
+    with pytest.raises(Exception, match="input files differ now"):  # its fingerprint in the marker
+        train(cfg)
+    with open(cfg.train_file, "w", encoding="utf-8") as f:
+        f.write(original)
+    csv_path, record_path = (os.path.join(cfg.output_dir, name) for name in ("valid_metrics.csv", "validation.json"))
+    (first,) = read_history(csv_path)
+    # the earlier trainer's record of that epoch, in place of the file it did not write
+    write_json(record_path, {"best_epoch": 1, "best": first["spearman"], "history": [{**first, "loss": 0.25}]})
+    os.remove(csv_path)
     resumed = train(cfg)
 
     assert [(row["epoch"], row["step"]) for row in resumed["history"]] == [(1, 6), (2, 12)]
-    assert resumed["steps"] == 12
+    assert resumed["history"][0] == first and read_history(csv_path) == resumed["history"]
+    assert not os.path.exists(record_path)
+    assert (resumed["steps"], resumed["best_epoch"]) == (whole["steps"], whole["best_epoch"])
+    assert resumed["valid"]["spearman"] == pytest.approx(whole["valid"]["spearman"], abs=1e-6)
+    loaded = [load_backbone(os.path.join(folder, "model")) for folder in (cfg.output_dir, str(tmp_path / "whole"))]
+    assert all(one.has_pooler for one in loaded)  # the start folder's, kept
+    arrays = [google_arrays(one.backbone) for one in loaded]
+    assert arrays[0].keys() == arrays[1].keys()
+    for name in arrays[0]:
+        np.testing.assert_allclose(arrays[0][name], arrays[1][name], atol=1e-6, err_msg=name)
+
+    with pytest.raises(Exception, match="holds a finished run"):
+        train(cfg)
 
 
 @pytest.mark.backends("tensorflow")  # the command's handling, before and after any backend's work
