@@ -253,11 +253,8 @@ def cosines(encoder: Any, ids_a: list, ids_b: list) -> np.ndarray:
 
 
 def build_loss(cfg: RunConfig, task: Task) -> Any:
-    """The run's feature loss from :mod:`cosent_tf.keras3.losses`, made by its row of the loss table."""
-    from . import losses
-
-    return get_loss(cfg.kind, cfg.loss).make(
-        losses,
+    """The run's feature loss, made by its row of the loss table on this process's Keras 3."""
+    return get_loss(cfg.kind, cfg.loss).build(
         scale=cfg.scale,
         epsilon=cfg.epsilon,
         max_label=task.max_label,
