@@ -20,11 +20,23 @@ _UMASK = pytest.StashKey[int]()
 collect_ignore = ["keras3"]
 
 
+def pytest_collection_modifyitems(config, items):
+    elsewhere = [
+        item for item in items if (marker := item.get_closest_marker("backends")) and "tensorflow" not in marker.args
+    ]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
+
+
 def pytest_collection_finish(session):
     workers.collect_garbage_less_often()
 
 
 def pytest_configure(config):
+    # the tests written once over both Kerases (tests/backend_maths.py) name what only TensorFlow
+    # does; this suite's Keras 2 runs on TensorFlow alone, so every such test runs here
+    config.addinivalue_line("markers", "backends(*names): runs only on these backends (Keras 2: tensorflow)")
     # The usual umask of a server's machine, whatever the developer's: the outputs the suite
     # writes (the zoo, tests/zoo.py) are checked readable by others under it.
     config.stash[_UMASK] = os.umask(0o022)
