@@ -10,7 +10,7 @@ and JAX backends.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -20,7 +20,17 @@ BACKEND = keras.backend.backend()  # "tensorflow" under tf-keras
 # float64 inputs are computed in float64, except on JAX, which keeps to float32 unless told otherwise
 HAS_FLOAT64 = BACKEND != "jax"
 
-__all__ = ["BACKEND", "HAS_FLOAT64", "KERAS_MAJOR", "cast", "numpy_of", "value_and_gradient", "value_and_gradients"]
+__all__ = [
+    "BACKEND",
+    "HAS_FLOAT64",
+    "KERAS_MAJOR",
+    "bfloat16_rounded",
+    "cast",
+    "numpy_of",
+    "loss_value_and_gradient",
+    "value_and_gradient",
+    "value_and_gradients",
+]
 
 
 def numpy_of(x: Any) -> np.ndarray:
@@ -40,6 +50,22 @@ def value_and_gradient(function: Callable[[Any], Any], x: Any, dtype: str = "flo
     ``dtype``; the gradient comes back in float32 where ``dtype`` is bfloat16."""
     value, (gradient,), _ = value_and_gradients(lambda inputs: (function(inputs[0]), None), [x], dtype)
     return value, gradient
+
+
+def loss_value_and_gradient(
+    loss: Callable[[Any, Any], Any], y_true: Any, y_pred: Any, dtype: Optional[str] = None
+) -> tuple[float, np.ndarray]:
+    """``loss(y_true, y_pred)`` and its gradient with respect to ``y_pred``, computed from ``y_pred``
+    in ``dtype``: by default float64 where ``y_pred`` is (and the backend has it), else float32."""
+    if dtype is None:
+        dtype = "float64" if np.asarray(y_pred).dtype == np.float64 else "float32"
+    return value_and_gradient(lambda x: loss(y_true, x), y_pred, dtype)
+
+
+def bfloat16_rounded(x: Any) -> np.ndarray:
+    """``x`` rounded to bfloat16 on this backend, as float64: what a loss computing a bfloat16 input
+    in float32 sees."""
+    return numpy_of(cast(cast(np.asarray(x, np.float32), "bfloat16"), "float32")).astype(np.float64)
 
 
 def value_and_gradients(

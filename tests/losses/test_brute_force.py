@@ -2,7 +2,7 @@
 and gradients against float64 NumPy brute forces, ties and all-equal labels, odd rows and bad options
 refused, serialisation round trips, and model.fit learning with each feature loss.
 
-Written once: the Keras 2 suite collects it here, tests/keras3/test_losses.py imports it for the
+Written once: the Keras 2 suite collects it here, tests/keras3/losses/test_brute_force.py imports it for the
 Keras 3 suite (TensorFlow and JAX)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from cosent_tf import losses
 from cosent_tf.process_keras import keras
-from tests.backend_maths import numpy_of, value_and_gradient
+from tests.backend_maths import cast, numpy_of, value_and_gradient
 
 ALL_DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 
@@ -31,15 +31,22 @@ def pair_cosines(vectors):
     return [cosine(vectors[k], vectors[k + 1]) for k in range(0, len(vectors), 2)]
 
 
+def log_sum_exp(values):
+    peak = max(values)
+    return peak + math.log(sum(math.exp(value - peak) for value in values))
+
+
 def ranking(scores, labels):
-    """log(1 + sum over label_i > label_j of exp(score_j - score_i)), one pair of pairs at a time."""
-    terms = [
-        math.exp(scores[j] - scores[i]) for i in range(len(scores)) for j in range(len(scores)) if labels[i] > labels[j]
+    """log(1 + sum over label_i > label_j of exp(score_j - score_i)), one pair of pairs at a time (by
+    log-sum-exp, so that a large scale does not overflow)."""
+    terms = [0.0] + [
+        scores[j] - scores[i] for i in range(len(scores)) for j in range(len(scores)) if labels[i] > labels[j]
     ]
-    return math.log1p(sum(terms))
+    return log_sum_exp(terms)
 
 
 def brute_cosent(y, v, scale=20.0):
+    y = np.asarray(y, np.float64).reshape(-1)
     return ranking([scale * c for c in pair_cosines(v)], list(y[::2]))
 
 
@@ -69,11 +76,6 @@ def brute_mse(y, v, max_label=1.0):
 def brute_contrastive(y, v, epsilon=0.5, positive_above=0.5):
     terms = [1 - c if label > positive_above else max(c - epsilon, 0.0) for c, label in zip(pair_cosines(v), y[::2])]
     return float(np.mean(terms))
-
-
-def log_sum_exp(values):
-    peak = max(values)
-    return peak + math.log(sum(math.exp(value - peak) for value in values))
 
 
 def brute_mnrl(v, group_size=2, scale=20.0, directions=("query_to_doc",), partition_mode="joint"):
@@ -279,6 +281,15 @@ def test_the_head_is_log_softmax_of_a_dense_layer_on_u_v_and_their_distance():
     assert log_probabilities.dtype == np.float32 and head.classifier.name == "classifier"
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_bfloat16_batch_gives_a_float32_loss(name):
+    """What a model under mixed_bfloat16 feeds a loss; the value and gradient on it: each loss's module."""
+    class_name, options, _ = CASES[name]
+    y, v = pair_batch(len(name), 4, 6)
+    value = numpy_of(built_loss(class_name, options)(y.astype(np.float32), cast(v, "bfloat16")))
+    assert value.dtype == np.float32 and np.isfinite(value)
+
+
 @pytest.mark.parametrize("class_name", ["CoSENTLoss", "AnglELoss", "InteractionCoSENTLoss"])
 def test_a_batch_whose_labels_are_all_equal_has_loss_and_gradient_zero(class_name):
     y, v = pair_batch(0, 4, 5, labels="equal")
@@ -318,6 +329,33 @@ def test_the_losses_run_in_a_graph_with_an_unknown_batch_size():
     np.testing.assert_allclose(gradient.numpy(), eager_gradient, rtol=1e-5, atol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError, match="even number of rows"):
         traced(tf.zeros(5), tf.ones((5, 6)))
+
+
+@pytest.mark.backends("tensorflow")
+@pytest.mark.parametrize(
+    "name, rows, message",
+    [
+        ("cosent", 5, "even number of rows"),
+        ("angle", 3, "even number of rows"),
+        ("mnrl-groups-of-3", 7, "group_size=3"),
+    ],
+)
+def test_rows_that_are_not_whole_pairs_or_groups_are_refused_in_a_graph_with_an_unknown_batch_size(name, rows, message):
+    import tensorflow as tf
+
+    loss = {
+        "cosent": losses.CoSENTLoss(),
+        "angle": losses.AnglELoss(),
+        "mnrl-groups-of-3": losses.MultipleNegativesRankingLoss(group_size=3),
+    }[name]
+
+    @tf.function(input_signature=[tf.TensorSpec([None]), tf.TensorSpec([None, 4])])
+    def unknown_batch(y_true, y_pred):
+        return loss(y_true, y_pred)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        unknown_batch(tf.zeros(rows), tf.ones((rows, 4)))
+    assert math.isfinite(float(unknown_batch(tf.zeros(6), tf.ones((6, 4)))))
 
 
 # ---------------------------------------------------------------- serialisation and bad options

@@ -1,8 +1,10 @@
+"""ThresholdContrastiveLoss against NumPy, on this process's Keras: collected by the Keras 2 suite here
+and by the Keras 3 suite through tests/keras3/losses/ (a module of the same name)."""
+
 import numpy as np
 import pytest
 
-from cosent_tf import ThresholdContrastiveLoss
-from tests.harness import run_keras_object_test
+from cosent_tf.losses import ThresholdContrastiveLoss
 
 
 @pytest.mark.parametrize("epsilon", [-1.0, 0.0, 0.9])
@@ -29,9 +31,3 @@ def test_scores_binarised():
     assert float(ThresholdContrastiveLoss(0.5, positive_above=2.5)(np.array([4, 4]), vectors)) == pytest.approx(
         0.0, abs=1e-6
     )
-
-
-def test_keras_contract():
-    vectors = np.random.default_rng(2).normal(size=(8, 3)).astype(np.float32)
-    labels = np.repeat([4, 1, 3, 0.0], 2)
-    run_keras_object_test(ThresholdContrastiveLoss, {"epsilon": -1.0, "positive_above": 2.5}, vectors, y_true=labels)

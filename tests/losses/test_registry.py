@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from cosent_tf import ConfigError
-from cosent_tf.backend import keras
 from cosent_tf.losses import (
     LOSSES,
     AnglELoss,
@@ -14,6 +13,7 @@ from cosent_tf.losses import (
     get_loss,
     loss_names,
 )
+from cosent_tf.process_keras import keras
 
 OPTIONS = dict(scale=7.0, epsilon=0.3, max_label=5.0, positive_above=2.5)
 

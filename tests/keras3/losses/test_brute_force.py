@@ -1,5 +1,5 @@
 """The losses on Keras 3 (this process's backend): the body written once over both Kerases
-(tests/losses/test_brute_force.py and the modules it names), and what only Keras 3 checks: the
+(tests/losses/test_brute_force.py), and what only Keras 3 checks: the
 same values and gradients as the Keras 2 classes, from one Keras 2 subprocess."""
 
 from __future__ import annotations
@@ -14,6 +14,15 @@ from tests.backend_maths import value_and_gradient
 from tests.keras3.support import run_keras2
 from tests.losses.test_brute_force import *  # noqa: F403  (the tests written once, collected here too)
 from tests.losses.test_brute_force import CASES, MATRYOSHKA, MNRL_VARIANTS, built_loss, pair_batch
+
+
+def test_a_batch_loss_refuses_per_example_weights():
+    """One value for the batch cannot be weighted per example (Keras would also divide it by the
+    replicas a second time). Keras 3 only: tf-keras's Loss takes the weights as it is."""
+    y, v = pair_batch(0, 4, 5)
+    with pytest.raises(ValueError, match="CoSENTLoss gives one value for the whole batch"):
+        losses.CoSENTLoss()(y.astype(np.float32), v.astype(np.float32), sample_weight=np.ones(8, np.float32))
+
 
 PARITY_CASES = {
     **{name: (class_name, options) for name, (class_name, options, _) in CASES.items()},

@@ -1,0 +1,3 @@
+"""tests/losses/test_angle.py, written once over both Kerases, on Keras 3 (this process's backend)."""
+
+from tests.losses.test_angle import *  # noqa: F403  (its tests and fixtures, collected here)
