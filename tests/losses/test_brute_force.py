@@ -417,21 +417,6 @@ def test_the_head_refuses_an_odd_batch():
         losses.SentenceBertHead(2)(np.ones((3, 4), np.float32))
 
 
-@pytest.mark.parametrize(
-    "options, message",
-    [
-        (dict(group_size=1), "group_size must be an integer of at least 2"),
-        (dict(group_size=2.5), "group_size must be an integer of at least 2"),
-        (dict(directions=("query_to_doc", "doc_to_answer")), "unknown direction.*doc_to_answer"),
-        (dict(directions=("doc_to_query",)), "must include 'query_to_doc'"),
-        (dict(directions=ALL_DIRECTIONS, partition_mode="per_direction"), "use partition_mode='joint'"),
-    ],
-)
-def test_bad_mnrl_options_are_refused_when_built(options, message):
-    with pytest.raises(ValueError, match=message):
-        losses.MultipleNegativesRankingLoss(**options)
-
-
 def test_rows_that_are_not_whole_groups_are_refused_naming_group_size():
     with pytest.raises(ValueError, match="group_size=3 .* it has 7 rows, a number that is not a multiple of 3"):
         losses.MultipleNegativesRankingLoss(group_size=3)(np.zeros(7), np.ones((7, 4), np.float32))

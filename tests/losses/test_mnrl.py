@@ -18,7 +18,6 @@ import pytest
 
 from cosent_tf.losses import MultipleNegativesRankingLoss
 from cosent_tf.losses.mnrl import multiple_negatives_ranking_loss
-from cosent_tf.process_keras import keras
 from tests.backend_maths import HAS_FLOAT64, bfloat16_rounded
 from tests.backend_maths import loss_value_and_gradient as value_and_gradient
 from tests.losses.test_brute_force import brute_mnrl as brute_force_mnrl
@@ -109,20 +108,6 @@ def test_values_and_gradients_equal_sentence_transformers(case, reference):
     assert expected_value > 0.1 and np.abs(expected_gradient).max() > 0.01
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("group_size", [2, 3, 5])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_matches_brute_force(variant, group_size, seed):
-    rng = np.random.default_rng(seed)
-    examples = int(rng.integers(1, 7))
-    vectors = rng.normal(size=(examples * group_size, 6)).astype(np.float32)
-    directions, partition_mode = VARIANTS[variant]
-    scale = float(rng.uniform(1, 30))
-    actual = float(multiple_negatives_ranking_loss(None, vectors, scale, group_size, directions, partition_mode))
-    expected = brute_force_mnrl(vectors, group_size, scale, directions, partition_mode)
-    assert actual == pytest.approx(expected, rel=1e-5, abs=1e-5)
-
-
 def test_hand_computed_two_pairs():
     # anchor 0 = (1, 0), positive 0 = (0.6, 0.8); anchor 1 = (0, 1), positive 1 = (0, 2):
     # cos(a0, p0) = 0.6, cos(a0, p1) = 0, cos(a1, p0) = 0.8, cos(a1, p1) = 1.
@@ -194,18 +179,6 @@ def test_finite_float32_in_mixed_bfloat16():
 def test_bad_options_are_refused_when_built(options, message):
     with pytest.raises(ValueError, match=message):
         MultipleNegativesRankingLoss(**options)
-
-
-def test_trains_in_model_fit():
-    # (anchor, positive) rows through a shared Dense encoder; positives are noisy copies
-    rng = np.random.default_rng(8)
-    anchors = rng.normal(size=(64, 6)).astype(np.float32)
-    positives = anchors + 0.3 * rng.normal(size=(64, 6)).astype(np.float32)
-    x = np.stack([anchors, positives], axis=1).reshape(128, 6)
-    encoder = keras.Sequential([keras.layers.Input((6,)), keras.layers.Dense(4)])
-    encoder.compile(keras.optimizers.Adam(0.02), loss=MultipleNegativesRankingLoss(scale=10.0))
-    history = encoder.fit(x, np.zeros(128), batch_size=32, epochs=15, shuffle=False, verbose=0)
-    assert history.history["loss"][-1] < 0.7 * history.history["loss"][0]
 
 
 # Two replicas and two workers against one device, for every in-batch loss: tests/losses/test_distributed.py
