@@ -63,19 +63,6 @@ def test_values_and_gradients_equal_sentence_transformers(case, reference):
     assert expected_value > 0.1 and np.abs(expected_gradient).max() > 0.01
 
 
-@pytest.mark.parametrize("kind", sorted(LABEL_KINDS))
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_matches_brute_force(kind, seed):
-    rng = np.random.default_rng(seed)
-    pairs = int(rng.integers(2, 16))
-    width = int(rng.integers(1, 9))
-    pair_labels = LABEL_KINDS[kind](rng, pairs)
-    vectors = rng.normal(size=(2 * pairs, width)).astype(np.float32)
-    scale = float(rng.uniform(1, 30))
-    actual = float(angle_loss(np.repeat(pair_labels, 2), vectors, scale))
-    assert actual == pytest.approx(brute_force_angle(pair_labels, vectors, scale), rel=1e-5, abs=1e-5)
-
-
 def test_hand_computed_two_pairs():
     # Pair 0 is (1, 0) twice: x / y = 1, score 1. Pair 1 is (1, 0) and (1, 1), read as the
     # complex numbers 1 and 1 + i: x * conj(y) / (|x| |y|) = (1 - i) / sqrt(2), score 0.

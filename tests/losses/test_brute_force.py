@@ -2,8 +2,8 @@
 and gradients against float64 NumPy brute forces, ties and all-equal labels, odd rows and bad options
 refused, serialisation round trips, and model.fit learning with each feature loss.
 
-Written once: the Keras 2 suite collects it here, tests/keras3/losses/test_brute_force.py imports it for the
-Keras 3 suite (TensorFlow and JAX)."""
+Written once: the Keras 2 suite collects it here, tests/keras3/losses/test_brute_force.py imports
+it for the Keras 3 suite (TensorFlow and JAX)."""
 
 from __future__ import annotations
 
@@ -142,6 +142,9 @@ def pair_batch(seed, pairs, width, labels="binary"):
     elif labels == "ties":
         pair_labels = rng.choice([0.0, 2.5, 5.0], pairs)
         pair_labels[:3] = (5.0, 0.0, 0.0)[:pairs]  # ordered pairs and a tie
+    elif labels == "graded":  # float scores, as STS-B's
+        pair_labels = rng.uniform(0.0, 5.0, pairs)
+        pair_labels[:2] = (4.5, 0.5)
     else:
         pair_labels = np.full(pairs, 3.0)
     vectors = rng.normal(size=(2 * pairs, width))
@@ -150,7 +153,8 @@ def pair_batch(seed, pairs, width, labels="binary"):
 
 
 # name: (Keras class name, its options, brute force (y, v), batch from (seed, labels))
-SHAPES = [(2, 4), (5, 3)]  # (pairs, width): odd widths too (AnglE pads them)
+# (pairs, width, labels): odd widths too (AnglE pads them), labels 0/1, tied grades, float scores
+BATCHES = [(2, 4, "binary"), (5, 3, "ties"), (4, 5, "graded")]
 CASES = {
     "cosent": ("CoSENTLoss", dict(scale=20.0), lambda y, v: brute_cosent(y, v, 20.0)),
     "cosent-scale-7": ("CoSENTLoss", dict(scale=7.0, global_batch=False), lambda y, v: brute_cosent(y, v, 7.0)),
@@ -211,12 +215,12 @@ def check_against_brute_force(loss, brute_force, y, v):
     return value, expected_gradient
 
 
-@pytest.mark.parametrize("labels", ["binary", "ties"])
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"{p}pairs-{w}wide" for p, w in SHAPES])
+@pytest.mark.parametrize("batch", BATCHES, ids=[f"{p}pairs-{w}wide-{labels}" for p, w, labels in BATCHES])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_pair_losses_equal_the_brute_force_in_value_and_gradient(name, shape, labels):
+def test_pair_losses_equal_the_brute_force_in_value_and_gradient(name, batch):
     class_name, options, brute_force = CASES[name]
-    y, v = pair_batch(len(name) + shape[0], *shape, labels=labels)
+    pairs, width, labels = batch
+    y, v = pair_batch(len(name) + pairs, pairs, width, labels=labels)
     value, expected_gradient = check_against_brute_force(built_loss(class_name, options), brute_force, y, v)
     assert abs(value) > 1e-3 and np.abs(expected_gradient).max() > 1e-3  # the comparison means something
 
@@ -251,7 +255,7 @@ def test_sentence_bert_softmax_equals_the_brute_force():
     probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     y = np.repeat([0.0, 2.0, 1.0, 2.0], 2)
 
-    # the Keras 3 head gives log-probabilities, which the loss reads
+    # the head gives log-probabilities (on both Kerases), which the loss reads
     def brute_log_softmax(y, log_probabilities):
         return -np.mean(log_probabilities[np.arange(len(log_probabilities)), y[::2].astype(int)])
 
@@ -281,13 +285,12 @@ def test_the_head_is_log_softmax_of_a_dense_layer_on_u_v_and_their_distance():
     assert log_probabilities.dtype == np.float32 and head.classifier.name == "classifier"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_a_bfloat16_batch_gives_a_float32_loss(name):
+def test_a_bfloat16_batch_gives_each_loss_in_float32():
     """What a model under mixed_bfloat16 feeds a loss; the value and gradient on it: each loss's module."""
-    class_name, options, _ = CASES[name]
-    y, v = pair_batch(len(name), 4, 6)
-    value = numpy_of(built_loss(class_name, options)(y.astype(np.float32), cast(v, "bfloat16")))
-    assert value.dtype == np.float32 and np.isfinite(value)
+    for name, (class_name, options, _) in CASES.items():
+        y, v = pair_batch(len(name), 4, 6)
+        value = numpy_of(built_loss(class_name, options)(y.astype(np.float32), cast(v, "bfloat16")))
+        assert value.dtype == np.float32 and np.isfinite(value), name
 
 
 @pytest.mark.parametrize("class_name", ["CoSENTLoss", "AnglELoss", "InteractionCoSENTLoss"])
@@ -307,6 +310,7 @@ def test_cosent_ibn_without_a_positive_pair_adds_nothing_for_its_in_batch_part()
     assert value == 0.0 and np.all(gradient == 0.0)
 
 
+@pytest.mark.heavy  # tracing the gradient of the three losses' graph takes seconds on tf-keras
 @pytest.mark.backends("tensorflow")
 def test_the_losses_run_in_a_graph_with_an_unknown_batch_size():
     """Under tf.function (as model.fit traces them) the batch size may be unknown: the masks and

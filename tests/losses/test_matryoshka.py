@@ -24,6 +24,7 @@ from cosent_tf.losses.matryoshka import check_dims
 from cosent_tf.training.gradient_cache import GradientCacheModel
 from tests.harness import run_keras_object_test
 from tests.losses.test_angle import brute_force_angle
+from tests.losses.test_brute_force import brute_contrastive, brute_cosent_ibn, brute_mse
 from tests.losses.test_cosent import brute_force_cosent
 from tests.losses.test_distributed import run_replica_steps, selected
 from tests.losses.test_mnrl import brute_force_mnrl, value_and_gradient
@@ -36,28 +37,9 @@ WIDTHS = {"full-and-cut": ([10, 6, 3], [1.0, 0.5, 2.0]), "cut-only": ([7, 4, 1],
 IBN = dict(cosine_w=0.3, ibn_w=2.0, angle_w=0.7, cosine_scale=15.0, ibn_scale=25.0, angle_scale=10.0)
 
 
-def cosines(vectors):
-    """The cosine of rows 2k and 2k+1 for every pair k, in float64, one pair at a time."""
-    vectors = np.asarray(vectors, np.float64)
-    return [float(np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))) for u, v in zip(vectors[::2], vectors[1::2])]
-
-
-def brute_force_mse(pair_labels, vectors, max_label):
-    return sum((c - y / max_label) ** 2 for c, y in zip(cosines(vectors), pair_labels)) / len(pair_labels)
-
-
-def brute_force_contrastive(pair_labels, vectors, epsilon, positive_above):
-    terms = [1 - c if y > positive_above else max(c - epsilon, 0.0) for c, y in zip(cosines(vectors), pair_labels)]
-    return sum(terms) / len(terms)
-
-
 def brute_force_cosent_ibn(pair_labels, vectors):
-    positive_rows = np.repeat(np.asarray(pair_labels) > 0.5, 2)
-    return (
-        IBN["cosine_w"] * brute_force_cosent(np.repeat(pair_labels, 2), vectors, IBN["cosine_scale"])
-        + IBN["angle_w"] * brute_force_angle(pair_labels, vectors, IBN["angle_scale"])
-        + IBN["ibn_w"] * brute_force_mnrl(vectors[positive_rows], 2, IBN["ibn_scale"])
-    )
+    weights = [IBN[key] for key in ("cosine_w", "ibn_w", "angle_w", "cosine_scale", "ibn_scale", "angle_scale")]
+    return brute_cosent_ibn(np.repeat(pair_labels, 2), vectors, *weights, 0.5, ("query_to_doc",))
 
 
 def pair_batch(rng, graded=False):
@@ -82,11 +64,15 @@ CASES = {
         lambda y, v: brute_force_mnrl(v, 3, 9.0, ("query_to_doc", "doc_to_query")),
     ),
     "cosent-ibn": (CoSENTIBNLoss(**IBN, positive_above=0.5), pair_batch, brute_force_cosent_ibn),
-    "mse": (CosineMSELoss(5.0), lambda rng: pair_batch(rng, graded=True), lambda y, v: brute_force_mse(y, v, 5.0)),
+    "mse": (
+        CosineMSELoss(5.0),
+        lambda rng: pair_batch(rng, graded=True),
+        lambda y, v: brute_mse(np.repeat(y, 2), v, 5.0),
+    ),
     "contrastive": (
         ThresholdContrastiveLoss(0.2, positive_above=0.5),
         pair_batch,
-        lambda y, v: brute_force_contrastive(y, v, 0.2, 0.5),
+        lambda y, v: brute_contrastive(np.repeat(y, 2), v, 0.2, 0.5),
     ),
 }
 
