@@ -33,13 +33,13 @@ LABEL_KINDS = {
 def parity_cases():
     rng = np.random.default_rng(136)
     cases, inputs = [], {}
-    for kind in sorted(LABEL_KINDS):
-        for width in (16, 9):  # an odd width is padded with a zero dimension
-            name = f"{kind}-{width}"
-            pairs = int(rng.integers(4, 12))
-            cases.append(dict(name=name, loss="angle", scale=20.0))
-            inputs[f"{name}.vectors"] = rng.normal(size=(2 * pairs, width)).astype(np.float32)
-            inputs[f"{name}.labels"] = LABEL_KINDS[kind](rng, pairs).astype(np.float32)
+    # each kind of label once, an odd width (padded with a zero dimension) among them
+    for kind, width in zip(sorted(LABEL_KINDS), (16, 9, 16)):
+        name = f"{kind}-{width}"
+        pairs = int(rng.integers(4, 12))
+        cases.append(dict(name=name, loss="angle", scale=20.0))
+        inputs[f"{name}.vectors"] = rng.normal(size=(2 * pairs, width)).astype(np.float32)
+        inputs[f"{name}.labels"] = LABEL_KINDS[kind](rng, pairs).astype(np.float32)
     return cases, inputs
 
 

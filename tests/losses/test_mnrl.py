@@ -64,24 +64,25 @@ def run_reference(folder, cases, inputs):
 def parity_cases():
     rng = np.random.default_rng(36)
     cases, inputs = [], {}
-    for group_size in (2, 3, 4):
-        for variant, (directions, partition_mode) in VARIANTS.items():
-            name = f"g{group_size}-{variant}"
-            examples = int(rng.integers(3, 9))
-            cases.append(
-                dict(
-                    name=name,
-                    loss="mnrl",
-                    scale=20.0,
-                    group_size=group_size,
-                    directions=list(directions),
-                    partition_mode=partition_mode,
-                )
+    # each variant once, each group size (2, 3 and 4: one and more hard negatives) among them; the
+    # variants' gradients against the float64 brute force: tests/losses/test_brute_force.py
+    for (variant, (directions, partition_mode)), group_size in zip(VARIANTS.items(), (2, 3, 4, 3)):
+        name = f"g{group_size}-{variant}"
+        examples = int(rng.integers(3, 9))
+        cases.append(
+            dict(
+                name=name,
+                loss="mnrl",
+                scale=20.0,
+                group_size=group_size,
+                directions=list(directions),
+                partition_mode=partition_mode,
             )
-            # near-duplicate rows make the softmax far from uniform, where errors would show
-            vectors = rng.normal(size=(examples * group_size, 16))
-            vectors[1::group_size] += 0.4 * vectors[::group_size]
-            inputs[f"{name}.vectors"] = vectors.astype(np.float32)
+        )
+        # near-duplicate rows make the softmax far from uniform, where errors would show
+        vectors = rng.normal(size=(examples * group_size, 16))
+        vectors[1::group_size] += 0.4 * vectors[::group_size]
+        inputs[f"{name}.vectors"] = vectors.astype(np.float32)
     return cases, inputs
 
 
