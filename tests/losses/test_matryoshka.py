@@ -1,6 +1,9 @@
 """MatryoshkaLoss: the weighted sum of a feature loss at several widths, against the float64 brute
-forces of the wrapped losses on the cut vectors; its gradients, weights, Keras contract and bad
-input; under two replicas and in the gradient cache it trains as the plain loss does."""
+forces of the wrapped losses on the cut vectors; its gradients, weights and bad input; under two
+replicas and in the gradient cache it trains as the plain loss does. Keras 2 only for now (the
+gradient cache and tf.distribute are the Keras 2 engine's); its Keras contract is in
+tests/losses/test_keras2_contract.py, and on both Kerases tests/losses/test_brute_force.py checks it
+against the brute force."""
 
 from __future__ import annotations
 
@@ -22,7 +25,6 @@ from cosent_tf.losses import (
 )
 from cosent_tf.losses.matryoshka import check_dims
 from cosent_tf.training.gradient_cache import GradientCacheModel
-from tests.harness import run_keras_object_test
 from tests.losses.test_angle import brute_force_angle
 from tests.losses.test_brute_force import brute_contrastive, brute_cosent_ibn, brute_mse
 from tests.losses.test_cosent import brute_force_cosent
@@ -233,12 +235,6 @@ def test_serialise_and_deserialise_give_the_same_loss():
     assert restored.get_config() == config
     vectors = np.random.default_rng(9).normal(size=(12, WIDTH))
     assert float(restored(np.zeros(12), vectors)) == float(loss(np.zeros(12), vectors))
-
-
-def test_keras_contract():
-    _, y_true, vectors = pair_batch(np.random.default_rng(10), graded=True)
-    options = {"loss": CoSENTLoss(7.5, global_batch=False), "dims": [8, 3], "weights": [1.0, 0.5]}
-    run_keras_object_test(MatryoshkaLoss, options, vectors.astype(np.float32), y_true=y_true.astype(np.float32))
 
 
 def test_finite_float32_in_mixed_bfloat16():
