@@ -485,3 +485,12 @@ def test_the_head_survives_serialisation_with_its_weights(tmp_path):
     assert type(loaded.get_layer("head")) is losses.SentenceBertHead
     assert loaded.get_layer("head").get_config() == model.get_layer("head").get_config()
     np.testing.assert_allclose(numpy_of(loaded(vectors)), numpy_of(model(vectors)))
+
+
+@pytest.mark.parametrize("class_name", ["CoSENTLoss", "MultipleNegativesRankingLoss", "SentenceBertSoftmaxLoss"])
+def test_a_batch_loss_refuses_per_example_weights(class_name):
+    """One value for the batch cannot be weighted per example (on Keras 3 Keras would also divide it
+    by the replicas a second time; on tf-keras it failed in a squeeze)."""
+    y, v = pair_batch(0, 4, 6)
+    with pytest.raises(ValueError, match=f"{class_name} gives one value for the whole batch"):
+        getattr(losses, class_name)()(y.astype(np.float32), v.astype(np.float32), sample_weight=np.ones(8, np.float32))

@@ -15,15 +15,6 @@ from tests.keras3.support import run_keras2
 from tests.losses.test_brute_force import *  # noqa: F403  (the tests written once, collected here too)
 from tests.losses.test_brute_force import CASES, MATRYOSHKA, MNRL_VARIANTS, built_loss, pair_batch
 
-
-def test_a_batch_loss_refuses_per_example_weights():
-    """One value for the batch cannot be weighted per example (Keras would also divide it by the
-    replicas a second time). Keras 3 only: tf-keras's Loss takes the weights as it is."""
-    y, v = pair_batch(0, 4, 5)
-    with pytest.raises(ValueError, match="CoSENTLoss gives one value for the whole batch"):
-        losses.CoSENTLoss()(y.astype(np.float32), v.astype(np.float32), sample_weight=np.ones(8, np.float32))
-
-
 PARITY_CASES = {
     **{name: (class_name, options) for name, (class_name, options, _) in CASES.items()},
     **{
@@ -35,8 +26,8 @@ PARITY_CASES = {
     },
     **{name: ("MatryoshkaLoss", options) for name, (options, _) in MATRYOSHKA.items()},
     "interaction": ("InteractionCoSENTLoss", {}),
-    # SentenceBertSoftmaxLoss reads the Keras 3 head's log-probabilities, the Keras 2 one's probabilities:
-    # the head and its loss together are compared (test_the_head_and_its_loss_equal_keras2_with_the_same_weights)
+    # SentenceBertSoftmaxLoss reads its head's log-probabilities: the head and its loss are compared
+    # together (test_the_head_and_its_loss_equal_keras2_with_the_same_weights)
 }
 
 
