@@ -273,7 +273,7 @@ def not_decayed_variables(encoder: Any, backbone: Any) -> list:
     return [variable for variable in encoder.trainable_variables if id(variable) not in decayed_ids]
 
 
-def compiled_encoder(keras: Any, cfg: RunConfig, backbone: Any, task: Task, total_steps: int) -> Any:
+def compiled_encoder(cfg: RunConfig, backbone: Any, task: Task, total_steps: int) -> Any:
     """The encoder on ``backbone`` with ``cfg.pooling``, compiled with the run's loss and optimizer
     (under the active distribution strategy's scope when the caller opened one)."""
     from .encoder import build_encoder
@@ -451,7 +451,7 @@ def _train(
         )
         steps_per_epoch = cfg.steps_per_epoch or len(batches)
         with _scope(strategy):
-            encoder = compiled_encoder(keras, cfg, backbone, data.task, steps_per_epoch * epochs)
+            encoder = compiled_encoder(cfg, backbone, data.task, steps_per_epoch * epochs)
 
         def evaluate_valid() -> dict:
             return task_metrics(cosines(encoder, *ids["valid"]), valid.labels)
@@ -550,9 +550,8 @@ def _train(
             decision=decision,
         )
         write_json(os.path.join(output_dir, run_rules.METRICS), metrics)
-        shutil.rmtree(
-            os.path.join(output_dir, run_rules.BACKUP), ignore_errors=True
-        )  # last: until metrics.json, a rerun resumes
+        # last: until metrics.json exists, a rerun resumes from the backup
+        shutil.rmtree(os.path.join(output_dir, run_rules.BACKUP), ignore_errors=True)
         logger.info("%s", run_summary(metrics, os.path.join(output_dir, run_rules.MODEL)))
         return metrics
 

@@ -444,7 +444,7 @@ def one_step(strategy, loss):
                     global_batch_loss=loss == "global")
     keras.utils.set_random_seed(3)
     with strategy.scope():
-        encoder = compiled_encoder(keras, cfg, backbone_from_config(config), get_task("STS-B"), 10)
+        encoder = compiled_encoder(cfg, backbone_from_config(config), get_task("STS-B"), 10)
         # plain SGD at rate 1, so that the step is the gradient itself (Adam's first step is about
         # lr * sign(gradient), which would hide a gradient R times too large)
         encoder.compile(optimizer=keras.optimizers.SGD(1.0), loss=encoder.loss)
