@@ -67,33 +67,12 @@ from bert4keras.tokenizers import Tokenizer as Bert4kerasTokenizer  # noqa: E402
 from tensorflow.python.eager import context as _eager_context  # noqa: E402
 from tf_keras.src import backend as _keras_backend  # noqa: E402
 
-from .choices import CPU_DEVICES_VARIABLE, PRECISIONS  # noqa: E402
-from .errors import ConfigError, lookup  # noqa: E402
+from .choices import PRECISIONS  # noqa: E402
+from .environment import split_cpu  # noqa: E402
+from .errors import lookup  # noqa: E402
 
-# COSENT_TF_CPU_DEVICES=N splits the CPU into N logical devices, which a MirroredStrategy uses
-# as N replicas (see cosent_tf.training.distribute): a way to try, and test, training on several devices
-# without accelerators. TensorFlow takes the split only before its runtime starts: hence here.
-
-
-def _split_cpu() -> None:
-    wanted = os.environ.get(CPU_DEVICES_VARIABLE)
-    if not wanted:
-        return
-    if not wanted.isdigit() or int(wanted) < 1:
-        raise ConfigError(f"{CPU_DEVICES_VARIABLE}={wanted!r}: give a number of devices, 1 or more")
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * int(wanted))
-    except RuntimeError:  # the runtime had started (TensorFlow was used before cosent_tf was imported)
-        have = len(tf.config.list_logical_devices("CPU"))
-        if have != int(wanted):
-            raise ConfigError(
-                f"{CPU_DEVICES_VARIABLE}={wanted}, but TensorFlow had already started with {have} CPU device(s): "
-                "import cosent_tf before using TensorFlow"
-            ) from None
-
-
-_split_cpu()
+# TensorFlow takes a split of the CPU (COSENT_TF_CPU_DEVICES) only before its runtime starts: hence here.
+split_cpu(tf)
 
 
 def policy_name(precision: str) -> str:

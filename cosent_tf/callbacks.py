@@ -6,7 +6,6 @@ tf-keras and on Keras 3 (TensorFlow or JAX backend)."""
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import os
@@ -21,7 +20,7 @@ import numpy as np
 
 from .console import metrics_text, validation_line
 from .errors import NonFiniteLossError, TrainingInterrupted
-from .io import atomic_path, read_history  # read_history lives in io, which imports no TensorFlow
+from .io import atomic_path, read_history, write_history  # noqa: F401  (in io, which imports no TensorFlow; named here as before)
 from .process_keras import KERAS_MAJOR, keras
 
 logger = logging.getLogger(__name__)
@@ -165,15 +164,6 @@ class ValidationCheckpoint(keras.callbacks.Callback):
             self.model.set_weights(self._best_weights)
         elif self.best_epoch is not None and self.weights_path and os.path.exists(self.weights_path):
             self.model.load_weights(self.weights_path)  # best epoch came before a resume
-
-
-def write_history(path: str, rows: list[dict[str, Any]]) -> None:
-    """``rows`` (epoch, step, end_of_epoch, metrics...) written atomically as a ``valid_metrics.csv``."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 # Without a live progress bar (a log file, a pipe) a line says how an epoch is going at most this

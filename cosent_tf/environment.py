@@ -12,6 +12,7 @@ import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from .choices import CPU_DEVICES_VARIABLE
 from .errors import ConfigError
 
 # tf.keras (and so bert4keras's Keras) is resolved on first use of tf.keras, from TF_USE_LEGACY_KERAS
@@ -132,3 +133,29 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     except OSError:
         flags = ""
     return frozenset(flags.split())
+
+
+def split_cpu(tf: Any) -> None:
+    """Split the CPU into ``COSENT_TF_CPU_DEVICES`` logical devices of TensorFlow (``tf``), which a
+    MirroredStrategy uses as that many replicas (:mod:`cosent_tf.training.distribute`): a way to try,
+    and test, training on several devices without accelerators. Nothing when the variable is unset.
+
+    Raises:
+        ConfigError: the variable is not a positive number, or TensorFlow's runtime had started with
+            another number of CPU devices (it takes the split only before it starts).
+    """
+    wanted = os.environ.get(CPU_DEVICES_VARIABLE)
+    if not wanted:
+        return
+    if not wanted.isdigit() or int(wanted) < 1:
+        raise ConfigError(f"{CPU_DEVICES_VARIABLE}={wanted!r}: give a number of devices, 1 or more")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * int(wanted))
+    except RuntimeError:  # the runtime had started (TensorFlow was used before cosent_tf was imported)
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have != int(wanted):
+            raise ConfigError(
+                f"{CPU_DEVICES_VARIABLE}={wanted}, but TensorFlow had already started with {have} CPU device(s): "
+                "import cosent_tf before using TensorFlow"
+            ) from None

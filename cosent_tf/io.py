@@ -603,6 +603,16 @@ def folder_lock(folder: PathLike, what: str = "run") -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def write_history(path: str, rows: list[dict[str, Any]]) -> None:
+    """``rows`` (epoch, step, end_of_epoch, metrics...) written atomically as a ``valid_metrics.csv``
+    (read back by :func:`read_history`)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def read_history(path: str, columns: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Rows of a ``valid_metrics.csv`` written by :class:`cosent_tf.callbacks.ValidationCheckpoint`; a DataError naming
     the file (and line) if it is unreadable or damaged: cut off, a header without ``columns``, a

@@ -15,8 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import random
 import sys
+from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
+
+import numpy as np
 
 from .maths.ops import Ops, keras_ops, tensorflow_ops
 
@@ -27,13 +32,15 @@ Registered = TypeVar("Registered")
 
 keras: Any
 if "cosent_tf.keras3" in sys.modules:  # importing the package chose (and checked) Keras 3
-    from .keras3.runtime import checked_keras
+    from .keras3.runtime import checked_keras, imported_quietly
 
     keras = checked_keras()
+    # tf.data feeds either Keras and tf.distribute runs the strategies, on either backend
+    tf: Any = imported_quietly("tensorflow")
     KERAS_MAJOR = 3
     _ops: Callable[[], Ops] = keras_ops
 else:
-    from .backend import keras
+    from .backend import dtype_policy, keras, random_seed, tf  # noqa: F401  (tf-keras's; the seed and policy reach into its state)
 
     KERAS_MAJOR = 2
     _ops = tensorflow_ops
@@ -49,3 +56,29 @@ def serializable(cls: type[Registered]) -> type[Registered]:
     """``cls`` registered for Keras's saving (``cosent_tf>Name``), so that a saved model holding it
     loads where cosent_tf's module has been imported."""
     return keras.saving.register_keras_serializable(package=SERIALIZATION_PACKAGE)(cls)
+
+
+if KERAS_MAJOR == 3:
+
+    @contextlib.contextmanager
+    def dtype_policy(policy: str) -> Iterator[None]:
+        """Within the block the global Keras dtype policy is ``policy``; the previous one is put back."""
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(policy)
+        try:
+            yield
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    @contextlib.contextmanager
+    def random_seed(seed: int) -> Iterator[None]:
+        """Seed Python, NumPy and Keras (and TensorFlow's global seed) for the block, as
+        ``keras.utils.set_random_seed`` does; Python's and NumPy's generators are put back afterwards
+        (Keras 3's and TensorFlow's global seeds stay at ``seed``: neither says what it was)."""
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        keras.utils.set_random_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from ..backend import tf
+from ..process_keras import tf
 from .batching import (  # the batch order, TF-free; re-exported: the Keras 2 pipeline's names since 0.1
     batch_indices,
     batches_per_epoch,

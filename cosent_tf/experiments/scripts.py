@@ -92,12 +92,9 @@ def run_training(cfg: RunConfig, overwrite: bool, print_config: bool = False) ->
         >>> run_training(RunConfig(task="BQ", output_dir="runs/bq"), overwrite=False)  # doctest: +SKIP
     """
     if cfg.keras == 3:
-        # Nothing imported so far holds Keras 2 (cosent_tf.backend), so the Keras 3 route may start
-        # here; cosent_tf.keras3 refuses by name a process where it does.
-        from ..keras3.training import run_training as run_on_keras3
-
-        with _stopped_by_signal():
-            return run_on_keras3(cfg, overwrite, print_config)
+        # Nothing imported so far holds Keras 2 (cosent_tf.backend): importing cosent_tf.keras3 chooses
+        # Keras 3 for the process, or refuses by name a process where Keras 2 was imported.
+        import cosent_tf.keras3  # noqa: F401
     if print_config:
         settings = dataclasses.asdict(cfg.resolved())
         print(json_text(settings, indent=2, ensure_ascii=False))

@@ -98,12 +98,20 @@ def save_model_dir(
     spec.check(SPEC_FILE)
     if not isinstance(config, dict):
         config = read_config(config)
+    write_model_folder(
+        directory, model_folder_arrays(keras_model, spec, config), spec, config, vocab_path, overwrite, decision
+    )
+
+
+def model_folder_arrays(keras_model: keras.Model, spec: ModelSpec, config: dict) -> dict:
+    """{Google checkpoint name: array} of a bert4keras model of ``spec``: its transformer's weights,
+    and an interaction head's under ``cosent/<head layer>`` (a head outside the transformer)."""
     arrays = model_arrays(keras_model, config, spec.architecture)
-    if get_kind(spec.kind).spec_field == "head":  # a head outside the transformer is saved beside it
+    if get_kind(spec.kind).spec_field == "head":
         arrays.update(
             {name: weight.numpy() for name, weight in head_variables(keras_model, head_layer_name(str(spec.head)))}
         )
-    write_model_folder(directory, arrays, spec, config, vocab_path, overwrite, decision)
+    return arrays
 
 
 def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: str = "float32") -> tuple:

@@ -51,8 +51,16 @@ def inference_function(model: Any) -> Callable[..., Any]:
     cached = _INFERENCE_FUNCTIONS.get(model)
     if cached is not None:
         return cached
-    from ..backend import tf
+    from ..process_keras import KERAS_MAJOR, keras, tf
 
+    if KERAS_MAJOR == 3 and keras.backend.backend() != "tensorflow":
+        # no tf.function for another backend's model: it runs as it is, one call a batch
+        def direct(token_ids: Any, segment_ids: Any) -> np.ndarray:
+            outputs = model([np.asarray(token_ids, np.int32), np.asarray(segment_ids, np.int32)], training=False)
+            return np.asarray(keras.ops.convert_to_numpy(outputs), np.float32)
+
+        _INFERENCE_FUNCTIONS[model] = direct
+        return direct
     ids = tf.TensorSpec(shape=(None, None), dtype=tf.int32)
 
     # A function of its own, called on each half: the model is traced once, not once per half
@@ -72,7 +80,11 @@ def inference_function(model: Any) -> Callable[..., Any]:
 
 def _model_outputs(model: keras.Model, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
     """The model's float32 outputs of a batch, in inference mode; traced inside a tf.function."""
-    from ..backend import model_precision, tf
+    from ..process_keras import KERAS_MAJOR, tf
+
+    if KERAS_MAJOR == 3:  # Keras 3 layers keep the policy they were built under
+        return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
+    from ..backend import model_precision
 
     with model_precision(model):  # runs while tracing
         return tf.cast(model([token_ids, segment_ids], training=False), tf.float32)
@@ -83,7 +95,7 @@ def _in_halves(
 ) -> tf.Tensor:
     """``compute``'s float32 outputs of a batch run as two independent halves (see
     :func:`inference_function`); traced inside a tf.function."""
-    from ..backend import tf
+    from ..process_keras import tf
 
     half = (tf.shape(token_ids)[0] + 1) // 2
     halves = [compute(token_ids[:half], segment_ids[:half]), compute(token_ids[half:], segment_ids[half:])]
@@ -118,7 +130,7 @@ def replicated_function(model: keras.Model, strategy: tf.distribute.Strategy) ->
     """
     if isinstance(model, OnnxModel):
         raise ValueError(f"a tf.distribute strategy runs a Keras model, not a {type(model).__name__}")
-    from ..backend import tf
+    from ..process_keras import tf
 
     cached = _REPLICATED_FUNCTIONS.get(model)
     if cached is not None and cached[0] is strategy:

@@ -29,6 +29,7 @@ from ..choices import BEST_METRICS, CPU_DEVICES_VARIABLE, POOLING_MODES, PRECISI
 from ..data.benchmarks import shared_vocab
 from ..data.files import FILE_FORMATS
 from ..data.tasks import CNSD, FILES, Task, get_task
+from ..environment import keras3_process
 from ..errors import ConfigError
 from ..losses.registry import (
     GROUPS,
@@ -37,7 +38,6 @@ from ..losses.registry import (
     get_loss,
     group_losses,
     in_batch_losses,
-    keras3_losses,
     loss_names,
     mix_losses,
 )
@@ -237,10 +237,9 @@ class RunConfig:
     keras: Optional[int] = _option(
         None,
         ENGINE,
-        "2: the Keras 2 engine (tf-keras and bert4keras; the default); 3: the Keras 3 route on a keras-hub "
-        "backbone, on the backend KERAS_BACKEND names (tensorflow or jax), which writes the same model folder: "
-        f"feature models, --loss {', '.join(keras3_losses())}, architectures with a keras-hub backbone; an option "
-        "it cannot honour is refused by name",
+        "2: tf-keras with bert4keras backbones (the default); 3: Keras 3 with keras-hub backbones, on the backend "
+        "KERAS_BACKEND names (tensorflow or jax): the same engine, run folder and model folder, for the "
+        "architectures keras-hub has a backbone for; an option it cannot honour is refused by name",
         choices=KERAS_VERSIONS,
         type=int,
     )
@@ -542,17 +541,32 @@ class RunConfig:
             True
         """
         self.check()
-        if self.keras == 3:  # this resolves for the Keras 2 engine, which would train on Keras 2 all the same
+        if not keras3_process():
+            if self.keras == 3:  # the process holds Keras 2: the run would train on it all the same
+                raise ConfigError(
+                    "--keras 3: this process holds the Keras 2 engine; train it with `cosent-tf train --keras 3` "
+                    "or cosent_tf.keras3.train, in a process that has not imported cosent_tf's Keras 2 modules"
+                )
+            return self.filled_in(source)
+        if self.keras == 2:
             raise ConfigError(
-                "--keras 3: this run was handed to the Keras 2 engine; train it with `cosent-tf train --keras 3` "
-                "or cosent_tf.keras3.train"
+                "--keras 2: this process holds Keras 3 (cosent_tf.keras3 was imported); train it with `cosent-tf "
+                "train` or cosent_tf.train in a process of its own"
             )
-        return self.filled_in(source)
+        from ..keras3.runtime import backend_name, keras_hub_backbone
+        from .keras_support import unsupported_options
+
+        keras_hub_backbone(self.architecture)  # ConfigError for NEZHA, RoFormer, WoBERT
+        problems = unsupported_options(self, backend_name())
+        if problems:
+            raise ConfigError("--keras 3 cannot run this: " + "; ".join(problems))
+        resolved, source = self.filled_in(source)
+        return dataclasses.replace(resolved, keras=3), source
 
     def filled_in(self, source: Optional[ModelSource] = None) -> tuple[RunConfig, ModelSource]:
         """The defaults of :meth:`resolve`, which both Kerases' trainers fill in alike, and the model
         source they come from; neither the numbers nor the Keras are checked (the caller has done so:
-        :meth:`resolve` for the Keras 2 engine, :func:`cosent_tf.keras3.training.resolve` for Keras 3).
+        :meth:`resolve`).
 
         Args:
             source: as :meth:`resolved`'s.

@@ -33,10 +33,11 @@ import threading
 import time
 from typing import Optional
 
-from ..backend import tf
 from ..choices import STRATEGIES
+from ..environment import split_cpu
 from ..errors import ConfigError, TrainingInterrupted, lookup
 from ..io import json_type
+from ..process_keras import tf
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.dis
         return tf.distribute.get_strategy()
     if name not in _made:
         if name == "mirrored":
+            split_cpu(tf)  # done when the Keras 2 engine was imported; Keras 3's processes split here
             devices = (
                 None
                 if tf.config.list_logical_devices("GPU")

@@ -22,13 +22,13 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import numpy as np
 
-from ..backend import dtype_policy, keras, policy_name, random_seed, tf
 from ..callbacks import StartStep, StepBackup, StopOnNonFiniteLoss, ValidationCheckpoint, epoch_progress
-from ..choices import BEST_METRICS, RETRIEVAL_FIGURE
+from ..choices import BEST_METRICS, PRECISIONS, RETRIEVAL_FIGURE
 from ..console import live_progress_on
 from ..data.batching import batches_per_epoch, duplicates_moved, text_keys
 from ..data.groups import GroupData
@@ -37,20 +37,20 @@ from ..data.pipeline import group_dataset, group_lengths, interaction_dataset, p
 from ..data.tasks import CNSD, FILES, Task
 from ..errors import ConfigError, NonFiniteLossError, WorkerLostError
 from ..evaluation import mean_over_tasks, pair_retrieval, pair_retrieval_sets, pair_scores, task_metrics
-from ..inference.model_dir import ModelSpec, save_model_dir
 from ..inference.runtime import batched_outputs, l2_normalize
 from ..io import write_json
 from ..losses import get_loss
 from ..losses.matryoshka import MatryoshkaLoss
-from ..models.architectures import get_architecture
-from ..models.builders import build_from_spec
+from ..models.adapter import build_model, not_decayed_variables, save_model_folder
+from ..models.families import get_architecture
 from ..models.kinds import get_kind
 from ..models.sources import ModelSource
+from ..models.spec import ModelSpec
 from ..models.tokenization import SentenceTokenizer
 from ..optimizers import build_optimizer
+from ..process_keras import KERAS_MAJOR, dtype_policy, keras, random_seed, tf
 from .config import RunConfig
 from .distribute import get_strategy, is_chief, partial_batch_note, started_together, worker
-from .gradient_cache import GradientCacheModel
 from .run_data import check_inputs, load_run_data, run_inputs
 from .run_folder import (
     BACKUP,
@@ -148,7 +148,7 @@ class Matcher:
                 pair_segments=cfg.head_input == "pooler",  # a Hugging Face style cross-encoder
                 **settings,
             )
-        self.model = build_from_spec(self.spec, self.source)
+        self.model = build_model(self.spec, self.source)
         if cfg.matryoshka_dims:
             _check_matryoshka_width(cfg.matryoshka_dims, self.model.output.shape[-1], "this model")
         self.sep_id = self.tokenizer.sep_id if self.spec.pair_segments else None
@@ -221,6 +221,8 @@ class Matcher:
             head = self.loss.training_head(int(labels.max()) + 1)
             model = keras.Model(model.inputs, head(model.output))
         if cfg.micro_batch_size:
+            from .gradient_cache import GradientCacheModel  # tf-keras's train step (refused on Keras 3)
+
             rows_per_example = group_size or self.kind.rows_per_pair
             model = GradientCacheModel(model, cfg.micro_batch_size, rows_per_example, seed=cfg.seed)
         return model, loss, labels
@@ -255,7 +257,7 @@ class Matcher:
         return pair_dataset(*prepared, labels, cfg.batch_size, keys=keys, **options)
 
 
-def train(cfg: RunConfig, overwrite: bool = False) -> dict:
+def train(cfg: RunConfig, overwrite: bool = False, callbacks: Sequence[Any] = ()) -> dict:
     """Train, validate after every epoch (and every ``eval_every`` steps), keep the best, test it.
 
     The run seeds every generator and sets the Keras dtype policy of ``cfg.precision``; both are
@@ -267,6 +269,7 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
     Args:
         cfg: the run's settings; their defaults are resolved here (:meth:`RunConfig.resolved`).
         overwrite: replace a finished (or differently set) run in the output folder.
+        callbacks: more Keras callbacks for ``fit`` (a test's interruption, a display of one's own).
 
     Returns:
         The metrics written to ``metrics.json``: ``valid`` and ``test`` (averaged over the
@@ -295,11 +298,11 @@ def train(cfg: RunConfig, overwrite: bool = False) -> dict:
             f"{strategy.num_replicas_in_sync} replicas of --strategy {cfg.strategy}: make it a multiple of that"
         )
     loss.check_batch(cfg.batch_size, strategy.num_replicas_in_sync, cfg.global_batch_loss)
-    with random_seed(cfg.seed), dtype_policy(policy_name(cfg.precision)):
-        return _train(cfg, overwrite, strategy, source)
+    with random_seed(cfg.seed), dtype_policy(PRECISIONS[cfg.precision]):
+        return _train(cfg, overwrite, strategy, source, callbacks)
 
 
-def _train(cfg, overwrite, strategy, source):
+def _train(cfg, overwrite, strategy, source, callbacks):
     started = time.time()
     chief = is_chief(strategy)
     with contextlib.ExitStack() as run_folder_held:
@@ -349,6 +352,7 @@ def _train(cfg, overwrite, strategy, source):
                 data.tasks,
                 backup_dir,
                 strategy,
+                callbacks,
                 False,
             )
             return {"worker": worker(strategy), "steps": steps}
@@ -356,7 +360,17 @@ def _train(cfg, overwrite, strategy, source):
             logger.info("%s: %s", cfg.output_dir, start)
         write_json(os.path.join(cfg.output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
         validation, steps = _fit(
-            cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, data.tasks, backup_dir, strategy
+            cfg,
+            matcher,
+            train_pairs,
+            train_inputs,
+            keys,
+            prepared,
+            evaluation,
+            data.tasks,
+            backup_dir,
+            strategy,
+            callbacks,
         )
         logger.info("training done; scoring valid and test with the best weights")
         per_task, decision = test_and_decide(
@@ -375,6 +389,8 @@ def _train(cfg, overwrite, strategy, source):
             "kind": cfg.kind,
             "loss": cfg.loss,
             "architecture": cfg.architecture,
+            "keras": KERAS_MAJOR,
+            "backend": keras.backend.backend(),
             "best_epoch": validation.best_epoch,
             "best_metric": validation.monitor,
             "best_valid": validation.best,
@@ -392,8 +408,13 @@ def _train(cfg, overwrite, strategy, source):
             "wall_seconds": round(time.time() - started, 1),
         }
         matcher.spec.threshold = None  # the thresholds are the decision's (decision.json)
-        matcher.spec.source = model_origin(cfg, random_weights, validation.best_epoch, metrics["test"])
-        save_model_dir(
+        matcher.spec.source = {
+            **model_origin(cfg, random_weights, validation.best_epoch, metrics["test"]),
+            "keras": keras.__version__,
+            "backend": metrics["backend"],
+            "precision": cfg.precision,
+        }
+        save_model_folder(
             os.path.join(cfg.output_dir, MODEL),
             matcher.model,
             matcher.spec,
@@ -469,7 +490,20 @@ def _best_metric(cfg, matcher, evaluation, tasks) -> tuple[str, str]:
     return matcher.loss.chosen_best_metric(cfg.best_metric, no_retrieval_because)
 
 
-def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, tasks, backup_dir, strategy, writes=True):
+def _fit(
+    cfg,
+    matcher,
+    train_pairs,
+    train_inputs,
+    keys,
+    prepared,
+    evaluation,
+    tasks,
+    backup_dir,
+    strategy,
+    callbacks,
+    writes=True,
+):
     """Train with validation, best-weight keeping and backups; (the validation callback, steps done).
     ``writes``: False on a worker other than the chief, which validates but writes nothing."""
     replicas = strategy.num_replicas_in_sync
@@ -507,7 +541,15 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ta
         model, loss, labels = matcher.training_model(train_pairs)
         total = steps_per_epoch * cfg.epochs
         scaled = cfg.precision == "fp16"
-        optimizer = build_optimizer(cfg.lr, total, cfg.weight_decay, cfg.warmup, cfg.schedule, loss_scaling=scaled)
+        optimizer = build_optimizer(
+            cfg.lr,
+            total,
+            cfg.weight_decay,
+            cfg.warmup,
+            cfg.schedule,
+            loss_scaling=scaled,
+            not_decayed=not_decayed_variables(matcher.model),
+        )
         model.compile(optimizer=optimizer, loss=loss)
         # The step counter is made on first use. Made now, it is made at the same moment on
         # every worker: under multi-worker each new variable is a collective broadcast, and
@@ -549,7 +591,7 @@ def _fit(cfg, matcher, train_pairs, train_inputs, keys, prepared, evaluation, ta
     # the backup after validation: an epoch's state is saved after its validation
     # first, so that a bar's line is finished before validation speaks
     shown, verbose = epoch_progress(progress_bar)
-    callbacks = [*shown, guard, validation, backup, start]
+    callbacks = [*shown, guard, validation, backup, start, *callbacks]
     try:
         model.fit(
             matcher.dataset(train_inputs, labels, start, replicas, keys),

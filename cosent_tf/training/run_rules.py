@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Optional
 
 from ..errors import ConfigError, DataError
-from ..io import FolderKind, folder_lock, is_inside, json_field, read_json, write_json
+from ..io import FolderKind, folder_lock, is_inside, json_field, read_json, write_history, write_json
 from ..models.checkpoint_files import RUN_MARKER, RUN_MODEL_FOLDER, TF_GLOB_CHARACTERS
 from ..models.spec import MODEL_FOLDER, SPEC_FILE
 
@@ -311,4 +311,18 @@ def take_run_folder(
     check_run_folder(folder, (*paths, checkpoint), settings)
     inputs = fingerprints(paths)
     held.enter_context(folder_lock(folder, "training run"))
-    return prepare_run_folder(folder, settings, overwrite, inputs)
+    start = prepare_run_folder(folder, settings, overwrite, inputs)
+    _adopt_validation_record(folder)
+    return start
+
+
+def _adopt_validation_record(folder: str) -> None:
+    """An unfinished run of an earlier Keras 3 trainer kept its validations in ``validation.json``
+    (VALIDATION_STATE): they become the rows of ``valid_metrics.csv``, which the run resumes from (the
+    rows' training loss, which that file does not hold, left out)."""
+    old, new = os.path.join(folder, VALIDATION_STATE), os.path.join(folder, VALID_METRICS)
+    if not os.path.exists(old) or os.path.exists(new):
+        return
+    record = read_json(old, "the run's validation record")
+    write_history(new, [{key: value for key, value in row.items() if key != "loss"} for row in record["history"]])
+    os.remove(old)

@@ -136,7 +136,7 @@ def test_each_table_has_one_home_that_its_modules_re_export():
 def test_strategy_help_says_how_mirrored_gets_several_devices_on_a_cpu():
     import argparse
 
-    from cosent_tf.backend import CPU_DEVICES_VARIABLE
+    from cosent_tf.choices import CPU_DEVICES_VARIABLE
     from cosent_tf.training.config import add_run_options
 
     parser = argparse.ArgumentParser()

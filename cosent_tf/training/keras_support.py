@@ -1,0 +1,36 @@
+"""What a run on Keras 3 cannot do, said once: the options the engine refuses there, with why.
+
+The engine (:mod:`cosent_tf.training.engine`) trains on the process's Keras: tf-keras with bert4keras
+backbones, or Keras 3 (``--keras 3``) with keras-hub backbones on the TensorFlow or JAX backend. Every
+other option works on both; those listed here are refused by name before anything is read or written,
+never silently ignored. The architectures keras-hub has no backbone for are refused by
+:func:`cosent_tf.keras3.runtime.keras_hub_backbone`. This module imports no Keras.
+"""
+
+from __future__ import annotations
+
+from .config import RunConfig
+
+
+def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
+    """Each option of ``cfg`` that a run on Keras 3's ``backend`` cannot honour, with why (empty: all can be)."""
+    problems = []
+    if cfg.micro_batch_size:
+        problems.append(
+            "--micro-batch-size: the gradient cache is a train step of tf-keras's (GradientCacheModel); train it "
+            "with the Keras 2 engine (leave out --keras 3)"
+        )
+    if cfg.strategy == "multi-worker":
+        problems.append("--strategy multi-worker: a run on Keras 3 trains on one machine (default or mirrored)")
+    if cfg.strategy == "mirrored" and backend != "tensorflow":
+        problems.append(
+            f"--strategy mirrored: a tf.distribute strategy, which the {backend} backend does not run; use "
+            "KERAS_BACKEND=tensorflow"
+        )
+    if cfg.backup_every:
+        problems.append(
+            "--backup-every: Keras 3's BackupAndRestore restores the epoch but not the batch within it, so a run "
+            "resumed from a mid-epoch backup would train that epoch's first batches twice; on Keras 3 the run "
+            "saves its state at epoch ends only"
+        )
+    return problems
