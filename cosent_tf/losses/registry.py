@@ -97,8 +97,6 @@ class LossEntry:
             :data:`cosent_tf.choices.BEST_METRICS`, ``--best-metric`` chooses another): what the loss
             trains for, Spearman for a loss that scores pairs, MRR@10 for one that trains a search
             (each anchor picking its positive among the batch's texts).
-        on_keras3: ``cosent-tf train --keras 3`` trains it (:mod:`cosent_tf.keras3.training`: labelled
-            pair batches, no training head); every loss has a Keras 3 class all the same.
     """
 
     name: str
@@ -117,7 +115,6 @@ class LossEntry:
     feature_only_because: str = ""
     mix_weights: Optional[tuple[float, float, float]] = None
     best_metric: str = "spearman"
-    on_keras3: bool = False
 
     def build(self, **options: Any) -> keras.losses.Loss:
         """The loss of this row, on this process's Keras, with the run's ``options`` (see ``make``)."""
@@ -205,7 +202,6 @@ LOSSES = {
             lambda losses, scale, global_batch=True, **_: losses.CoSENTLoss(scale, global_batch),
             min_pairs=2,
             ranks_labels=True,
-            on_keras3=True,
         ),
         LossEntry(
             "sbert",
@@ -220,7 +216,6 @@ LOSSES = {
             FEATURE,
             "MSE",
             lambda losses, max_label, **_: losses.CosineMSELoss(max_label=max_label),
-            on_keras3=True,
         ),
         LossEntry(
             "contrastive",
@@ -229,7 +224,6 @@ LOSSES = {
             lambda losses, epsilon, positive_above, **_: losses.ThresholdContrastiveLoss(
                 epsilon, positive_above=positive_above
             ),
-            on_keras3=True,
         ),
         LossEntry(
             "mnrl",
@@ -257,7 +251,6 @@ LOSSES = {
             lambda losses, scale, global_batch=True, **_: losses.AnglELoss(scale, global_batch),
             min_pairs=2,
             ranks_labels=True,
-            on_keras3=True,
             feature_only_because=(
                 "AnglE ranks pairs by the angle between their two sentence vectors, and an interaction model "
                 "scores a pair at once, without a vector per text"
@@ -333,11 +326,6 @@ def best_metric_defaults() -> str:
         for metric in sorted(other)
     ]
     return "; ".join([*said, f"{FALLBACK_BEST_METRIC} for the others"])
-
-
-def keras3_losses() -> tuple[str, ...]:
-    """The ``--loss`` values that ``cosent-tf train --keras 3`` trains (feature losses)."""
-    return tuple(name for (kind, name), entry in LOSSES.items() if entry.on_keras3 and kind == FEATURE)
 
 
 def mix_losses() -> tuple[str, ...]:
