@@ -1,11 +1,12 @@
 """keras-hub backbones with cosent-tf's weights: BERT (and RoBERTa-wwm) on ``BertBackbone``, ALBERT
 on ``AlbertBackbone``, read through this project's own readers.
 
-Every source becomes ``{Google checkpoint name: array}`` first, as the Keras 2 engine loads it: a
-Hugging Face or sentence-transformers folder through :func:`cosent_tf.huggingface.google_arrays`
-(the one Hugging Face <-> Google name table), a Google-format checkpoint (a folder or a prefix) and
-a cosent-tf model folder (one is a Google checkpoint with ``cosent_model.json``) through
-:func:`cosent_tf.models.checkpoint_read_checkpoint_arrays`. One table per family
+Every source is opened as the Keras 2 engine opens it (:func:`cosent_tf.models.sources.open_source`)
+and becomes ``{Google checkpoint name: array}`` first (:func:`source_arrays`): a Hugging Face or
+sentence-transformers folder through :func:`cosent_tf.huggingface.google_arrays` (the one Hugging
+Face <-> Google name table), a Google-format checkpoint (a folder or a prefix) and a cosent-tf model
+folder (one is a Google checkpoint with ``cosent_model.json``) through
+:func:`cosent_tf.models.checkpoint_files.read_checkpoint_arrays`. One table per family
 (:func:`weight_table`) then pairs each Google name with a backbone variable, both ways:
 :func:`load_arrays` fills a backbone, :func:`google_arrays` reads one back (for saving).
 
@@ -28,15 +29,9 @@ import numpy as np
 
 from .. import huggingface
 from ..errors import CheckpointError, ConfigError, where
-from ..models.checkpoint_files import (
-    CHECKPOINT_PREFIX,
-    CONFIG_FILE,
-    VOCAB_FILE,
-    check_config,
-    read_checkpoint_arrays,
-    read_config,
-)
-from ..models.spec import hugging_face_format, read_spec
+from ..models.checkpoint_files import CHECKPOINT_PREFIX, check_config, read_checkpoint_arrays
+from ..models.sources import COSENT_MODEL, ModelSource, open_source
+from ..models.spec import SPEC_FILE, hugging_face_format
 from .runtime import checked_keras, imported_quietly, keras_hub_backbone
 
 keras: Any = checked_keras()
@@ -414,6 +409,34 @@ def _check_architecture(given: Optional[str], own: str, shown: str) -> str:
     return own
 
 
+def source_arrays(source: ModelSource, head_scope: Optional[str] = None) -> tuple[dict[str, np.ndarray], str]:
+    """The weights of ``source`` as {Google checkpoint name: array}, and what they were read from (for
+    messages): the one place the Keras 3 route reads a checkpoint, whatever its format, as the Keras 2
+    engine's :meth:`~cosent_tf.models.sources.ModelSource.variables` does.
+
+    A Hugging Face or sentence-transformers folder is renamed by :func:`cosent_tf.huggingface.google_arrays`
+    (its ``classifier`` read as ``head_scope``, ``cosent/<head layer>``, when given); a Google-format
+    checkpoint (a folder or a prefix) and a cosent-tf model folder are read as they are (an interaction
+    model's head is already named ``cosent/<head layer>/kernel|bias`` there).
+
+    Args:
+        source: an opened source (:func:`~cosent_tf.models.sources.open_source`).
+        head_scope: the name a Hugging Face classifier is read as.
+
+    Returns:
+        ``(arrays, shown)``: no arrays (and the config's path) for a source without a checkpoint.
+
+    Raises:
+        CheckpointError: a folder without a checkpoint, or an unreadable one, naming it.
+    """
+    if source.checkpoint is None:
+        return {}, source.config_path
+    if source.weights_in_memory:
+        return huggingface.google_arrays(source.checkpoint, head_scope)[0], source.checkpoint
+    prefix = _checkpoint_prefix(source.checkpoint)[1]
+    return read_checkpoint_arrays(prefix), prefix
+
+
 def load_backbone(path: Any, architecture: Optional[str] = None) -> LoadedBackbone:
     """A keras-hub backbone with the weights of ``path``, and what its folder says about using it.
 
@@ -444,11 +467,39 @@ def load_backbone(path: Any, architecture: Optional[str] = None) -> LoadedBackbo
                 f"(huggingface-cli download {path} --local-dir FOLDER), then pass FOLDER"
             )
         raise CheckpointError(f"{where(path)}: no such model folder, Hugging Face folder or checkpoint")
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "cosent_model.json")):
-        return _from_model_folder(path, architecture)
-    if os.path.isdir(path) and hugging_face_format(path) is not None:
-        return _from_hugging_face(path, architecture)
-    return _from_google_checkpoint(path, architecture or "bert")
+    model_folder = os.path.isdir(path) and os.path.exists(os.path.join(path, SPEC_FILE))
+    if not model_folder and not (os.path.isdir(path) and hugging_face_format(path) is not None):
+        keras_hub_backbone(architecture or "bert")  # a Keras 2-only family is refused before anything is read
+        _checkpoint_prefix(path)  # what a folder without a checkpoint is, in this route's words
+    source = open_source(path)
+    if source.spec is not None:
+        _refuse_interaction(source.spec, path)
+    if source.format == COSENT_MODEL and source.spec is not None:
+        architecture = _check_architecture(architecture, source.spec.architecture, path)
+        keras_hub_backbone(architecture)
+    elif source.weights_in_memory:  # a Hugging Face folder is BERT (a RoBERTa-wwm one too)
+        architecture = _check_architecture(architecture if architecture != "roberta" else "bert", "bert", path)
+    architecture = architecture or "bert"
+    arrays, shown = source_arrays(source)
+    backbone = backbone_from_config(source.config, architecture, source.config_path)
+    left = load_arrays(backbone, arrays, shown)
+    if left:
+        logger.info(
+            "%s: no pooler (%s); the backbone's is random, so pooling 'pooler' is refused", shown, ", ".join(left)
+        )
+    spec = source.spec
+    vocab = source.vocab_path if source.vocab_path is not None and os.path.exists(source.vocab_path) else None
+    return LoadedBackbone(
+        backbone,
+        architecture,
+        dict(source.config),
+        vocab,
+        do_lower_case=source.do_lower_case,
+        pooling=spec.pooling if spec is not None else None,
+        maxlen=spec.maxlen if spec is not None else None,
+        has_pooler=not left,
+        source=path,
+    )
 
 
 def _refuse_interaction(spec: Any, path: str) -> None:
@@ -457,62 +508,3 @@ def _refuse_interaction(spec: Any, path: str) -> None:
             f"{path}: holds an {spec.kind} model (a cross-encoder with a {spec.head!r} head); the Keras 3 route "
             "builds sentence encoders on keras-hub backbones: use it with cosent-tf's Keras 2 commands"
         )
-
-
-def _from_model_folder(path: str, architecture: Optional[str]) -> LoadedBackbone:
-    spec = read_spec(path)
-    _refuse_interaction(spec, path)
-    architecture = _check_architecture(architecture, spec.architecture, path)
-    keras_hub_backbone(architecture)  # a Keras 2-only family is refused before anything is read
-    config_path = os.path.join(path, CONFIG_FILE)
-    loaded = _from_arrays(
-        read_config(config_path),
-        architecture,
-        read_checkpoint_arrays(os.path.join(path, CHECKPOINT_PREFIX)),
-        os.path.join(path, CHECKPOINT_PREFIX),
-        config_path,
-    )
-    return dataclasses.replace(
-        loaded,
-        vocab_path=os.path.join(path, VOCAB_FILE),
-        do_lower_case=spec.do_lower_case,
-        pooling=spec.pooling,
-        maxlen=spec.maxlen,
-        source=path,
-    )
-
-
-def _from_hugging_face(path: str, architecture: Optional[str]) -> LoadedBackbone:
-    spec = read_spec(path)  # a classifier is an interaction model; the config is checked here
-    _refuse_interaction(spec, path)
-    architecture = _check_architecture(architecture if architecture != "roberta" else "bert", "bert", path)
-    config_path = os.path.join(huggingface.transformer_folder(path), huggingface.CONFIG_FILE)
-    arrays, _, _ = huggingface.google_arrays(path)
-    loaded = _from_arrays(read_config(config_path), architecture, arrays, path, config_path)
-    return dataclasses.replace(
-        loaded,
-        vocab_path=huggingface.vocab_path(path),
-        do_lower_case=spec.do_lower_case,
-        pooling=spec.pooling,
-        maxlen=spec.maxlen,
-        source=path,
-    )
-
-
-def _from_google_checkpoint(path: str, architecture: str) -> LoadedBackbone:
-    keras_hub_backbone(architecture)
-    folder, prefix = _checkpoint_prefix(path)
-    config_path = os.path.join(folder, CONFIG_FILE)
-    loaded = _from_arrays(read_config(config_path), architecture, read_checkpoint_arrays(prefix), prefix, config_path)
-    vocab = os.path.join(folder, VOCAB_FILE)
-    return dataclasses.replace(loaded, vocab_path=vocab if os.path.exists(vocab) else None, source=path)
-
-
-def _from_arrays(config: dict, architecture: str, arrays: Mapping, shown: str, config_path: str) -> LoadedBackbone:
-    backbone = backbone_from_config(config, architecture, config_path)
-    left = load_arrays(backbone, arrays, shown)
-    if left:
-        logger.info(
-            "%s: no pooler (%s); the backbone's is random, so pooling 'pooler' is refused", shown, ", ".join(left)
-        )
-    return LoadedBackbone(backbone, architecture, dict(config), None, has_pooler=not left, source=shown)

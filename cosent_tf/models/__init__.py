@@ -11,7 +11,7 @@ _HOMES = {
     "HEAD_INPUTS": ".kinds",
     "BUILDERS": ".builders",
     "build_from_spec": ".builders",
-    "head_layer_name": ".builders",
+    "head_layer_name": ".kinds",
     "build_transformer": ".builders",
     "check_maxlen": ".builders",
     "build_encoder": ".builders",

@@ -26,7 +26,7 @@ from .checkpoints import (
     read_config,
     refuse_other_folder,
 )
-from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, INTERACTION_HEADS, get_kind
+from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, INTERACTION_HEADS, get_kind, head_layer_name
 from .sources import ModelSource
 from .spec import ModelSpec
 from .tokenization import check_vocab_size
@@ -34,7 +34,7 @@ from .tokenization import check_vocab_size
 # A model's config: the path of its json file, or the source it was resolved from.
 ConfigSource = Union[str, ModelSource]
 
-__all__ = [  # HEAD_INPUTS and INTERACTION_HEADS live in cosent_tf.models.kinds; named here as before
+__all__ = [  # HEAD_INPUTS, INTERACTION_HEADS and head_layer_name live in cosent_tf.models.kinds; named here as before
     "BUILDERS",
     "CONFIG_FIELDS",
     "HEAD_INPUTS",
@@ -97,11 +97,6 @@ def _check_keywords(builder: Callable[..., Any], keywords: dict, builder_sets: t
             "parameters it takes only a BERT config field or a bert4keras option (CONFIG_FIELDS and "
             "TRANSFORMER_OPTIONS of cosent_tf.models.builders)"
         )
-
-
-def head_layer_name(head: str) -> str:
-    """The Keras layer name of an interaction head (``Match-Score`` / ``Match-Softmax``)."""
-    return "Match-" + head.capitalize()
 
 
 def _config_of(config_path: Optional[ConfigSource], checkpoint_path: Optional[str]) -> ConfigSource:

@@ -89,6 +89,15 @@ def check_config(config: dict, config_path: str) -> dict:
     return config
 
 
+def no_pooler_error(shown: str, missing: list) -> CheckpointError:
+    """The error of a checkpoint (named ``shown``) that lacks BERT's pooler (the ``missing`` names)
+    for a model that reads it, the same on both Kerases: pooling ``pooler`` or ``--head pooler``."""
+    return CheckpointError(
+        f"{shown}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling 'pooler' cannot be "
+        "used with it (nor --head pooler); choose cls, last-avg, first-last-avg or max (or --head cls)"
+    )
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an error's message (TensorFlow's run on for pages), or its type's name."""
     text = getattr(error, "message", None) or str(error)

@@ -45,6 +45,7 @@ from .checkpoint_files import (  # noqa: F401  (their home is checkpoint_files, 
     VOCAB_FILE,
     check_config,
     checkpoint_files,
+    no_pooler_error,
     read_config,
     refuse_other_folder,
     write_checkpoint_arrays,
@@ -177,11 +178,7 @@ def check_checkpoint(transformer, checkpoint: CheckpointVariables) -> None:
             wrong_shape.append(f"{checkpoint.own_name(name)} {tuple(available[name])} != {tuple(variable.shape)}")
     problems = []
     if missing and all("pooler" in name for name in missing):
-        raise CheckpointError(
-            f"{checkpoint.where}: this checkpoint has no pooler ({', '.join(missing)} missing), so pooling "
-            "'pooler' cannot be used with it (nor --head pooler); choose cls, last-avg, first-last-avg or max "
-            "(or --head cls)"
-        )
+        raise no_pooler_error(checkpoint.where, missing)
     if missing:
         problems.append(
             f"missing {len(missing)} variable(s): {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")

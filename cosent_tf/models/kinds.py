@@ -29,6 +29,17 @@ INTERACTION_HEADS = ("score", "softmax")
 HEAD_INPUTS = ("cls", "pooler")
 
 
+def head_layer_name(head: str) -> str:
+    """The Keras layer name of an interaction head (``Match-Score`` / ``Match-Softmax``), which its
+    weights are saved under (``cosent/<name>/kernel``) by both Kerases.
+
+    Example:
+        >>> head_layer_name("score")
+        'Match-Score'
+    """
+    return "Match-" + head.capitalize()
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelKind:
     """One kind of model.
