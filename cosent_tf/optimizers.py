@@ -135,7 +135,7 @@ def build_optimizer(
     ``not_decayed``: the variables weight decay skips. Left out, they are found by their names
     (:data:`~cosent_tf.weight_decay.NOT_DECAYED`, bert4keras's), which only tf-keras can do: Keras 3
     names a variable by its own short name (``kernel``), not its layer's, so a Keras 3 caller lists them
-    (:func:`cosent_tf.keras3.training.not_decayed_variables` finds them by their Google checkpoint names).
+    (:func:`cosent_tf.keras3.models.not_decayed_variables` finds them by their Google checkpoint names).
 
     ``loss_scaling`` (for float16 training) wraps it in Keras's dynamic ``LossScaleOptimizer``:
     the loss is multiplied by a scale before the gradients are taken, so that small float16

@@ -29,6 +29,10 @@ _HOMES = {
     "LoadedBackbone": ".backbones",
     "build_encoder": ".encoder",
     "SentenceEncoder": ".encoder",
+    # the models of a spec (both Kerases' contract) and the Google-named weights a model folder holds
+    "build_from_spec": ".models",
+    "model_arrays": ".models",
+    "not_decayed_variables": ".models",
     # training and export
     "train": ".training",
     "export_saved_model": ".export",

@@ -31,14 +31,16 @@ DEFAULT_MAXLEN = 64
 
 
 class _BackboneInputs(keras.layers.Layer):
-    """A keras-hub backbone's three inputs from token ids and their padding mask (:class:`PaddingMask`):
-    segment ids all 0 (one text), and the mask, which keeps padding out of attention."""
+    """A keras-hub backbone's three inputs from token ids, their padding mask (:class:`PaddingMask`)
+    and segment ids (None: all 0, one text); the mask keeps padding out of attention."""
 
-    def call(self, token_ids: Any, mask: Any) -> dict:
+    def call(self, token_ids: Any, mask: Any, segment_ids: Any = None) -> dict:
         token_ids = keras.ops.cast(token_ids, "int32")
         return {
             "token_ids": token_ids,
-            "segment_ids": keras.ops.zeros_like(token_ids),
+            "segment_ids": keras.ops.zeros_like(token_ids)
+            if segment_ids is None
+            else keras.ops.cast(segment_ids, "int32"),
             "padding_mask": keras.ops.cast(mask, "int32"),
         }
 
@@ -52,14 +54,40 @@ def _first_block_output(backbone: Any) -> Any:
     return first.output  # a layer called several times (ALBERT's): its first call's output
 
 
+def pooled(backbone: Any, pooling: str, token_ids: Any, segment_ids: Any = None, name: str = "encoder") -> Any:
+    """``backbone``'s float32 vectors (B, H) of the symbolic ``token_ids`` (B, T) pooled by ``pooling``,
+    computed as the Keras 2 engine pools (:data:`cosent_tf.choices.POOLING_MODES`): the one body of
+    :func:`build_encoder`'s token-ids model and :func:`cosent_tf.keras3.models.build_from_spec`'s
+    two-input models (whose interaction heads read the ``cls`` or ``pooler`` vector).
+
+    The padding mask is ``token_ids != 0``; ``segment_ids`` None gives all 0 (one text).
+    ``first-last-avg`` averages the first block's and the last block's token means, ``pooler`` is
+    BERT's pooler (tanh dense on [CLS]). The layers are the backbone's: training them trains it.
+
+    Raises:
+        ConfigError: an unknown pooling.
+    """
+    if pooling not in POOLING_MODES:
+        raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
+    outputs = backbone.output
+    if pooling == "first-last-avg":
+        wanted = [_first_block_output(backbone), outputs["sequence_output"]]
+    elif pooling == "pooler":
+        wanted = outputs["pooled_output"]
+    else:
+        wanted = outputs["sequence_output"]
+    hidden_states = keras.Model(backbone.input, wanted, name=f"{name}_backbone")
+    mask = PaddingMask(name="padding_mask")(token_ids)
+    hidden = hidden_states(_BackboneInputs(name="backbone_inputs")(token_ids, mask, segment_ids))
+    return Pooling(pooling, name="pooling")(hidden, mask=mask)
+
+
 def build_encoder(backbone: Any, pooling: str = "cls", name: str = "encoder") -> Any:
     """A Keras model from token ids (B, T) int32 to one float32 vector per text (B, H).
 
     Segment ids are all 0 and the padding mask is ``token_ids != 0``, as the Keras 2 engine encodes
-    one text; ``pooling`` is computed as the Keras 2 engine's (:data:`cosent_tf.choices.POOLING_MODES`):
-    ``first-last-avg`` averages the first block's and the last block's token means, ``pooler`` is
-    BERT's pooler (tanh dense on [CLS]). The model shares the backbone's layers: training it trains
-    the backbone.
+    one text; ``pooling`` is computed as the Keras 2 engine's (:func:`pooled`). The model shares the
+    backbone's layers: training it trains the backbone.
 
     Args:
         backbone: a keras-hub BERT or ALBERT backbone (:func:`cosent_tf.keras3.backbones.load_backbone`).
@@ -73,21 +101,19 @@ def build_encoder(backbone: Any, pooling: str = "cls", name: str = "encoder") ->
         >>> backbone = load_backbone("checkpoints/chinese-roberta-wwm-ext").backbone  # doctest: +SKIP
         >>> encoder = build_encoder(backbone, "cls")  # doctest: +SKIP
     """
-    if pooling not in POOLING_MODES:
-        raise ConfigError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLING_MODES)}")
-    outputs = backbone.output
-    if pooling == "first-last-avg":
-        wanted = [_first_block_output(backbone), outputs["sequence_output"]]
-    elif pooling == "pooler":
-        wanted = outputs["pooled_output"]
-    else:
-        wanted = outputs["sequence_output"]
-    hidden_states = keras.Model(backbone.input, wanted, name=f"{name}_backbone")
     token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-    mask = PaddingMask(name="padding_mask")(token_ids)
-    hidden = hidden_states(_BackboneInputs(name="backbone_inputs")(token_ids, mask))
-    vectors = Pooling(pooling, name="pooling")(hidden, mask=mask)
-    return keras.Model(token_ids, vectors, name=name)
+    return keep_backbone(keras.Model(token_ids, pooled(backbone, pooling, token_ids, name=name), name=name), backbone)
+
+
+def keep_backbone(model: Any, backbone: Any) -> Any:
+    """``model`` with ``model.backbone`` set to the keras-hub backbone its layers are (which the
+    Google names of its weights are read from: :func:`cosent_tf.keras3.models.model_arrays`).
+
+    Set past Keras's attribute tracking: tracked, the backbone would add its variables that the
+    model does not use (the pooler of a model that does not pool by it) to the model's, and so to
+    what the optimizer trains. Returns ``model``."""
+    object.__setattr__(model, "backbone", backbone)
+    return model
 
 
 class SentenceEncoder:

@@ -26,7 +26,7 @@ from .checkpoints import (
     read_config,
     refuse_other_folder,
 )
-from .kinds import FEATURE, HEAD_INPUTS, INTERACTION, INTERACTION_HEADS, get_kind, head_layer_name
+from .kinds import FEATURE, HEAD_INPUTS, HEAD_LAYERS, INTERACTION, INTERACTION_HEADS, get_kind, head_layer_name
 from .sources import ModelSource
 from .spec import ModelSpec
 from .tokenization import check_vocab_size
@@ -338,7 +338,7 @@ def build_interaction_model(
         features = transformer.output
     else:
         features = Pooling("cls", name="Pooling")(_cls_input(transformer, architecture))
-    units, activation = (1, None) if head == "score" else (2, "softmax")
+    units, activation = HEAD_LAYERS[head]
     output = keras.layers.Dense(
         units,
         activation=activation,

@@ -24,6 +24,8 @@ from ..errors import ConfigError, lookup
 # An interaction model's heads: one unbounded score, or the two-way softmax of the
 # cross-entropy baseline.
 INTERACTION_HEADS = ("score", "softmax")
+# Each head's Dense layer on the pair's features, on both Kerases: (units, activation).
+HEAD_LAYERS = {"score": (1, None), "softmax": (2, "softmax")}
 # What an interaction head reads: the [CLS] hidden state (the original experiments), or BERT's
 # pooler, dense + tanh on it (Hugging Face's BertForSequenceClassification).
 HEAD_INPUTS = ("cls", "pooler")

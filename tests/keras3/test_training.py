@@ -660,7 +660,7 @@ def test_weight_decay_skips_what_the_keras2_engine_skips_albert_embedding_mappin
     compared on every weight of a BERT and an ALBERT, and applied to the Keras 3 encoder's variables."""
     from cosent_tf.keras3 import build_encoder
     from cosent_tf.keras3.backbones import backbone_from_config, weight_table
-    from cosent_tf.keras3.training import not_decayed_variables
+    from cosent_tf.keras3.models import not_decayed_variables
     from cosent_tf.weight_decay import decayed
 
     albert = {**TINY, "embedding_size": 8}
@@ -679,7 +679,7 @@ def test_weight_decay_skips_what_the_keras2_engine_skips_albert_embedding_mappin
         assert {name for name, _, _ in table} <= set(rule)
         encoder = build_encoder(backbone, pooling="cls")
         trained = {id(v) for v in encoder.trainable_variables}
-        skipped = {id(v) for v in not_decayed_variables(encoder, backbone)}
+        skipped = {id(v) for v in not_decayed_variables(encoder)}
         assert {name for name, v, _ in table if id(v) in skipped} == {
             name for name, v, _ in table if id(v) in trained and not rule[name]
         }
