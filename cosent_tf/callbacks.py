@@ -269,9 +269,10 @@ class StartStep(keras.callbacks.Callback):
     """The optimizer's step when ``fit`` starts, for a batch stream to start from (call it).
 
     It is read in ``on_train_begin``: list it after a backup callback, whose restore happens
-    there. The stream must not read the step itself when tf.data first pulls a batch: that
-    happens in another thread while the first training step runs, and the step counter's
-    update does not wait for the batch, so the stream could start one batch late.
+    there; a stream started before (to build the loss, not to train) starts at 0. The stream
+    must not read the step itself when tf.data first pulls a batch: that happens in another
+    thread while the first training step runs, and the step counter's update does not wait for
+    the batch, so the stream could start one batch late.
     """
 
     def __init__(self) -> None:
@@ -283,7 +284,9 @@ class StartStep(keras.callbacks.Callback):
 
     def __call__(self) -> int:
         if self.step is None:
-            raise RuntimeError("the batch stream was read before training began")
+            # Keras 3 on JAX draws one batch to build the loss before training begins, and starts the
+            # dataset again for training: that batch is never trained on, wherever the stream starts
+            return 0
         return self.step
 
 

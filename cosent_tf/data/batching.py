@@ -26,22 +26,24 @@ import numpy as np
 LENGTH_POOL_BATCHES = 50
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], padding_id: int = 0) -> np.ndarray:
-    """Stack token id sequences into an int32 matrix padded to the longest of them.
+def pad_batch(sequences: Sequence[Sequence[int]], padding_id: int = 0, multiple: int = 1) -> np.ndarray:
+    """Stack token id sequences into an int32 matrix padded to the longest of them, rounded up to a
+    multiple of ``multiple`` (fewer batch shapes, for a backend that compiles a program per shape).
 
     Args:
         sequences: token id lists, at least one.
         padding_id: the id the shorter rows are padded with.
+        multiple: the width is a multiple of this.
 
     Returns:
-        An int32 array of shape (len(sequences), longest).
+        An int32 array of shape (len(sequences), width).
 
     Example:
         >>> pad_batch([[101, 872, 102], [101, 102]])
         array([[101, 872, 102],
                [101, 102,   0]], dtype=int32)
     """
-    longest = max(len(s) for s in sequences)
+    longest = -(-max(len(s) for s in sequences) // multiple) * multiple
     batch = np.full((len(sequences), longest), padding_id, dtype=np.int32)
     for row, sequence in enumerate(sequences):
         batch[row, : len(sequence)] = sequence

@@ -129,6 +129,7 @@ def pair_dataset(
     repeat: bool = False,
     replicas: int = 1,
     keys: Optional[Sequence[frozenset[int]]] = None,
+    width_multiple: int = 1,
 ) -> tf.data.Dataset:
     """Interleaved sentence-pair batches for a feature model.
 
@@ -153,6 +154,8 @@ def pair_dataset(
         keys: per pair, the ids of its texts (:func:`text_keys`): pairs sharing a text are kept
             in different batches where they can be, for an in-batch loss (see
             :func:`keep_duplicates_apart`). None: no such rearranging.
+        width_multiple: each batch is padded to its longest sentence rounded up to a multiple of
+            this (see :func:`pad_batch`).
 
     Returns:
         The dataset, of known cardinality without ``repeat``.
@@ -175,7 +178,7 @@ def pair_dataset(
 
     def make_batches() -> Iterator[Any]:
         for index in stream():
-            token_ids = pad_batch([s for i in index for s in (ids_a[i], ids_b[i])])
+            token_ids = pad_batch([s for i in index for s in (ids_a[i], ids_b[i])], multiple=width_multiple)
             yield (token_ids, np.zeros_like(token_ids)), np.repeat(labels[index], 2)
 
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
@@ -194,6 +197,7 @@ def group_dataset(
     repeat: bool = False,
     replicas: int = 1,
     keys: Optional[Sequence[frozenset[int]]] = None,
+    width_multiple: int = 1,
 ) -> tf.data.Dataset:
     """Batches of examples in groups of ``group_size`` rows, for an in-batch negatives loss.
 
@@ -215,6 +219,7 @@ def group_dataset(
         batch_size: examples per batch.
         shuffle, group_by_length, seed, start_step, repeat: as for :func:`pair_dataset`.
         replicas: every batch holds a multiple of this many whole examples.
+        width_multiple: as for :func:`pair_dataset`.
         keys: per example, the ids of its texts (:func:`text_keys` of the anchors, positives
             and negatives): examples sharing a text are kept in different batches where they
             can be (:func:`keep_duplicates_apart`). None: no such rearranging.
@@ -263,7 +268,7 @@ def group_dataset(
             rows: list[Sequence[int]] = []
             for i in index.tolist():
                 rows += [anchor_ids[i], positive_ids[i], *drawn(i, epoch)]
-            token_ids = pad_batch(rows)
+            token_ids = pad_batch(rows, multiple=width_multiple)
             yield (token_ids, np.zeros_like(token_ids)), np.zeros(len(rows), dtype=np.float32)
 
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))
@@ -301,13 +306,14 @@ def interaction_dataset(
     repeat: bool = False,
     sep_id: Optional[int] = None,
     replicas: int = 1,
+    width_multiple: int = 1,
 ) -> tf.data.Dataset:
     """Concatenated-pair batches for an interaction model: ``((token_ids, segment_ids), labels)``.
 
     Args:
         pair_ids: each pair's token ids, ``[CLS] a [SEP] b [SEP]``.
         labels: one label per pair.
-        batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas: as for
+        batch_size, shuffle, group_by_length, seed, start_step, repeat, replicas, width_multiple: as for
             :func:`pair_dataset`.
         sep_id: None: segment ids all 0, as in the original interaction experiments; else the
             [SEP] token's id, and the second text's segment ids are 1 (:func:`pair_segment_ids`).
@@ -332,7 +338,7 @@ def interaction_dataset(
 
     def make_batches() -> Iterator[Any]:
         for index in stream():
-            token_ids = pad_batch([pair_ids[i] for i in index])
+            token_ids = pad_batch([pair_ids[i] for i in index], multiple=width_multiple)
             yield (token_ids, segment_ids(token_ids, sep_id)), labels[index]
 
     return _dataset(make_batches, None if repeat else stream.batches_per_epoch, ((_IDS, _IDS), _LABELS))

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import huggingface
 from ..errors import CheckpointError, ConfigError, where
-from ..models.checkpoint_files import CHECKPOINT_PREFIX, check_config, read_checkpoint_arrays
+from ..models.checkpoint_files import CHECKPOINT_PREFIX, check_config
 from ..models.sources import COSENT_MODEL, ModelSource, open_source
 from ..models.spec import SPEC_FILE, hugging_face_format
 from .runtime import checked_keras, imported_quietly, keras_hub_backbone
@@ -411,8 +411,8 @@ def _check_architecture(given: Optional[str], own: str, shown: str) -> str:
 
 def source_arrays(source: ModelSource, head_scope: Optional[str] = None) -> tuple[dict[str, np.ndarray], str]:
     """The weights of ``source`` as {Google checkpoint name: array}, and what they were read from (for
-    messages): the one place the Keras 3 route reads a checkpoint, whatever its format, as the Keras 2
-    engine's :meth:`~cosent_tf.models.sources.ModelSource.variables` does.
+    messages), read through :meth:`~cosent_tf.models.sources.ModelSource.variables`, where the Keras 2
+    builders read theirs too.
 
     A Hugging Face or sentence-transformers folder is renamed by :func:`cosent_tf.huggingface.google_arrays`
     (its ``classifier`` read as ``head_scope``, ``cosent/<head layer>``, when given); a Google-format
@@ -429,12 +429,10 @@ def source_arrays(source: ModelSource, head_scope: Optional[str] = None) -> tupl
     Raises:
         CheckpointError: a folder without a checkpoint, or an unreadable one, naming it.
     """
-    if source.checkpoint is None:
+    variables = source.variables(head_scope)
+    if variables is None:
         return {}, source.config_path
-    if source.weights_in_memory:
-        return huggingface.google_arrays(source.checkpoint, head_scope)[0], source.checkpoint
-    prefix = _checkpoint_prefix(source.checkpoint)[1]
-    return read_checkpoint_arrays(prefix), prefix
+    return variables.arrays(), variables.where
 
 
 def load_backbone(path: Any, architecture: Optional[str] = None) -> LoadedBackbone:

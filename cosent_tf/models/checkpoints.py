@@ -12,14 +12,8 @@ The folder's file names, its config and its arrays as files are
 
 from __future__ import annotations
 
-import dataclasses
-import glob
 import logging
-import os
 import re
-import shutil
-import tempfile
-import weakref
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -27,8 +21,8 @@ import numpy as np
 from .. import huggingface
 from ..backend import keras, tf
 from ..compat import renamed_keyword
-from ..errors import CheckpointError, where
-from ..io import atomic_directory, is_inside
+from ..errors import CheckpointError
+from ..io import atomic_directory
 from .architectures import transformer_class
 from .checkpoint_files import (  # noqa: F401  (their home is checkpoint_files, which the Keras 3 route imports)
     CHECKPOINT_ENTRIES,
@@ -43,118 +37,22 @@ from .checkpoint_files import (  # noqa: F401  (their home is checkpoint_files, 
     SAVED_MODEL_FILE,
     TF_GLOB_CHARACTERS,
     VOCAB_FILE,
+    CheckpointVariables,
     check_config,
     checkpoint_files,
+    list_checkpoint_variables,
     no_pooler_error,
+    open_checkpoint,
     read_config,
+    readable_prefix,
     refuse_other_folder,
+    resolve_checkpoint,
     write_checkpoint_arrays,
     write_checkpoint_folder_arrays,
 )
 from .checkpoint_files import first_line as _first_line
-from .checkpoint_files import refuse_hub_name as _refuse_hub_name
 
 logger = logging.getLogger(__name__)
-
-
-def list_checkpoint_variables(checkpoint_prefix: str, shown: Optional[str] = None) -> dict:
-    """{name: shape} of a checkpoint; an unreadable one is a CheckpointError naming it (or ``shown``)."""
-    try:
-        return dict(tf.train.list_variables(checkpoint_prefix))
-    except (tf.errors.OpError, ValueError, IndexError) as e:
-        raise CheckpointError(
-            f"{shown or checkpoint_prefix}: cannot read this checkpoint ({_first_line(e)}); "
-            "it may be truncated or corrupted"
-        ) from None
-
-
-def resolve_checkpoint(checkpoint_path: str) -> str:
-    """Accept a checkpoint prefix (``.../bert_model.ckpt``) or the directory holding it."""
-    path = os.fspath(checkpoint_path)
-    if os.path.isdir(path):
-        # latest_checkpoint globs the path (see readable_prefix): such a folder is searched below
-        globbed = any(c in os.path.abspath(path) for c in TF_GLOB_CHARACTERS)
-        prefix = None if globbed else tf.train.latest_checkpoint(path)
-        if prefix is not None and not is_inside(prefix, path):
-            raise CheckpointError(
-                f"{path}: its 'checkpoint' file names {prefix}, outside this folder; "
-                "pass that checkpoint itself, or fix the file"
-            )
-        if prefix is None:
-            candidates = sorted(f[: -len(".index")] for f in os.listdir(path) if f.endswith(".index"))
-            if len(candidates) != 1:
-                raise CheckpointError(f"{path}: no TensorFlow checkpoint (*.index) in this directory")
-            prefix = os.path.join(path, candidates[0])
-        return prefix
-    if not os.path.exists(path + ".index"):
-        raise CheckpointError(f"{where(path)}: checkpoint not found (no {os.path.basename(path)}.index)")
-    return path
-
-
-@dataclasses.dataclass
-class CheckpointVariables:
-    """A checkpoint's variables under Google names.
-
-    ``where`` names it in messages; ``shapes`` is {name: shape}; ``source`` is what
-    bert4keras loads from (a TF checkpoint prefix, or {name: array} of a Hugging Face
-    folder); ``unused`` lists a Hugging Face folder's weights no Google name stands for, and
-    ``own_names`` gives a Google name's state-dict key, which its messages use.
-    """
-
-    where: str
-    shapes: dict
-    source: object
-    unused: list = dataclasses.field(default_factory=list)
-    own_names: dict = dataclasses.field(default_factory=dict)
-
-    def own_name(self, name):
-        return self.own_names.get(name, name)
-
-    def value(self, name):
-        if isinstance(self.source, dict):
-            return self.source[name]
-        return tf.train.load_variable(self.source, name)
-
-
-def open_checkpoint(checkpoint_path: str, head_scope: Optional[str] = None) -> CheckpointVariables:
-    """The variables of a Google-format checkpoint (prefix or folder) or a Hugging Face folder.
-
-    ``head_scope`` (``cosent/<head layer>``) is the name a Hugging Face ``classifier`` is read as.
-    """
-    if huggingface.is_hf_folder(checkpoint_path):
-        arrays, unused, names = huggingface.google_arrays(checkpoint_path, head_scope)
-        shapes = {name: tuple(value.shape) for name, value in arrays.items()}
-        return CheckpointVariables(os.fspath(checkpoint_path), shapes, arrays, unused, names)
-    _refuse_hub_name(checkpoint_path)
-    prefix = resolve_checkpoint(checkpoint_path)
-    readable, links = readable_prefix(prefix)
-    try:
-        checkpoint = CheckpointVariables(prefix, list_checkpoint_variables(readable, prefix), readable)
-    except BaseException:
-        if links is not None:
-            shutil.rmtree(links, ignore_errors=True)
-        raise
-    if links is not None:  # the links live as long as the variables read through them
-        weakref.finalize(checkpoint, shutil.rmtree, links, True)
-    return checkpoint
-
-
-def readable_prefix(prefix: str) -> tuple:
-    """(a prefix TensorFlow can read the checkpoint ``prefix`` through, the folder of links made
-    for it or None). A prefix with glob characters (a run folder ``run[1]/``) is read through
-    links to its files from a new folder whose path has none; the caller removes that folder."""
-    if not any(c in os.path.abspath(prefix) for c in TF_GLOB_CHARACTERS):
-        return prefix, None
-    links = tempfile.mkdtemp(prefix="cosent-tf-checkpoint-")
-    if any(c in links for c in TF_GLOB_CHARACTERS):
-        os.rmdir(links)
-        raise CheckpointError(
-            f"{prefix}: TensorFlow cannot read a checkpoint whose path holds any of {' '.join(TF_GLOB_CHARACTERS)}, "
-            f"and the temporary folder {links} holds one too; rename the folder, or set TMPDIR to another"
-        )
-    for path in glob.glob(glob.escape(prefix) + ".*"):
-        os.symlink(os.path.abspath(path), os.path.join(links, CHECKPOINT_PREFIX + path[len(prefix) :]))
-    return os.path.join(links, CHECKPOINT_PREFIX), links
 
 
 def _mapped_variables(transformer):

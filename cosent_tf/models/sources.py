@@ -12,10 +12,10 @@ variable list are read on first use and kept, so a caller holding a source never
 twice.
 
 Outside :mod:`cosent_tf.huggingface`, only this module and :func:`cosent_tf.models.spec.read_spec`
-(which it calls) ask what kind of folder a path is (the checkpoint finders of
-:mod:`cosent_tf.models.checkpoint_files` and the weights reader in :mod:`cosent_tf.models.checkpoints`
-aside). Importing it imports no Keras and no TensorFlow (both Kerases' trainers open their sources
-here); reading a Google checkpoint's weights does.
+(which it calls) ask what kind of folder a path is (the checkpoint finders and the weights reader of
+:mod:`cosent_tf.models.checkpoint_files` aside). Importing it imports no Keras and no TensorFlow (both
+Kerases' engines open their sources here, and read their weights through :meth:`ModelSource.variables`);
+reading a Google checkpoint's weights imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -23,12 +23,19 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from .. import huggingface
 from ..errors import ConfigError
 from ..io import read_json
-from .checkpoint_files import check_config, checkpoint_files, read_config, refuse_other_folder
+from .checkpoint_files import (
+    CheckpointVariables,
+    check_config,
+    checkpoint_files,
+    open_checkpoint,
+    read_config,
+    refuse_other_folder,
+)
 from .families import get_architecture
 from .spec import (
     HUGGING_FACE,
@@ -42,9 +49,6 @@ from .spec import (
     read_spec,
 )
 from .tokenization import load_vocab
-
-if TYPE_CHECKING:  # it imports TensorFlow and bert4keras, which only reading the weights needs
-    from .checkpoints import CheckpointVariables
 
 # The config a run without --checkpoint builds its random model from (it ships in the package).
 SMALL_RANDOM_CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "bert-small-random.json")
@@ -177,8 +181,6 @@ class ModelSource:
             return None
         key = ("variables", head_scope if self.weights_in_memory else None)
         if key not in self._read:
-            from .checkpoints import open_checkpoint
-
             self._read[key] = open_checkpoint(self.checkpoint, head_scope)
         return self._read[key]
 

@@ -75,6 +75,10 @@ from .run_rules import take_run_folder
 
 logger = logging.getLogger(__name__)
 
+# Keras 3 on JAX compiles its training step once per batch shape: batch widths rounded up to a
+# multiple of this leave few shapes to compile (TensorFlow's step takes any width as it comes).
+COMPILED_WIDTH_MULTIPLE = 8
+
 
 @dataclasses.dataclass
 class GroupInputs:
@@ -240,7 +244,12 @@ class Matcher:
     def dataset(self, prepared, labels, start_step, replicas=1, keys=None):
         cfg = self.cfg
         options = dict(
-            group_by_length=cfg.group_by_length, seed=cfg.seed, start_step=start_step, repeat=True, replicas=replicas
+            group_by_length=cfg.group_by_length,
+            seed=cfg.seed,
+            start_step=start_step,
+            repeat=True,
+            replicas=replicas,
+            width_multiple=COMPILED_WIDTH_MULTIPLE if keras.backend.backend() == "jax" else 1,
         )
         if isinstance(prepared, GroupInputs):
             return group_dataset(
@@ -599,6 +608,7 @@ def _fit(
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,
             verbose=verbose,
+            shuffle=False,  # the batches are the seeded shuffle of the dataset's own
         )
     except tf.errors.UnavailableError as lost:
         if cfg.strategy != "multi-worker":
