@@ -117,7 +117,7 @@ def outputs_of(folder):
     spec = read_spec(source)
     model = build_from_spec(spec, source)
     inputs = engine_inputs(spec, source)
-    return model, spec, inputs, np.asarray(model.predict_on_batch(inputs))
+    return model, spec, inputs, np.asarray(model(inputs, training=False))
 
 
 @pytest.mark.parametrize("name", list(FOLDERS))
@@ -163,21 +163,30 @@ def test_model_arrays_hold_what_the_keras2_engine_writes_and_round_trip(keras2, 
         np.testing.assert_array_equal(value, written_by_keras2[key], err_msg=key)
     write_model_folder(str(tmp_path / "again"), arrays, spec, source.config, source.vocab_path)
     again = build_from_spec(read_spec(str(tmp_path / "again")), open_source(tmp_path / "again"))
-    np.testing.assert_array_equal(np.asarray(again.predict_on_batch(inputs)), got)
+    np.testing.assert_array_equal(np.asarray(again(inputs, training=False)), got)
+
+
+@pytest.fixture(scope="module")
+def bare_source(tmp_path_factory):
+    """A source of a config alone (the bundled config's kind, tiny): random weights."""
+    path = tmp_path_factory.mktemp("bare") / "bert_config.json"
+    path.write_text(json.dumps(CONFIG), encoding="utf-8")
+    return open_source(None, config=str(path))
 
 
 @pytest.mark.parametrize(
     "spec, width, reads_pooler",
     [
-        (ModelSpec("feature", pooling="pooler"), 312, True),
+        (ModelSpec("feature", pooling="pooler"), 16, True),
         (ModelSpec("interaction", pooling=None, head="softmax", head_input="cls"), 2, False),
         (ModelSpec("interaction", pooling=None, head="score", head_input="pooler"), 1, True),
     ],
 )
-def test_a_bare_config_builds_random_weights_of_the_right_shapes(spec, width, reads_pooler):
-    """open_source(None): the bundled config, random weights; float32 outputs of (B, width); the
-    random pooler is written when the model reads it (it is trained), else left out, as on Keras 2."""
-    model = build_from_spec(spec, open_source(None))
+def test_a_bare_config_builds_random_weights_of_the_right_shapes(bare_source, spec, width, reads_pooler):
+    """A config without a checkpoint: random weights; float32 outputs of (B, width); the random
+    pooler is written when the model reads it (it is trained), else left out, as on Keras 2."""
+    assert bare_source.checkpoint is None
+    model = build_from_spec(spec, bare_source)
     ids = np.array([[101, 872, 1962, 102, 0], [101, 2769, 102, 0, 0]], np.int32)
     out = model([ids, np.zeros_like(ids)], training=False)
     assert tuple(out.shape) == (2, width) and keras.backend.standardize_dtype(out.dtype) == "float32"
@@ -185,16 +194,16 @@ def test_a_bare_config_builds_random_weights_of_the_right_shapes(spec, width, re
     assert {keras.backend.standardize_dtype(tensor.dtype) for tensor in model.inputs} == {"int32"}
     arrays = model_arrays(model, spec)
     assert ("bert/pooler/dense/kernel" in arrays) == reads_pooler
-    assert arrays["bert/embeddings/word_embeddings"].shape == (21128, 312)
+    assert arrays["bert/embeddings/word_embeddings"].shape == (21128, 16)
     if spec.kind == "interaction":
-        assert arrays[f"{HEAD_SCOPE}Match-{spec.head.capitalize()}/kernel"].shape == (312, width)
+        assert arrays[f"{HEAD_SCOPE}Match-{spec.head.capitalize()}/kernel"].shape == (16, width)
 
 
-def test_under_mixed_bfloat16_the_outputs_and_saved_weights_are_float32():
+def test_under_mixed_bfloat16_the_outputs_and_saved_weights_are_float32(bare_source):
     spec = ModelSpec("interaction", pooling=None, head="softmax", head_input="cls")
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
-        model = build_from_spec(spec, open_source(None))
+        model = build_from_spec(spec, bare_source)
     finally:
         keras.config.set_dtype_policy("float32")
     ids = np.array([[101, 872, 1962, 102]], np.int32)
@@ -231,8 +240,8 @@ def test_a_head_the_checkpoint_lacks_starts_random_or_is_required(keras2, caplog
         build_from_spec(ModelSpec("interaction", pooling=None, head="softmax"), open_source(tmp / "score-cls"), True)
 
 
-def test_weight_decay_skips_the_heads_bias_and_decays_its_kernel():
-    model = build_from_spec(ModelSpec("interaction", pooling=None, head="score"), open_source(None))
+def test_weight_decay_skips_the_heads_bias_and_decays_its_kernel(bare_source):
+    model = build_from_spec(ModelSpec("interaction", pooling=None, head="score"), bare_source)
     head = model.get_layer("Match-Score")
     skipped = {id(variable) for variable in not_decayed_variables(model)}
     assert id(head.bias) in skipped and id(head.kernel) not in skipped
