@@ -81,7 +81,8 @@ def build_from_spec(
 
     Raises:
         ConfigError: an unknown kind, pooling, head or head input; an architecture only the Keras 2
-            engine builds; a config the backbone cannot follow.
+            engine builds; a config the backbone cannot follow, or whose vocab_size is not the
+            source's vocabulary's.
         CheckpointError: the checkpoint is unreadable or does not fit the config; it has no pooler
             and the model reads one; ``require_head`` and no head of the right shape in it.
 
@@ -96,6 +97,8 @@ def build_from_spec(
     if spec.head_input not in HEAD_INPUTS:
         raise ConfigError(f"unknown head input {spec.head_input!r}; choose one of {', '.join(HEAD_INPUTS)}")
     keras_hub_backbone(spec.architecture)  # a Keras 2-only family is refused before anything is read
+    if source.vocab_path is not None:  # as the Keras 2 builders check a source's vocabulary
+        source.check_vocab()
     head = _head_name(spec)
     arrays, shown = source_arrays(source, HEAD_SCOPE + head if head else None)
     backbone = backbone_from_config(source.config, spec.architecture, source.config_path)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from cosent_tf.data.batching import pad_batch, segment_ids
-from cosent_tf.errors import CheckpointError
+from cosent_tf.errors import CheckpointError, ConfigError
 from cosent_tf.keras3.models import INPUT_NAMES, build_from_spec, model_arrays, not_decayed_variables
 from cosent_tf.models.checkpoint_files import CHECKPOINT_PREFIX, HEAD_SCOPE, read_checkpoint_arrays
 from cosent_tf.models.sources import open_source
@@ -249,3 +249,10 @@ def test_weight_decay_skips_the_heads_bias_and_decays_its_kernel(bare_source):
     query = model.backbone.transformer_layers[0]._self_attention_layer._query_dense.kernel
     assert id(embeddings) in skipped and id(query) not in skipped
     assert skipped <= {id(variable) for variable in model.trainable_variables}
+
+
+def test_a_config_that_does_not_fit_its_vocabulary_is_refused_as_on_keras2(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(dict(CONFIG, vocab_size=40)), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bert_config.json: vocab_size is 40 but .*vocab.txt has 21128 tokens"):
+        build_from_spec(ModelSpec("feature"), open_source(None, config=str(path), vocab=SHARED_VOCAB))
