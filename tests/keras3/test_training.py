@@ -164,7 +164,7 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_
 
     from cosent_tf.errors import TrainingInterrupted
     from cosent_tf.io import write_json
-    from cosent_tf.keras3.backbones import google_arrays, load_backbone
+    from cosent_tf.models.checkpoint_files import read_checkpoint_arrays
 
     cfg, _ = tiny_run
     whole = train(RunConfig(**{**cfg.__dict__, "output_dir": str(tmp_path / "whole")}))
@@ -210,8 +210,10 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_
     assert not os.path.exists(record_path)
     assert (resumed["steps"], resumed["best_epoch"]) == (whole["steps"], whole["best_epoch"])
     assert resumed["valid"]["spearman"] == pytest.approx(whole["valid"]["spearman"], abs=1e-6)
-    loaded = [load_backbone(os.path.join(folder, "model")) for folder in (cfg.output_dir, str(tmp_path / "whole"))]
-    arrays = [google_arrays(one.backbone) for one in loaded]
+    arrays = [
+        read_checkpoint_arrays(os.path.join(folder, "model", "bert_model.ckpt"))
+        for folder in (cfg.output_dir, str(tmp_path / "whole"))
+    ]
     assert arrays[0].keys() == arrays[1].keys()
     for name in arrays[0]:
         np.testing.assert_allclose(arrays[0][name], arrays[1][name], atol=1e-6, err_msg=name)
@@ -226,12 +228,12 @@ def test_the_command_stopped_by_a_signal_says_so_and_exits_as_the_keras2_engines
 
     from cosent_tf.errors import TrainingInterrupted
     from cosent_tf.experiments import scripts
-    from cosent_tf.keras3 import training
+    from cosent_tf.training import engine
 
     def stopped(*args):
         raise TrainingInterrupted(signal.SIGTERM, "SIGTERM received: training stopped after step 8; ...")
 
-    monkeypatch.setattr(training, "run_training", stopped)
+    monkeypatch.setattr(engine, "train", stopped)
     with pytest.raises(SystemExit) as exited:
         scripts.run_training(RunConfig(task="tiny", keras=3), overwrite=False)
     assert exited.value.code == 128 + signal.SIGTERM
