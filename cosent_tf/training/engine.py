@@ -1,8 +1,12 @@
-"""The training engine: one function trains, validates and tests every kind of matcher.
+"""The training engine: one function trains, validates and tests every kind of matcher, on either Keras.
 
 :func:`train` takes a :class:`~cosent_tf.training.config.RunConfig`, reads the run's data
 (:mod:`cosent_tf.training.run_data`), builds a :class:`Matcher`, fits it with validation and
-backups, tests the best weights and writes the run folder. What the folder holds, and the
+backups, tests the best weights and writes the run folder. It runs on the process's Keras
+(:mod:`cosent_tf.process_keras`): tf-keras with bert4keras backbones, or Keras 3 with keras-hub
+backbones where :mod:`cosent_tf.keras3` was imported first; the backbone is built and saved through
+:mod:`cosent_tf.models.adapter`, and what Keras 3 cannot do is refused when the configuration is
+resolved (:mod:`cosent_tf.training.keras_support`). What the folder holds, and the
 rules for resuming or replacing a run in it, are :mod:`cosent_tf.training.run_folder`'s.
 The per-dataset scripts (:mod:`cosent_tf.experiments.scripts`) and ``cosent-tf train`` parse
 their options into a RunConfig and call :func:`train`.
