@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..choices import BEST_METRICS, FALLBACK_BEST_METRIC, RETRIEVAL_FIGURE
@@ -72,8 +73,8 @@ class LossEntry:
         title: its name in result tables.
         make: ``make(losses, scale=, epsilon=, max_label=, positive_above=, global_batch=, group_size=,
             symmetric=, weights=)`` -> the loss made from the classes of ``losses``
-            (:class:`LossClasses`, which :meth:`build` passes); it takes the options it needs and
-            ignores the others.
+            (:class:`LossClasses`, which :meth:`build` passes); it names the options it reads
+            (:attr:`reads`) and takes the others as ``**_``.
         on_classes: trained on class labels (a task's graded scores are split first).
         training_head: a layer factory ``(num_classes) -> layer`` put on a feature
             model's output for training only (the encoder is still scored by cosine).
@@ -139,6 +140,19 @@ class LossEntry:
             f"at every step); pass --batch-size "
             f"{self.min_pairs * replicas} or more, or leave out --per-replica-loss"
         )
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The run options this loss reads: the names ``make`` takes (``scale``, ``epsilon``,
+        ``global_batch`` ...), each of the others being one it ignores, which a run that gives it is
+        refused for (:meth:`cosent_tf.training.config.RunConfig.resolve`).
+
+        Example:
+            >>> sorted(LOSSES["feature", "contrastive"].reads)
+            ['epsilon', 'positive_above']
+        """
+        _, *options = inspect.signature(self.make).parameters.values()  # the first: the loss classes
+        return frozenset(option.name for option in options if option.kind is not option.VAR_KEYWORD)
 
     @property
     def matryoshka_problem(self) -> str:

@@ -33,7 +33,9 @@ from ..environment import keras3_process
 from ..errors import ConfigError
 from ..losses.registry import (
     GROUPS,
+    LOSSES,
     MIX_WEIGHTS,
+    LossEntry,
     best_metric_defaults,
     get_loss,
     group_losses,
@@ -42,7 +44,7 @@ from ..losses.registry import (
     mix_losses,
 )
 from ..models.families import ARCHITECTURES
-from ..models.kinds import HEAD_INPUTS, KINDS, get_kind
+from ..models.kinds import HEAD_INPUTS, KINDS, ModelKind, get_kind
 from .recipes import RECIPES, get_recipe
 
 # The Kerases a run may train on (--keras).
@@ -586,6 +588,7 @@ class RunConfig:
         loss = get_loss(self.kind, self.loss)
         kind = get_kind(self.kind)
         recipe = get_recipe(self.recipe)
+        self._refuse_unread(loss, kind)  # before the model source is opened, as anything is read
         if source is None:
             source = self.model_source()
         values = dataclasses.asdict(self)
@@ -607,25 +610,82 @@ class RunConfig:
         values.update(self._loss_options(task))
         return RunConfig(**values), source
 
-    def _loss_options(self, task: Task) -> dict[str, Any]:
-        """The loss's own options resolved, or a ConfigError for one given to a loss that does not read it."""
-        loss = get_loss(self.kind, self.loss)
-        unread = []
-        if loss.examples != GROUPS:
-            unread += [flag for flag, value in (("--group-size", self.group_size),) if value is not None]
-            if self.hard_negatives_from_labels:
-                unread.append("--hard-negatives-from-labels")
-        if not loss.in_batch and self.symmetric:
-            unread.append("--symmetric")
-        weights = (self.cosine_weight, self.ibn_weight, self.angle_weight)
-        if loss.mix_weights is None:
-            named = ("--cosine-weight", "--ibn-weight", "--angle-weight")
-            unread += [flag for flag, weight in zip(named, weights) if weight is not None]
+    def _given(self, name: str) -> bool:
+        """Whether the field ``name`` is given: set to another value than its default."""
+        return bool(getattr(self, name) != _FIELDS[name].default)
+
+    def _flags(self, *names: str) -> list[str]:
+        """The options of the fields ``names`` that are given, each as the command line gives it."""
+        return [
+            "--no-hard-negatives-from-labels" if getattr(self, name) is False and name in _NEGATED else flag
+            for name, flag in zip(names, option_names(_FIELDS[name] for name in names))
+            if self._given(name)
+        ]
+
+    def _refuse_unread(self, loss: LossEntry, kind: ModelKind) -> None:
+        """A ConfigError naming the options given where the run would not read them, so that none is
+        silently ignored: another loss's (the loss table says which it reads), the other model
+        kind's, a strategy's with another strategy, and one's own files' options without them or
+        where those files do not use them."""
+        unread = [name for name, reads in LOSS_OPTIONS.items() if not reads(loss) and self._given(name)]
         if unread:
+            named = f"--kind {self.kind} --loss {self.loss}" if self.kind != RunConfig.kind else f"--loss {self.loss}"
+            readers: dict[str, list[str]] = {}  # who reads them: the losses -> the options they read
+            for name in unread:
+                readers.setdefault(_loss_option_readers(name), []).extend(self._flags(name))
             raise ConfigError(
-                f"{', '.join(unread)}: not an option of --loss {self.loss}, which would ignore "
-                f"{'them' if len(unread) > 1 else 'it'}; {_LOSS_OPTIONS}"
+                f"{', '.join(self._flags(*unread))}: not an option of {named}, which would ignore "
+                f"{'them' if len(unread) > 1 else 'it'}; "
+                + "; ".join(
+                    f"{_and(flags)} {'are options' if len(flags) > 1 else 'is an option'} of {losses}"
+                    for losses, flags in readers.items()
+                )
             )
+        for name, why in KIND_OPTIONS.items():
+            if _KIND_READS[kind.spec_field] != name and self._given(name):
+                raise ConfigError(f"{self._flags(name)[0]}: {why}")
+        if self.strategy != "multi-worker" and self._given("worker_timeout"):
+            raise ConfigError(
+                f"--worker-timeout: an option of --strategy multi-worker, how long a worker waits for the others to "
+                f"start; --strategy {self.strategy} starts no other worker"
+            )
+        if self.strategy == "default" and self._given("global_batch_loss"):
+            raise ConfigError(
+                "--per-replica-loss: --strategy default trains on one replica, whose share of each batch is the whole "
+                "batch, so the loss would be the same; it is an option of --strategy mirrored or multi-worker"
+            )
+        self._refuse_unread_file_options(loss)
+
+    def _refuse_unread_file_options(self, loss: LossEntry) -> None:
+        """:meth:`_refuse_unread` for the options of one's own files."""
+        if not self.train_file:
+            unread = self._flags(*OWN_FILE_OPTIONS)
+            if unread:
+                raise ConfigError(
+                    f"{', '.join(unread)}: {'options' if len(unread) > 1 else 'an option'} of your own files "
+                    f"(--train FILE); the task {self.task}'s run reads the benchmark's own files"
+                )
+            return
+        if self._given("train_from_valid"):
+            raise ConfigError(
+                "--train-from-valid: an option of a benchmark task without a train split; with --train FILE, "
+                "--valid-fraction holds a part of it out as valid (or --valid FILE gives valid)"
+            )
+        if self.valid_file and self._given("valid_fraction"):
+            raise ConfigError(
+                "--valid-fraction: the part of --train held out as valid when no --valid file is given; here "
+                "--valid FILE gives valid"
+            )
+        if loss.examples == GROUPS and self._given("allow_single_label"):
+            raise ConfigError(
+                f"--allow-single-label: not an option of --loss {self.loss}, which trains on an anchor, its positive "
+                "and its negatives, and ranks no labels"
+            )
+
+    def _loss_options(self, task: Task) -> dict[str, Any]:
+        """The loss's own options resolved (:meth:`_refuse_unread` has refused those it does not read)."""
+        loss = get_loss(self.kind, self.loss)
+        weights = (self.cosine_weight, self.ibn_weight, self.angle_weight)
         self._check_matryoshka()
         resolved: dict[str, Any] = {}
         if loss.examples == GROUPS and self.hard_negatives_from_labels is None:
@@ -728,12 +788,6 @@ def folder_defaults(given: RunConfig, settings: Iterable[FolderSetting]) -> dict
             )
     return taken
 
-
-_LOSS_OPTIONS = (
-    f"--group-size and --hard-negatives-from-labels are for {_for_losses(group_losses())}, --symmetric for "
-    f"{_for_losses(in_batch_losses())}, --cosine-weight, --ibn-weight and --angle-weight for "
-    f"{_for_losses(mix_losses())}"
-)
 
 # The numeric settings' ranges: name -> (low, low included, high or None, high included, what it is).
 # An int bound makes the setting a whole number. The contrastive loss pushes a negative pair's
@@ -865,3 +919,51 @@ def run_config(args: argparse.Namespace, **fixed: Any) -> RunConfig:
 def option_names(fields: Iterable[dataclasses.Field]) -> list:
     """The first flag of each field's option (for messages and the CLI reference)."""
     return [field.metadata.get("flags", (f"--{field.name.replace('_', '-')}",))[0] for field in fields]
+
+
+_FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
+# The switches whose False is given as --no-FLAG (argparse.BooleanOptionalAction).
+_NEGATED = {name for name, field in _FIELDS.items() if field.metadata.get("action") is argparse.BooleanOptionalAction}
+
+# The loss options: field -> whether a loss (its LossEntry) reads it. Most are what its ``make`` takes.
+LOSS_OPTIONS: dict[str, Callable[[LossEntry], bool]] = {
+    "scale": lambda loss: "scale" in loss.reads,
+    "epsilon": lambda loss: "epsilon" in loss.reads,
+    "group_size": lambda loss: "group_size" in loss.reads,
+    # how the groups are drawn from labelled pairs
+    "hard_negatives_from_labels": lambda loss: loss.examples == GROUPS,
+    "symmetric": lambda loss: "symmetric" in loss.reads,
+    "cosine_weight": lambda loss: "weights" in loss.reads,
+    "ibn_weight": lambda loss: "weights" in loss.reads,
+    "angle_weight": lambda loss: "weights" in loss.reads,
+    # how the batches are drawn: duplicates are false negatives where a text is the others' negative
+    "keep_duplicates_apart": lambda loss: loss.in_batch,
+    "global_batch_loss": lambda loss: "global_batch" in loss.reads,
+}
+
+
+def _and(items: list[str]) -> str:
+    return f"{', '.join(items[:-1])} and {items[-1]}" if len(items) > 1 else items[0]
+
+
+def _loss_option_readers(name: str) -> str:
+    """``--loss ... of feature models`` (and of interaction models): the losses that read the option ``name``."""
+    readers: dict[str, list[str]] = {}
+    for (kind, loss_name), entry in LOSSES.items():
+        if LOSS_OPTIONS[name](entry):
+            readers.setdefault(kind, []).append(loss_name)
+    return " and ".join(f"{_for_losses(tuple(names))} of {kind} models" for kind, names in readers.items())
+
+
+# How each kind is told how to score (ModelKind.spec_field) by the run's options: the field it reads.
+_KIND_READS = {"pooling": "pooling", "head": "head_input"}
+# Each such field, and why the other kind ignores it.
+KIND_OPTIONS = {
+    "pooling": "an option of feature models (--kind feature), which pool a text's token vectors into its vector; an "
+    "interaction model pools nothing: its head reads the [CLS] hidden state or BERT's pooler (--head)",
+    "head_input": "an option of interaction models (--kind interaction), what their head reads; a feature model has "
+    "no head: it pools its vectors (--pooling)",
+}
+
+# The options of one's own files (cosent-tf train --train FILE), which a benchmark task's run does not read.
+OWN_FILE_OPTIONS = tuple(field.name for field in run_options(OWN_FILES, FILE_FORMAT) if field.name != "train_file")

@@ -53,8 +53,9 @@ def spy(monkeypatch):
 def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy):
     from cosent_tf.losses import CoSENTLoss, CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
 
-    # two options of one loss in one run; the default global_batch: the bf16 run of the test below
-    tiny_run(tiny_setup, "scale", task="BQ", scale=7.0, global_batch_loss=False)
+    # two options of one loss in one run (--per-replica-loss under a strategy of replicas, one device's
+    # mirrored here); the default global_batch: the bf16 run of the test below
+    tiny_run(tiny_setup, "scale", task="BQ", scale=7.0, global_batch_loss=False, strategy="mirrored")
     assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0
     assert spy["loss"].global_batch is False
     assert spy["pair_dataset"]["group_by_length"] is True

@@ -467,7 +467,7 @@ def test_numbers_at_the_ends_of_their_ranges_pass_and_just_beyond_do_not():
     for epsilon in (-1, -1.0, 0.0, 0.9, np.float32(0.5)):
         assert RunConfig(loss="contrastive", epsilon=epsilon).resolved().epsilon == epsilon
     settings = dict(lr=1e-9, scale=1e-3, weight_decay=0, warmup=1.0, valid_fraction=0.5, batch_size=np.int64(2))
-    RunConfig(eval_every=0, backup_every=0, maxlen=3, **settings).resolved()
+    RunConfig(train_file="pairs.tsv", eval_every=0, backup_every=0, maxlen=3, **settings).resolved()
     with pytest.raises(ConfigError, match="--epsilon .* is 1.0"):  # just beyond
         RunConfig(loss="contrastive", epsilon=1.0).resolved()
 
