@@ -361,9 +361,19 @@ def in_batch_cases(tmp_path):
         lambda: get_loss("feature", "mnrl").check_batch(1),
     )
     yield (
-        "--group-size: not an option of --loss cosent, which would ignore it; --group-size and "
-        "--hard-negatives-from-labels are for --loss mnrl, ...",
+        "--group-size: not an option of --loss cosent, which would ignore it; --group-size is an option of --loss "
+        "mnrl of feature models",
         lambda: RunConfig(loss="cosent", group_size=3).resolved(),
+    )
+    yield (
+        "--head: an option of interaction models (--kind interaction), what their head reads; a feature model has no "
+        "head: it pools its vectors (--pooling)",
+        lambda: RunConfig(head_input="pooler").resolved(),
+    )
+    yield (
+        "--per-replica-loss: --strategy default trains on one replica, whose share of each batch is the whole batch, "
+        "so the loss would be the same; it is an option of --strategy mirrored or multi-worker",
+        lambda: RunConfig(global_batch_loss=False).resolved(),
     )
 
 

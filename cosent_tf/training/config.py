@@ -32,6 +32,7 @@ from ..data.tasks import CNSD, FILES, Task, get_task
 from ..environment import keras3_process
 from ..errors import ConfigError
 from ..losses.registry import (
+    FEATURE,
     GROUPS,
     LOSSES,
     MIX_WEIGHTS,
@@ -81,6 +82,11 @@ def _option(default: Any, group: Optional[str], help: Any = None, **settings: An
 
 def _losses_by_kind() -> str:
     return "; ".join(f"{kind}: {', '.join(loss_names(kind))}" for kind in KINDS) + " (default cosent)"
+
+
+def _reading(option: str) -> tuple[str, ...]:
+    """The feature losses whose ``make`` reads ``option`` (:attr:`~cosent_tf.losses.registry.LossEntry.reads`)."""
+    return tuple(name for (kind, name), entry in LOSSES.items() if kind == FEATURE and option in entry.reads)
 
 
 def _for_losses(names: tuple[str, ...]) -> str:
@@ -300,9 +306,13 @@ class RunConfig:
         "(default: constant, paper recipe linear)",
         choices=SCHEDULES,
     )
-    scale: float = _option(20.0, ENGINE, "CoSENT's lambda")
+    scale: float = _option(
+        20.0, ENGINE, f"the scale (lambda) of the cosines of {_for_losses(_reading('scale'))} (feature models)"
+    )
     # Parsed as any finite number, so that a value out of RANGES is RunConfig.check's error.
-    epsilon: float = _option(0.5, ENGINE, "contrastive threshold", type=finite_number)
+    epsilon: float = _option(
+        0.5, ENGINE, f"{_for_losses(_reading('epsilon'))}: its cosine threshold", type=finite_number
+    )
     group_size: Optional[int] = _option(
         None,
         ENGINE,
@@ -410,8 +420,8 @@ class RunConfig:
     global_batch_loss: bool = _option(
         True,
         ENGINE,
-        "under a strategy with several replicas, CoSENT ranks each replica's slice of the batch alone "
-        "instead of the global batch (for comparison)",
+        "under a strategy with several replicas (mirrored or multi-worker), CoSENT ranks each replica's slice of "
+        "the batch alone instead of the global batch (for comparison)",
         flags=("--per-replica-loss",),
     )
     worker_timeout: float = _option(

@@ -26,10 +26,10 @@ def test_recipes_fill_what_is_not_set_and_each_option_overrides_them():
 def test_the_recipe_and_optimizer_options_reach_the_optimizer(tiny_setup, monkeypatch):
     seen = {}
 
-    def recording(lr, total_steps, weight_decay, warmup, schedule, loss_scaling):
+    def recording(lr, total_steps, weight_decay, warmup, schedule, loss_scaling, **others):
         seen.update(lr=lr, total_steps=total_steps, weight_decay=weight_decay, warmup=warmup, schedule=schedule)
         seen.update(loss_scaling=loss_scaling)
-        return build_optimizer(lr, total_steps, weight_decay, warmup, schedule, loss_scaling)
+        return build_optimizer(lr, total_steps, weight_decay, warmup, schedule, loss_scaling, **others)
 
     monkeypatch.setattr(training, "build_optimizer", recording)
     tmp_path, options = tiny_setup
