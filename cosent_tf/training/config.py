@@ -612,8 +612,11 @@ class RunConfig:
             values[name] = getattr(recipe, name) if getattr(self, name) is None else getattr(self, name)
         # A checkpoint brings its config and vocab along; a Hugging Face folder also its length and
         # pooling (a sentence-transformers folder's) or its head input (a classifier's pooler).
-        values["pooling"] = self.pooling or folder.get("pooling") or recipe.pooling
-        values["head_input"] = self.head_input or source.head_input or "cls"
+        # Only the setting the kind reads is recorded (the other stays None), so that a resolved
+        # configuration resolves again.
+        reads = KIND_SETTINGS[kind.spec_field]
+        values["pooling"] = self.pooling or folder.get("pooling") or recipe.pooling if reads == "pooling" else None
+        values["head_input"] = self.head_input or source.head_input or "cls" if reads == "head_input" else None
         values["config"] = source.config_path
         values["vocab"] = source.vocab_path
         values["output_dir"] = self.output_dir or os.path.join("runs", f"{kind.output_prefix}{self.loss}-{self.task}")
@@ -652,7 +655,7 @@ class RunConfig:
                 )
             )
         for name, why in KIND_OPTIONS.items():
-            if _KIND_READS[kind.spec_field] != name and self._given(name):
+            if KIND_SETTINGS[kind.spec_field] != name and self._given(name):
                 raise ConfigError(f"{self._flags(name)[0]}: {why}")
         if self.strategy != "multi-worker" and self._given("worker_timeout"):
             raise ConfigError(
@@ -966,7 +969,7 @@ def _loss_option_readers(name: str) -> str:
 
 
 # How each kind is told how to score (ModelKind.spec_field) by the run's options: the field it reads.
-_KIND_READS = {"pooling": "pooling", "head": "head_input"}
+KIND_SETTINGS = {"pooling": "pooling", "head": "head_input"}
 # Each such field, and why the other kind ignores it.
 KIND_OPTIONS = {
     "pooling": "an option of feature models (--kind feature), which pool a text's token vectors into its vector; an "

@@ -31,7 +31,9 @@ from typing import Optional
 from ..errors import ConfigError, DataError
 from ..io import FolderKind, folder_lock, is_inside, json_field, read_json, write_history, write_json
 from ..models.checkpoint_files import RUN_MARKER, RUN_MODEL_FOLDER, TF_GLOB_CHARACTERS
+from ..models.kinds import KINDS
 from ..models.spec import MODEL_FOLDER, SPEC_FILE
+from .config import KIND_SETTINGS
 
 # RUN_MARKER is written first into a new run's folder; it records the fingerprints of the run's
 # inputs (named in cosent_tf.models.checkpoints, which tells a run folder from a checkpoint).
@@ -83,6 +85,11 @@ def _comparable(settings):
     for old, new in RENAMED_SETTINGS.items():
         if old in settings:
             settings.setdefault(new, settings.pop(old))
+    # Earlier versions recorded the setting a model kind does not read too (a cross-encoder's
+    # pooling, a sentence encoder's head input): neither reaches the run.
+    kind = KINDS.get(settings.get("kind"))
+    if kind is not None:
+        settings.update({name: None for field, name in KIND_SETTINGS.items() if field != kind.spec_field})
     return {
         key: os.path.realpath(value) if key in PATH_SETTINGS and isinstance(value, str) and value else value
         for key, value in settings.items()

@@ -316,3 +316,14 @@ def test_what_keras3_cannot_run_is_refused_there_by_name_and_runs_on_keras2(name
         assert not (tmp_path / "run").exists()
     else:
         assert getattr(given.resolved(), name) == refusal.value
+
+
+@pytest.mark.parametrize("kind, loss", [("feature", "cosent"), ("interaction", "cosent"), ("feature", "mnrl")])
+def test_a_resolved_configuration_resolves_again_to_itself(kind, loss, tmp_path):
+    """Only the setting a kind reads is recorded (a sentence encoder's pooling, a cross-encoder's head
+    input), so that the refusals of unread options do not refuse a run's own resolved settings."""
+    resolved = plain_run(tmp_path, kind=kind, loss=loss).resolved()
+    assert resolved.resolved() == resolved
+    assert (resolved.pooling is None) == (kind == "interaction") and (resolved.head_input is None) == (
+        kind == "feature"
+    )

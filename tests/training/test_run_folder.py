@@ -40,6 +40,19 @@ def test_a_run_started_before_the_rename_of_model_resumes(tmp_path):
         prepare_run_folder(tmp_path, {**SETTINGS, "architecture": "nezha"})
 
 
+@pytest.mark.parametrize(
+    "kind, unread, read", [("feature", "head_input", "pooling"), ("interaction", "pooling", "head_input")]
+)
+def test_a_run_that_recorded_the_setting_its_kind_does_not_read_resumes(tmp_path, kind, unread, read):
+    """Earlier versions recorded a cross-encoder's pooling and a sentence encoder's head input, which
+    no run reads (and which are None now): such a run resumes; the setting its kind reads still counts."""
+    now = {**SETTINGS, "kind": kind, unread: None, read: "cls"}
+    unfinished_run(tmp_path, {**now, unread: "cls"})
+    assert prepare_run_folder(tmp_path, now) == "resuming the unfinished run in this folder"
+    with pytest.raises(ConfigError, match=f"{read} 'cls' there, 'pooler' now"):
+        prepare_run_folder(tmp_path, {**now, read: "pooler"})
+
+
 def test_a_finished_run_is_replaced_only_when_asked(tmp_path):
     (tmp_path / RUN_MARKER).write_text("{}")
     (tmp_path / "config.json").write_text(json.dumps(SETTINGS))
