@@ -75,6 +75,15 @@ def backend_name() -> str:
     return name
 
 
+def accelerated() -> bool:
+    """Whether this process's Keras 3 backend computes on an accelerator (a GPU or TPU), not the CPU alone."""
+    if backend_name() == "jax":
+        import jax
+
+        return any(device.platform != "cpu" for device in jax.devices())
+    return bool(imported_quietly("tensorflow").config.list_logical_devices("GPU"))
+
+
 def keras_hub_backbone(architecture: str) -> str:
     """The keras-hub backbone class that ``architecture`` is built on in the Keras 3 route.
 

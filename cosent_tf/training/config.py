@@ -565,11 +565,11 @@ class RunConfig:
                 "--keras 2: this process holds Keras 3 (cosent_tf.keras3 was imported); train it with `cosent-tf "
                 "train` or cosent_tf.train in a process of its own"
             )
-        from ..keras3.runtime import backend_name, keras_hub_backbone
+        from ..keras3.runtime import accelerated, backend_name, keras_hub_backbone
         from .keras_support import unsupported_options
 
         keras_hub_backbone(self.architecture)  # ConfigError for NEZHA, RoFormer, WoBERT
-        problems = unsupported_options(self, backend_name())
+        problems = unsupported_options(self, backend_name(), accelerated())
         if problems:
             raise ConfigError("--keras 3 cannot run this: " + "; ".join(problems))
         resolved, source = self.filled_in(source)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -352,29 +353,8 @@ def _train(cfg, overwrite, strategy, source, callbacks):
         keys = matcher.duplicate_keys(train_pairs)
         in_batch = _in_batch_report(cfg, matcher, train_inputs, keys, strategy.num_replicas_in_sync)
         backup_dir = os.path.join(cfg.output_dir, BACKUP)
-        if not chief:
-            # The chief writes every output; this worker trains and validates in step with it and
-            # resumes from the chief's backup (output_dir on a file system both can read).
-            logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
-            _, steps = _fit(
-                cfg,
-                matcher,
-                train_pairs,
-                train_inputs,
-                keys,
-                prepared,
-                evaluation,
-                data.tasks,
-                backup_dir,
-                strategy,
-                callbacks,
-                False,
-            )
-            return {"worker": worker(strategy), "steps": steps}
-        if start:
-            logger.info("%s: %s", cfg.output_dir, start)
-        write_json(os.path.join(cfg.output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
-        validation, steps = _fit(
+        fit = functools.partial(
+            _fit,
             cfg,
             matcher,
             train_pairs,
@@ -387,6 +367,16 @@ def _train(cfg, overwrite, strategy, source, callbacks):
             strategy,
             callbacks,
         )
+        if not chief:
+            # The chief writes every output; this worker trains and validates in step with it and
+            # resumes from the chief's backup (output_dir on a file system both can read).
+            logger.info("%s: training in step with the chief, which writes %s", worker(strategy), cfg.output_dir)
+            _, steps = fit(writes=False)
+            return {"worker": worker(strategy), "steps": steps}
+        if start:
+            logger.info("%s: %s", cfg.output_dir, start)
+        write_json(os.path.join(cfg.output_dir, RUN_CONFIG), dataclasses.asdict(cfg))
+        validation, steps = fit()
         logger.info("training done; scoring valid and test with the best weights")
         per_task, decision = test_and_decide(
             cfg,

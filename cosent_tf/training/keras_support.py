@@ -12,9 +12,15 @@ from __future__ import annotations
 from .config import RunConfig
 
 
-def unsupported_options(cfg: RunConfig, backend: str) -> list[str]:
-    """Each option of ``cfg`` that a run on Keras 3's ``backend`` cannot honour, with why (empty: all can be)."""
+def unsupported_options(cfg: RunConfig, backend: str, accelerated: bool = False) -> list[str]:
+    """Each option of ``cfg`` that a run on Keras 3's ``backend`` cannot honour, with why (empty: all can be);
+    ``accelerated``: the backend computes on a GPU or TPU, not on the CPU alone."""
     problems = []
+    if cfg.precision == "fp16" and backend == "jax" and not accelerated:
+        problems.append(
+            "--precision fp16 on the jax backend's CPU: XLA's CPU matrix products take no float16; use bf16, or "
+            "KERAS_BACKEND=tensorflow"
+        )
     if cfg.micro_batch_size:
         problems.append(
             "--micro-batch-size: the gradient cache is a train step of tf-keras's (GradientCacheModel); train it "

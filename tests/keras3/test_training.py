@@ -273,14 +273,23 @@ def test_on_a_terminal_a_progress_bar_is_redrawn_and_each_validation_line_starts
 
 
 def test_a_bf16_run_trains_and_puts_the_policy_back(tiny_run):
+    check_mixed_precision_run(tiny_run, "bf16")
+
+
+@pytest.mark.backends("tensorflow")  # XLA's CPU matrix products take no float16: JAX refuses it (keras_support)
+def test_an_fp16_run_trains_with_loss_scaling_and_puts_the_policy_back(tiny_run):
+    check_mixed_precision_run(tiny_run, "fp16")
+
+
+def check_mixed_precision_run(tiny_run, precision):
     import keras
 
     cfg, _ = tiny_run
-    metrics = train(RunConfig(**{**cfg.__dict__, "precision": "bf16", "epochs": 1}))
+    metrics = train(RunConfig(**{**cfg.__dict__, "precision": precision, "epochs": 1}))
     assert keras.config.dtype_policy().name == "float32"
     assert np.isfinite(metrics["valid"]["spearman"])
     with open(os.path.join(cfg.output_dir, "model", "cosent_model.json"), encoding="utf-8") as f:
-        assert json.load(f)["source"]["precision"] == "bf16"
+        assert json.load(f)["source"]["precision"] == precision
 
 
 def test_options_keras3_cannot_honour_are_refused_by_name(tiny_run):
