@@ -118,12 +118,16 @@ def _defined_in_keras3(names):
             homes.update(dict.fromkeys(cosent_tf.losses.CLASSES, ast.literal_eval(value.args[1])))
         else:
             homes[ast.literal_eval(key)] = ast.literal_eval(value)
-    if len(names) != 1 or names[0] not in homes:
+    if len(names) == 2 and (folder / f"{names[0]}.py").is_file():  # a name of one of its modules
+        module, name = names[0], names[1]
+    elif len(names) == 1 and names[0] in homes:
+        module, name = homes[names[0]].lstrip("."), names[0]
+    else:
         return False
-    home = ast.parse((folder / f"{homes[names[0]].lstrip('.')}.py").read_text(encoding="utf-8"))
+    home = ast.parse((folder / f"{module}.py").read_text(encoding="utf-8"))
     defined = {getattr(node, "name", None) for node in home.body}
     imported = {alias.name for node in home.body if isinstance(node, ast.ImportFrom) for alias in node.names}
-    return names[0] in defined | imported
+    return name in defined | imported
 
 
 @pytest.mark.parametrize("dotted", MESSAGE_NAMES)

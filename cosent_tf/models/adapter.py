@@ -32,9 +32,11 @@ def build_model(spec: ModelSpec, source: ModelSource) -> Any:
         CheckpointError: the checkpoint does not fit the config.
     """
     if KERAS_MAJOR == 3:
-        from ..keras3.models import build_from_spec
-    else:
-        from .builders import build_from_spec
+        from ..keras3.models import build_from_spec as keras3_build
+
+        return keras3_build(spec, source)
+    from .builders import build_from_spec
+
     return build_from_spec(spec, source)
 
 

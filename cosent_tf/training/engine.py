@@ -128,9 +128,7 @@ class Matcher:
         if not self.kind.trains_on_nli and self.task.data == CNSD:
             raise ValueError("interaction models are trained on one matching task, not on NLI")
         assert cfg.config is not None and cfg.vocab is not None and cfg.maxlen is not None, "an unresolved RunConfig"
-        assert (cfg.pooling if self.kind.spec_field == "pooling" else cfg.head_input) is not None, (
-            "an unresolved RunConfig"
-        )
+        assert cfg.pooling is not None or cfg.head_input is not None, "an unresolved RunConfig"
         # The run's source (RunConfig.resolve) has read the config, and reads the vocabulary and
         # the checkpoint once; the tokenizer lower-cases as the source does.
         self.source = source if source is not None else cfg.model_source()
@@ -150,6 +148,7 @@ class Matcher:
         else:
             head = self.loss.interaction_head
             assert head is not None, "every interaction loss names its head"
+            assert cfg.head_input is not None, "a resolved interaction RunConfig names its head input"
             self.spec = ModelSpec(
                 self.kind.name,
                 cfg.architecture,

@@ -10,7 +10,7 @@ import pytest
 
 from cosent_tf import ConfigError, build_encoder, build_interaction_model, save_checkpoint
 from cosent_tf.inference.model_dir import load_model_dir
-from cosent_tf.models import checkpoints, tokenization
+from cosent_tf.models import checkpoint_files, tokenization
 from cosent_tf.models.sources import (
     COSENT_MODEL,
     GOOGLE,
@@ -33,7 +33,8 @@ def count_reads(monkeypatch):
     asked for: JSON files opened by name, a vocabulary's lines read, and a checkpoint's variable
     list (what opening a checkpoint reads)."""
     reads = collections.Counter()
-    real_open, real_list, real_lines = builtins.open, checkpoints.list_checkpoint_variables, tokenization.decoded_lines
+    real_open, real_lines = builtins.open, tokenization.decoded_lines
+    real_list = checkpoint_files.list_checkpoint_variables
 
     def counting_open(file, *args, **kwargs):
         if isinstance(file, (str, os.PathLike)):
@@ -49,7 +50,7 @@ def count_reads(monkeypatch):
         return real_lines(path, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", counting_open)
-    monkeypatch.setattr(checkpoints, "list_checkpoint_variables", counting_list)
+    monkeypatch.setattr(checkpoint_files, "list_checkpoint_variables", counting_list)
     monkeypatch.setattr(tokenization, "decoded_lines", counting_lines)
     return reads
 
