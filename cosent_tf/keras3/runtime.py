@@ -81,7 +81,9 @@ def accelerated() -> bool:
         import jax
 
         return any(device.platform != "cpu" for device in jax.devices())
-    return bool(imported_quietly("tensorflow").config.list_logical_devices("GPU"))
+    # the physical devices: listing the logical ones starts TensorFlow's runtime, after which the CPU
+    # can no longer be split (COSENT_TF_CPU_DEVICES) for a mirrored strategy
+    return bool(imported_quietly("tensorflow").config.list_physical_devices("GPU"))
 
 
 def keras_hub_backbone(architecture: str) -> str:
