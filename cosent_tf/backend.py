@@ -68,7 +68,7 @@ from tensorflow.python.eager import context as _eager_context  # noqa: E402
 from tf_keras.src import backend as _keras_backend  # noqa: E402
 
 from .choices import PRECISIONS  # noqa: E402
-from .environment import split_cpu  # noqa: E402
+from .environment import keras_dtype_policy, split_cpu  # noqa: E402
 from .errors import lookup  # noqa: E402
 
 # TensorFlow takes a split of the CPU (COSENT_TF_CPU_DEVICES) only before its runtime starts: hence here.
@@ -119,8 +119,7 @@ def inference_policy_name(precision: str) -> str:
     return policy_name(precision).removeprefix("mixed_")
 
 
-@contextlib.contextmanager
-def dtype_policy(policy: str) -> Iterator[None]:
+def dtype_policy(policy: str) -> contextlib.AbstractContextManager[None]:
     """Within the block the global Keras dtype policy is ``policy``; the previous one is put back.
 
     Args:
@@ -130,12 +129,7 @@ def dtype_policy(policy: str) -> Iterator[None]:
         >>> with dtype_policy("mixed_bfloat16"):  # doctest: +SKIP
         ...     model = build_encoder(config)
     """
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(policy)
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
+    return keras_dtype_policy(keras, policy)
 
 
 @contextlib.contextmanager

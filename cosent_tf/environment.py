@@ -7,9 +7,10 @@ user's ``import tensorflow``. Why each variable is set: docs/platform.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from .choices import CPU_DEVICES_VARIABLE
@@ -159,3 +160,15 @@ def split_cpu(tf: Any) -> None:
                 f"{CPU_DEVICES_VARIABLE}={wanted}, but TensorFlow had already started with {have} CPU device(s): "
                 "import cosent_tf before using TensorFlow"
             ) from None
+
+
+@contextlib.contextmanager
+def keras_dtype_policy(keras: Any, policy: str) -> Iterator[None]:
+    """Within the block ``keras``'s global dtype policy is ``policy``; the previous one is put back.
+    tf-keras and Keras 3 both keep it in ``keras.mixed_precision``."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)

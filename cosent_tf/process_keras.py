@@ -23,6 +23,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from .environment import keras_dtype_policy
 from .maths.ops import Ops, keras_ops, tensorflow_ops
 
 # the package that every cosent-tf class is registered under, in both Kerases' registries
@@ -60,15 +61,9 @@ def serializable(cls: type[Registered]) -> type[Registered]:
 
 if KERAS_MAJOR == 3:
 
-    @contextlib.contextmanager
-    def dtype_policy(policy: str) -> Iterator[None]:
+    def dtype_policy(policy: str) -> contextlib.AbstractContextManager[None]:
         """Within the block the global Keras dtype policy is ``policy``; the previous one is put back."""
-        previous = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(policy)
-        try:
-            yield
-        finally:
-            keras.config.set_dtype_policy(previous)
+        return keras_dtype_policy(keras, policy)
 
     @contextlib.contextmanager
     def random_seed(seed: int) -> Iterator[None]:

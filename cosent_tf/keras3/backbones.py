@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import huggingface
 from ..errors import CheckpointError, ConfigError, where
-from ..models.checkpoint_files import CHECKPOINT_PREFIX, check_config
+from ..models.checkpoint_files import check_config
 from ..models.sources import COSENT_MODEL, ModelSource, open_source
 from ..models.spec import SPEC_FILE, hugging_face_format
 from .runtime import checked_keras, imported_quietly, keras_hub_backbone
@@ -384,25 +384,6 @@ def load_arrays(backbone: Any, arrays: Mapping[str, Any], shown: str, optional: 
 # -- sources ---------------------------------------------------------------------------------------
 
 
-def _checkpoint_prefix(path: str) -> tuple:
-    """(the folder, the checkpoint prefix) of a Google-format checkpoint folder or prefix."""
-    if os.path.isdir(path):
-        prefix = os.path.join(path, CHECKPOINT_PREFIX)
-        if not os.path.exists(prefix + ".index"):
-            found = sorted(name[: -len(".index")] for name in os.listdir(path) if name.endswith(".index"))
-            if len(found) != 1:
-                raise CheckpointError(
-                    f"{where(path)}: no Google-format checkpoint ({CHECKPOINT_PREFIX}.index), cosent-tf model "
-                    f"folder (cosent_model.json) or Hugging Face folder ({huggingface.CONFIG_FILE} with "
-                    f"{' or '.join(huggingface.WEIGHT_FILES)}) here"
-                )
-            prefix = os.path.join(path, found[0])
-        return path, prefix
-    if not os.path.exists(path + ".index"):
-        raise CheckpointError(f"{where(path)}: no such folder or checkpoint (no {os.path.basename(path)}.index)")
-    return os.path.dirname(path) or ".", path
-
-
 def _check_architecture(given: Optional[str], own: str, shown: str) -> str:
     if given is not None and given != own:
         raise ConfigError(f"{shown}: holds a {own!r} model, but architecture {given!r} was asked for")
@@ -468,7 +449,6 @@ def load_backbone(path: Any, architecture: Optional[str] = None) -> LoadedBackbo
     model_folder = os.path.isdir(path) and os.path.exists(os.path.join(path, SPEC_FILE))
     if not model_folder and not (os.path.isdir(path) and hugging_face_format(path) is not None):
         keras_hub_backbone(architecture or "bert")  # a Keras 2-only family is refused before anything is read
-        _checkpoint_prefix(path)  # what a folder without a checkpoint is, in this route's words
     source = open_source(path)
     if source.spec is not None:
         _refuse_interaction(source.spec, path)

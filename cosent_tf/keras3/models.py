@@ -160,6 +160,17 @@ def _load_head(layer: Any, arrays: Mapping[str, Any], shown: str, required: bool
         variable.assign(value)
 
 
+def backbone_arrays(backbone: Any, spec: ModelSpec, keep_pooler: bool = False) -> dict[str, np.ndarray]:
+    """{Google checkpoint name: float32 array} of a keras-hub ``backbone`` as the model folder of
+    ``spec`` holds it: BERT's pooler only where the model reads it, as on Keras 2 (whose model then has
+    none to write), or where ``keep_pooler`` says it was read from the source (a keras-hub backbone
+    always has one, random otherwise, which is never shipped as if it were trained)."""
+    arrays = {name: np.asarray(value, np.float32) for name, value in google_arrays(backbone, spec.architecture).items()}
+    if not (keep_pooler or reads_pooler(spec)):
+        arrays = {name: value for name, value in arrays.items() if name not in POOLER_NAMES}
+    return arrays
+
+
 def model_arrays(model: Any, spec: ModelSpec) -> dict[str, np.ndarray]:
     """{Google checkpoint name: float32 array} of everything the model folder of ``model`` (a
     :func:`build_from_spec` model of ``spec``) holds, as the Keras 2 engine writes it for the same
@@ -173,9 +184,7 @@ def model_arrays(model: Any, spec: ModelSpec) -> dict[str, np.ndarray]:
     backbone = getattr(model, "backbone", None)
     if backbone is None:
         raise ConfigError(f"model {model.name!r} was not built by cosent_tf.keras3.models.build_from_spec")
-    arrays = {name: np.asarray(value, np.float32) for name, value in google_arrays(backbone, spec.architecture).items()}
-    if not reads_pooler(spec):  # as on Keras 2, whose model then has no pooler to write
-        arrays = {name: value for name, value in arrays.items() if name not in POOLER_NAMES}
+    arrays = backbone_arrays(backbone, spec)
     head = _head_name(spec)
     if head is not None:
         try:

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-import numpy as np
-
 from ..calibration import MatchDecision
 from ..models.families import get_architecture
 from ..models.kinds import FEATURE
@@ -55,16 +53,15 @@ def save_model_folder(
     overwrite: bool = True,
     decision: Optional[MatchDecision] = None,
 ) -> None:
-    """Write the Keras 2 engine's model folder for a keras-hub ``backbone``, atomically:
-    ``cosent_model.json``, ``bert_config.json``, a Google-format ``bert_model.ckpt`` (Google's
-    variable names, :func:`cosent_tf.keras3.backbones.google_arrays`), ``vocab.txt`` and, given a
-    ``decision``, ``decision.json`` (stamped with the weights' fingerprint, as the Keras 2 engine's).
+    """Write the model folder of a keras-hub ``backbone`` (a feature model), atomically, as
+    :func:`cosent_tf.models.spec.write_model_folder` writes every model folder: ``cosent_model.json``,
+    ``bert_config.json``, a Google-format ``bert_model.ckpt``, ``vocab.txt`` and, given a ``decision``,
+    ``decision.json`` stamped with the weights' fingerprint.
 
     A keras-hub backbone always has BERT's pooler, random unless its source held one: pass
-    ``has_pooler=False`` for such a backbone (the trainer does, from its source) and the pooler is
-    written only when the pooling is ``pooler`` (then trained), as the Keras 2 builder does, so
-    that a random pooler is never shipped as if it were trained. The default writes the backbone whole."""
-    from .backbones import POOLER_NAMES, google_arrays
+    ``has_pooler=False`` for such a backbone and the pooler is written only where the pooling reads it
+    (:func:`cosent_tf.keras3.models.backbone_arrays`). The default writes the backbone whole."""
+    from .models import backbone_arrays
 
     spec = ModelSpec(
         FEATURE.name,
@@ -75,7 +72,5 @@ def save_model_folder(
         word_level=get_architecture(architecture).word_level,
         source=dict(source or {}),
     )
-    arrays = {name: np.asarray(value, np.float32) for name, value in google_arrays(backbone, architecture).items()}
-    if not has_pooler and pooling != "pooler":
-        arrays = {name: value for name, value in arrays.items() if name not in POOLER_NAMES}
+    arrays = backbone_arrays(backbone, spec, keep_pooler=has_pooler)
     write_model_folder(directory, arrays, spec, config, vocab_path, overwrite, decision)

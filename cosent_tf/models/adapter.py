@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..calibration import MatchDecision
 from ..process_keras import KERAS_MAJOR
 from .sources import ModelSource
-from .spec import SPEC_FILE, ModelSpec, write_model_folder
+from .spec import ModelSpec
 
 
 def build_model(spec: ModelSpec, source: ModelSource) -> Any:
@@ -61,18 +60,3 @@ def not_decayed_variables(model: Any) -> Optional[list]:
 
         return keras3_not_decayed(model)
     return None
-
-
-def save_model_folder(
-    directory: str,
-    model: Any,
-    spec: ModelSpec,
-    config: dict,
-    vocab_path: str,
-    overwrite: bool = False,
-    decision: Optional[MatchDecision] = None,
-) -> None:
-    """Write ``model`` (built by :func:`build_model` for ``spec``) as a model folder, atomically
-    (:func:`cosent_tf.models.spec.write_model_folder`), on either Keras."""
-    spec.check(SPEC_FILE)
-    write_model_folder(directory, model_arrays(model, spec, config), spec, config, vocab_path, overwrite, decision)

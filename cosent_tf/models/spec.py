@@ -169,9 +169,10 @@ def write_model_folder(
     """Write a model folder from its weights as ``arrays`` ({Google checkpoint name: array}), atomically:
     the checkpoint folder's files (:func:`~cosent_tf.models.checkpoint_files.write_checkpoint_folder_arrays`),
     ``spec`` (checked first) and, given a ``decision``, ``decision.json`` stamped with these weights.
-    Both Kerases' writers end here (:func:`cosent_tf.inference.model_dir.save_model_dir` from a Keras 2
-    model, :func:`cosent_tf.keras3.training.save_model_folder` from a keras-hub backbone), so that
-    their folders are one kind.
+    Every writer ends here (:func:`cosent_tf.training.engine.train` on either Keras,
+    :func:`cosent_tf.inference.model_dir.save_model_dir` from a Keras 2 model,
+    :func:`cosent_tf.keras3.training.save_model_folder` from a bare keras-hub backbone), so that their
+    folders are one kind.
 
     Raises:
         ConfigError: the spec is wrong, or ``directory`` holds something else (or a model folder

@@ -46,11 +46,11 @@ from ..inference.runtime import batched_outputs, l2_normalize
 from ..io import write_json
 from ..losses import get_loss
 from ..losses.matryoshka import MatryoshkaLoss
-from ..models.adapter import build_model, not_decayed_variables, save_model_folder
+from ..models.adapter import build_model, model_arrays, not_decayed_variables
 from ..models.families import get_architecture
 from ..models.kinds import get_kind
 from ..models.sources import ModelSource
-from ..models.spec import ModelSpec
+from ..models.spec import ModelSpec, write_model_folder
 from ..models.tokenization import SentenceTokenizer
 from ..optimizers import build_optimizer
 from ..process_keras import KERAS_MAJOR, dtype_policy, keras, random_seed, tf
@@ -418,9 +418,9 @@ def _train(cfg, overwrite, strategy, source, callbacks):
             "backend": metrics["backend"],
             "precision": cfg.precision,
         }
-        save_model_folder(
+        write_model_folder(
             os.path.join(cfg.output_dir, MODEL),
-            matcher.model,
+            model_arrays(matcher.model, matcher.spec, source.config),
             matcher.spec,
             source.config,
             cfg.vocab,
