@@ -26,6 +26,33 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 
+# -- logical CPU devices (COSENT_TF_CPU_DEVICES) ---------------------------------------------------
+
+# JAX's CPU has as many devices as this XLA flag says, read from XLA_FLAGS once, when JAX's backend
+# starts: so the split JAX's --strategy mirrored runs on (Keras 3) is asked for here, at import,
+# where TensorFlow's is made by split_cpu. TensorFlow's XLA accepts the flag and leaves it unused.
+XLA_CPU_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def xla_flags_with_cpu_devices(environ: Mapping[str, str]) -> str | None:
+    """``XLA_FLAGS`` with :data:`XLA_CPU_DEVICES_FLAG` set to ``COSENT_TF_CPU_DEVICES``'s number; None
+    where it stays as it is: the variable unset or no number (:func:`split_cpu` refuses that when a
+    strategy is made), or XLA_FLAGS already naming a count, the user's own.
+
+    Example:
+        >>> xla_flags_with_cpu_devices({"COSENT_TF_CPU_DEVICES": "2"})
+        '--xla_force_host_platform_device_count=2'
+    """
+    wanted, flags = environ.get(CPU_DEVICES_VARIABLE, ""), environ.get("XLA_FLAGS", "")
+    if not wanted.isdigit() or int(wanted) < 1 or XLA_CPU_DEVICES_FLAG in flags:
+        return None
+    return f"{flags} {XLA_CPU_DEVICES_FLAG}={int(wanted)}".strip()
+
+
+_xla_flags = xla_flags_with_cpu_devices(os.environ)
+if _xla_flags is not None:
+    os.environ["XLA_FLAGS"] = _xla_flags
+
 # -- frozen weights (docs/performance.md, 'Frozen weights') ---------------------------------------
 
 # When it is set, TensorFlow's fused oneDNN matmuls reorder their weights once, on first use, and
@@ -134,6 +161,29 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     except OSError:
         flags = ""
     return frozenset(flags.split())
+
+
+def split_jax_cpu_checked(devices: Collection[Any]) -> None:
+    """Make sure JAX's ``devices`` are the ``COSENT_TF_CPU_DEVICES`` logical CPU devices asked for,
+    where they are CPU devices: JAX takes the split only from XLA_FLAGS when its backend starts
+    (set when cosent_tf was imported). Nothing when the variable is unset or JAX runs on accelerators.
+
+    Raises:
+        ConfigError: the variable is not a positive number, or JAX had started with another number
+            of CPU devices (JAX used before cosent_tf was imported, or XLA_FLAGS naming another count).
+    """
+    wanted = os.environ.get(CPU_DEVICES_VARIABLE)
+    if not wanted:
+        return
+    if not wanted.isdigit() or int(wanted) < 1:
+        raise ConfigError(f"{CPU_DEVICES_VARIABLE}={wanted!r}: give a number of devices, 1 or more")
+    cpus = [device for device in devices if getattr(device, "platform", "") == "cpu"]
+    if len(cpus) == len(devices) and len(cpus) != int(wanted):
+        raise ConfigError(
+            f"{CPU_DEVICES_VARIABLE}={wanted}, but JAX had started with {len(cpus)} CPU device(s) "
+            f"(XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}): import cosent_tf before using JAX, and leave "
+            f"{XLA_CPU_DEVICES_FLAG} out of XLA_FLAGS"
+        )
 
 
 def split_cpu(tf: Any) -> None:

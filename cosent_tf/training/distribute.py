@@ -12,10 +12,15 @@
 ``--batch-size`` stays the global number of pairs: each replica gets an equal slice of whole
 pairs, and CoSENT ranks the global batch (see :class:`cosent_tf.losses.CoSENTLoss`).
 
-``COSENT_TF_CPU_DEVICES=N`` (read when cosent_tf is imported, see :mod:`cosent_tf.backend`)
-splits the CPU into N logical devices, which ``mirrored`` then uses as N replicas: a way to
-try (and test) the strategies on a machine without accelerators. It is no faster than one
-device.
+On Keras 3's JAX backend ``mirrored`` is ``keras.distribution.DataParallel`` over JAX's local
+devices (:class:`DataParallelStrategy`): one program over the global batch, sharded along its
+rows, so every loss sees the global batch as one array; ``multi-worker`` is refused there
+(:mod:`cosent_tf.training.keras_support`).
+
+``COSENT_TF_CPU_DEVICES=N`` (read when cosent_tf is imported, see :mod:`cosent_tf.backend` and
+:mod:`cosent_tf.environment`) splits the CPU into N logical devices, TensorFlow's and JAX's, which
+``mirrored`` then uses as N replicas: a way to try (and test) the strategies on a machine without
+accelerators. It is no faster than one device.
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ import time
 from typing import Optional
 
 from ..choices import STRATEGIES
-from ..environment import split_cpu
+from ..environment import split_cpu, split_jax_cpu_checked
 from ..errors import ConfigError, TrainingInterrupted, lookup
 from ..io import json_type
-from ..process_keras import tf
+from ..process_keras import KERAS_MAJOR, keras, tf
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +65,43 @@ ONE_DEVICE_WARNING = (
 _made: dict = {}  # one strategy object per name for the process: a second one's collectives would clash
 
 
+class DataParallelStrategy:
+    """``--strategy mirrored`` on Keras 3's JAX backend: ``keras.distribution.DataParallel`` over
+    ``devices`` (JAX's), with the few things of a ``tf.distribute.Strategy`` the engine reads.
+
+    JAX compiles one program for the global batch, its rows sharded over the devices, and the
+    variables replicated: a loss sees the whole batch (so CoSENT ranks the global batch without a
+    gather) and the gradient is the global batch's. Keras reads the distribution when variables are
+    made, when a batch is sharded and when the step is compiled, so the model is built, compiled and
+    fitted within :meth:`scope`, which sets it for the process and puts the one before back after.
+    """
+
+    def __init__(self, devices: list) -> None:
+        self.devices = list(devices)
+        self.distribution = keras.distribution.DataParallel(devices=self.devices)
+        self.num_replicas_in_sync = len(self.devices)
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return self.distribution.scope()
+
+
+def fitting(strategy) -> contextlib.AbstractContextManager:
+    """The context ``model.fit`` runs in under ``strategy``: a keras.distribution's scope, which
+    JAX reads for each batch and step; none for a tf.distribute strategy, which the model holds."""
+    return strategy.scope() if isinstance(strategy, DataParallelStrategy) else contextlib.nullcontext()
+
+
+def _data_parallel() -> DataParallelStrategy:
+    import jax
+
+    devices = jax.local_devices()
+    split_jax_cpu_checked(devices)
+    made = DataParallelStrategy(devices)
+    if made.num_replicas_in_sync == 1:
+        logger.warning(ONE_DEVICE_WARNING, f"{devices[0].platform.upper()}:{devices[0].id}")
+    return made
+
+
 def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.distribute.Strategy:
     """The strategy called ``name`` (:data:`STRATEGIES`); the same object on every call.
 
@@ -73,7 +115,9 @@ def get_strategy(name: str = "default", worker_timeout: float = 300.0) -> tf.dis
     if name == "default":
         return tf.distribute.get_strategy()
     if name not in _made:
-        if name == "mirrored":
+        if name == "mirrored" and KERAS_MAJOR == 3 and keras.backend.backend() == "jax":
+            _made[name] = _data_parallel()
+        elif name == "mirrored":
             split_cpu(tf)  # done when the Keras 2 engine was imported; Keras 3's processes split here
             devices = (
                 None

@@ -55,7 +55,7 @@ from ..models.tokenization import SentenceTokenizer
 from ..optimizers import build_optimizer
 from ..process_keras import KERAS_MAJOR, dtype_policy, keras, random_seed, tf
 from .config import RunConfig
-from .distribute import get_strategy, is_chief, partial_batch_note, started_together, worker
+from .distribute import fitting, get_strategy, is_chief, partial_batch_note, started_together, worker
 from .run_data import check_inputs, load_run_data, run_inputs
 from .run_folder import (
     BACKUP,
@@ -597,14 +597,15 @@ def _fit(
     shown, verbose = epoch_progress(progress_bar)
     callbacks = [*shown, guard, validation, backup, start, *callbacks]
     try:
-        model.fit(
-            matcher.dataset(train_inputs, labels, start, replicas, keys),
-            epochs=cfg.epochs,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks,
-            verbose=verbose,
-            shuffle=False,  # the batches are the seeded shuffle of the dataset's own
-        )
+        with fitting(strategy):
+            model.fit(
+                matcher.dataset(train_inputs, labels, start, replicas, keys),
+                epochs=cfg.epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=callbacks,
+                verbose=verbose,
+                shuffle=False,  # the batches are the seeded shuffle of the dataset's own
+            )
     except tf.errors.UnavailableError as lost:
         if cfg.strategy != "multi-worker":
             raise

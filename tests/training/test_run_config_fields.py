@@ -194,8 +194,14 @@ FIELDS = {
     "strategy": Field(
         "tests/training/test_distribute.py::test_a_script_trains_under_a_mirrored_strategy",
         keras3=(
-            KerasThreeRefusal("multi-worker", "--keras 3 cannot run this: --strategy multi-worker: a run on Keras 3"),
-            KerasThreeRefusal("mirrored", "--keras 3 cannot run this: --strategy mirrored: a tf.distribute", ("jax",)),
+            KerasThreeRefusal(
+                "multi-worker",
+                "--keras 3 cannot run this: --strategy multi-worker on Keras 3: its fit",
+                ("tensorflow",),
+            ),
+            KerasThreeRefusal(
+                "multi-worker", "--keras 3 cannot run this: --strategy multi-worker on the jax backend", ("jax",)
+            ),
         ),
     ),
     "global_batch_loss": Field(
