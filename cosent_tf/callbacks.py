@@ -20,7 +20,13 @@ import numpy as np
 
 from .console import metrics_text, validation_line
 from .errors import NonFiniteLossError, TrainingInterrupted
-from .io import atomic_path, read_history, write_history  # noqa: F401  (in io, which imports no TensorFlow; named here as before)
+from .io import (  # noqa: F401  (in io, which imports no TensorFlow; read_history and write_history named here as before)
+    atomic_path,
+    read_history,
+    read_json,
+    write_history,
+    write_json,
+)
 from .process_keras import KERAS_MAJOR, keras
 
 logger = logging.getLogger(__name__)
@@ -316,9 +322,16 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
             )
 
 
-# tf-keras's BackupAndRestore resumes at the batch after the one it saved; Keras 3's at the epoch after
-# the one it saved, so that a state saved within an epoch would train that epoch's first batches twice.
-MID_EPOCH_RESUME = KERAS_MAJOR == 2
+# tf-keras's BackupAndRestore saves the batch within the epoch and its fit resumes at the batch after it;
+# Keras 3's saves the epoch only, so StepBackup writes and restores the position itself there (its own
+# files, below) and ends the resumed epoch after the batches it has left.
+KERAS_RESUMES_MID_EPOCH = KERAS_MAJOR == 2
+
+# Keras 3's training state: the weights and optimizer of one position, in a file named by it, and the
+# position with that file's name in STATE_FILE. Each is written whole and renamed into place, the
+# position last, so a process killed while saving leaves the previous state readable.
+STATE_FILE = "training_metadata.json"  # Keras 3's BackupAndRestore's name, which held the epoch alone
+STATE_WEIGHTS = "state-{steps}.weights.h5"
 
 
 class StepBackup(keras.callbacks.BackupAndRestore):
@@ -332,20 +345,22 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     * after the current step when SIGTERM or SIGINT arrives; training then stops with
       :class:`TrainingInterrupted`.
 
-    The same ``fit`` call resumes from the last save, mid-epoch included. Callbacks that
-    read the restored step must do so from ``on_epoch_begin`` on, since this one restores
-    in ``on_train_begin`` after them. The backup outlives ``fit``: the caller removes it
-    once everything that depends on the training is written.
+    The same ``fit`` call resumes from the last save, mid-epoch included: the resumed epoch trains
+    only the batches it had left. Callbacks that read the restored step must do so from
+    ``on_epoch_begin`` on, since this one restores in ``on_train_begin`` after them. The backup
+    outlives ``fit``: the caller removes it once everything that depends on the training is written.
 
     Keras's own callback either backs up at epoch ends (and then resumes at the next
     epoch even from a mid-epoch save) or every N batches (and then never after the
-    epoch-end callbacks, such as validation, have run): this one calls its private
-    ``_backup`` hook to do both. The signal handlers it installs are put back when
-    training ends, however it ends.
-
-    Keras 3's BackupAndRestore saves and restores the epoch only, never the batch within it, so
-    on Keras 3 the state is saved at epoch ends only (``every_steps`` is refused), and a signal
-    stops training at once, keeping the last epoch end's state.
+    epoch-end callbacks, such as validation, have run): this one saves at both moments. On
+    tf-keras it calls the private ``_backup`` hook, and tf-keras's fit resumes at the saved batch.
+    Keras 3's fit resumes at an epoch's start only, so there this callback writes the position
+    (epoch and batches done) beside the weights and, in a resumed epoch, sets ``params["steps"]``
+    to the batches that epoch has left (what every callback's test of an epoch's last batch reads;
+    batches are counted from 0 in it, as Keras 3 counts them) and ends that epoch after them
+    through ``stop_training``, which it clears again at the epoch's end. The batch stream must
+    start at the restored step (:class:`StartStep`). The signal handlers it installs are put back
+    when training ends, however it ends.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -354,18 +369,45 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         # An integer save_freq makes tf-keras's restore resume at the saved batch, not the next epoch.
         super().__init__(backup_dir, save_freq=1 << 62, delete_checkpoint=False)
         self.every_steps = int(every_steps or 0)
-        if self.every_steps and not MID_EPOCH_RESUME:
-            raise ValueError(
-                "Keras 3's BackupAndRestore restores the epoch but not the batch within it: a backup every "
-                f"{self.every_steps} steps would make a resumed run train that epoch's first batches twice"
-            )
         self.received: Optional[int] = None
         self._handlers: dict[int, Any] = {}
+        # Keras 3: the batches per epoch, and the restored epoch with the batches of it already trained
+        self._epoch_steps = 0
+        self._resumed: tuple[int, int] = (0, 0)
+        self._epoch = 0
+        self._trained_before = 0  # of the epoch running, before this fit
+        self._ending_epoch = False
 
     def on_train_begin(self, logs: Optional[dict] = None) -> None:
-        super().on_train_begin(logs)
+        if KERAS_RESUMES_MID_EPOCH:
+            super().on_train_begin(logs)
+        else:
+            self._epoch_steps = int(self.params["steps"])
+            self._resumed = self._restore(logs)
         self.received = None
         self._handlers = {number: signal.signal(number, self._receive) for number in self.SIGNALS}
+
+    def _restore(self, logs: Optional[dict]) -> tuple[int, int]:
+        """Keras 3: load the saved state, if any; (the epoch to resume in, the batches of it trained)."""
+        state_path = os.path.join(self.backup_dir, STATE_FILE)
+        state = read_json(state_path, "the training state's position") if os.path.exists(state_path) else {}
+        if "weights" not in state:  # none saved, or Keras 3's own (epoch ends only), which its restore reads
+            super().on_train_begin(logs)
+            return int(self.model._initial_epoch or 0), 0
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)  # its variables, to load into
+        self.model.load_weights(os.path.join(self.backup_dir, state["weights"]))
+        epoch, trained = int(state["epoch"]), int(state["batch"])
+        self.model._initial_epoch = epoch  # where Keras 3's fit starts (its own restore sets it so)
+        return epoch, trained
+
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
+        super().on_epoch_begin(epoch, logs)
+        if KERAS_RESUMES_MID_EPOCH:
+            return
+        self._epoch = epoch
+        self._trained_before = self._resumed[1] if epoch == self._resumed[0] else 0
+        self.params["steps"] = self._epoch_steps - self._trained_before
 
     def _receive(self, number: int, frame: Any) -> None:
         self.received = number
@@ -378,34 +420,45 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if batch + 1 == self.params.get("steps"):
+            if self._trained_before:  # a resumed epoch on Keras 3, whose fit would go on to a whole one
+                self._ending_epoch = self.model.stop_training = True
             return  # the epoch's end saves, once its validation has run
         step = optimizer_step(self.model)
-        if MID_EPOCH_RESUME and (self.received is not None or (self.every_steps and step % self.every_steps == 0)):
-            self._save(epoch=self._current_epoch, batch=batch)
-        self._stop_if_signalled(mid_epoch=True)
+        if self.received is not None or (self.every_steps and step % self.every_steps == 0):
+            self._save(epoch=self._current_epoch if KERAS_RESUMES_MID_EPOCH else self._epoch, batch=batch)
+        self._stop_if_signalled()
 
     def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-        self._save(epoch=epoch, batch=self.params.get("steps", 1) - 1)
-        self._stop_if_signalled(mid_epoch=False)
+        if not KERAS_RESUMES_MID_EPOCH:
+            self.params["steps"] = self._epoch_steps
+            if self._ending_epoch:
+                self._ending_epoch = self.model.stop_training = False
+        self._save(epoch=epoch, batch=self.params.get("steps", 1) - 1 - self._trained_before)
+        self._stop_if_signalled()
 
     def _save(self, epoch: int, batch: int) -> None:
-        """The training state after ``batch`` of ``epoch`` (counted from 0)."""
-        if MID_EPOCH_RESUME:
+        """The training state after ``batch`` of ``epoch`` (counted from 0; on Keras 3, from the first
+        batch this fit trained in the epoch)."""
+        if KERAS_RESUMES_MID_EPOCH:
             self._backup(epoch=epoch, batch=batch)  # tf-keras's hook, of both its save modes
-        else:  # Keras 3 writes the epoch to resume at; only an epoch's end is ever saved
-            self._current_epoch, self._last_batch_seen = epoch + 1, 0
-            self._save_model()
+            return
+        trained = self._trained_before + batch + 1
+        if trained == self._epoch_steps:
+            epoch, trained = epoch + 1, 0
+        weights = STATE_WEIGHTS.format(steps=epoch * self._epoch_steps + trained)
+        with atomic_path(os.path.join(self.backup_dir, weights)) as tmp:
+            self.model.save_weights(tmp)
+        write_json(os.path.join(self.backup_dir, STATE_FILE), {"epoch": epoch, "batch": trained, "weights": weights})
+        for name in os.listdir(self.backup_dir):  # the states before, Keras 3's own included
+            if name != weights and name != STATE_FILE and not name.startswith(".tmp-"):
+                os.remove(os.path.join(self.backup_dir, name))
 
-    def _stop_if_signalled(self, mid_epoch: bool) -> None:
+    def _stop_if_signalled(self) -> None:
         if self.received is None:
             return
         self.restore_signal_handlers()
         name = signal.Signals(self.received).name
-        step = optimizer_step(self.model)
-        if mid_epoch and not MID_EPOCH_RESUME:
-            saved = f"training stopped after step {step}; the state of the last epoch's end is in {self.backup_dir}"
-        else:
-            saved = f"training state saved after step {step} in {self.backup_dir}"
+        saved = f"training state saved after step {optimizer_step(self.model)} in {self.backup_dir}"
         raise TrainingInterrupted(
             self.received, f"{name} received: {saved}; run the same command again to resume from there"
         )

@@ -42,10 +42,4 @@ def unsupported_options(cfg: RunConfig, backend: str, accelerated: bool = False)
             "--per-replica-loss on the jax backend: --strategy mirrored there is one program over the global batch "
             "(keras.distribution), whose loss sees the whole batch, not each device's share"
         )
-    if cfg.backup_every:
-        problems.append(
-            "--backup-every: Keras 3's BackupAndRestore restores the epoch but not the batch within it, so a run "
-            "resumed from a mid-epoch backup would train that epoch's first batches twice; on Keras 3 the run "
-            "saves its state at epoch ends only"
-        )
     return problems

@@ -1,9 +1,8 @@
-"""The Keras 2 suite's tests of the training callbacks, run on Keras 3 on this backend, and what
-Keras 3 cannot do as tf-keras does."""
+"""The Keras 2 suite's tests of the training callbacks, run on Keras 3 on this backend (the backup's
+mid-epoch resume: tests/keras3/test_resume.py)."""
 
 import pytest
 
-from cosent_tf.callbacks import StepBackup
 from tests.test_callbacks import (  # noqa: F401  (collected here, on this process's Keras 3)
     test_a_log_file_gets_a_progress_line_within_the_epoch_with_its_eta,
     test_durations_read_as_people_read_them,
@@ -17,8 +16,3 @@ from tests.test_callbacks import test_non_finite_loss_names_the_step_and_keeps_t
 
 # the test's own check restores a fresh model from the backup fitting it on no batch, which JAX cannot build on
 test_non_finite_loss_names_the_step_and_keeps_the_backup = pytest.mark.backends("tensorflow")(non_finite_loss_test)
-
-
-def test_a_backup_within_the_epoch_is_refused_where_keras_3_would_replay_the_epochs_first_batches(tmp_path):
-    with pytest.raises(ValueError, match="restores the epoch but not the batch within it: a backup every 5 steps"):
-        StepBackup(str(tmp_path / "backup"), every_steps=5)

@@ -155,9 +155,9 @@ def _spearman(vectors, labels):
 
 
 def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_run, tmp_path):
-    """SIGTERM within the second epoch stops the run at once, saying what it kept; run again, it resumes
-    from the first epoch's end to the weights of an uninterrupted run, from the record of the
-    validations that an earlier Keras 3 trainer kept (validation.json, since valid_metrics.csv) too."""
+    """SIGTERM within the second epoch stops the run after the current step, saying where it saved the
+    state; run again, it resumes at that step to the weights of an uninterrupted run, from the record of
+    the validations that an earlier Keras 3 trainer kept (validation.json, since valid_metrics.csv) too."""
     import signal
 
     import keras
@@ -182,7 +182,7 @@ def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(tiny_
     with pytest.raises(TrainingInterrupted) as stopped:
         train(cfg, callbacks=[TerminatedInSecondEpoch()])
     assert str(stopped.value) == (
-        f"SIGTERM received: training stopped after step 8; the state of the last epoch's end is in {backup}; "
+        f"SIGTERM received: training state saved after step 8 in {backup}; "
         "run the same command again to resume from there"
     )
     assert signal.getsignal(signal.SIGTERM) is handler
@@ -299,7 +299,6 @@ def test_options_keras3_cannot_honour_are_refused_by_name(tiny_run):
     for option, named in (
         ({"architecture": "roformer"}, "architecture 'roformer' is on the Keras 2 engine only"),
         ({"micro_batch_size": 2}, "--micro-batch-size: the gradient cache is a train step of tf-keras's"),
-        ({"backup_every": 2}, "--backup-every: Keras 3's BackupAndRestore restores the epoch but not the batch"),
         ({"strategy": "multi-worker"}, "--strategy multi-worker on (Keras 3|the jax backend): "),
         ({"keras": 2}, "--keras 2: this process holds Keras 3"),
     ):

@@ -182,8 +182,7 @@ FIELDS = {
     "group_by_length": Field(LOSS_OPTIONS),
     "strict": Field(OPTIONS + "test_strict_turns_a_skipped_line_into_an_error"),
     "backup_every": Field(
-        "tests/training/test_resume.py::test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result",
-        keras3=(KerasThreeRefusal(2, "--keras 3 cannot run this: --backup-every: Keras 3's BackupAndRestore"),),
+        "tests/training/test_resume.py::test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result"
     ),
     "precision": Field(
         OPTIONS + "test_precision_pooling_and_checkpoint_reach_the_model",
