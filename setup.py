@@ -29,6 +29,7 @@ setup(
     # - cosent_tf/backend.py: tf-keras's seed generator, RandomGenerator.dropout (replaced for
     #   repeatable_dropout) and TensorFlow's eager seed state;
     # - cosent_tf/callbacks.py: StepBackup calls BackupAndRestore._backup and reads _current_epoch;
+    #   on Keras 3 it sets the model's _initial_epoch, as Keras 3's own BackupAndRestore does;
     # - cosent_tf/optimizers.py: FusedAdam reads Adam's _index_dict, _var_key, _momentums, _velocities;
     # - cosent_tf/export/onnx_export.py: tf2onnx's table of graph optimizers (the [onnx] extra pins tf2onnx).
     # The rest are ranges.

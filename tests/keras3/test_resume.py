@@ -1,6 +1,7 @@
 """A run on Keras 3 with --backup-every, stopped within an epoch, resumes at the saved step (not at the
 epoch's start) and ends as an uninterrupted run: the same weights, optimizer state and validations.
-The signal's path (SIGTERM saves after the current step) is tests/keras3/test_training.py's."""
+A stop by a callback, in this process, as a crash would stop it; the signal's path (SIGTERM saves after
+the current step, and the run resumes there) is tests/keras3/test_training.py's."""
 
 import dataclasses
 import json
@@ -15,7 +16,7 @@ from tests.keras3.test_training import tiny_run  # noqa: F401  (the fixture: 48 
 
 STEPS_PER_EPOCH = 6  # the tiny run's
 BACKUP_EVERY = 3
-EVAL_EVERY = 4  # step 12 is validated once, at the second epoch's end, a resumed epoch's last batch
+EVAL_EVERY = 2  # step 6, the resumed epoch's last batch, is validated once, as the epoch's end
 
 
 def final_state():
@@ -41,8 +42,8 @@ def final_state():
 
 
 def stop_at(step):
-    """A callback that stops the run at ``step`` as a failure would, after the backup's save of that
-    step (if any): the last save before it is what the next run resumes from."""
+    """A callback that stops the run at ``step`` as a failure would: the backup's last save before it
+    is what the next run resumes from."""
     import keras
 
     from cosent_tf.errors import TrainingInterrupted
@@ -56,7 +57,7 @@ def stop_at(step):
 
 
 @pytest.mark.heavy
-def test_a_run_stopped_within_epochs_resumes_at_the_saved_steps_to_the_uninterrupted_state(tiny_run, caplog):  # noqa: F811
+def test_a_run_stopped_within_an_epoch_resumes_at_the_saved_step_to_the_uninterrupted_state(tiny_run, caplog):  # noqa: F811
     from cosent_tf.errors import TrainingInterrupted
 
     cfg, _ = tiny_run
@@ -66,28 +67,26 @@ def test_a_run_stopped_within_epochs_resumes_at_the_saved_steps_to_the_uninterru
     whole = train(whole_cfg, callbacks=[whole_state])
 
     backup = os.path.join(cfg.output_dir, "backup")
-    # stopped at step 5 (saved at 3, in the first epoch), then at step 10 (saved at 9, in the second)
-    for stopped, saved in ((5, 3), (10, 9)):
-        with pytest.raises(TrainingInterrupted):
-            train(cfg, callbacks=[stop_at(stopped)])
-        with open(os.path.join(backup, "training_metadata.json"), encoding="utf-8") as f:
-            position = json.load(f)
-        epoch, trained = divmod(saved, STEPS_PER_EPOCH)
-        assert (position["epoch"], position["batch"]) == (epoch, trained)
-        assert sorted(os.listdir(backup)) == sorted(["training_metadata.json", position["weights"]])
-    caplog.clear()
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stop_at(5)])  # after the backup of step 3, in the first epoch
+    with open(os.path.join(backup, "training_metadata.json"), encoding="utf-8") as f:
+        position = json.load(f)
+    assert position == {"epoch": 0, "batch": 3, "weights": "state-3.weights.h5"}
+    assert sorted(os.listdir(backup)) == ["state-3.weights.h5", "training_metadata.json"]
     state = final_state()
     with caplog.at_level("INFO", logger="cosent_tf"):
         resumed = train(cfg, callbacks=[state])
 
-    assert "resumed at step 9" in caplog.text
-    assert state.batches == 2 * STEPS_PER_EPOCH - 9  # the second epoch's last 3 batches, none twice
+    assert "resumed at step 3" in caplog.text
+    assert state.batches == 2 * STEPS_PER_EPOCH - 3  # the first epoch's last 3 batches, then the second's 6
     assert resumed["steps"] == whole["steps"] == 2 * STEPS_PER_EPOCH
     history, whole_history = (read_history(os.path.join(c.output_dir, "valid_metrics.csv")) for c in (cfg, whole_cfg))
     assert [(r["epoch"], r["step"], r["end_of_epoch"]) for r in history] == [
+        (1, 2, False),
         (1, 4, False),
         (1, 6, True),
         (2, 8, False),
+        (2, 10, False),
         (2, 12, True),
     ]
     assert [(r["epoch"], r["step"], r["end_of_epoch"]) for r in whole_history] == [
@@ -98,7 +97,7 @@ def test_a_run_stopped_within_epochs_resumes_at_the_saved_steps_to_the_uninterru
     for got, expected in zip(state.weights, whole_state.weights):
         np.testing.assert_allclose(got, expected, atol=1e-6)
     assert len(state.optimizer) == len(whole_state.optimizer) > 0
-    for got, expected in zip(state.optimizer, whole_state.optimizer):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    for got, expected in zip(state.optimizer, whole_state.optimizer):  # Adam's second moments are far below 1e-6
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-9)
     assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
     assert not os.path.exists(backup)
