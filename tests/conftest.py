@@ -10,7 +10,8 @@ import pytest
 import cosent_tf  # noqa: F401  (sets up Keras 2 before TensorFlow is imported anywhere)
 from cosent_tf.backend import keras
 
-from .helpers import SHARED_DATA, make_model_dir, make_tiny_setup, write_config
+from .fixtures import tiny_setup  # noqa: F401  (shared with the Keras 3 suite's conftest)
+from .helpers import SHARED_DATA, make_model_dir, write_config
 from .zoo import built_once, changed_folders
 
 _UMASK = pytest.StashKey[int]()
@@ -70,11 +71,6 @@ def _fresh_keras_state():
     assert leaked == "float32", f"the test left the global dtype policy {leaked!r} set"
     changed = changed_folders()
     assert not changed, f"the test changed the zoo's {changed}: a test that writes takes tests.zoo.copy_of(folder)"
-
-
-@pytest.fixture
-def tiny_setup(tmp_path):
-    return make_tiny_setup(tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -206,11 +206,13 @@ def backbone_from_config(config: Mapping, architecture: str = "bert", shown: str
         num_heads=config["num_attention_heads"],
         hidden_dim=config["hidden_size"],
         intermediate_dim=config["intermediate_size"],
-        dropout=float(config.get("hidden_dropout_prob", 0.1)),
+        # a rate the config leaves out is 0, as bert4keras reads it (not keras-hub's 0.1): one config
+        # trains alike on both Kerases
+        dropout=float(config.get("hidden_dropout_prob") or 0.0),
         max_sequence_length=int(config.get("max_position_embeddings", 512)),
         num_segments=int(config.get("type_vocab_size", 2)),
         hidden_act=config["hidden_act"],
-        attention_dropout=config.get("attention_probs_dropout_prob"),
+        attention_dropout=float(config.get("attention_probs_dropout_prob") or 0.0),
     )
     if backbone_class == "AlbertBackbone":
         return GoogleAlbertBackbone(

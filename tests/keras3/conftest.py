@@ -3,6 +3,10 @@ side by side, with ``KERAS_BACKEND=tensorflow`` and ``KERAS_BACKEND=jax``, and `
 tests/keras3`` so that the Keras 2 suite's conftest is not loaded). What it compares with the Keras 2 engine comes
 from Keras 2 subprocesses (:func:`tests.keras3.support.run_keras2`).
 
+``@pytest.mark.keras2_only(reason=...)`` marks a test of a body written once over both Kerases
+(a Keras 2 suite module that a module here star-imports) that only the Keras 2 engine can pass; it
+is skipped here with its reason, which the summary counts (``-rs`` shows it).
+
 ``@pytest.mark.backends("tensorflow")`` marks a test of what only that backend does
 (tf.distribute, SavedModel export), or of what happens before a backend is chosen (a refusal at
 import), which one backend's run checks for all; on another backend it is deselected, and the
@@ -17,6 +21,7 @@ import tests.workers as workers  # sizes the thread pools before Keras 3's backe
 import pytest
 
 from cosent_tf.keras3.runtime import backend_name
+from tests.fixtures import bq_run, tiny_setup  # noqa: F401  (the fixtures of the bodies written once)
 
 BACKENDS = ("tensorflow", "jax")
 
@@ -43,6 +48,9 @@ def pytest_collection_modifyitems(config, items):
     here = backend_name()
     kept, deselected = [], []
     for item in items:
+        keras2_only = item.get_closest_marker("keras2_only")
+        if keras2_only is not None:  # a body of the Keras 2 suite's, star-imported here
+            item.add_marker(pytest.mark.skip(reason=f"Keras 2 only: {keras2_only.kwargs['reason']}"))
         marker = item.get_closest_marker("backends")
         (kept if marker is None or here in marker.args else deselected).append(item)
     if deselected:

@@ -6,15 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from cosent_tf import (
-    SentenceEncoder,
-)
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.optimizers import build_optimizer
 from cosent_tf.training import engine as training
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import train
 from cosent_tf.training.run_data import load_run_data
+from tests.either_keras import cosines, sentence_encoder, shipped_threshold
 from tests.helpers import CHARACTERS, tiny_pairs, write_config, write_tiny_data
 from tests.training.run_helpers import read_csv, tiny_run
 
@@ -93,17 +91,22 @@ def test_same_seed_same_result_and_periodic_validation(tiny_setup):
     assert [(r["step"], r["end_of_epoch"]) for r in rows] == [("2", "False"), ("4", "False"), ("6", "True")]
 
 
+@pytest.mark.keras2_only(
+    reason="the zoo's BQ run is a random model pooled by [CLS], whose valid cosines all lie within 1e-6 of 1 on "
+    "Keras 3's backbone: which cut is best there is float32 rounding, not the split it was tuned on"
+)
 def test_the_threshold_is_tuned_on_valid_not_on_test(bq_run):
     from cosent_tf.data.benchmarks import load_task
     from cosent_tf.evaluation import best_threshold
 
     metrics = json.loads((bq_run.run / "metrics.json").read_text())  # the zoo's finished BQ run
-    encoder = SentenceEncoder.load(bq_run.run / "model")
+    encoder = sentence_encoder(bq_run.run / "model")
     folder = bq_run.setup / "data" / "senteval_cn"
     valid, test = load_task(folder, "BQ", "valid"), load_task(folder, "BQ", "test")
-    on_valid = best_threshold(encoder.similarity(valid.texts_a, valid.texts_b), valid.labels)[0]
-    on_test = best_threshold(encoder.similarity(test.texts_a, test.texts_b), test.labels)[0]
-    assert metrics["test"]["threshold"] == pytest.approx(on_valid, abs=1e-7) == encoder.threshold
+    on_valid = best_threshold(cosines(encoder, valid.texts_a, valid.texts_b), valid.labels)[0]
+    on_test = best_threshold(cosines(encoder, test.texts_a, test.texts_b), test.labels)[0]
+    shipped = shipped_threshold(bq_run.run / "model")
+    assert metrics["test"]["threshold"] == pytest.approx(on_valid, abs=1e-7) == shipped
     assert on_test != on_valid  # the two splits give different thresholds, so the test can tell them apart
 
 
@@ -111,10 +114,10 @@ def test_the_threshold_is_tuned_on_valid_not_on_test(bq_run):
 def test_a_run_trains_first_on_the_first_batch_of_its_stream(tiny_setup):
     """The batch stream starts at the step fit starts from (read once training has begun), not
     at whatever the step counter says when tf.data's thread first pulls a batch."""
-    from cosent_tf.backend import random_seed
+    from cosent_tf.process_keras import random_seed
 
     tiny_run(tiny_setup, "one-step", task="BQ", steps_per_epoch=1, pooling="last-avg")
-    trained = SentenceEncoder.load(str(tiny_setup[0] / "one-step" / "model")).model.get_weights()
+    trained = sentence_encoder(tiny_setup[0] / "one-step" / "model").model.get_weights()
     cfg = RunConfig(**json.loads((tiny_setup[0] / "one-step" / "config.json").read_text()))
     data = load_run_data(cfg)
     with random_seed(cfg.seed):
