@@ -10,20 +10,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cosent_tf import SentenceEncoder
-from cosent_tf.backend import keras
 from cosent_tf.errors import ConfigError
 from cosent_tf.experiments.report import retrieval_tables
 from cosent_tf.experiments.runs import load_runs, method_name
 from cosent_tf.experiments.scripts import train_main
 from cosent_tf.losses import MatryoshkaLoss, get_loss
+from cosent_tf.process_keras import keras
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import Matcher, train
 from cosent_tf.training.run_data import load_run_data
+from tests.either_keras import cosines, sentence_encoder
 from tests.experiments.test_report import fake_run
 from tests.helpers import make_tiny_setup, write_config
 from tests.training.run_helpers import tiny_config
-from tests.training.test_distribute import engine_case_id, run_two_device_process
 from tests.training.test_learning import synonym_pairs, write_task
 from tests.training.test_scripts import SCRIPT_ENTRIES
 
@@ -135,7 +134,7 @@ def test_the_engine_trains_the_runs_loss_at_its_widths(loss, tiny_setup):
     assert keras.losses.serialize(wrapped.loss) == keras.losses.serialize(inner)
     # on a batch of the run's own stream: the plain loss at full width plus half of it at width 4
     inputs, y_true = next(iter(matcher.dataset(matcher.prepare(data.train), labels, 0)))
-    vectors = matcher.model(inputs).numpy()
+    vectors = np.asarray(matcher.model(inputs))
     expected = float(inner(y_true, vectors)) + 0.5 * float(inner(y_true, vectors[:, :4]))
     assert float(wrapped(y_true, vectors)) == pytest.approx(expected, rel=1e-6)
 
@@ -159,7 +158,8 @@ def test_every_training_script_takes_the_widths(script, tiny_setup, capsys):
 def test_a_resumed_run_with_other_widths_is_refused(tiny_setup):
     tmp_path, options = tiny_setup
     out = tmp_path / "run"
-    train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options, *WIDTHS])
+    short = ["--epochs", "2", "--steps-per-epoch", "1"]  # a run folder is all this needs
+    train_main(["BQ", *short, "--output-dir", str(out), *options, *WIDTHS])
     (out / "metrics.json").unlink()  # as if stopped before the end, with training state saved
     (out / "backup").mkdir()
     (out / "backup" / "state").write_text("")
@@ -171,7 +171,7 @@ def test_a_resumed_run_with_other_widths_is_refused(tiny_setup):
         (["--matryoshka-dims", "16,8"], "matryoshka_weights [1.0, 0.5] there, None now"),
     ]:
         with pytest.raises(SystemExit, match=re.escape(f"holds an unfinished run with other settings ({difference})")):
-            train_main(["BQ", "--epochs", "2", "--output-dir", str(out), *options, *extra])
+            train_main(["BQ", *short, "--output-dir", str(out), *options, *extra])
     assert (out / "config.json").read_text() == saved
 
 
@@ -203,8 +203,8 @@ def test_a_run_learns_at_its_narrow_width(tiny_setup):
     # At lr 1e-12 no step moves a weight: one step of one epoch is the run left at initialisation.
     for name, lr, length in (("untrained", 1e-12, dict(epochs=1, steps_per_epoch=1)), ("trained", 1e-3, {})):
         train(RunConfig(lr=lr, output_dir=str(tmp_path / name), **{**settings, **length}))
-        encoder = SentenceEncoder.load(str(tmp_path / name / "model"))
-        spearman[name] = stats.spearmanr(encoder.similarity(list(test_a), list(test_b), dim=8), labels)[0]
+        encoder = sentence_encoder(tmp_path / name / "model")
+        spearman[name] = stats.spearmanr(cosines(encoder, test_a, test_b, dim=8), labels)[0]
     # measured: 0.79 trained, 0.29 untrained (0.72 and 0.10 on another draw of the pairs)
     assert spearman["trained"] > spearman["untrained"] + 0.3, spearman
 
@@ -218,12 +218,20 @@ MATRYOSHKA_ENGINE_CASES = [
 @pytest.fixture(scope="module")
 def two_device_widths(tmp_path_factory):
     """One two-logical-device process for both cases (the CPU is split when cosent_tf is imported)."""
+    # imported here: test_distribute imports the Keras 2 engine, which a Keras 3 process collecting
+    # this module must not
+    from tests.training.test_distribute import engine_case_id, run_two_device_process
+
     setup, _ = make_tiny_setup(tmp_path_factory.mktemp("two-device-widths"))
     cases = {engine_case_id("feature", *case): ["feature", *case] for case in MATRYOSHKA_ENGINE_CASES}
     return run_two_device_process(setup, cases)
 
 
 @pytest.mark.slow
+@pytest.mark.keras2_only(
+    reason="tests/training/two_device_steps.py steps the Keras 2 engine under tf.distribute; Keras 3's "
+    "mirrored step is tests/keras3/test_training.py's"
+)
 @pytest.mark.parametrize("loss, micro_batch_size, options", MATRYOSHKA_ENGINE_CASES)
 def test_an_engine_step_at_several_widths_on_two_replicas_in_micro_batches_equals_one_on_one_device(
     loss, micro_batch_size, options, two_device_widths
@@ -231,6 +239,8 @@ def test_an_engine_step_at_several_widths_on_two_replicas_in_micro_batches_equal
     """tests/training/test_distribute.py's engine step with the widths: the one-device step takes the
     whole batch at once, the two-replica one gathers the global batch and computes each replica's
     gradient in micro-batches (GradientCacheModel)."""
+    from tests.training.test_distribute import engine_case_id
+
     steps = two_device_widths.result(engine_case_id("feature", loss, micro_batch_size, options))
     one_device, mirrored = steps["one_device"], steps["mirrored"]
     assert (one_device["replicas"], mirrored["replicas"]) == (1, 2)
