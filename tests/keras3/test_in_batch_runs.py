@@ -1,0 +1,5 @@
+"""tests/training/test_in_batch_runs.py in a Keras 3 process (this process's backend): the same
+bodies train the in-batch losses (mnrl, angle, cosent-ibn, NLI) on Keras 3, check what their options
+reach, resume a killed run and refuse bad input."""
+
+from tests.training.test_in_batch_runs import *  # noqa: F403  (its tests, collected here)
