@@ -223,3 +223,20 @@ def test_a_damaged_checkpoint_is_named(tmp_path, bert_arrays):
         f.truncate(os.path.getsize(index) // 2)
     with pytest.raises(CheckpointError, match=r"damaged/bert_model.ckpt: cannot read this checkpoint \(.*corrupted"):
         load_backbone(folder)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "albert"])
+def test_a_config_that_leaves_out_the_dropout_rates_trains_without_dropout_as_bert4keras_reads_it(architecture):
+    """bert4keras reads a missing hidden_dropout_prob or attention_probs_dropout_prob as 0, not as
+    keras-hub's default 0.1: the same config trains the same model on both Kerases."""
+    config = ALBERT_CONFIG if architecture == "albert" else CONFIG
+    inputs = {
+        "token_ids": np.array([[2, 7, 9, 11, 3, 0]], np.int32),
+        "segment_ids": np.zeros((1, 6), np.int32),
+        "padding_mask": np.array([[1, 1, 1, 1, 1, 0]], bool),
+    }
+    for rates, dropped in [({}, False), ({"hidden_dropout_prob": 0.5, "attention_probs_dropout_prob": 0.5}, True)]:
+        backbone = backbone_from_config({**config, **rates}, architecture)
+        training = keras.ops.convert_to_numpy(backbone(inputs, training=True)["sequence_output"])
+        inference = keras.ops.convert_to_numpy(backbone(inputs, training=False)["sequence_output"])
+        assert (not np.allclose(training, inference)) == dropped, rates
