@@ -379,8 +379,8 @@ def test_batches_keep_duplicate_texts_apart_unless_allowed(setup, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.keras2_only(
-    reason="--backup-every: Keras 3 keeps a run's state at epoch ends only, and refuses mid-epoch backups by name "
-    "(cosent_tf.training.keras_support); its resume is tests/keras3/test_training.py's"
+    reason="the killed and resumed command is the Keras 2 engine's (no --keras 3); Keras 3's mid-epoch resume is "
+    "tests/keras3/test_resume.py's"
 )
 def test_an_mnrl_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
     tmp_path, options = make_tiny_setup(tmp_path)
