@@ -7,6 +7,12 @@ from Keras 2 subprocesses (:func:`tests.keras3.support.run_keras2`).
 (a Keras 2 suite module that a module here star-imports) that only the Keras 2 engine can pass; it
 is skipped here with its reason, which the summary counts (``-rs`` shows it).
 
+``pytestmark = pytest.mark.ci_backend("jax")`` in a module that star-imports an engine feature module
+of the Keras 2 suite: CI runs those bodies on that one backend, since each is a training run that
+costs as much again per backend and what the backend changes (the maths' ops) the loss and layer
+tests check on both; on the other backend the tests are marked ``full``, which ``make test-full``
+runs.
+
 ``@pytest.mark.backends("tensorflow")`` marks a test of what only that backend does
 (tf.distribute, SavedModel export), or of what happens before a backend is chosen (a refusal at
 import), which one backend's run checks for all; on another backend it is deselected, and the
@@ -32,6 +38,7 @@ def pytest_collection_finish(session):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "backends(*names): runs only on these Keras 3 backends")
+    config.addinivalue_line("markers", "ci_backend(name): CI runs it on this Keras 3 backend; the other's is `full`")
     wanted = os.environ.get("KERAS_BACKEND")
     if wanted not in BACKENDS:
         raise pytest.UsageError(f"run the Keras 3 suite with KERAS_BACKEND set to one of {', '.join(BACKENDS)}")
@@ -44,10 +51,14 @@ def pytest_configure(config):
             raise pytest.UsageError(f"CI is set but the shared data folder {SHARED_DATA} is missing")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m "not full"
 def pytest_collection_modifyitems(config, items):
     here = backend_name()
     kept, deselected = [], []
     for item in items:
+        ci_backend = item.get_closest_marker("ci_backend")
+        if ci_backend is not None and ci_backend.args[0] != here:
+            item.add_marker(pytest.mark.full)
         keras2_only = item.get_closest_marker("keras2_only")
         if keras2_only is not None:  # a body of the Keras 2 suite's, star-imported here
             item.add_marker(pytest.mark.skip(reason=f"Keras 2 only: {keras2_only.kwargs['reason']}"))
