@@ -77,6 +77,7 @@ from .io import (
 from .training.config import (
     ENGINE,
     FILE_FORMAT,
+    KERAS_VERSIONS,
     MODEL_KIND,
     OWN_FILES,
     add_run_options,
@@ -771,6 +772,10 @@ def _mine(args: argparse.Namespace) -> None:
 
 
 def _export(args):
+    if args.keras == 3:
+        # as train --keras 3: nothing imported so far holds Keras 2, and importing cosent_tf.keras3
+        # chooses Keras 3 for the process, on which the export modules then build the model
+        import cosent_tf.keras3  # noqa: F401
     from .export.huggingface import export_hf
     from .export.onnx_export import export_onnx
     from .export.savedmodel import export_saved_model
@@ -1664,6 +1669,15 @@ def argument_parser() -> argparse.ArgumentParser:
         choices=["float32", "bf16"],
         help="bf16: serve in bfloat16 with bfloat16 weights, float32 outputs (fast on CPUs with "
         "AVX512-BF16 or AMX, and on GPUs)",
+    )
+    sub.add_argument(
+        "--keras",
+        type=int,
+        choices=KERAS_VERSIONS,
+        default=2,
+        help="the Keras the model is built and traced on: 2, tf-keras with bert4keras (the default); 3, Keras 3 "
+        "with keras-hub on the backend KERAS_BACKEND names (a SavedModel or ONNX file needs tensorflow; "
+        "--precision bf16 is Keras 2's). Either Keras exports a model folder either one wrote",
     )
     return parser
 

@@ -24,16 +24,15 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .. import huggingface
-from ..backend import keras
 from ..calibration import MatchDecision, format_threshold, write_decision
 from ..errors import ConfigError
 from ..exports import HF_FOLDER
-from ..inference.model_dir import load_model_dir, read_model_decision
 from ..io import atomic_directory
-from ..models.builders import head_layer_name
-from ..models.checkpoints import HEAD_SCOPE, checkpoint_files, model_arrays, read_config
-from ..models.kinds import FEATURE, INTERACTION
-from ..models.spec import ModelSpec, read_spec
+from ..models.adapter import model_arrays
+from ..models.checkpoint_files import HEAD_SCOPE, checkpoint_files, read_config
+from ..models.kinds import FEATURE, INTERACTION, head_layer_name
+from ..models.spec import ModelSpec, read_model_decision, read_spec
+from .engine_model import load_engine_model, model_width
 from .savedmodel import check_export_folder, decision_at_width, export_width, write_export_record
 
 # Architectures whose weights and tokenizer are Hugging Face's BertModel and BertTokenizer.
@@ -89,7 +88,7 @@ def export_hf(model_dir: str, out_dir: str, overwrite: bool = False, dim: Option
     # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
     described = read_spec(model_dir)
     decision = read_model_decision(model_dir, described.kind, described.threshold)
-    spec, model, tokenizer = load_model_dir(model_dir)
+    spec, model, tokenizer = load_engine_model(model_dir)
     problem = hf_problem(spec)
     if problem is not None:
         also = "" if spec.word_level else " (or as ONNX: --format onnx)"  # ONNX carries WordPiece files too
@@ -116,7 +115,7 @@ def write_hf_files(
     folder: str,
     model_dir: str,
     spec: ModelSpec,
-    model: keras.Model,
+    model: Any,
     tokenizer: Any,
     decision: Optional[MatchDecision],
     card_sections: tuple[str, ...] = (),
@@ -129,12 +128,12 @@ def write_hf_files(
     width). The model must pass :func:`hf_problem`."""
     hf_format = HF_FORMATS[spec.kind]
     config = read_config(checkpoint_files(model_dir)[0])
-    arrays = model_arrays(model, config, spec.architecture)
+    arrays = model_arrays(model, spec, config)  # an interaction head's too, as cosent/<head layer>
     hf_format.write(folder, spec, model, config, arrays, dim)
     huggingface.write_tokenizer(folder, list(tokenizer.token_dict), spec.do_lower_case, spec.maxlen)
     if decision is not None:
         write_decision(folder, decision)  # after the weights: it is stamped with theirs
-    card = _model_card(spec, hf_format, model_dir, decision, dim, int(model.output_shape[-1]))
+    card = _model_card(spec, hf_format, model_dir, decision, dim, model_width(model))
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join([card, *card_sections]))
 
@@ -151,7 +150,7 @@ def _sentence_transformers_pooling_problem(spec: ModelSpec) -> Optional[str]:
 def _write_sentence_transformers(
     folder: str,
     spec: ModelSpec,
-    model: keras.Model,
+    model: Any,
     config: dict[str, Any],
     arrays: dict[str, np.ndarray],
     dim: Optional[int] = None,
@@ -182,16 +181,14 @@ def _head_problem(spec: ModelSpec) -> Optional[str]:
 def _write_sequence_classification(
     folder: str,
     spec: ModelSpec,
-    model: keras.Model,
+    model: Any,
     config: dict[str, Any],
     arrays: dict[str, np.ndarray],
     dim: Optional[int] = None,
 ) -> None:
     assert spec.head is not None  # an interaction model's spec names its head (ModelSpec checks it)
     assert dim is None  # a width is refused for an interaction model (export_width)
-    scope = HEAD_SCOPE + head_layer_name(spec.head)
-    head = model.get_layer(head_layer_name(spec.head))
-    arrays[scope + "/kernel"], arrays[scope + "/bias"] = (w.numpy() for w in head.weights)
+    scope = HEAD_SCOPE + head_layer_name(spec.head)  # the head's arrays: model_arrays gives them so
     weights = huggingface.hf_weights(arrays, config["num_hidden_layers"], scope, prefix="bert.")
     labels = {value: key for key, value in huggingface.CLASSIFIER_HEADS.items()}[spec.head]
     hf_config = huggingface.hf_config(config, ("BertForSequenceClassification",), num_labels=labels)
@@ -206,7 +203,7 @@ class _HfFormat:
     problem: Callable[[ModelSpec], Optional[str]]  # why a model cannot be expressed so, or None
     # Writes the weights (the model's arrays, by checkpoint name) and config.json into the folder, and
     # for a feature model the modules that cut its vectors to a width (the last argument; None: full).
-    write: Callable[[str, ModelSpec, keras.Model, dict[str, Any], dict[str, np.ndarray], Optional[int]], None]
+    write: Callable[[str, ModelSpec, Any, dict[str, Any], dict[str, np.ndarray], Optional[int]], None]
     usage: str  # the model card's example
 
 

@@ -39,21 +39,20 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import huggingface
-from ..backend import keras, tf
 from ..calibration import MatchDecision, accuracy_at, are_binary, best_threshold, write_decision
 from ..choices import INT8_LOSS_WARNING, ONNX_QUANTIZATIONS
 from ..data.files import PairFileFormat, read_pair_file
 from ..errors import ConfigError
 from ..evaluation import pair_scores, spearman
 from ..exports import ONNX_DIR, ONNX_FOLDER
-from ..inference.model_dir import load_model_dir, read_model_decision
 from ..inference.onnx_model import INPUT_NAMES, ONNX_FILES, OnnxModel, require
 from ..inference.runtime import batched_outputs, l2_normalize
 from ..inference.vectors import truncate
 from ..io import atomic_directory, file_digest
-from ..models.builders import head_layer_name
-from ..models.kinds import FEATURE
-from ..models.spec import ModelSpec, read_spec
+from ..models.kinds import FEATURE, head_layer_name
+from ..models.spec import ModelSpec, read_model_decision, read_spec
+from ..process_keras import KERAS_MAJOR, keras, tf
+from .engine_model import load_engine_model, require_tensorflow_graph
 from .huggingface import HF_FORMATS, hf_problem, write_hf_files
 from .savedmodel import check_export_folder, decision_at_width, export_width, write_export_record
 
@@ -146,6 +145,7 @@ def export_onnx(
         raise ConfigError(f"unknown quantisation {quantize!r}; choose {', '.join(ONNX_QUANTIZATIONS)}")
     for module in ("tf2onnx", "onnxruntime"):
         require(module)
+    require_tensorflow_graph("an ONNX export (converted by tf2onnx)")
     check_export_folder(out_dir, ONNX_FOLDER, overwrite, model_dir)
     if check_file is not None and check_pairs is None:  # bad pairs are said before the conversion's minute
         check_pairs = read_pair_file(check_file, file_format or PairFileFormat())
@@ -158,7 +158,7 @@ def export_onnx(
             "words with jieba first (a word-level vocabulary); export it as a SavedModel"
         )
     decision = read_model_decision(model_dir, described.kind, described.threshold)
-    spec, model, tokenizer = load_model_dir(model_dir)
+    spec, model, tokenizer = load_engine_model(model_dir)
     dim = export_width(spec, model, dim, model_dir)
     decision = decision_at_width(decision, dim, model_dir)
     reason = hf_problem(spec)
@@ -170,7 +170,7 @@ def export_onnx(
         os.makedirs(os.path.join(tmp, ONNX_DIR))
         float_path = os.path.join(tmp, ONNX_FILES["float32"])
         with_sequence = layout == HF_FORMATS[FEATURE.name].written  # what sentence-transformers pools
-        convert(serving_model(model, spec, with_sequence, dim), float_path, model_dir)
+        convert(serving_graph(model, spec, with_sequence, dim), float_path, model_dir)
         check_parity(float_path, spec, model, tokenizer, model_dir, dim)
         if quantize is not None:
             quantize_int8(float_path, os.path.join(tmp, ONNX_FILES[quantize]))
@@ -208,6 +208,48 @@ def export_onnx(
 
 
 # --- the graph ---------------------------------------------------------------------------------
+
+
+def serving_graph(model: Any, spec: ModelSpec, with_sequence: bool = False, dim: Optional[int] = None) -> Any:
+    """What the ONNX file is converted from, with the inputs and outputs of :mod:`this module
+    <cosent_tf.export.onnx_export>`: on Keras 2 the Keras model :func:`serving_model` (bert4keras's
+    graph, which tf2onnx converts as a Keras model), on Keras 3 the ``tf.function``
+    :func:`serving_function` of the keras-hub model."""
+    if KERAS_MAJOR == 3:
+        return serving_function(model, spec, with_sequence, dim)
+    return serving_model(model, spec, with_sequence, dim)
+
+
+def serving_function(model: Any, spec: ModelSpec, with_sequence: bool = False, dim: Optional[int] = None) -> Any:
+    """The ``tf.function`` an ONNX file of a Keras 3 model (:func:`cosent_tf.keras3.models.build_from_spec`,
+    TensorFlow backend) is converted from: :func:`serving_model`'s inputs and outputs, computed by
+    the keras-hub model. ``with_sequence``: a feature model also gives ``last_hidden_state``, what its
+    pooling reads (the last block's output: the sentence-transformers layout pools only cls, mean and
+    max, which read it). An interaction model gives its head's logits (before its sigmoid or
+    softmax), as the Keras 2 graph's ``logits``."""
+    if spec.kind == FEATURE.name:
+        named = {"sentence_embedding": model.output}
+        if with_sequence:
+            # the hidden states the pooling layer is called on (its inputs: them, then the padding mask)
+            named = {"last_hidden_state": model.get_layer("pooling").input[0], **named}
+        inner = keras.Model(model.inputs, list(named.values()), name="engine")
+    else:
+        assert spec.head is not None  # an interaction model's spec names its head
+        head = model.get_layer(head_layer_name(spec.head))
+        named = {"logits": head.input}
+        inner = keras.Model(model.inputs, head.input, name="engine")
+    signature = [tf.TensorSpec((None, None), tf.int64, name=name) for name in INPUT_NAMES]
+
+    @tf.function(input_signature=signature)
+    def serve(input_ids: Any, attention_mask: Any, token_type_ids: Any) -> dict:
+        token_ids = tf.cast(input_ids * attention_mask, tf.int32)  # masked by id, as the engine masks
+        values = inner([token_ids, tf.cast(token_type_ids, tf.int32)], training=False)
+        values = values if isinstance(values, (list, tuple)) else [values]
+        if spec.kind != FEATURE.name:
+            values = [tf.matmul(tf.cast(values[0], tf.float32), head.kernel) + head.bias]
+        return {name: _output_function(name, dim)(value) for name, value in zip(named, values)}
+
+    return serve
 
 
 def serving_model(
@@ -261,8 +303,8 @@ def _depth(model: keras.Model) -> int:
     )
 
 
-def convert(serving: keras.Model, path: str, model_dir: str) -> None:
-    """Convert ``serving`` (:func:`serving_model`) into the ONNX file ``path``.
+def convert(serving: Any, path: str, model_dir: str) -> None:
+    """Convert ``serving`` (:func:`serving_graph`: a Keras 2 model or a ``tf.function``) into the ONNX file ``path``.
 
     Raises:
         ConfigError: the graph holds operations tf2onnx cannot convert (named), or the result is no
@@ -309,21 +351,27 @@ def convert(serving: keras.Model, path: str, model_dir: str) -> None:
 _CATCH_ERRORS_VARIABLE = "TF2ONNX_CATCH_ERRORS"
 
 
-def _from_keras(serving: keras.Model, **options: Any) -> Any:
-    """tf2onnx's ``from_keras``, its graph optimizers working on the graph itself: copying the graph
-    for each of them took most of their time. Where one raises, the conversion is done again
-    tf2onnx's default way, which skips it; a TF2ONNX_CATCH_ERRORS the user set is followed."""
+def _from_keras(serving: Any, **options: Any) -> Any:
+    """tf2onnx's ``from_keras`` (a Keras 2 model) or ``from_function`` (a ``tf.function``), its graph
+    optimizers working on the graph itself: copying the graph for each of them took most of their
+    time. Where one raises, the conversion is done again tf2onnx's default way, which skips it; a
+    TF2ONNX_CATCH_ERRORS the user set is followed."""
     tf2onnx = require("tf2onnx")
+    if isinstance(serving, keras.Model):
+        convert = tf2onnx.convert.from_keras
+    else:  # from_function takes no optimizers: the reshape optimizer is left out for bert4keras's graph alone
+        convert = tf2onnx.convert.from_function
+        options.pop("optimizers", None)
     if _CATCH_ERRORS_VARIABLE in os.environ:
-        return tf2onnx.convert.from_keras(serving, **options)
+        return convert(serving, **options)
     os.environ[_CATCH_ERRORS_VARIABLE] = "FALSE"
     try:
-        return tf2onnx.convert.from_keras(serving, **options)
+        return convert(serving, **options)
     except Exception as error:  # an optimizer may have left the graph half-rewritten: start again
         logger.debug("tf2onnx failed with its optimizers on the graph itself (%s); converting again", error)
     finally:
         del os.environ[_CATCH_ERRORS_VARIABLE]
-    return tf2onnx.convert.from_keras(serving, **options)
+    return convert(serving, **options)
 
 
 def _name_dynamic_dimensions(proto: Any) -> None:
@@ -389,8 +437,21 @@ def _select_as_where(ctx: Any, node: Any, name: str, args: Any) -> None:
     node.type = "Where"
 
 
+def _erfc(ctx: Any, node: Any, name: str, args: Any) -> None:
+    """TensorFlow's Erfc (1 - erf), which tf2onnx lacks; Keras 3's exact GELU (keras-hub's BERT) computes
+    with it. Written as ``1 - Erf(x)``, ONNX's Erf: what tf2onnx writes for the GELU of bert4keras."""
+    from tf2onnx import utils
+
+    dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+    erf = ctx.make_node("Erf", [node.input[0]]).output[0]
+    one = ctx.make_const(utils.make_name("one"), np.array(1, dtype)).output[0]
+    outputs, output_shapes, output_dtypes = node.output, node.output_shapes, node.output_dtypes
+    ctx.remove_node(node.name)
+    ctx.make_node("Sub", [one, erf], name=name, outputs=outputs, shapes=output_shapes, dtypes=output_dtypes)
+
+
 def _converter_handlers() -> dict[str, tuple[Any, list[Any]]]:
-    return {"BroadcastArgs": (_broadcast_args, []), "SelectV2": (_select_as_where, [])}
+    return {"BroadcastArgs": (_broadcast_args, []), "SelectV2": (_select_as_where, []), "Erfc": (_erfc, [])}
 
 
 def _optimizers() -> dict[str, Any]:

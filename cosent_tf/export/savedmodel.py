@@ -69,17 +69,17 @@ from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 from .. import __version__, huggingface
-from ..backend import keras, model_precision, tf
 from ..calibration import DECISION_FILE, MatchDecision, ScoreMap
 from ..choices import EXPORT_INPUTS
 from ..data.pipeline import pair_segment_ids
 from ..errors import ConfigError, lookup
 from ..exports import EXPORT_FORMAT, EXPORT_RECORD, SAVED_MODEL
-from ..inference.model_dir import load_model_dir, read_model_decision
 from ..inference.vectors import check_dim
 from ..io import FolderKind, atomic_directory, check_output_folder, is_inside, json_field, read_json, write_json
 from ..models.kinds import FEATURE, INTERACTION, get_kind
-from ..models.spec import ModelSpec, read_spec
+from ..models.spec import ModelSpec, read_model_decision, read_spec
+from ..process_keras import KERAS_MAJOR, keras, tf
+from .engine_model import load_engine_model, model_width, require_tensorflow_graph, tracing_precision
 from .graph_tokenization import GraphTokenizer
 
 logger = logging.getLogger(__name__)
@@ -252,6 +252,8 @@ class _ServedIds(tf.Module):
     ) -> None:
         super().__init__(name="cosent_tf")
         self.model = model
+        if KERAS_MAJOR == 3:  # a Keras 3 model's variables, listed so that the SavedModel holds them
+            self.weights = [variable.value for variable in model.variables]
         self._decision = decision
         self._dim = dim
         self._by_vectors = get_kind(kind).scored_by == "cosine"
@@ -266,7 +268,7 @@ class _ServedIds(tf.Module):
                 self.decide_ids = tf.function(self._decide_pair_ids, input_signature=[_IDS] * 2)
 
     def _model_outputs(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
-        with model_precision(self.model):
+        with tracing_precision(self.model):
             return tf.cast(self.model([token_ids, segment_ids], training=False), tf.float32)
 
     def _outputs(self, token_ids: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
@@ -446,7 +448,7 @@ def export_width(spec: ModelSpec, model: keras.Model, dim: Optional[int], model_
             f"{model_dir}: --dim {dim} cuts a feature model's vectors, and this {spec.kind} model scores pairs "
             "without them; nothing was written: export it without --dim"
         )
-    return check_dim(dim, int(model.output_shape[-1]), spec.matryoshka_dims, model_dir)
+    return check_dim(dim, model_width(model), spec.matryoshka_dims, model_dir)
 
 
 def decision_at_width(decision: Optional[MatchDecision], dim: Optional[int], model_dir: str) -> Optional[MatchDecision]:
@@ -538,11 +540,12 @@ def export_saved_model(
         ['encode_ids', 'serving_default']
     """
     lookup(EXPORT_INPUTS, inputs, "export inputs")
+    require_tensorflow_graph("a SavedModel")
     check_export_folder(out_dir, SAVED_MODEL, overwrite, model_dir)
     # a decision that cannot be used (fitted for other weights, edited) is refused before the model loads
     described = read_spec(model_dir)
     decision = read_model_decision(model_dir, described.kind, described.threshold)
-    spec, model, sentence_tokenizer = load_model_dir(model_dir, precision)
+    spec, model, sentence_tokenizer = load_engine_model(model_dir, precision)
     dim = export_width(spec, model, dim, model_dir)
     decision = decision_at_width(decision, dim, model_dir)
     token_dict = sentence_tokenizer.token_dict
@@ -561,7 +564,7 @@ def export_saved_model(
     functions = {**SIGNATURES[spec.kind][inputs], **(DECISION_SIGNATURES[inputs] if decision is not None else {})}
     signatures = {name: getattr(served, function) for name, function in functions.items()}
     with atomic_directory(out_dir, SAVED_MODEL, overwrite, inputs=[model_dir]) as tmp:
-        with model_precision(model):  # saving traces the Keras model's own call functions too
+        with tracing_precision(model):  # saving traces the Keras model's own call functions too
             tf.saved_model.save(served, tmp, signatures=signatures)
         extra = os.path.join(tmp, "assets.extra")
         os.makedirs(extra, exist_ok=True)

@@ -22,9 +22,11 @@ from .sources import ModelSource
 from .spec import ModelSpec
 
 
-def build_model(spec: ModelSpec, source: ModelSource) -> Any:
+def build_model(spec: ModelSpec, source: ModelSource, require_head: bool = False) -> Any:
     """The model ``spec`` describes, with ``source``'s weights (random without a checkpoint), on this
     process's Keras: inputs ``[token_ids, segment_ids]`` (int32, (B, T) each), float32 outputs.
+    ``require_head``: an interaction head missing from the checkpoint is an error, not a random head
+    (a model folder loaded for use).
 
     Raises:
         ConfigError: a spec the builder refuses (on Keras 3, an architecture keras-hub has no backbone for).
@@ -33,9 +35,11 @@ def build_model(spec: ModelSpec, source: ModelSource) -> Any:
     if KERAS_MAJOR == 3:
         from ..keras3.models import build_from_spec as keras3_build
 
-        return keras3_build(spec, source)
+        return keras3_build(spec, source, require_head=require_head)
     from .builders import build_from_spec
 
+    if require_head:  # bert4keras's feature builder takes no require_head: passed only when asked for
+        return build_from_spec(spec, source, require_head=True)
     return build_from_spec(spec, source)
 
 
