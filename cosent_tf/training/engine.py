@@ -231,7 +231,7 @@ class Matcher:
             head = self.loss.training_head(int(labels.max()) + 1)
             model = keras.Model(model.inputs, head(model.output))
         if cfg.micro_batch_size:
-            from .gradient_cache import GradientCacheModel  # tf-keras's train step (refused on Keras 3)
+            from .gradient_cache import GradientCacheModel  # the train step of this process's Keras and backend
 
             rows_per_example = group_size or self.kind.rows_per_pair
             model = GradientCacheModel(model, cfg.micro_batch_size, rows_per_example, seed=cfg.seed)

@@ -29,12 +29,27 @@ the global batch. See docs/performance.md, "Micro-batches".
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Optional
 
-from ..backend import keras, repeatable_dropout, tf
+from ..process_keras import KERAS_MAJOR, keras, serializable, tf
+
+# The backend the train step runs on: tf-keras and Keras 3's TensorFlow backend share one step
+# (tf.GradientTape over a tf.while_loop); JAX's trainer passes the state in and out of a pure step.
+BACKEND = "tensorflow" if KERAS_MAJOR == 2 else keras.backend.backend()
 
 
-@keras.utils.register_keras_serializable(package="cosent_tf")
+def _fold_in(key: Any, data: Any) -> Any:
+    """A new stateless random seed from ``key`` (2 integers) and the integer ``data``."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key, impl="threefry2x32"), data))
+    return tf.random.experimental.stateless_fold_in(key, data)
+
+
+@serializable
 class GradientCacheModel(keras.Model):
     """Trains ``model`` on each batch in micro-batches of ``micro_batch_pairs`` examples with
     the gradient of the whole batch.
@@ -89,20 +104,63 @@ class GradientCacheModel(keras.Model):
         rows = self.micro_batch_pairs * self.rows_per_pair
         return tf.nest.map_structure(lambda tensor: tensor[index * rows : (index + 1) * rows], inputs)
 
-    def _dropout_seed(self, index: Any) -> tf.Tensor:
+    def _dropout_seed(self, index: Any, step: Any) -> Any:
         """Keyed by the step, the micro-batch and the replica (replicas hold other pairs)."""
-        step = tf.cast(self.optimizer.iterations, tf.int32)
+        if BACKEND == "jax":  # one program over the whole batch: no replica of its own
+            import jax.numpy as jnp
+
+            return _fold_in(jnp.stack([jnp.uint32(self.seed), step.astype("uint32")]), index)
         replica = tf.distribute.get_replica_context()
         replica = 0 if replica is None else replica.replica_id_in_sync_group
-        seed = tf.random.experimental.stateless_fold_in(tf.stack([self.seed, step]), replica)
+        seed = tf.random.experimental.stateless_fold_in(tf.stack([self.seed, tf.cast(step, tf.int32)]), replica)
         return tf.random.experimental.stateless_fold_in(seed, index)
 
+    def _seed_states(self) -> list[Any]:
+        """The state variables of the Keras 3 seed generators that the model's dropout draws from."""
+        # Keras 3 keeps a layer's generators in _seed_generators (its `variables` reads them there)
+        return [generator.state for layer in self.model._flatten_layers() for generator in layer._seed_generators]
+
+    def _keyed_seed_states(self, seed: Any) -> list[Any]:
+        """Each seed generator's state under ``seed``: its own stream, the same on every call."""
+        return [
+            keras.ops.cast(_fold_in(seed, position), state.dtype) for position, state in enumerate(self._seed_states())
+        ]
+
+    def _with_keyed_seeds(self, non_trainable: list[Any], seed: Any) -> list[Any]:
+        """``non_trainable`` (the values of ``self.non_trainable_variables``) with the seed
+        generators' states keyed by ``seed``: JAX's stateless calls read them there."""
+        keyed = dict(zip(map(id, self._seed_states()), self._keyed_seed_states(seed)))
+        return [keyed.get(id(variable), value) for variable, value in zip(self.non_trainable_variables, non_trainable)]
+
+    @contextlib.contextmanager
+    def _repeatable_dropout(self, seed: Any) -> Iterator[None]:
+        """Within the block the model drops the units that ``seed`` picks, however often it is called."""
+        if KERAS_MAJOR == 2:
+            from ..backend import repeatable_dropout
+
+            with repeatable_dropout(seed):
+                yield
+            return
+        # the generators read their keyed states; their advance is kept in the scope, and dropped
+        with keras.StatelessScope(state_mapping=list(zip(self._seed_states(), self._keyed_seed_states(seed)))):
+            yield
+
     def _outputs(self, inputs: Any, index: Any) -> tf.Tensor:
-        with repeatable_dropout(self._dropout_seed(index)):
+        with self._repeatable_dropout(self._dropout_seed(index, self.optimizer.iterations)):
             return self.model(self._micro_batch(inputs, index), training=True)
 
-    def train_step(self, data: Any) -> dict[str, Any]:
-        inputs, labels = data
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        if KERAS_MAJOR == 3 and BACKEND == "tensorflow":
+            # the loop over micro-batches runs a batch-dependent number of times; tf-keras runs it
+            # without XLA, and so does Keras 3's TensorFlow backend here
+            kwargs.setdefault("jit_compile", False)
+        super().compile(*args, **kwargs)
+
+    def train_step(self, *arguments: Any) -> Any:
+        if BACKEND == "jax":
+            return self._stateless_train_step(*arguments)
+        (data,) = arguments
+        inputs, labels, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         rows = tf.shape(tf.nest.flatten(inputs)[0])[0]
         count = -(-rows // (self.micro_batch_pairs * self.rows_per_pair))
 
@@ -117,11 +175,14 @@ class GradientCacheModel(keras.Model):
         _, outputs = tf.while_loop(more, collect, (tf.constant(0), empty), parallel_iterations=1)
         outputs = outputs.concat()
         # 2. the loss of the whole batch, and its gradient with respect to the outputs
-        scaling = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+        scaling = KERAS_MAJOR == 2 and isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
             tape.watch(outputs)
-            loss = self.compute_loss(inputs, labels, outputs)
-            if scaling:  # float16: the gradients flow scaled up, and are scaled down before the update
+            loss = self.compute_loss(inputs, labels, outputs, sample_weight)
+            if KERAS_MAJOR == 3:  # tf-keras's compute_loss tracks the loss itself
+                self._loss_tracker.update_state(loss, sample_weight=rows)
+                loss = self.optimizer.scale_loss(loss)  # Keras 3's LossScaleOptimizer unscales as it applies
+            elif scaling:  # float16: the gradients flow scaled up, and are scaled down before the update
                 loss = self.optimizer.get_scaled_loss(loss)
         output_gradients = tape.gradient(loss, outputs)
         # one output per row, or per example (a Sentence-BERT head on a feature model's pairs)
@@ -142,7 +203,74 @@ class GradientCacheModel(keras.Model):
         if scaling:
             total = self.optimizer.get_unscaled_gradients(list(total))
         self.optimizer.apply_gradients(zip(total, weights))
-        return self.compute_metrics(inputs, labels, outputs, None)
+        return self.compute_metrics(inputs, labels, outputs, sample_weight)
+
+    def _stateless_train_step(self, state: Any, data: Any) -> Any:
+        """JAX's train step: the same three passes on the state Keras passes in, returned updated.
+
+        The shapes are static under JAX: the full micro-batches run in a ``lax.scan`` (one at a
+        time, as the while loop above), the last, smaller one after them."""
+        import jax
+        import jax.numpy as jnp
+
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        inputs, labels, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        rows = jax.tree_util.tree_leaves(inputs)[0].shape[0]
+        size = self.micro_batch_pairs * self.rows_per_pair
+        full, left = divmod(rows, size)
+        step = optimizer_variables[[v is self.optimizer.iterations for v in self.optimizer.variables].index(True)]
+
+        def outputs(weights, index, piece):
+            keyed = self._with_keyed_seeds(non_trainable, self._dropout_seed(index, step))
+            return self.stateless_call(weights, keyed, piece, training=True)[0]
+
+        def piece(start, length):
+            return jax.tree_util.tree_map(lambda tensor: jax.lax.dynamic_slice_in_dim(tensor, start, length), inputs)
+
+        # 1. outputs, without recording activations
+        def collect(_, index):
+            return None, jax.lax.stop_gradient(outputs(trainable, index, piece(index * size, size)))
+
+        parts = []
+        if full:
+            stacked = jax.lax.scan(collect, None, jnp.arange(full))[1]
+            parts.append(stacked.reshape((-1, *stacked.shape[2:])))
+        if left:
+            parts.append(jax.lax.stop_gradient(outputs(trainable, full, piece(full * size, left))))
+        all_outputs = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+
+        # 2. the loss of the whole batch, and its gradient with respect to the outputs
+        def batch_loss(batch_outputs):
+            loss, (_, _, metrics) = self.stateless_compute_loss(
+                trainable, non_trainable, metrics_variables, inputs, labels, batch_outputs, sample_weight
+            )
+            with keras.StatelessScope(state_mapping=list(zip(self.optimizer.variables, optimizer_variables))):
+                scaled = self.optimizer.scale_loss(loss)  # Keras 3's LossScaleOptimizer unscales as it applies
+            return scaled, (loss, metrics)
+
+        (_, (loss, metrics_variables)), output_gradients = jax.value_and_grad(batch_loss, has_aux=True)(all_outputs)
+        # one output per row, or per example (a Sentence-BERT head on a feature model's pairs)
+        per_row = all_outputs.shape[0] // rows
+
+        # 3. each micro-batch again, recording, with its slice of that gradient
+        def backward(total, index, length):
+            micro_outputs, pullback = jax.vjp(
+                lambda weights: outputs(weights, index, piece(index * size, length)), trainable
+            )
+            cached = jax.lax.dynamic_slice_in_dim(output_gradients, index * size * per_row, length * per_row)
+            (gradients,) = pullback(cached.astype(micro_outputs.dtype))
+            return [sum_ + gradient for sum_, gradient in zip(total, gradients)]
+
+        total = [jnp.zeros_like(weight) for weight in trainable]
+        if full:
+            total = jax.lax.scan(lambda total, index: (backward(total, index, size), None), total, jnp.arange(full))[0]
+        if left:
+            total = backward(total, full, left)
+        trainable, optimizer_variables = self.optimizer.stateless_apply(optimizer_variables, total, trainable)
+        logs, metrics_variables = self._update_metrics_variables(
+            metrics_variables, loss, inputs, labels, all_outputs, sample_weight
+        )
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
     def get_config(self) -> dict[str, Any]:
         return {

@@ -21,11 +21,6 @@ def unsupported_options(cfg: RunConfig, backend: str, accelerated: bool = False)
             "--precision fp16 on the jax backend's CPU: XLA's CPU matrix products take no float16; use bf16, or "
             "KERAS_BACKEND=tensorflow"
         )
-    if cfg.micro_batch_size:
-        problems.append(
-            "--micro-batch-size: the gradient cache is a train step of tf-keras's (GradientCacheModel); train it "
-            "with the Keras 2 engine (leave out --keras 3)"
-        )
     if cfg.strategy == "multi-worker" and backend == "jax":
         problems.append(
             "--strategy multi-worker on the jax backend: its data parallelism (keras.distribution) spans one "

@@ -231,10 +231,7 @@ FIELDS = {
             ),
         ),
     ),
-    "micro_batch_size": Field(
-        IN_BATCH_OPTIONS,
-        keras3=(KerasThreeRefusal(2, "--keras 3 cannot run this: --micro-batch-size: the gradient cache"),),
-    ),
+    "micro_batch_size": Field(IN_BATCH_OPTIONS),
     "output_dir": Field("tests/training/test_run_folder.py::test_a_finished_run_is_replaced_only_when_asked"),
     "train_file": Field(OWN_FILES_RUN),
     "valid_file": Field(
