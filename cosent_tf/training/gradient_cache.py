@@ -17,9 +17,16 @@ its hard negatives):
 
 Memory holds one micro-batch's activations plus the batch's outputs; time is about one
 extra forward pass. Dropout must drop the same units in both runs of a micro-batch, or the
-gradient belongs to another network: each micro-batch runs inside
-:func:`cosent_tf.backend.repeatable_dropout`, keyed by the optimizer step, its index and
-the replica.
+gradient belongs to another network: each micro-batch's dropout is keyed by the optimizer step,
+its index and the replica. On Keras 2 it runs inside :func:`cosent_tf.backend.repeatable_dropout`;
+on Keras 3 each seed generator of the model (every dropout draws from one) reads a state keyed so
+for the call, through a ``keras.StatelessScope`` on TensorFlow and in the state that JAX's
+stateless step passes to the model.
+
+The step is written once for TensorFlow, tf-keras's and Keras 3's (a ``tf.GradientTape`` over a
+``tf.while_loop`` of micro-batches); on JAX, whose Keras 3 train step is a pure function of the
+state Keras passes in, pass 3 is a ``jax.vjp`` of each micro-batch's outputs, the micro-batches
+one after another in a ``lax.scan``.
 The loss sees every output of the batch at once, so an anchor's candidates are the whole
 batch's however it is split. The model must treat rows independently (BERT does: nothing
 mixes rows), or, with a Sentence-BERT head, examples (a micro-batch never splits one). Under a
@@ -171,7 +178,9 @@ class GradientCacheModel(keras.Model):
         def collect(index, outputs):  # 1. outputs, without recording activations
             return index + 1, outputs.write(index, tf.stop_gradient(self._outputs(inputs, index)))
 
-        empty = tf.TensorArray(self.model.output.dtype, size=count, infer_shape=False)
+        # rows of any count per micro-batch, but of the outputs' known rank (Keras 3's ops read it)
+        rows_of_outputs = tf.TensorShape([None, *self.model.output.shape[1:]])
+        empty = tf.TensorArray(self.model.output.dtype, size=count, infer_shape=False, element_shape=rows_of_outputs)
         _, outputs = tf.while_loop(more, collect, (tf.constant(0), empty), parallel_iterations=1)
         outputs = outputs.concat()
         # 2. the loss of the whole batch, and its gradient with respect to the outputs
@@ -180,7 +189,9 @@ class GradientCacheModel(keras.Model):
             tape.watch(outputs)
             loss = self.compute_loss(inputs, labels, outputs, sample_weight)
             if KERAS_MAJOR == 3:  # tf-keras's compute_loss tracks the loss itself
-                self._loss_tracker.update_state(loss, sample_weight=rows)
+                # Keras 3 divides a replica's loss by the replicas; the logged loss is the batch's
+                replicas = tf.distribute.get_strategy().num_replicas_in_sync
+                self._loss_tracker.update_state(loss * replicas, sample_weight=rows)
                 loss = self.optimizer.scale_loss(loss)  # Keras 3's LossScaleOptimizer unscales as it applies
             elif scaling:  # float16: the gradients flow scaled up, and are scaled down before the update
                 loss = self.optimizer.get_scaled_loss(loss)
