@@ -308,10 +308,6 @@ def test_the_scripts_train_the_in_batch_losses(arguments, task, group_size, setu
 # ------------------------------------------------------------------ options reach the model
 
 
-@pytest.mark.keras2_only(
-    reason="--micro-batch-size: the gradient cache is tf-keras's train step, which Keras 3 refuses by name "
-    "(cosent_tf.training.keras_support)"
-)
 def test_symmetric_group_size_and_micro_batches_reach_the_loss_the_batches_and_the_model(setup, monkeypatch, capfd):
     from cosent_tf.training.gradient_cache import GradientCacheModel
 

@@ -193,13 +193,9 @@ FIELDS = {
     "strategy": Field(
         "tests/training/test_distribute.py::test_a_script_trains_under_a_mirrored_strategy",
         keras3=(
+            # each backend's reason: keras_support (tested in tests/keras3/test_training.py)
             KerasThreeRefusal(
-                "multi-worker",
-                "--keras 3 cannot run this: --strategy multi-worker on Keras 3: its fit",
-                ("tensorflow",),
-            ),
-            KerasThreeRefusal(
-                "multi-worker", "--keras 3 cannot run this: --strategy multi-worker on the jax backend", ("jax",)
+                "multi-worker", "--keras 3 cannot run this: --strategy multi-worker on ", ("tensorflow", "jax")
             ),
         ),
     ),
