@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from cosent_tf.backend import tf
+from cosent_tf.environment import split_cpu
 from cosent_tf.errors import ConfigError
 from cosent_tf.training.distribute import get_strategy, is_chief
 from tests.helpers import ROOT, localhost_workers, make_tiny_setup, run_until
-from tests.training.two_device_steps import MIRRORED_STRATEGY
+from tests.training.two_device_steps import MIRRORED_STRATEGY, UNSHARED_BATCH
 
 
 def two_cpus():
@@ -43,14 +44,21 @@ def test_multi_worker_needs_tf_config(monkeypatch):
         get_strategy("multi-worker")
 
 
-@pytest.mark.heavy
 @pytest.mark.parametrize("value", ["two", "0"])
-def test_a_bad_cpu_device_count_is_refused_at_import(value):
-    env = {**os.environ, "COSENT_TF_CPU_DEVICES": value}
-    # A process per value: the count is read, and refused, when cosent_tf is imported.
+def test_a_bad_cpu_device_count_is_refused(value, monkeypatch):
+    monkeypatch.setenv("COSENT_TF_CPU_DEVICES", value)
+    with pytest.raises(ConfigError, match=f"^COSENT_TF_CPU_DEVICES='{value}': give a number of devices, 1 or more$"):
+        split_cpu(tf)
+
+
+@pytest.mark.heavy
+def test_a_bad_cpu_device_count_is_refused_at_import():
+    env = {**os.environ, "COSENT_TF_CPU_DEVICES": "two"}
+    # A process: the count is read, and refused, when cosent_tf is imported. Which values are
+    # refused is test_a_bad_cpu_device_count_is_refused's, in this process.
     done = subprocess.run([sys.executable, "-c", "import cosent_tf.backend"], env=env, capture_output=True, text=True)
     assert done.returncode != 0
-    assert f"COSENT_TF_CPU_DEVICES='{value}': give a number of devices, 1 or more" in done.stderr
+    assert "COSENT_TF_CPU_DEVICES='two': give a number of devices, 1 or more" in done.stderr
 
 
 TWO_DEVICE_STEPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "two_device_steps.py")
@@ -103,8 +111,9 @@ class TwoDeviceProcess:
 
 @pytest.fixture(scope="module")
 def two_devices(request, tmp_path_factory):
-    """The module's one two-logical-device process, run once: the mirrored strategy's check and
-    the engine step of each engine case this session runs (none in a run without the slow tests)."""
+    """The module's one two-logical-device process, run once: the mirrored strategy's check, the
+    training script's refusal of a batch the replicas cannot share, and the engine step of each
+    engine case this session runs (none in a run without the slow tests)."""
     setup, _ = make_tiny_setup(tmp_path_factory.mktemp("two-devices"))
     engine_test = test_an_engine_step_on_two_replicas_equals_one_on_one_device
     selected = [
@@ -147,13 +156,13 @@ def test_an_engine_step_on_two_replicas_equals_one_on_one_device(kind, loss, mic
 
 
 @pytest.mark.slow
-def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
+def test_a_script_trains_under_a_mirrored_strategy(tiny_setup, two_devices):  # noqa: F811
     tmp_path, options = tiny_setup
     script = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--strategy", "mirrored"]
     out = tmp_path / "mirrored"
     # 45 pairs in batches of 8 on 2 replicas: 5 full batches and one of 4 pairs (one pair left out).
     argv = ["--max-train-pairs", "45", "--epochs", "2", "--output-dir", str(out)]
-    # The script as a user runs it (both runs): its exit status and log are what is checked.
+    # The script as a user runs it: its exit status and log are what is checked.
     done = subprocess.run(script + argv, env=two_cpus(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 replicas (--strategy mirrored), 4 pairs each a step; CoSENT ranks the global batch" in done.stderr
@@ -163,15 +172,11 @@ def test_a_script_trains_under_a_mirrored_strategy(tiny_setup):  # noqa: F811
     assert json.loads((out / "config.json").read_text())["strategy"] == "mirrored"
     assert (out / "model").is_dir() and not (out / "backup").exists()
 
-    odd = subprocess.run(
-        script + ["--batch-size", "7", "--output-dir", str(tmp_path / "odd")],
-        env=two_cpus(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert odd.returncode != 0 and not (tmp_path / "odd").exists()
-    assert "--batch-size 7 pairs cannot be shared equally by the 2 replicas of --strategy mirrored" in odd.stderr
+    # The script's body on --batch-size 7, in the two-device process: the one error line the script
+    # ends with (its exit status 1), and nothing written.
+    refused = two_devices.result(UNSHARED_BATCH)
+    assert refused["exit"].startswith("error: ") and not refused["output_dir_made"]
+    assert "--batch-size 7 pairs cannot be shared equally by the 2 replicas of --strategy mirrored" in refused["exit"]
 
 
 def start_workers(command, own_options=((), ())):

@@ -22,8 +22,13 @@ from tests.zoo import copy_of
 def uninterrupted(tmp_path_factory):
     """(the tiny set-up, the resume tests' command, its uninterrupted run's folder), made once."""
     tmp_path, options = make_tiny_setup(tmp_path_factory.mktemp("resume"))
-    # 2 epochs of 12 steps; validation every 3 steps; state saved every 3 steps (and on SIGTERM); AdamW
-    # with a warm-up over the first 12 steps then linear decay, so a stop at step 6 is mid-warm-up.
+    # dropout on: a resumed run must draw the masks an uninterrupted one draws (keyed by the step)
+    dropout = write_config(
+        tmp_path / "dropout.json", vocab_size=135, hidden=16, layers=1, max_position=256, hidden_dropout_prob=0.1
+    )
+    # 2 epochs of 12 steps, each batch's gradient in micro-batches of 3 pairs; validation every 3
+    # steps; state saved every 3 steps (and on SIGTERM); AdamW with a warm-up over the first 12
+    # steps then linear decay, so a stop at step 6 is mid-warm-up.
     command = [
         sys.executable,
         os.path.join(ROOT, "scripts", "cosent.py"),
@@ -43,6 +48,10 @@ def uninterrupted(tmp_path_factory):
         "--schedule",
         "linear",
         *options,
+        "--config",
+        dropout,
+        "--micro-batch-size",
+        "3",
     ]
     # The script as a user runs it, from a fresh TensorFlow as every run compared with it (to 1e-6)
     # starts; its stderr must hold no TensorFlow start-up lines.
@@ -51,6 +60,7 @@ def uninterrupted(tmp_path_factory):
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert not TENSORFLOW_STARTUP_LINES.search(reference.stderr), reference.stderr[:1000]
+    assert "the gradient of each batch is computed 3 pairs at a time" in reference.stderr
     return tmp_path, command
 
 
@@ -131,9 +141,12 @@ def test_a_run_stopped_by_sigterm_and_sigint_resumes_each_time_to_the_same_resul
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_epoch_and_after_training_resumes_to_the_same_result(uninterrupted):
-    """SIGKILL mid-epoch loses the steps since the last periodic save, and the run resumes there; killed
-    again once training is done, the same command finishes without training again.
+def test_a_run_in_micro_batches_with_dropout_killed_mid_epoch_and_after_training_resumes_to_the_same_result(
+    uninterrupted,
+):
+    """SIGKILL mid-epoch loses the steps since the last periodic save, and the run (in micro-batches,
+    with dropout) resumes there to the uninterrupted result; killed again once training is done, the
+    same command finishes without training again.
 
     The second kill goes to the process resuming from the first: a process per kill, and one to finish."""
     tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
@@ -153,33 +166,6 @@ def test_a_run_killed_mid_epoch_and_after_training_resumes_to_the_same_result(un
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 24
     assert sorted(os.listdir(out)) == RUN_FILES
-
-
-@pytest.mark.slow
-def test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result(tiny_setup):
-    tmp_path, options = tiny_setup
-    # dropout on: a resumed run must draw the masks an uninterrupted one draws (keyed by the step)
-    dropout = write_config(
-        tmp_path / "dropout.json", vocab_size=135, hidden=16, layers=1, max_position=256, hidden_dropout_prob=0.1
-    )
-    command = [sys.executable, os.path.join(ROOT, "scripts", "cosent.py"), "BQ", *options, "--config", dropout]
-    command += ["--epochs", "2", "--eval-every", "2", "--backup-every", "2", "--micro-batch-size", "3"]
-    # Each run a process: one killed, and the other two from a fresh TensorFlow as it started, to agree to 1e-6.
-    whole = subprocess.run(command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True)
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    assert "the gradient of each batch is computed 3 pairs at a time" in whole.stderr
-    out = tmp_path / "killed"  # 6 steps an epoch: by the time step 8 is validated, step 6 is saved
-    code, _ = run_until(command + ["--output-dir", str(out)], "step 8 valid", signal.SIGKILL)
-    assert code == -signal.SIGKILL and not (out / "metrics.json").exists()
-    resumed = subprocess.run(command + ["--output-dir", str(out)], capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert int(re.search(r"resumed at step (\d+)", resumed.stderr).group(1)) in (6, 8)
-    expected, again = read_csv(tmp_path / "whole" / "valid_metrics.csv"), read_csv(out / "valid_metrics.csv")
-    assert [float(r["spearman"]) for r in again] == pytest.approx([float(r["spearman"]) for r in expected], abs=1e-6)
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["test"]["spearman"] == pytest.approx(
-        json.loads((tmp_path / "whole" / "metrics.json").read_text())["test"]["spearman"], abs=1e-6
-    )
 
 
 @pytest.mark.heavy

@@ -4,7 +4,8 @@ the CPU split in two, in one process, since the split happens when cosent_tf is 
 
 ``python two_device_steps.py SETUP CASES RESULTS``: SETUP is the tiny set-up's folder
 (tests.helpers.make_tiny_setup), CASES a JSON object of case id -> [kind, loss,
-micro_batch_size, options] for the engine step. One JSON line per check is appended to RESULTS
+micro_batch_size, options] for the engine step; the strategy's own check and the training
+script's refusal of a batch the replicas cannot share run every time. One JSON line per check is appended to RESULTS
 as soon as it ends, ``{"case": id, "result": ...}`` or ``{"case": id, "error": traceback}``: a
 case that raises costs only its own test, and a process that dies keeps what it had written.
 """
@@ -12,6 +13,7 @@ case that raises costs only its own test, and a process that dies keeps what it 
 import dataclasses
 import json
 import logging
+import os
 import sys
 import traceback
 
@@ -22,6 +24,7 @@ from cosent_tf.training.engine import Matcher
 from cosent_tf.training.run_data import load_run_data
 
 MIRRORED_STRATEGY = "mirrored strategy"  # the id of the check that the strategy itself is quiet
+UNSHARED_BATCH = "a batch the replicas cannot share"  # the id of the training script's refusal of one
 
 
 def one_step(strategy, cfg, data):
@@ -76,6 +79,20 @@ def mirrored_replicas():
     return {"replicas": get_strategy("mirrored").num_replicas_in_sync}
 
 
+def unshared_batch_refused(setup):
+    """The training script's body (train_main) on a batch of 7 pairs for the 2 replicas: the
+    message it ends the script with, and whether its output folder was made."""
+    from cosent_tf.experiments.scripts import train_main
+
+    out = f"{setup}/unshared"
+    options = ["--data-dir", f"{setup}/data", "--config", f"{setup}/config.json", "--vocab", f"{setup}/vocab.txt"]
+    try:
+        train_main(["BQ", *options, "--strategy", "mirrored", "--batch-size", "7", "--output-dir", out])
+    except SystemExit as ended:
+        return {"exit": ended.code, "output_dir_made": os.path.exists(out)}
+    return {"exit": None, "output_dir_made": os.path.exists(out)}
+
+
 def record(results, case, check, *args):
     try:
         line = {"case": case, "result": check(*args)}
@@ -94,6 +111,7 @@ def main(setup, cases, results_path):
         for case, (kind, loss, micro_batch_size, options) in json.loads(cases).items():
             keras.backend.clear_session()  # each case's models named as in a process of their own
             record(results, case, engine_step, setup, kind, loss, micro_batch_size, options)
+        record(results, UNSHARED_BATCH, unshared_batch_refused, setup)
 
 
 if __name__ == "__main__":
