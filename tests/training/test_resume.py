@@ -18,18 +18,11 @@ from tests.training.run_helpers import RUN_FILES, read_csv
 from tests.zoo import copy_of
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """(the tiny set-up, the resume tests' command, its uninterrupted run's folder), made once."""
-    tmp_path, options = make_tiny_setup(tmp_path_factory.mktemp("resume"))
-    # dropout on: a resumed run must draw the masks an uninterrupted one draws (keyed by the step)
-    dropout = write_config(
-        tmp_path / "dropout.json", vocab_size=135, hidden=16, layers=1, max_position=256, hidden_dropout_prob=0.1
-    )
-    # 2 epochs of 12 steps, each batch's gradient in micro-batches of 3 pairs; validation every 3
-    # steps; state saved every 3 steps (and on SIGTERM); AdamW with a warm-up over the first 12
-    # steps then linear decay, so a stop at step 6 is mid-warm-up.
-    command = [
+def resume_command(options):
+    """The resume tests' training command over the tiny set-up's ``options``: 2 epochs of 12 steps;
+    validation every 3 steps; state saved every 3 steps (and on SIGTERM); AdamW with a warm-up over
+    the first 12 steps then linear decay, so a stop at step 6 is mid-warm-up."""
+    return [
         sys.executable,
         os.path.join(ROOT, "scripts", "cosent.py"),
         "BQ",
@@ -48,19 +41,27 @@ def uninterrupted(tmp_path_factory):
         "--schedule",
         "linear",
         *options,
-        "--config",
-        dropout,
-        "--micro-batch-size",
-        "3",
     ]
-    # The script as a user runs it, from a fresh TensorFlow as every run compared with it (to 1e-6)
-    # starts; its stderr must hold no TensorFlow start-up lines.
+
+
+def run_whole(command, tmp_path):
+    """``command``'s uninterrupted run into ``tmp_path / "whole"``, the reference of the runs
+    stopped and resumed: the script as a user runs it, from a fresh TensorFlow as every run compared
+    with it (to 1e-6) starts; its stderr must hold no TensorFlow start-up lines. Returns its stderr."""
     reference = subprocess.run(
         command + ["--output-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=600
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert not TENSORFLOW_STARTUP_LINES.search(reference.stderr), reference.stderr[:1000]
-    assert "the gradient of each batch is computed 3 pairs at a time" in reference.stderr
+    return reference.stderr
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(the tiny set-up, the resume tests' command, its uninterrupted run's folder), made once."""
+    tmp_path, options = make_tiny_setup(tmp_path_factory.mktemp("resume"))
+    command = resume_command(options)
+    run_whole(command, tmp_path)
     return tmp_path, command
 
 
@@ -142,14 +143,20 @@ def test_a_run_stopped_by_sigterm_and_sigint_resumes_each_time_to_the_same_resul
 
 @pytest.mark.slow
 def test_a_run_in_micro_batches_with_dropout_killed_mid_epoch_and_after_training_resumes_to_the_same_result(
-    uninterrupted,
+    tiny_setup,
 ):
-    """SIGKILL mid-epoch loses the steps since the last periodic save, and the run (in micro-batches,
-    with dropout) resumes there to the uninterrupted result; killed again once training is done, the
-    same command finishes without training again.
+    """SIGKILL mid-epoch loses the steps since the last periodic save, and the run resumes there; killed
+    again once training is done, the same command finishes without training again. In micro-batches
+    and with dropout, which a resumed run must draw as an uninterrupted one draws (keyed by the step).
 
-    The second kill goes to the process resuming from the first: a process per kill, and one to finish."""
-    tmp_path, command = uninterrupted  # 2 epochs of 12 steps; "whole" is the same run, uninterrupted
+    The second kill goes to the process resuming from the first: a process per kill, one to finish,
+    and the uninterrupted run, which the micro-batches and the dropout make this test's own."""
+    tmp_path, options = tiny_setup
+    dropout = write_config(
+        tmp_path / "dropout.json", vocab_size=135, hidden=16, layers=1, max_position=256, hidden_dropout_prob=0.1
+    )
+    command = resume_command(options) + ["--config", dropout, "--micro-batch-size", "3"]
+    assert "the gradient of each batch is computed 3 pairs at a time" in run_whole(command, tmp_path)
     out = tmp_path / "killed"
     # By the time step 6's validation is printed, step 3's state is on disk. A process, to be killed.
     code, _ = run_until(command + ["--output-dir", str(out)], "step 6 valid", signal.SIGKILL)
