@@ -182,7 +182,7 @@ FIELDS = {
     "group_by_length": Field(LOSS_OPTIONS),
     "strict": Field(OPTIONS + "test_strict_turns_a_skipped_line_into_an_error"),
     "backup_every": Field(
-        "tests/training/test_resume.py::test_a_run_in_micro_batches_with_dropout_resumes_to_the_uninterrupted_result"
+        "tests/training/test_resume.py::test_a_run_in_micro_batches_with_dropout_killed_mid_epoch_and_after_training_resumes_to_the_same_result"
     ),
     "precision": Field(
         OPTIONS + "test_precision_pooling_and_checkpoint_reach_the_model",
