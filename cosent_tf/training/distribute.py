@@ -15,7 +15,9 @@ pairs, and CoSENT ranks the global batch (see :class:`cosent_tf.losses.CoSENTLos
 On Keras 3's JAX backend ``mirrored`` is ``keras.distribution.DataParallel`` over JAX's local
 devices (:class:`DataParallelStrategy`): one program over the global batch, sharded along its
 rows, so every loss sees the global batch as one array; ``multi-worker`` is refused there
-(:mod:`cosent_tf.training.keras_support`).
+(:mod:`cosent_tf.training.keras_support`). On Keras 3's TensorFlow backend ``multi-worker`` is the
+same MultiWorkerMirroredStrategy as on Keras 2, with two of Keras 3's methods put right for it
+(:func:`fitting`).
 
 ``COSENT_TF_CPU_DEVICES=N`` (read when cosent_tf is imported, see :mod:`cosent_tf.backend` and
 :mod:`cosent_tf.environment`) splits the CPU into N logical devices, TensorFlow's and JAX's, which
@@ -85,10 +87,57 @@ class DataParallelStrategy:
         return self.distribution.scope()
 
 
-def fitting(strategy) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def fitting(strategy, model):
     """The context ``model.fit`` runs in under ``strategy``: a keras.distribution's scope, which
-    JAX reads for each batch and step; none for a tf.distribute strategy, which the model holds."""
-    return strategy.scope() if isinstance(strategy, DataParallelStrategy) else contextlib.nullcontext()
+    JAX reads for each batch and step; none for a tf.distribute strategy, which the model holds,
+    except on Keras 3 across workers (:func:`_keras3_across_workers`)."""
+    if isinstance(strategy, DataParallelStrategy):
+        with strategy.scope():
+            yield
+    elif KERAS_MAJOR == 3 and _cluster(strategy) is not None:
+        with _keras3_across_workers(model, strategy):
+            yield
+    else:
+        yield
+
+
+@contextlib.contextmanager
+def _keras3_across_workers(model, strategy):
+    """Within the block Keras 3's ``model.fit`` runs under a MultiWorkerMirroredStrategy, which its
+    TensorFlow trainer (keras/src/backend/tensorflow/trainer.py) fails twice without this
+    (keras-team/keras issue 20585); the model's own two methods stand in, and are removed after:
+
+    * ``_maybe_symbolic_build`` reduces the first batch, a tuple of PerReplica values, in one
+      ``strategy.reduce`` call to learn its shapes; one worker's strategy passes a nest through,
+      but across workers the tuple goes to the all-reduce, which cannot make it a tensor. Here the
+      shapes come from this worker's own slice, the shapes that reduce would give.
+    * ``reduce_per_replica`` averages each logged figure over the replicas with
+      ``strategy.reduce("MEAN", value, axis=0)`` across workers (one worker's strategy averages
+      a list instead): a scalar has no axis 0. Here each figure leaves the step as a
+      one-element vector, which that reduce averages to the scalar one worker's would give.
+    """
+    step = model.train_step
+
+    def own_slice(value):
+        return strategy.experimental_local_results(value)[0]
+
+    def build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(own_slice, next(batches))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    def train_step(data):
+        return {name: tf.reshape(value, [1]) for name, value in step(data).items()}
+
+    model._maybe_symbolic_build, model.train_step = build, train_step
+    try:
+        yield
+    finally:
+        del model._maybe_symbolic_build, model.train_step
 
 
 def _data_parallel() -> DataParallelStrategy:

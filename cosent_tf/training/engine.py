@@ -597,7 +597,7 @@ def _fit(
     shown, verbose = epoch_progress(progress_bar)
     callbacks = [*shown, guard, validation, backup, start, *callbacks]
     try:
-        with fitting(strategy):
+        with fitting(strategy, model):
             model.fit(
                 matcher.dataset(train_inputs, labels, start, replicas, keys),
                 epochs=cfg.epochs,

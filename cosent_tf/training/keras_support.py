@@ -26,12 +26,6 @@ def unsupported_options(cfg: RunConfig, backend: str, accelerated: bool = False)
             "--strategy multi-worker on the jax backend: its data parallelism (keras.distribution) spans one "
             "machine's devices here (--strategy mirrored); across machines train with the Keras 2 engine"
         )
-    if cfg.strategy == "multi-worker" and backend == "tensorflow":
-        problems.append(
-            "--strategy multi-worker on Keras 3: its fit under a MultiWorkerMirroredStrategy fails at the first "
-            "batch, converting the workers' distributed batch (a PerReplica) to a tensor; train across machines with "
-            "the Keras 2 engine (leave out --keras 3), or on one machine with --strategy mirrored"
-        )
     if cfg.strategy == "mirrored" and backend == "jax" and not cfg.global_batch_loss:
         problems.append(
             "--per-replica-loss on the jax backend: --strategy mirrored there is one program over the global batch "
