@@ -360,15 +360,18 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     batches are counted from 0 in it, as Keras 3 counts them) and ends that epoch after them
     through ``stop_training``, which it clears again at the epoch's end. The batch stream must
     start at the restored step (:class:`StartStep`). The signal handlers it installs are put back
-    when training ends, however it ends.
+    when training ends, however it ends. ``writes``: False for the workers
+    other than the chief of a multi-worker run, which save the same state (every worker takes part)
+    into a folder removed after, as tf-keras's do, and restore from the chief's.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, backup_dir: str, every_steps: int = 0) -> None:
+    def __init__(self, backup_dir: str, every_steps: int = 0, writes: bool = True) -> None:
         # An integer save_freq makes tf-keras's restore resume at the saved batch, not the next epoch.
         super().__init__(backup_dir, save_freq=1 << 62, delete_checkpoint=False)
         self.every_steps = int(every_steps or 0)
+        self.writes = writes
         self.received: Optional[int] = None
         self._handlers: dict[int, Any] = {}
         # Keras 3: the batches per epoch, and the restored epoch with the batches of it already trained
@@ -446,6 +449,10 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         if trained == self._epoch_steps:
             epoch, trained = epoch + 1, 0
         weights = STATE_WEIGHTS.format(steps=epoch * self._epoch_steps + trained)
+        if not self.writes:  # the chief's save, made by every worker alike, into a folder of its own
+            with tempfile.TemporaryDirectory() as scratch:
+                self.model.save_weights(os.path.join(scratch, weights))
+            return
         with atomic_path(os.path.join(self.backup_dir, weights)) as tmp:
             self.model.save_weights(tmp)
         write_json(os.path.join(self.backup_dir, STATE_FILE), {"epoch": epoch, "batch": trained, "weights": weights})

@@ -586,7 +586,7 @@ def _fit(
         progress_bar=progress_bar,
         writes=writes,
     )
-    backup = StepBackup(backup_dir, cfg.backup_every)
+    backup = StepBackup(backup_dir, cfg.backup_every, writes=writes)
     guard = StopOnNonFiniteLoss(
         kept=[("the best weights so far", validation.weights_path), ("the last saved training state", backup_dir)],
         advice="Lower --lr (or use float32) and run the command again; it resumes from the saved state.",

@@ -298,7 +298,6 @@ def test_options_keras3_cannot_honour_are_refused_by_name(tiny_run):
     cfg, _ = tiny_run
     for option, named in (
         ({"architecture": "roformer"}, "architecture 'roformer' is on the Keras 2 engine only"),
-        ({"strategy": "multi-worker"}, "--strategy multi-worker on (Keras 3|the jax backend): "),
         ({"keras": 2}, "--keras 2: this process holds Keras 3"),
     ):
         with pytest.raises(ConfigError, match=named):

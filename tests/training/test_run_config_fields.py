@@ -193,9 +193,9 @@ FIELDS = {
     "strategy": Field(
         "tests/training/test_distribute.py::test_a_script_trains_under_a_mirrored_strategy",
         keras3=(
-            # each backend's reason: keras_support (tested in tests/keras3/test_training.py)
+            # multi-worker trains on Keras 3's TensorFlow backend (tests/keras3/test_multi_worker.py)
             KerasThreeRefusal(
-                "multi-worker", "--keras 3 cannot run this: --strategy multi-worker on ", ("tensorflow", "jax")
+                "multi-worker", "--keras 3 cannot run this: --strategy multi-worker on the jax backend", ("jax",)
             ),
         ),
     ),
