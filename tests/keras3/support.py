@@ -17,6 +17,25 @@ SHARED_DATA = os.environ.get("COSENT_SHARED_DATA", os.path.join(ROOT, "..", "sha
 SHARED_VOCAB = os.path.join(SHARED_DATA, "vocab", "bert-base-chinese-vocab.txt")
 
 
+def tiny_bert_config(**changes):
+    """The suite's tiny random BERT (the shared vocabulary's 21,128 ids, width 16, two heads, two blocks,
+    no dropout) with ``changes``: one config for every test that needs a small model of its own."""
+    return {
+        "vocab_size": 21128,
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 64,
+        "type_vocab_size": 2,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02,
+        **changes,
+    }
+
+
 def run_keras2(code, tmp_path, timeout=600, reads=(), writes=False, **inputs):
     """Run ``code`` in a fresh Keras 2 process and return the arrays it saved.
 

@@ -19,22 +19,10 @@ from cosent_tf.keras3.export import export_saved_model, export_sentence_transfor
 from cosent_tf.models.kinds import head_layer_name
 from cosent_tf.models.spec import ModelSpec
 from tests.helpers import reference_python  # Keras-free at import, as support.py is
-from tests.keras3.support import ROOT, SHARED_VOCAB, run_keras2
+from tests.keras3.support import ROOT, SHARED_VOCAB, run_keras2, tiny_bert_config
 from tests.reference_cache import cached, contents, interpreter
 
-TINY = {
-    "attention_probs_dropout_prob": 0.1,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "hidden_size": 16,
-    "initializer_range": 0.02,
-    "intermediate_size": 32,
-    "max_position_embeddings": 32,
-    "num_attention_heads": 2,
-    "num_hidden_layers": 2,
-    "type_vocab_size": 2,
-    "vocab_size": 21128,
-}
+TINY = tiny_bert_config(max_position_embeddings=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
 TOLERANCE = 1e-5
 # Chinese with full-width punctuation, Latin letters to lower-case, an empty text and one longer than maxlen.
 TEXTS = ["花呗如何还钱？", "我想，还款。", "Hello World 你好", "", "这是一个很长的句子" * 4, "ÀÉ accents"]

@@ -17,6 +17,7 @@ from cosent_tf.losses import get_loss
 from cosent_tf.models.sources import open_source
 from cosent_tf.models.spec import ModelSpec
 from cosent_tf.training.gradient_cache import GradientCacheModel
+from tests.keras3.support import tiny_bert_config
 from tests.keras3.test_training import _spearman, texts_of, tiny_run  # noqa: F401  (tiny_run: a fixture)
 
 EXAMPLES = 8  # in micro-batches of 3: 3 + 3 + 2 examples
@@ -25,17 +26,8 @@ VOCAB = 3000
 
 def tiny_model(tmp_path, spec, dropout):
     """A tiny random BERT model of ``spec`` whose dropout (hidden and attention) is ``dropout``."""
-    config = dict(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        hidden_act="gelu",
-        max_position_embeddings=64,
-        type_vocab_size=2,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
+    config = tiny_bert_config(
+        vocab_size=VOCAB, num_hidden_layers=1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout
     )
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(config), encoding="utf-8")

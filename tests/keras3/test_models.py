@@ -23,21 +23,12 @@ from cosent_tf.models.checkpoint_files import CHECKPOINT_PREFIX, HEAD_SCOPE, rea
 from cosent_tf.models.sources import open_source
 from cosent_tf.models.spec import ModelSpec, read_spec, write_model_folder
 from cosent_tf.models.tokenization import SentenceTokenizer
-from tests.keras3.support import SHARED_VOCAB, run_keras2
+from tests.keras3.support import SHARED_VOCAB, run_keras2, tiny_bert_config
 
 TEXTS = ["花呗如何还钱", "借呗额度怎么提升？", "你好", "今天天气很好，我们去公园散步吧。"]
 PAIRS = [("花呗如何还钱", "花呗怎么还款"), ("你好", "今天天气很好，我们去公园散步吧。"), ("借呗额度", "ABC的价格")]
 MAXLEN = 32
-CONFIG = dict(
-    vocab_size=21128,
-    hidden_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=32,
-    hidden_act="gelu",
-    max_position_embeddings=64,
-    type_vocab_size=2,
-)
+CONFIG = tiny_bert_config()
 # folder: the spec's fields (kind, pooling or head and head_input, pair_segments)
 FOLDERS = {
     "feature": dict(kind="feature", pooling="first-last-avg"),

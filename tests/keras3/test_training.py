@@ -20,21 +20,9 @@ from cosent_tf.io import read_history
 from cosent_tf.keras3.training import resolve, save_model_folder, train
 from cosent_tf.training.config import RunConfig
 from tests.helpers import read_until_closed  # Keras-free at import, as support.py is
-from tests.keras3.support import ROOT, SHARED_VOCAB, run_keras2
+from tests.keras3.support import ROOT, SHARED_VOCAB, run_keras2, tiny_bert_config
 
-TINY = {
-    "attention_probs_dropout_prob": 0.0,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.0,
-    "hidden_size": 16,
-    "initializer_range": 0.02,
-    "intermediate_size": 32,
-    "max_position_embeddings": 32,
-    "num_attention_heads": 2,
-    "num_hidden_layers": 1,
-    "type_vocab_size": 2,
-    "vocab_size": 21128,
-}
+TINY = tiny_bert_config(num_hidden_layers=1, max_position_embeddings=32)
 CHARACTERS = (
     "我你他她们的是了在有人这中大为上个国不以会到说时要就出也和地对生能而子那得于着下自之年过"
     "发后作里用道行所然家种事成方多经么去法学如都同现当没动面起看定天分还进好小部其些主样理心"
