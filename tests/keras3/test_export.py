@@ -77,8 +77,9 @@ def folders(tmp_path_factory):
 
     from cosent_tf.export.engine_model import load_engine_model
     from cosent_tf.keras3.models import build_from_spec
-    from cosent_tf.models.adapter import save_model_folder
+    from cosent_tf.models.adapter import model_arrays
     from cosent_tf.models.sources import open_source
+    from cosent_tf.models.spec import write_model_folder
 
     root = tmp_path_factory.mktemp("keras3-export")
     (root / "config.json").write_text(json.dumps(TINY), encoding="utf-8")
@@ -91,10 +92,13 @@ def folders(tmp_path_factory):
             head = model.get_layer(head_layer_name(spec.head))
             head.kernel.assign(keras.ops.convert_to_numpy(head.kernel) * 100.0)
         folder = str(root / name)
-        save_model_folder(folder, model, spec, TINY, SHARED_VOCAB)
+        write_model_folder(folder, model_arrays(model, spec, TINY), spec, TINY, SHARED_VOCAB)
         _, loaded, tokenizer = load_engine_model(folder)
         scores = engine_scores(loaded, tokenizer, spec, TEXTS, SECONDS)
-        save_model_folder(folder, model, spec, TINY, SHARED_VOCAB, overwrite=True, decision=decision_for(name, scores))
+        arrays = model_arrays(model, spec, TINY)
+        write_model_folder(
+            folder, arrays, spec, TINY, SHARED_VOCAB, overwrite=True, decision=decision_for(name, scores)
+        )
         made[name] = folder
     return made
 
