@@ -158,6 +158,9 @@ def test_with_dropout_both_passes_drop_the_same_units(case, tmp_path):
 
 
 @pytest.mark.heavy
+# CI runs it on TensorFlow (on JAX in make test-full): JAX's step is shown equal to the whole batch's above,
+# and a run compiles it again for each shape, several times this module's other tests
+@pytest.mark.ci_backend("tensorflow")
 def test_a_run_in_micro_batches_learns(tiny_run):  # noqa: F811  (the fixture imported above)
     from cosent_tf.keras3 import train
     from cosent_tf.keras3.encoder import SentenceEncoder
