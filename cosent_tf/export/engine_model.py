@@ -10,7 +10,6 @@ Google-named weights, which every backend gives.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Iterator
 from typing import Any, Union
@@ -18,8 +17,6 @@ from typing import Any, Union
 from ..errors import ConfigError
 from ..models.sources import ModelSource, open_model_folder
 from ..process_keras import KERAS_MAJOR, keras
-
-logger = logging.getLogger(__name__)
 
 
 def require_tensorflow_graph(what: str) -> None:
@@ -54,7 +51,7 @@ def load_engine_model(directory: Union[str, os.PathLike, ModelSource], precision
         return load_model_dir(directory, precision)
     from ..models.adapter import build_model
     from ..models.kinds import get_kind
-    from ..models.spec import read_spec
+    from ..models.spec import read_spec, warn_if_random_weights
     from ..models.tokenization import SentenceTokenizer
 
     if precision != "float32":
@@ -67,12 +64,7 @@ def load_engine_model(directory: Union[str, os.PathLike, ModelSource], precision
     source.check_maxlen(spec.architecture, spec.maxlen)
     model = build_model(spec, source, require_head=get_kind(spec.kind).spec_field == "head")
     tokenizer = SentenceTokenizer(source, spec.maxlen, spec.word_level, spec.do_lower_case)
-    if spec.source.get("random_weights"):  # as load_model_dir says it, wherever the folder is loaded
-        logger.warning(
-            "%s: this model was trained from random weights (no --checkpoint), so it is only fit for trying "
-            "the tools: unrelated sentences may score near 1",
-            source.path,
-        )
+    warn_if_random_weights(spec, source.path)
     return spec, model, tokenizer
 
 

@@ -23,7 +23,6 @@ model, and a ``BertForSequenceClassification`` as an interaction model with its 
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Optional, Union
 
@@ -46,11 +45,10 @@ from ..models.spec import (
     hf_spec,
     read_model_decision,
     read_spec,
+    warn_if_random_weights,
     write_model_folder,
 )
 from ..models.tokenization import SentenceTokenizer
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "FORMAT",
@@ -142,10 +140,5 @@ def load_model_dir(directory: Union[str, os.PathLike, ModelSource], precision: s
     with dtype_policy(inference_policy_name(precision)):
         model = build_from_spec(spec, source, **options)
     tokenizer = SentenceTokenizer(source, spec.maxlen, spec.word_level, spec.do_lower_case)
-    if spec.source.get("random_weights"):  # said wherever the folder is loaded: inference and export
-        logger.warning(
-            "%s: this model was trained from random weights (no --checkpoint), so it is only fit for trying "
-            "the tools: unrelated sentences may score near 1",
-            directory.path if isinstance(directory, ModelSource) else directory,
-        )
+    warn_if_random_weights(spec, directory.path if isinstance(directory, ModelSource) else directory)
     return spec, model, tokenizer

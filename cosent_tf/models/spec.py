@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import numbers
 import os
@@ -155,6 +156,17 @@ def write_spec(folder: str, spec: ModelSpec) -> None:
     with open(os.path.join(folder, SPEC_FILE), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, ensure_ascii=False, sort_keys=True)
         f.write("\n")
+
+
+def warn_if_random_weights(spec: ModelSpec, shown: Any) -> None:
+    """Say that the model of ``spec`` (a folder named ``shown``) was trained from random weights, where
+    it was: said wherever a model folder is loaded, for inference or export, on either Keras."""
+    if spec.source.get("random_weights"):
+        logging.getLogger(__name__).warning(
+            "%s: this model was trained from random weights (no --checkpoint), so it is only fit for trying "
+            "the tools: unrelated sentences may score near 1",
+            shown,
+        )
 
 
 def write_model_folder(
