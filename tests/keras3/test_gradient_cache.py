@@ -136,7 +136,13 @@ def masked_whole_batch_gradient(cache, loss, inputs, labels):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("case", ["feature-mnrl-hard-negative", "interaction-cosent"])
+@pytest.mark.parametrize(
+    "case",
+    [  # CI runs each case on one backend (both in make test-full): on JAX each costs one to two minutes
+        pytest.param("feature-mnrl-hard-negative", marks=pytest.mark.ci_backend("tensorflow")),
+        pytest.param("interaction-cosent", marks=pytest.mark.ci_backend("jax")),
+    ],
+)
 def test_with_dropout_both_passes_drop_the_same_units(case, tmp_path):
     model, loss, inputs, labels, rows_per_example = training_setup(tmp_path, case, dropout=0.2)
     start = model.get_weights()

@@ -304,8 +304,16 @@ EVERY_BATCH = {
 }
 
 
+# CI runs each kind on one backend, two on each (both in make test-full): a run costs as much again per
+# backend, and what the backend changes, the maths' ops, the loss and layer tests check on both
+CI_BACKEND_OF_BATCH = {"interaction": "tensorflow", "matryoshka": "tensorflow", "mnrl": "jax", "sbert": "jax"}
+
+
 @pytest.mark.heavy
-@pytest.mark.parametrize("batches", sorted(EVERY_BATCH))
+@pytest.mark.parametrize(
+    "batches",
+    [pytest.param(name, marks=pytest.mark.ci_backend(CI_BACKEND_OF_BATCH[name])) for name in sorted(EVERY_BATCH)],
+)
 def test_every_kind_of_batch_trains_on_keras3_and_its_folder_scores_alike_on_keras2(batches, tiny_run, tmp_path):
     """The one engine runs each kind of batch on Keras 3 (what the Keras 3 route refused before): the
     run learns or at least finishes with finite figures, validates as asked, and its model folder,
