@@ -71,7 +71,11 @@ MARKS ?= not full
 # --no-loadscope-reorder: xdist would hand the modules out by their number of tests, most first,
 # instead of in the order tests/timing.py sorts them in (slowest first).
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder
-TEST_ENV := COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(abspath $(REF_PY)) COSENT_ONNX_REFERENCE_PYTHON=$(abspath $(ONNX_REF_PY))
+# Each process of the suite reads the modules the ones before it compiled (.cache/pycache): where
+# PYTHONDONTWRITEBYTECODE is set, as on these machines, every process that imported TensorFlow compiled
+# its Python sources again (docs/testing.md).
+BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(abspath .cache/pycache)
+TEST_ENV := $(BYTECODE) COSENT_SHARED_DATA=$(DATA) COSENT_REFERENCE_PYTHON=$(abspath $(REF_PY)) COSENT_ONNX_REFERENCE_PYTHON=$(abspath $(ONNX_REF_PY))
 
 test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	rm -rf $(TIMES) && mkdir -p $(TIMES)
@@ -100,7 +104,7 @@ test-full:
 # The fast tests on every core: neither the slow ones (subprocesses, signals, serving; a bare
 # `pytest` leaves those out too) nor the heavy ones (more than about 2.5 s each in-process).
 test-quick: $(TEST_STAMP)
-	COSENT_SHARED_DATA=$(DATA) $(PYTEST) -m "not slow and not heavy" tests
+	$(BYTECODE) COSENT_SHARED_DATA=$(DATA) $(PYTEST) -m "not slow and not heavy" tests
 
 # Lint, format check and type check (settings in pyproject.toml); `ruff format .` applies the
 # format. .pre-commit-config.yaml runs the same three before each commit.
