@@ -124,7 +124,8 @@ def masked_whole_batch_gradient(cache, loss, inputs, labels):
                 outputs.append(cache.stateless_call(trainable, keyed, piece, training=True)[0])
             return loss(labels, jnp.concatenate(outputs)), jnp.concatenate(outputs)
 
-        gradients, outputs = jax.grad(value, has_aux=True)([v.value for v in cache.trainable_variables])
+        # compiled once: op by op, JAX compiled each of the network's ops for each micro-batch's shapes
+        gradients, outputs = jax.jit(jax.grad(value, has_aux=True))([v.value for v in cache.trainable_variables])
         return [np.asarray(g) for g in gradients], np.asarray(outputs)
     import tensorflow as tf
 
