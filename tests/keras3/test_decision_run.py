@@ -6,4 +6,7 @@ import pytest
 
 from tests.training.test_decision_run import *  # noqa: F403  (its tests, collected here)
 
-pytestmark = pytest.mark.ci_backend("jax")  # the TensorFlow run of these training runs: make test-full
+# The JAX run of these training runs: make test-full. Each tiny run costs JAX far more than TensorFlow
+# (its steps are compiled for each batch shape), and the zoo's BQ run two of them read is built for
+# test_learning on TensorFlow already.
+pytestmark = pytest.mark.ci_backend("tensorflow")

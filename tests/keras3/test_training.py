@@ -544,30 +544,6 @@ def test_the_command_prints_its_results_and_sums_them_up_last_as_the_keras2_engi
     )
 
 
-def test_the_command_ships_the_decision_fitted_on_valid_and_measures_it_on_test(command_run):
-    """decision.json in the model folder, for this model's weights, its accuracy threshold the best of
-    the valid pairs' cosines (brute force over the model's own vectors), and the test figures in
-    metrics.json those of that threshold."""
-    from cosent_tf.calibration import read_decision
-    from cosent_tf.keras3.encoder import SentenceEncoder
-
-    run, (_, valid_file, _), _, _ = command_run
-    metrics = read_json_file(run / "metrics.json")
-    decision = read_decision(run / "model")  # refuses a decision of other weights
-    assert decision is not None and decision.fitted_on["file"] == os.path.abspath(valid_file)
-
-    vectors = SentenceEncoder.load(str(run / "model")).encode(texts_of(valid_file))
-    cosines = np.sum(vectors[0::2] * vectors[1::2], axis=1, dtype=np.float64)
-    labels = np.loadtxt(valid_file, dtype=str, delimiter="\t")[:, 2].astype(float)
-    candidates = np.concatenate([[-np.inf], np.sort(cosines)])
-    best = max(np.mean((cosines > cut) == (labels > 0.5)) for cut in candidates)
-    threshold = decision.threshold("accuracy")
-    assert np.mean((cosines > threshold) == (labels > 0.5)) == pytest.approx(best, abs=1e-9)
-    test = metrics["test"]  # test is valid here (no --test file)
-    assert test["threshold"] == pytest.approx(threshold) and test["accuracy"] == pytest.approx(best, abs=1e-6)
-    assert set(test["retrieval"]) >= {"recall@1", "mrr@10", "ndcg@10"} and test["retrieval"]["queries"] > 0
-
-
 def test_the_command_writes_the_fields_and_files_of_the_keras2_engines_run(command_run, tmp_path):
     """The Keras 2 engine's run of the same options and files: the same fields in metrics.json (and
     under test, and under test.retrieval), the same files in the model folder; Keras 3 adds its

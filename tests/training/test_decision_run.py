@@ -48,7 +48,7 @@ def _finished_run(tmp_path_factory, name, task, counts=(48, 24, 24)):
     write_tiny_data(setup / "data", counts=counts)
     metrics = train(tiny_config(setup, name, task=task, pooling="last-avg"))
     valid, test = _splits(setup / "data", task)
-    return SimpleNamespace(run=setup / name, metrics=metrics, valid=valid, test=test)
+    return SimpleNamespace(run=setup / name, data=setup / "data", metrics=metrics, valid=valid, test=test)
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +67,14 @@ def test_a_binary_run_ships_thresholds_fitted_on_valid_and_reports_them_on_test(
     model_dir, valid, test = binary_run.run / "model", binary_run.valid, binary_run.test
     encoder = sentence_encoder(model_dir)
     valid_scores = encoder.similarity(valid.texts_a, valid.texts_b)
-    decision = read_decision(model_dir)
+    decision = read_decision(model_dir)  # refuses a decision of other weights
     assert decision is not None
+    assert decision.fitted_on["file"] == str(binary_run.data / "senteval_cn" / "BQ" / "BQ.valid.data")
     assert decision.thresholds["accuracy"] == pytest.approx(best_threshold(valid_scores, valid.labels)[0], abs=1e-6)
     assert decision.thresholds["f1"] == pytest.approx(best_f1_threshold(valid_scores, valid.labels)[0], abs=1e-6)
     assert "threshold" not in json.loads((model_dir / SPEC_FILE).read_text())  # one home: decision.json
     expected = decision_metrics(encoder.similarity(test.texts_a, test.texts_b), test.labels, decision)
+    assert binary_run.metrics["test"]["threshold"] == decision.thresholds["accuracy"]
     for key in (
         "accuracy",
         "f1",
