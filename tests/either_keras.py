@@ -36,3 +36,23 @@ def shipped_threshold(folder):
     decision = read_decision(folder)
     assert decision is not None, f"{folder} ships no match decision"
     return decision.threshold()
+
+
+def write_random_checkpoint(folder, config_path, vocab_path):
+    """A Google-format checkpoint folder ``folder`` (``bert_model.ckpt``, its config and
+    vocabulary) of a transformer built from ``config_path`` with random weights, by this process's
+    Keras: bert4keras's on Keras 2, keras-hub's backbone on Keras 3."""
+    config_path, vocab_path = os.fspath(config_path), os.fspath(vocab_path)
+    if keras3_process():
+        from cosent_tf.keras3.backbones import backbone_from_config, google_arrays
+        from cosent_tf.models.checkpoint_files import read_config, write_checkpoint_folder_arrays
+
+        config = read_config(config_path)
+        os.makedirs(folder)
+        write_checkpoint_folder_arrays(
+            os.fspath(folder), google_arrays(backbone_from_config(config)), config, vocab_path
+        )
+    else:
+        from cosent_tf import build_encoder, save_checkpoint
+
+        save_checkpoint(build_encoder(config_path), folder, config_path, vocab_path=vocab_path)

@@ -31,7 +31,7 @@ from .. import huggingface
 from ..errors import CheckpointError, ConfigError, where
 from ..models.checkpoint_files import check_config
 from ..models.sources import COSENT_MODEL, ModelSource, open_source
-from ..models.spec import SPEC_FILE, hugging_face_format
+from ..models.spec import SPEC_FILE, hugging_face_format, warn_if_random_weights
 from .runtime import checked_keras, imported_quietly, keras_hub_backbone
 
 keras: Any = checked_keras()
@@ -428,6 +428,8 @@ def load_backbone(path: Any, architecture: Optional[str] = None) -> LoadedBackbo
         architecture: the family of a Google-format checkpoint (default ``bert``); a model folder
             names its own and a Hugging Face folder is BERT (another value is refused).
 
+    A model folder trained from random weights is said to be, as the Keras 2 engine's loaders say it.
+
     Raises:
         ConfigError: an interaction model's folder (the Keras 3 route encodes sentences), an
             architecture only the Keras 2 engine builds (NEZHA, RoFormer, WoBERT), a config the
@@ -468,6 +470,8 @@ def load_backbone(path: Any, architecture: Optional[str] = None) -> LoadedBackbo
             "%s: no pooler (%s); the backbone's is random, so pooling 'pooler' is refused", shown, ", ".join(left)
         )
     spec = source.spec
+    if spec is not None:
+        warn_if_random_weights(spec, path)
     vocab = source.vocab_path if source.vocab_path is not None and os.path.exists(source.vocab_path) else None
     return LoadedBackbone(
         backbone,

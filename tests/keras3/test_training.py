@@ -1,6 +1,6 @@
 """``cosent_tf.keras3.train``: a feature model trained on Keras 3 on tiny data learns, writes the
 model folder the Keras 2 engine loads (the same vectors), resumes after an interruption to the
-weights an uninterrupted run reaches, trains in bf16, and ranks the global batch under
+weights an uninterrupted run reaches, and ranks the global batch under
 tf.distribute (TensorFlow backend, in a process of its own: the CPU split must precede TensorFlow's start)."""
 
 import dataclasses
@@ -258,10 +258,6 @@ def test_on_a_terminal_a_progress_bar_is_redrawn_and_each_validation_line_starts
     assert re.search("\r(?!\n)", text) and "━" in text and "Epoch 2/2" in text, text[-2000:]
     lines = re.findall(r"(.?)(epoch \d+ valid:)", text, flags=re.DOTALL)
     assert len(lines) == 2 and all(before == "\n" for before, _ in lines), lines
-
-
-def test_a_bf16_run_trains_and_puts_the_policy_back(tiny_run):
-    check_mixed_precision_run(tiny_run, "bf16")
 
 
 @pytest.mark.backends("tensorflow")  # XLA's CPU matrix products take no float16: JAX refuses it (keras_support)

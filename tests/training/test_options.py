@@ -1,4 +1,8 @@
-"""Each run option reaches the model, and missing or bad inputs stop a run before it reads data."""
+"""Each run option reaches the model, and missing or bad inputs stop a run before it reads data.
+
+The bodies are written over the process's Keras (tests/keras3/test_options.py runs them on Keras 3):
+they spy on the engine's Matcher and datasets, read what a run wrote, and load its model with either
+Keras's encoder (tests/either_keras.py)."""
 
 import json
 import logging
@@ -7,19 +11,15 @@ import os
 import numpy as np
 import pytest
 
-from cosent_tf import (
-    ConfigError,
-    DataError,
-    SentenceEncoder,
-    build_encoder,
-    save_checkpoint,
-)
 from cosent_tf.data.benchmarks import nli_files
+from cosent_tf.errors import ConfigError, DataError
 from cosent_tf.experiments.scripts import train_main
+from cosent_tf.models.checkpoint_files import read_checkpoint_arrays
 from cosent_tf.training import engine as training
 from cosent_tf.training.config import RunConfig
 from cosent_tf.training.engine import train
 from cosent_tf.training.run_data import load_run_data
+from tests.either_keras import sentence_encoder, write_random_checkpoint
 from tests.training.run_helpers import tiny_run, tiny_run_config
 
 
@@ -49,16 +49,21 @@ def spy(monkeypatch):
     return seen
 
 
+@pytest.mark.backends("tensorflow")  # JAX's mirrored strategy is one program over the global batch (keras_support)
+def test_the_per_replica_loss_under_a_strategy_of_replicas_reaches_the_fitted_model(tiny_setup, spy):
+    """--per-replica-loss under a strategy of replicas (one device's mirrored here); the default,
+    the global batch's loss: the bf16 run of the test below."""
+    from cosent_tf.losses import CoSENTLoss
+
+    tiny_run(tiny_setup, "per-replica", task="BQ", global_batch_loss=False, strategy="mirrored")
+    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].global_batch is False
+
+
 @pytest.mark.heavy
 def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy):
-    from cosent_tf.losses import CoSENTLoss, CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
+    from cosent_tf.losses import CosineMSELoss, SentenceBertSoftmaxLoss, ThresholdContrastiveLoss
 
-    # two options of one loss in one run (--per-replica-loss under a strategy of replicas, one device's
-    # mirrored here); the default global_batch: the bf16 run of the test below
-    tiny_run(tiny_setup, "scale", task="BQ", scale=7.0, global_batch_loss=False, strategy="mirrored")
-    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0
-    assert spy["loss"].global_batch is False
-    assert spy["pair_dataset"]["group_by_length"] is True
+    # CoSENT's scale: the bf16 run of the test below
     tiny_run(tiny_setup, "contrastive", task="STS-B", loss="contrastive", epsilon=0.3, group_by_length=False)
     assert isinstance(spy["loss"], ThresholdContrastiveLoss)
     assert (spy["loss"].epsilon, spy["loss"].positive_above) == (0.3, 2.5)
@@ -73,43 +78,52 @@ def test_loss_options_and_label_handling_reach_the_fitted_model(tiny_setup, spy)
     assert spy["model"].output_shape == (None, 2) and spy["interaction_dataset"]["group_by_length"] is False
 
 
-@pytest.mark.heavy
-def test_precision_pooling_and_checkpoint_reach_the_model(tiny_setup, spy):
-    """Each reaches the model; and train() sets the dtype policy and seeds every generator, yet
-    leaves both as they were: the bf16 run is the one that shows it, and the run after it (from a
-    checkpoint) trains in float32."""
+def _generators():
+    """A draw from each generator a run seeds and must put back: Python's and NumPy's, and on Keras 2
+    TensorFlow's global one (Keras 3's seeding leaves TensorFlow's global seed at the run's seed, as
+    cosent_tf.process_keras.random_seed says)."""
     import random
 
-    from cosent_tf.backend import keras, tf
+    from cosent_tf.process_keras import KERAS_MAJOR, tf
+
+    draws = (random.random(), np.random.random())
+    return draws + ((float(tf.random.uniform([])),) if KERAS_MAJOR == 2 else ())
+
+
+def _seed_generators(seed):
+    import random
+
+    from cosent_tf.process_keras import tf
+
+    random.seed(seed), np.random.seed(seed), tf.random.set_seed(seed)
+
+
+@pytest.mark.heavy
+def test_precision_pooling_and_scale_reach_the_model_and_the_run_leaves_policy_and_generators_as_they_were(
+    tiny_setup, spy
+):
+    """train() sets the dtype policy and seeds every generator, yet leaves both as they were: the
+    bf16 run is the one that shows it (a CoSENT run, with its scale given)."""
+    from cosent_tf.losses import CoSENTLoss
+    from cosent_tf.process_keras import keras
 
     tmp_path, _ = tiny_setup
-    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
-    expected = (random.random(), np.random.random(), float(tf.random.uniform([])))
-    random.seed(5), np.random.seed(5), tf.random.set_seed(5)
-    metrics = tiny_run(tiny_setup, "bf16", task="BQ", precision="bf16", pooling="last-avg")
+    _seed_generators(5)
+    expected = _generators()
+    _seed_generators(5)
+    metrics = tiny_run(tiny_setup, "bf16", task="BQ", precision="bf16", pooling="last-avg", scale=7.0)
+    assert isinstance(spy["loss"], CoSENTLoss) and spy["loss"].scale == 7.0
     assert spy["loss"].global_batch is True  # by default the loss ranks the global batch
-    assert (random.random(), np.random.random(), float(tf.random.uniform([]))) == expected
+    assert spy["pair_dataset"]["group_by_length"] is True
+    assert _generators() == expected
     assert keras.mixed_precision.global_policy().name == "float32"
     assert np.isfinite(metrics["test"]["spearman"])
-    assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "mixed_bfloat16"
-    assert spy["model"].get_layer("Pooling").mode == "last-avg"
-    assert json.loads((tmp_path / "bf16" / "model" / "cosent_model.json").read_text())["pooling"] == "last-avg"
-
-    # A run from a checkpoint starts from its weights: with lr 1e-12 the trained model is the checkpoint.
-    keras_seed_model = build_encoder(str(tmp_path / "config.json"))
-    save_checkpoint(
-        keras_seed_model, tmp_path / "ckpt", str(tmp_path / "config.json"), vocab_path=str(tmp_path / "vocab.txt")
-    )
-    assert {weight.dtype for weight in keras_seed_model.weights} == {tf.float32}  # built after the bf16 run
-    assert keras_seed_model.get_layer("Embedding-Token").compute_dtype == "float32"
-    tiny_run(tiny_setup, "from-ckpt", task="BQ", checkpoint=str(tmp_path / "ckpt"), config=None, vocab=None, lr=1e-12)
-    assert spy["model"].get_layer("Embedding-Token").dtype_policy.name == "float32"  # no precision given
-    texts = ["我们是", "他在这", "你"]
-    from_checkpoint = SentenceEncoder.load(tmp_path / "from-ckpt" / "model").encode(texts, normalize=False)
-    tokenizer = SentenceEncoder.load(tmp_path / "from-ckpt" / "model").tokenizer
-    ids = [np.asarray(tokenizer.encode(t))[None] for t in texts]
-    expected = np.concatenate([keras_seed_model([i, np.zeros_like(i)]).numpy() for i in ids])
-    np.testing.assert_allclose(from_checkpoint, expected, atol=1e-5)
+    weighted = [layer for layer in spy["model"].layers if layer.weights]
+    assert weighted and {layer.dtype_policy.name for layer in weighted} == {"mixed_bfloat16"}
+    (pooling,) = [layer for layer in spy["model"].layers if type(layer).__name__ == "Pooling"]
+    assert pooling.mode == "last-avg"
+    spec = json.loads((tmp_path / "bf16" / "model" / "cosent_model.json").read_text())
+    assert (spec["pooling"], spec["source"]["precision"]) == ("last-avg", "bf16")
 
 
 def test_missing_train_split_is_named_unless_carving_from_valid(tiny_setup):
@@ -138,9 +152,9 @@ def test_a_run_is_refused_before_it_reads_anything_where_weights_count_as_frozen
 
 @pytest.mark.parametrize("as_prefix", [False, True], ids=["folder", "prefix"])
 def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefix):
+    """A run from a checkpoint starts from its weights: with lr 1e-12 the trained model is the checkpoint."""
     tmp_path, _ = tiny_setup
-    config, vocab = str(tmp_path / "config.json"), str(tmp_path / "vocab.txt")
-    save_checkpoint(build_encoder(config), tmp_path / "ckpt", config, vocab_path=vocab)
+    write_random_checkpoint(tmp_path / "ckpt", tmp_path / "config.json", tmp_path / "vocab.txt")
     checkpoint = str(tmp_path / "ckpt" / "bert_model.ckpt") if as_prefix else str(tmp_path / "ckpt")
     train_main(
         [
@@ -153,6 +167,8 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
             checkpoint,
             "--batch-size",
             "8",
+            "--lr",
+            "1e-12",
             "--output-dir",
             str(tmp_path / "from-ckpt"),
         ]
@@ -163,25 +179,29 @@ def test_trains_from_a_checkpoint_with_its_config_and_vocab(tiny_setup, as_prefi
     assert json.loads((tmp_path / "from-ckpt" / "metrics.json").read_text())["random_weights"] is False
     source = json.loads((tmp_path / "from-ckpt" / "model" / "cosent_model.json").read_text())["source"]
     assert (source["random_weights"], source["checkpoint"]) == (False, os.path.abspath(checkpoint))
+    started = read_checkpoint_arrays(str(tmp_path / "ckpt" / "bert_model.ckpt"))
+    trained = read_checkpoint_arrays(str(tmp_path / "from-ckpt" / "model" / "bert_model.ckpt"))
+    # the transformer's every weight, and BERT's pooler where the model folder keeps it (Keras 3's
+    # keeps none that pooling does not use), each as the checkpoint holds it
+    assert {name for name in started if not name.startswith("bert/pooler/")} <= set(trained) <= set(started)
+    for name, array in trained.items():
+        np.testing.assert_allclose(array, started[name], atol=1e-6, err_msg=name)
 
 
-@pytest.mark.heavy
-def test_a_run_from_random_weights_says_so_and_so_does_its_model(tiny_setup, caplog, capsys):
-    tmp_path, options = tiny_setup
-    train_main(["BQ", "--epochs", "1", "--output-dir", str(tmp_path / "random")] + options)
-    warnings = capsys.readouterr().err.splitlines()
-    assert warnings[0].startswith("NOTE: no --checkpoint: the model starts from random weights")
-    assert json.loads((tmp_path / "random" / "metrics.json").read_text())["random_weights"] is True
-    source = json.loads((tmp_path / "random" / "model" / "cosent_model.json").read_text())["source"]
+def test_a_run_from_random_weights_says_so_and_so_does_its_model(bq_run, tmp_path, caplog, capsys):
+    """The zoo's BQ run is one from random weights (no --checkpoint)."""
+    assert bq_run.stderr.splitlines()[0].startswith("NOTE: no --checkpoint: the model starts from random weights")
+    assert json.loads((bq_run.run / "metrics.json").read_text())["random_weights"] is True
+    source = json.loads((bq_run.run / "model" / "cosent_model.json").read_text())["source"]
     assert (source["random_weights"], source["checkpoint"]) == (True, None)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        SentenceEncoder.load(str(tmp_path / "random" / "model"))
+        sentence_encoder(bq_run.run / "model")
     assert "this model was trained from random weights (no --checkpoint)" in caplog.text
     # fine-tuning that model keeps saying so
-    model_dir, data_dir_and_batching = str(tmp_path / "random" / "model"), options[:2] + options[6:]
+    data_dir_and_batching = bq_run.options[:2] + bq_run.options[6:]
     train_main(
-        ["BQ", "--epochs", "1", "--checkpoint", model_dir, "--output-dir", str(tmp_path / "again")]
+        ["BQ", "--epochs", "1", "--checkpoint", str(bq_run.run / "model"), "--output-dir", str(tmp_path / "again")]
         + data_dir_and_batching
     )
     assert capsys.readouterr().err.startswith("NOTE: the --checkpoint model folder was itself trained from random")
