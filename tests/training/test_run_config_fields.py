@@ -52,6 +52,9 @@ class Field:
 
 LEARNING = "tests/training/test_learning.py::"
 OPTIONS = "tests/training/test_options.py::"
+PRECISION_RUN = (
+    OPTIONS + "test_precision_pooling_and_scale_reach_the_model_and_the_run_leaves_policy_and_generators_as_they_were"
+)
 IN_BATCH = "tests/training/test_in_batch_runs.py::"
 OWN_FILES = "tests/training/test_own_files.py::"
 LOSS_OPTIONS = OPTIONS + "test_loss_options_and_label_handling_reach_the_fitted_model"
@@ -92,7 +95,7 @@ FIELDS = {
         keras3=(KerasThreeRefusal(2, "--keras 2: this process holds Keras 3"),),
     ),
     "pooling": Field(
-        OPTIONS + "test_precision_pooling_and_checkpoint_reach_the_model",
+        PRECISION_RUN,
         unread=(
             Unread(
                 "last-avg",
@@ -185,7 +188,7 @@ FIELDS = {
         "tests/training/test_resume.py::test_a_run_in_micro_batches_with_dropout_killed_mid_epoch_and_after_training_resumes_to_the_same_result"
     ),
     "precision": Field(
-        OPTIONS + "test_precision_pooling_and_checkpoint_reach_the_model",
+        PRECISION_RUN,
         keras3=(
             KerasThreeRefusal("fp16", "--keras 3 cannot run this: --precision fp16 on the jax backend's CPU", ("jax",)),
         ),
