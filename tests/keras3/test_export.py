@@ -144,9 +144,10 @@ def served(export, signature):
 
 @pytest.mark.heavy
 @pytest.mark.backends("tensorflow")
-def test_saved_model_of_a_feature_model_encodes_and_decides_as_the_keras3_model(folders, saved_models):
+def test_saved_model_of_a_feature_model_encodes_and_decides_as_the_keras3_model(folders, saved_models, tmp_path):
     from cosent_tf.calibration import read_decision
     from cosent_tf.keras3.encoder import SentenceEncoder
+    from tests.zoo import copy_of
 
     model_dir, out = folders["feature"], saved_models["feature"]
     vectors = served(out, "serving_default")(sentences=TEXTS)["embeddings"]
@@ -162,6 +163,7 @@ def test_saved_model_of_a_feature_model_encodes_and_decides_as_the_keras3_model(
         assert json.load(f) == decision.to_json()
     with pytest.raises(ConfigError, match="already|export"):
         export_saved_model(model_dir, out)  # an earlier export is replaced only when asked
+    export_saved_model(model_dir, str(copy_of(out, tmp_path / "saved")), overwrite=True)  # the shared one stays
 
 
 @pytest.mark.heavy
