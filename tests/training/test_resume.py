@@ -1,5 +1,11 @@
-"""An interrupted run resumes to the uninterrupted result; what a resumed run may change."""
+"""An interrupted run resumes to the uninterrupted result; what a resumed run may change.
 
+Written once over the process's Keras: tests/keras3/test_resume.py runs the same bodies on Keras 3. A
+stop by a callback, in the test's process, shows a run stopped within an epoch resuming at its saved
+step on either Keras; the signals and kills, which need a process of their own, go to the Keras 2
+script (the Keras 3 command's signal path is tests/keras3/test_training.py's)."""
+
+import dataclasses
 import json
 import os
 import re
@@ -7,15 +13,22 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from cosent_tf.console import TENSORFLOW_STARTUP_LINES
+from cosent_tf.errors import TrainingInterrupted
 from cosent_tf.experiments.scripts import train_main
+from cosent_tf.io import read_history
+from cosent_tf.training.engine import train
 from cosent_tf.training.run_folder import RUN_MARKER, RUN_OUTPUTS
 from cosent_tf.training.run_rules import VALIDATION_STATE
 from tests.helpers import ROOT, make_tiny_setup, run_until, write_config
-from tests.training.run_helpers import RUN_FILES, read_csv
+from tests.training.run_helpers import RUN_FILES, read_csv, tiny_config
 from tests.zoo import copy_of
+
+# the Keras 2 script in a process of its own, to be signalled or killed
+SIGNALLED_SCRIPT = "a signal or a kill needs a process: the Keras 2 script's (the Keras 3 command's is test_training's)"
 
 
 def resume_command(options):
@@ -100,6 +113,96 @@ def assert_the_uninterrupted_result(tmp_path, out):
     assert not (out / "backup").exists()
 
 
+STEPS_PER_EPOCH = 6  # tiny_setup's BQ train pairs in batches of 8
+BACKUP_EVERY = 3
+EVAL_EVERY = 2  # step 6, the resumed epoch's last batch, is validated once, as the epoch's end
+
+
+def final_state():
+    """A callback keeping the model's weights and its optimizer's variables at the last epoch's end
+    (listed after the backup, whose save comes first; before the best epoch's weights are put back)."""
+    from cosent_tf.process_keras import keras
+
+    class FinalState(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.weights, self.optimizer = [], []
+            self.batches = 0  # trained in this fit
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches += 1
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == self.params["epochs"]:
+                self.weights = self.model.get_weights()
+                self.optimizer = [v.numpy() for v in self.model.optimizer.variables]
+
+    return FinalState()
+
+
+def stop_at(step):
+    """A callback that stops the run at ``step`` as a failure would: the backup's last save before it
+    is what the next run resumes from."""
+    from cosent_tf.process_keras import keras
+
+    class StopAt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == step:
+                raise TrainingInterrupted(15, f"stopped at step {step}")
+
+    return StopAt()
+
+
+@pytest.mark.heavy
+def test_a_run_stopped_within_an_epoch_resumes_at_the_saved_step_to_the_uninterrupted_state(tiny_setup, caplog):
+    """Stopped after step 5 with --backup-every 3, the run resumes at step 3 (not at the epoch's
+    start) and ends as an uninterrupted run: the same weights, optimizer state, validations and test
+    score; the backup is gone at the end."""
+    from cosent_tf.callbacks import KERAS_RESUMES_MID_EPOCH, STATE_FILE
+
+    cfg = tiny_config(tiny_setup[0], task="BQ", epochs=2, backup_every=BACKUP_EVERY, eval_every=EVAL_EVERY)
+    whole_cfg = dataclasses.replace(cfg, output_dir=cfg.output_dir + "-whole")
+    whole_state = final_state()
+    whole = train(whole_cfg, callbacks=[whole_state])
+
+    backup = os.path.join(cfg.output_dir, "backup")
+    with pytest.raises(TrainingInterrupted):
+        train(cfg, callbacks=[stop_at(5)])  # after the backup of step 3, in the first epoch
+    if not KERAS_RESUMES_MID_EPOCH:  # Keras 3's fit resumes at epochs: the position is StepBackup's own file
+        with open(os.path.join(backup, STATE_FILE), encoding="utf-8") as f:
+            position = json.load(f)
+        assert position == {"epoch": 0, "batch": 3, "weights": "state-3.weights.h5"}
+        assert sorted(os.listdir(backup)) == ["state-3.weights.h5", STATE_FILE]
+    state = final_state()
+    with caplog.at_level("INFO", logger="cosent_tf"):
+        resumed = train(cfg, callbacks=[state])
+
+    assert "resumed at step 3" in caplog.text
+    assert state.batches == 2 * STEPS_PER_EPOCH - 3  # the first epoch's last 3 batches, then the second's 6
+    assert resumed["steps"] == whole["steps"] == 2 * STEPS_PER_EPOCH
+    history, whole_history = (read_history(os.path.join(c.output_dir, "valid_metrics.csv")) for c in (cfg, whole_cfg))
+    assert [(r["epoch"], r["step"], r["end_of_epoch"]) for r in history] == [
+        (1, 2, False),
+        (1, 4, False),
+        (1, 6, True),
+        (2, 8, False),
+        (2, 10, False),
+        (2, 12, True),
+    ]
+    assert [(r["epoch"], r["step"], r["end_of_epoch"]) for r in whole_history] == [
+        (r["epoch"], r["step"], r["end_of_epoch"]) for r in history
+    ]
+    np.testing.assert_allclose([r["spearman"] for r in history], [r["spearman"] for r in whole_history], atol=1e-6)
+    assert len(state.weights) == len(whole_state.weights) > 0
+    for got, expected in zip(state.weights, whole_state.weights):
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert len(state.optimizer) == len(whole_state.optimizer) > 0
+    for got, expected in zip(state.optimizer, whole_state.optimizer):  # Adam's second moments are far below 1e-6
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-9)
+    assert resumed["test"]["spearman"] == pytest.approx(whole["test"]["spearman"], abs=1e-6)
+    assert not os.path.exists(backup)
+
+
 # (signal, the log line it is sent at, the step the state is saved after at the earliest): SIGTERM
 # mid-epoch at step 6 (mid-warm-up; by the time step 6's validation is printed, step 3's state is on
 # disk), SIGTERM at the first epoch's end (after its validation), SIGINT mid-epoch in the second.
@@ -111,6 +214,7 @@ SIGNALLED = [
 
 
 @pytest.mark.slow
+@pytest.mark.keras2_only(reason=SIGNALLED_SCRIPT)
 def test_a_run_stopped_by_sigterm_and_sigint_resumes_each_time_to_the_same_result(uninterrupted):
     """Each signal of SIGNALLED stops the run after saving its state at the step its log says, the
     next command resumes at that step, and the run ends as the uninterrupted one did.
@@ -142,6 +246,7 @@ def test_a_run_stopped_by_sigterm_and_sigint_resumes_each_time_to_the_same_resul
 
 
 @pytest.mark.slow
+@pytest.mark.keras2_only(reason=SIGNALLED_SCRIPT)
 def test_a_run_in_micro_batches_with_dropout_killed_mid_epoch_and_after_training_resumes_to_the_same_result(
     tiny_setup,
 ):
@@ -177,22 +282,28 @@ def test_a_run_in_micro_batches_with_dropout_killed_mid_epoch_and_after_training
 
 @pytest.mark.heavy
 def test_an_unfinished_run_resumes_only_with_its_own_settings(bq_run, tmp_path):
+    from cosent_tf.process_keras import keras
+
     options = bq_run.options  # the zoo run's own: BQ, 2 epochs
     out = copy_of(bq_run.run, tmp_path / "run")
     (out / "metrics.json").unlink()  # as if stopped before the end, with training state saved
     (out / "backup").mkdir()
     (out / "backup" / "state").write_text("")
     saved = (out / "config.json").read_text()
-    for extra, difference in [
+    changes = [
         (["--lr", "5e-2"], "lr 0.001 there, 0.05 now"),
         (["--batch-size", "16"], "batch_size 8 there, 16 now"),
         (["--epochs", "1"], r"epochs 2 there, 1 now \(may only grow\)"),
+    ]
+    if keras.backend.backend() == "tensorflow":  # JAX refuses a loss per replica before any run is read
         # the strategy may change (see test_distribute), but not while each replica ranks its own pairs
-        (
-            ["--per-replica-loss", "--strategy", "mirrored"],
-            "global_batch_loss True there, False now; strategy 'default' there, 'mirrored' now",
-        ),
-    ]:
+        changes.append(
+            (
+                ["--per-replica-loss", "--strategy", "mirrored"],
+                "global_batch_loss True there, False now; strategy 'default' there, 'mirrored' now",
+            )
+        )
+    for extra, difference in changes:
         with pytest.raises(
             SystemExit,
             match=f"holds an unfinished run with other settings \\({difference}\\); "
@@ -203,9 +314,10 @@ def test_an_unfinished_run_resumes_only_with_its_own_settings(bq_run, tmp_path):
 
 
 @pytest.mark.heavy
+@pytest.mark.backends("tensorflow")  # the loss counts its calls in a TensorFlow variable
 def test_a_nan_after_a_saved_epoch_stops_and_the_same_command_resumes(tiny_setup, monkeypatch, capsys):
-    from cosent_tf.backend import tf
     from cosent_tf.losses import CoSENTLoss, registry
+    from cosent_tf.process_keras import tf
 
     tmp_path, options = tiny_setup
     out = tmp_path / "nan"
