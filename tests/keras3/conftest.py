@@ -11,7 +11,9 @@ is skipped here with its reason, which the summary counts (``-rs`` shows it).
 of the Keras 2 suite: CI runs those bodies on that one backend, since each is a training run that
 costs as much again per backend and what the backend changes (the maths' ops) the loss and layer
 tests check on both; on the other backend the tests are marked ``full``, which ``make test-full``
-runs.
+runs. ``ci_backend()``, with no backend, on a body or a case: CI runs it on tf-keras only, and
+both Keras 3 backends' runs are ``full`` (it is registered in pyproject.toml, as the Keras 2 suite
+collects the bodies that carry it).
 
 ``@pytest.mark.backends("tensorflow")`` marks a test of what only that backend does
 (tf.distribute, SavedModel export), or of what happens before a backend is chosen (a refusal at
@@ -38,7 +40,6 @@ def pytest_collection_finish(session):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "backends(*names): runs only on these Keras 3 backends")
-    config.addinivalue_line("markers", "ci_backend(name): CI runs it on this Keras 3 backend; the other's is `full`")
     wanted = os.environ.get("KERAS_BACKEND")
     if wanted not in BACKENDS:
         raise pytest.UsageError(f"run the Keras 3 suite with KERAS_BACKEND set to one of {', '.join(BACKENDS)}")
@@ -57,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
     kept, deselected = [], []
     for item in items:
         ci_backend = item.get_closest_marker("ci_backend")
-        if ci_backend is not None and ci_backend.args[0] != here:
+        if ci_backend is not None and here not in ci_backend.args:
             item.add_marker(pytest.mark.full)
         keras2_only = item.get_closest_marker("keras2_only")
         if keras2_only is not None:  # a body of the Keras 2 suite's, star-imported here
