@@ -260,15 +260,18 @@ class GradientCacheModel(keras.Model):
             return scaled, (loss, metrics)
 
         (_, (loss, metrics_variables)), output_gradients = jax.value_and_grad(batch_loss, has_aux=True)(all_outputs)
-        # one output per row, or per example (a Sentence-BERT head on a feature model's pairs)
-        per_row = all_outputs.shape[0] // rows
+
+        # one output per row, or per example (a Sentence-BERT head on a feature model's pairs): the
+        # outputs of `length` rows, which a micro-batch of whole examples makes a whole number
+        def outputs_of(length):
+            return length * all_outputs.shape[0] // rows
 
         # 3. each micro-batch again, recording, with its slice of that gradient
         def backward(total, index, length):
             micro_outputs, pullback = jax.vjp(
                 lambda weights: outputs(weights, index, piece(index * size, length)), trainable
             )
-            cached = jax.lax.dynamic_slice_in_dim(output_gradients, index * size * per_row, length * per_row)
+            cached = jax.lax.dynamic_slice_in_dim(output_gradients, index * outputs_of(size), outputs_of(length))
             (gradients,) = pullback(cached.astype(micro_outputs.dtype))
             return [sum_ + gradient for sum_, gradient in zip(total, gradients)]
 

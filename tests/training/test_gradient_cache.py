@@ -127,10 +127,12 @@ def assert_same_update(actual, expected):
         "feature-cosent",
         "feature-mnrl-hard-negative",
         "interaction-cosent",
+        # JAX's step slices the gradient of one output per pair apart from TensorFlow's
+        pytest.param("feature-sbert", marks=pytest.mark.ci_backend("jax")),
         *(
             pytest.param(case, marks=KERAS2_IN_CI)
             for case in CASES
-            if case not in ("feature-cosent", "feature-mnrl-hard-negative", "interaction-cosent")
+            if case not in ("feature-cosent", "feature-mnrl-hard-negative", "interaction-cosent", "feature-sbert")
         ),
     ],
 )
