@@ -70,8 +70,7 @@ WORKERS ?= auto
 MARKS ?= not full
 # --no-loadscope-reorder: xdist would hand the modules out by their number of tests, most first,
 # instead of in the order tests/timing.py sorts them in (slowest first).
-PYTEST_OPTIONS := -q -p no:cacheprovider --dist loadfile --no-loadscope-reorder
-PYTEST := $(PY) -m pytest $(PYTEST_OPTIONS) -n $(WORKERS)
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 # Each process of the suite reads the modules the ones before it compiled (.cache/pycache): where
 # PYTHONDONTWRITEBYTECODE is set, as on these machines, every process that imported TensorFlow compiled
 # its Python sources again (docs/testing.md).
@@ -85,12 +84,10 @@ test: $(TEST_STAMP) $(REF_VENV)/.installed $(ONNX_REF_VENV)/.installed
 	$(PY) tools/suite_times.py $(TIMES)/*.json
 
 # The Keras 3 suite, in processes of its own, on the TensorFlow and the JAX backends side by side,
-# each run with as many xdist workers as the machine has cores, each worker one thread: the system
-# shares the cores among the four, so the run that ends first leaves its cores to the other's
-# workers (one process per backend left a core idle once the shorter run ended). JAX takes the modules fastest
-# first, so that each Keras 2 reference is computed once, by whichever run comes to it first, while
-# the other works on something else. Each run's output is printed when it ends.
-KERAS3_WORKERS := $(shell python3 -c "import os; print(os.cpu_count() or 2)")
+# each in one process on half the cores (one process start each, and no worker idles at the end of
+# a run); JAX takes the modules fastest first, so that each Keras 2 reference is computed once, by
+# whichever run comes to it first, while the other works on something else. Each run's output is
+# printed when it ends.
 KERAS3_CORES := $(shell python3 -c "import os; print(max(1, (os.cpu_count() or 2) // 2))")
 test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
 	mkdir -p $(TIMES)
@@ -98,7 +95,7 @@ test-keras3: $(TEST_STAMP) $(REF_VENV)/.installed
 
 .PHONY: keras3-tensorflow keras3-jax
 keras3-tensorflow keras3-jax: keras3-%:
-	KERAS_BACKEND=$* COSENT_TEST_CORES=$(KERAS3_CORES) $(TEST_ENV) $(PY) -m pytest $(PYTEST_OPTIONS) -n $(KERAS3_WORKERS) -m "$(MARKS)" $(if $(filter jax,$*),--fastest-modules-first) --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$*.json tests/keras3
+	KERAS_BACKEND=$* COSENT_TEST_CORES=$(KERAS3_CORES) $(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n 0 -m "$(MARKS)" $(if $(filter jax,$*),--fastest-modules-first) --confcutdir=tests/keras3 --durations=10 --timing-json $(TIMES)/keras3-$*.json tests/keras3
 
 # Every test, those left out of CI for their cost included.
 test-full:
