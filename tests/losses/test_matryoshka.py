@@ -30,7 +30,7 @@ from tests.losses.test_brute_force import brute_contrastive, brute_cosent_ibn, b
 from tests.losses.test_cosent import brute_force_cosent
 from tests.losses.test_distributed import run_replica_steps, selected
 from tests.losses.test_mnrl import brute_force_mnrl, value_and_gradient
-from tests.training.test_gradient_cache import in_batch_setup, sgd_step, training_setup
+from tests.training.test_gradient_cache import sgd_step, training_setup
 
 WIDTH = 10
 # dims, weights: the full width among the widths (weighted unevenly), and widths below it only
@@ -270,18 +270,14 @@ def eager_gradient(model, loss, inputs, labels):
 @pytest.mark.heavy
 @pytest.mark.parametrize("case", ["cosent", "mnrl-two-hard-negatives-symmetric", "cosent-ibn"])
 def test_in_micro_batches_the_gradient_is_the_whole_batch_one(case, tmp_path):
-    if case == "cosent":
-        model, inner, inputs, labels = training_setup(tmp_path, "feature", "cosent", dropout=0.0)
-        rows_per_example = 2
-    else:
-        model, inner, inputs, labels, rows_per_example = in_batch_setup(tmp_path, case, dropout=0.0)
+    model, inner, inputs, labels, rows_per_example = training_setup(tmp_path, f"feature-{case}", dropout=0.0)
     loss = MatryoshkaLoss(inner, CACHE_DIMS, CACHE_WEIGHTS)
     # Only the cached step goes through fit, the step under test; the whole batch's gradient and the
     # plain loss's are taken eagerly, as tracing a fit's step of the model costs more than the test.
     # Both from the start weights, before the cached step moves them.
     whole = eager_gradient(model, loss, inputs, labels)
     plain = eager_gradient(model, inner, inputs, labels)
-    cached = sgd_step(GradientCacheModel(model, 3, rows_per_example), loss, inputs, labels)
+    cached = sgd_step(GradientCacheModel(model, 3, rows_per_example), model, loss, inputs, labels)
     scale = max(np.abs(g).max() for g in whole)
     for expected, actual in zip(whole, cached):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5 * scale)
