@@ -42,6 +42,17 @@ CASES = {
 }
 # CI runs the body on tf-keras only; both Keras 3 backends' runs are make test-full's
 KERAS2_IN_CI = pytest.mark.ci_backend()
+BOTH_BACKENDS = ("tensorflow", "jax")
+
+
+def cases_in_ci(keras3_backends, left_out=()):
+    """The cases of CASES but ``left_out``, each marked with the Keras 3 backends CI runs it on:
+    ``keras3_backends`` maps a case to them; a case it leaves out runs in CI on tf-keras only."""
+    return [
+        pytest.param(case, marks=pytest.mark.ci_backend(*keras3_backends.get(case, ())))
+        for case in CASES
+        if case not in left_out
+    ]
 
 
 def tiny_model(tmp_path, spec, dropout):
@@ -123,18 +134,15 @@ def assert_same_update(actual, expected):
 @pytest.mark.heavy
 @pytest.mark.parametrize(
     "case",
-    [  # CI runs these three on both Keras 3 backends too
-        "feature-cosent",
-        "feature-mnrl-hard-negative",
-        "interaction-cosent",
-        # JAX's step slices the gradient of one output per pair apart from TensorFlow's
-        pytest.param("feature-sbert", marks=pytest.mark.ci_backend("jax")),
-        *(
-            pytest.param(case, marks=KERAS2_IN_CI)
-            for case in CASES
-            if case not in ("feature-cosent", "feature-mnrl-hard-negative", "interaction-cosent", "feature-sbert")
-        ),
-    ],
+    cases_in_ci(
+        {
+            "feature-cosent": BOTH_BACKENDS,
+            "feature-mnrl-hard-negative": BOTH_BACKENDS,
+            "interaction-cosent": BOTH_BACKENDS,
+            # JAX's step slices the gradient of one output per pair apart from TensorFlow's
+            "feature-sbert": ("jax",),
+        }
+    ),
 )
 def test_micro_batches_give_the_update_of_the_whole_batch(case, tmp_path):
     model, loss, inputs, labels, rows_per_example = training_setup(tmp_path, case, dropout=0.0)
@@ -184,15 +192,11 @@ RERUN_CASES = ("feature-mnrl-hard-negative", "interaction-cosent")
 @pytest.mark.heavy
 @pytest.mark.parametrize(
     "case",
-    [  # CI runs two cases on one Keras 3 backend each: on JAX each costs one to two minutes
-        pytest.param("feature-mnrl-hard-negative", marks=pytest.mark.ci_backend("tensorflow")),
-        pytest.param("interaction-cosent", marks=pytest.mark.ci_backend("jax")),
-        *(
-            pytest.param(case, marks=KERAS2_IN_CI)
-            for case in CASES
-            if case not in ("feature-sbert", "interaction-ce", "feature-mnrl-hard-negative", "interaction-cosent")
-        ),
-    ],
+    # CI runs two cases on one Keras 3 backend each: on JAX each costs one to two minutes
+    cases_in_ci(
+        {"feature-mnrl-hard-negative": ("tensorflow",), "interaction-cosent": ("jax",)},
+        left_out=("feature-sbert", "interaction-ce"),
+    ),
 )
 def test_with_dropout_both_passes_drop_the_same_units(case, tmp_path):
     model, loss, inputs, labels, rows_per_example = training_setup(tmp_path, case, dropout=0.2)
